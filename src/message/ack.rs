@@ -1,0 +1,205 @@
+//! Acknowledgement: every message carries a handle back to its input.
+//!
+//! An [`Ack`] is a counted handle. Cloning it (fan-out, a batch split by a processor) adds
+//! a holder; each holder resolves it with an [`Outcome`], the worst outcome wins, and when
+//! the last holder is gone the input's callback runs once with that outcome. Dropping a
+//! holder without resolving it counts as a failure: a message cannot vanish silently.
+
+use std::fmt;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+use super::Batch;
+
+/// How a message's journey ended. Ordered from best to worst.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every output it reached confirmed it.
+    Delivered,
+    /// A processor removed it on purpose (a deliberate drop, not a loss).
+    Filtered,
+    /// Delivery failed; the source should retry or report the failure.
+    Errored(Arc<str>),
+    /// The message itself was refused and retrying cannot help.
+    Rejected(Arc<str>),
+}
+
+impl Outcome {
+    pub fn errored(reason: impl fmt::Display) -> Self {
+        Outcome::Errored(reason.to_string().into())
+    }
+
+    pub fn rejected(reason: impl fmt::Display) -> Self {
+        Outcome::Rejected(reason.to_string().into())
+    }
+
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Delivered | Outcome::Filtered)
+    }
+
+    /// The failure reason, if any.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Outcome::Errored(r) | Outcome::Rejected(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn severity(&self) -> u8 {
+        match self {
+            Outcome::Filtered => 0,
+            Outcome::Delivered => 1,
+            Outcome::Errored(_) => 2,
+            Outcome::Rejected(_) => 3,
+        }
+    }
+}
+
+type Callback = Box<dyn FnOnce(Outcome) + Send>;
+
+struct Shared {
+    state: Mutex<(Option<Outcome>, Option<Callback>)>,
+}
+
+impl Shared {
+    fn merge(&self, outcome: Outcome) {
+        let mut state = self.state.lock();
+        let worse = match &state.0 {
+            None => true,
+            // A delivery anywhere outranks a filter elsewhere: the message did go out.
+            Some(cur) => outcome.severity() > cur.severity(),
+        };
+        if worse {
+            state.0 = Some(outcome);
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let state = self.state.get_mut();
+        if let Some(callback) = state.1.take() {
+            callback(state.0.take().unwrap_or(Outcome::Delivered));
+        }
+    }
+}
+
+/// A counted acknowledgement handle; see the module docs.
+pub struct Ack {
+    shared: Option<Arc<Shared>>,
+}
+
+impl Ack {
+    /// An ack whose last resolution calls `callback` once with the merged outcome.
+    pub fn new(callback: impl FnOnce(Outcome) + Send + 'static) -> Self {
+        Ack {
+            shared: Some(Arc::new(Shared {
+                state: Mutex::new((None, Some(Box::new(callback)))),
+            })),
+        }
+    }
+
+    /// An ack nobody waits for (tests, benchmarks, sources without acknowledgement).
+    pub fn noop() -> Self {
+        Ack::new(|_| {})
+    }
+
+    /// An ack whose outcome arrives on the returned receiver.
+    pub fn channel() -> (Self, oneshot::Receiver<Outcome>) {
+        let (tx, rx) = oneshot::channel();
+        (
+            Ack::new(move |o| {
+                let _ = tx.send(o);
+            }),
+            rx,
+        )
+    }
+
+    /// Resolves this holder. The input hears the worst outcome once every holder resolved.
+    pub fn resolve(mut self, outcome: Outcome) {
+        if let Some(shared) = self.shared.take() {
+            shared.merge(outcome);
+        }
+    }
+}
+
+impl Clone for Ack {
+    fn clone(&self) -> Self {
+        Ack {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for Ack {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.merge(Outcome::errored("message dropped before it was delivered"));
+        }
+    }
+}
+
+impl fmt::Debug for Ack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ack")
+            .field("resolved", &self.shared.is_none())
+            .finish()
+    }
+}
+
+/// A batch travelling through the graph with the acknowledgement of the input it came from.
+#[derive(Debug)]
+pub struct Transaction {
+    pub batch: Batch,
+    pub ack: Ack,
+}
+
+impl Transaction {
+    pub fn new(batch: Batch, ack: Ack) -> Self {
+        Transaction { batch, ack }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn last_holder_fires_once_with_worst_outcome() {
+        let (ack, rx) = Ack::channel();
+        let a2 = ack.clone();
+        let a3 = ack.clone();
+        ack.resolve(Outcome::Delivered);
+        a2.resolve(Outcome::errored("boom"));
+        a3.resolve(Outcome::Delivered);
+        assert_eq!(rx.await.unwrap(), Outcome::errored("boom"));
+    }
+
+    #[tokio::test]
+    async fn dropping_unresolved_is_a_failure() {
+        let (ack, rx) = Ack::channel();
+        let other = ack.clone();
+        other.resolve(Outcome::Delivered);
+        drop(ack);
+        assert!(!rx.await.unwrap().is_success());
+    }
+
+    #[tokio::test]
+    async fn delivered_outranks_filtered() {
+        let (ack, rx) = Ack::channel();
+        let f = ack.clone();
+        f.resolve(Outcome::Filtered);
+        ack.resolve(Outcome::Delivered);
+        assert_eq!(rx.await.unwrap(), Outcome::Delivered);
+    }
+
+    #[tokio::test]
+    async fn rejected_outranks_errored() {
+        let (ack, rx) = Ack::channel();
+        ack.clone().resolve(Outcome::rejected("bad"));
+        ack.resolve(Outcome::errored("later"));
+        assert_eq!(rx.await.unwrap(), Outcome::rejected("bad"));
+    }
+}

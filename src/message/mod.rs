@@ -1,0 +1,191 @@
+//! Messages and batches: what flows between the nodes of a stream.
+//!
+//! A message is payload bytes plus metadata. Its structured form is parsed from the payload
+//! on first use and cached; setting a structured value serializes the payload only when
+//! something asks for the bytes. A pipeline that never looks inside a message never parses it.
+
+mod ack;
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+pub use ack::{Ack, Outcome, Transaction};
+
+use crate::value::Value;
+
+/// Metadata of a message: sorted keys, typed values (strings unless a mapping set others).
+pub type Metadata = BTreeMap<String, Value>;
+
+/// Why a payload has no structured form.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("payload is not valid JSON: {0}")]
+pub struct ParseError(String);
+
+#[derive(Debug, Clone, Default)]
+pub struct Message {
+    /// The payload bytes; unset only while the structured value is newer.
+    raw: OnceLock<Bytes>,
+    /// The parsed payload (or why it did not parse), set on first use.
+    structured: OnceLock<Result<Value, ParseError>>,
+    metadata: Metadata,
+    /// Set when a processor failed on this message; cleared by `catch`.
+    error: Option<String>,
+}
+
+impl Message {
+    pub fn new(payload: impl Into<Bytes>) -> Self {
+        Message {
+            raw: OnceLock::from(payload.into()),
+            ..Default::default()
+        }
+    }
+
+    /// A message whose content is a structured value.
+    pub fn from_value(value: Value) -> Self {
+        Message {
+            structured: OnceLock::from(Ok(value)),
+            ..Default::default()
+        }
+    }
+
+    /// The payload bytes, serializing the structured value if that is newer.
+    pub fn payload(&self) -> &Bytes {
+        self.raw.get_or_init(|| match self.structured.get() {
+            Some(Ok(v)) => v.to_payload(),
+            // A message always holds at least one of the two forms.
+            _ => Bytes::new(),
+        })
+    }
+
+    pub fn payload_len(&self) -> usize {
+        self.payload().len()
+    }
+
+    pub fn set_payload(&mut self, payload: impl Into<Bytes>) {
+        self.raw = OnceLock::from(payload.into());
+        self.structured = OnceLock::new();
+    }
+
+    /// The payload parsed as JSON, parsed once and cached.
+    pub fn structured(&self) -> Result<&Value, &ParseError> {
+        self.structured
+            .get_or_init(|| {
+                let raw = self.raw.get().map(|b| &b[..]).unwrap_or_default();
+                Value::from_json(raw).map_err(|e| ParseError(e.to_string()))
+            })
+            .as_ref()
+    }
+
+    /// Takes the structured value out for editing in place (parsing if needed); put it back
+    /// with [`Message::set_structured`].
+    pub fn take_structured(&mut self) -> Result<Value, ParseError> {
+        self.structured().map_err(Clone::clone)?;
+        let taken = self.structured.take();
+        self.raw = OnceLock::new();
+        match taken {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Err(e),
+            None => Ok(Value::Null),
+        }
+    }
+
+    pub fn set_structured(&mut self, value: Value) {
+        self.structured = OnceLock::from(Ok(value));
+        self.raw = OnceLock::new();
+    }
+
+    pub fn metadata(&self) -> &Metadata {
+        &self.metadata
+    }
+
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.metadata
+    }
+
+    pub fn meta(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// Metadata as text, the form connectors write into headers.
+    pub fn meta_str(&self, key: &str) -> Option<String> {
+        self.metadata.get(key).map(Value::to_text)
+    }
+
+    pub fn set_meta(&mut self, key: impl Into<String>, value: impl Into<Value>) {
+        self.metadata.insert(key.into(), value.into());
+    }
+
+    pub fn with_meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.set_meta(key, value);
+        self
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    pub fn set_error(&mut self, error: impl Into<String>) {
+        self.error = Some(error.into());
+    }
+
+    pub fn clear_error(&mut self) {
+        self.error = None;
+    }
+}
+
+/// The unit components pass: usually one message, more when an input or a batching policy
+/// groups them.
+pub type Batch = Vec<Message>;
+
+/// Sum of payload sizes, for byte counters and `byte_size` batching.
+pub fn batch_bytes(batch: &[Message]) -> usize {
+    batch.iter().map(Message::payload_len).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn structured_is_parsed_lazily_once() {
+        let m = Message::new(&br#"{"a":1}"#[..]);
+        assert!(m.structured.get().is_none());
+        let v = m.structured().unwrap();
+        assert_eq!(v.type_name(), "object");
+        assert!(std::ptr::eq(v, m.structured().unwrap()));
+    }
+
+    #[test]
+    fn setting_a_value_reserializes_on_demand() {
+        let mut m = Message::new("x");
+        m.set_structured(Value::from_json(br#"{"b":[1,2]}"#).unwrap());
+        assert_eq!(&m.payload()[..], br#"{"b":[1,2]}"#);
+    }
+
+    #[test]
+    fn take_structured_then_set_round_trips() {
+        let mut m = Message::new(&br#"{"n":1}"#[..]);
+        let mut v = m.take_structured().unwrap();
+        if let Value::Object(o) = &mut v {
+            o.insert("n".into(), Value::Int(2));
+        }
+        m.set_structured(v);
+        assert_eq!(&m.payload()[..], br#"{"n":2}"#);
+    }
+
+    #[test]
+    fn bad_json_is_an_error_not_a_panic() {
+        let m = Message::new("not json");
+        assert!(m.structured().is_err());
+        assert_eq!(&m.payload()[..], b"not json");
+    }
+
+    #[test]
+    fn metadata_text() {
+        let m = Message::new("").with_meta("k", "v").with_meta("n", 5i64);
+        assert_eq!(m.meta_str("k").as_deref(), Some("v"));
+        assert_eq!(m.meta_str("n").as_deref(), Some("5"));
+    }
+}

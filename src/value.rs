@@ -1,0 +1,259 @@
+//! The structured value that messages carry once their payload is parsed, and that the
+//! mapping language computes with.
+//!
+//! JSON numbers that fit an `i64` stay integers (Bloblang keeps int/float apart); objects
+//! keep their keys sorted, which is also the order JSON output is written in.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bytes::Bytes;
+use chrono::{DateTime, FixedOffset, SecondsFormat};
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::{Deserialize, Serialize};
+
+/// An object's members, sorted by key.
+pub type Object = BTreeMap<String, Value>;
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Value {
+    #[default]
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    String(String),
+    Bytes(Bytes),
+    Array(Vec<Value>),
+    Object(Object),
+    Timestamp(DateTime<FixedOffset>),
+}
+
+impl Value {
+    /// Parses JSON text straight into a `Value` (no intermediate tree).
+    pub fn from_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+
+    /// Writes the value as compact JSON. Bytes are written as a string; timestamps as RFC 3339.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing our own enum into a Vec cannot fail: no map has non-string keys.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// The name Bloblang's `type()` reports for this value.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Int(_) | Value::Float(_) => "number",
+            Value::String(_) => "string",
+            Value::Bytes(_) => "bytes",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+            Value::Timestamp(_) => "timestamp",
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value as message payload bytes: strings and bytes raw, everything else as JSON.
+    pub fn to_payload(&self) -> Bytes {
+        match self {
+            Value::String(s) => Bytes::copy_from_slice(s.as_bytes()),
+            Value::Bytes(b) => b.clone(),
+            other => Bytes::from(other.to_json()),
+        }
+    }
+
+    /// The value as metadata text: strings raw, everything else as JSON.
+    pub fn to_text(&self) -> String {
+        match self {
+            Value::String(s) => s.clone(),
+            Value::Bytes(b) => String::from_utf8_lossy(b).into_owned(),
+            other => String::from_utf8_lossy(&other.to_json()).into_owned(),
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::String(s.to_owned())
+    }
+}
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::String(s)
+    }
+}
+impl From<i64> for Value {
+    fn from(n: i64) -> Self {
+        Value::Int(n)
+    }
+}
+impl From<f64> for Value {
+    fn from(n: f64) -> Self {
+        Value::Float(n)
+    }
+}
+impl From<bool> for Value {
+    fn from(b: bool) -> Self {
+        Value::Bool(b)
+    }
+}
+
+impl From<serde_json::Value> for Value {
+    fn from(v: serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Value::Null,
+            serde_json::Value::Bool(b) => Value::Bool(b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Value::Int(i),
+                None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            serde_json::Value::String(s) => Value::String(s),
+            serde_json::Value::Array(a) => Value::Array(a.into_iter().map(Value::from).collect()),
+            serde_json::Value::Object(o) => {
+                Value::Object(o.into_iter().map(|(k, v)| (k, Value::from(v))).collect())
+            }
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_text())
+    }
+}
+
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Null => s.serialize_unit(),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Int(i) => s.serialize_i64(*i),
+            // Whole floats print without a fraction, as Go's encoder (and so Bloblang) does.
+            Value::Float(x) if x.fract() == 0.0 && x.abs() < 1e15 => s.serialize_i64(*x as i64),
+            Value::Float(x) => s.serialize_f64(*x),
+            Value::String(v) => s.serialize_str(v),
+            Value::Bytes(b) => s.serialize_str(&String::from_utf8_lossy(b)),
+            Value::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    seq.serialize_element(v)?;
+                }
+                seq.end()
+            }
+            Value::Object(o) => {
+                let mut map = s.serialize_map(Some(o.len()))?;
+                for (k, v) in o {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+            Value::Timestamp(t) => {
+                s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Deserialize::deserialize(d)
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, i: i64) -> Result<Value, E> {
+        Ok(Value::Int(i))
+    }
+    fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
+        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
+    }
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        Ok(Value::Float(x))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_bytes<E>(self, b: &[u8]) -> Result<Value, E> {
+        Ok(Value::Bytes(Bytes::copy_from_slice(b)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(v) = seq.next_element()? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Object::new();
+        while let Some((k, v)) = map.next_entry::<String, Value>()? {
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_keeps_ints_and_sorts_keys() {
+        let v = Value::from_json(br#"{"b":1,"a":[1.5,true,null,"x"],"c":9223372036854775807}"#)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(v.to_json()).unwrap(),
+            r#"{"a":[1.5,true,null,"x"],"b":1,"c":9223372036854775807}"#
+        );
+        let Value::Object(o) = &v else { panic!("object expected") };
+        assert_eq!(o["b"], Value::Int(1));
+    }
+
+    #[test]
+    fn whole_floats_print_like_ints() {
+        assert_eq!(Value::Float(5.0).to_json(), b"5");
+        assert_eq!(Value::Float(0.25).to_json(), b"0.25");
+    }
+
+    #[test]
+    fn payload_of_a_string_is_raw() {
+        assert_eq!(&Value::from("hi").to_payload()[..], b"hi");
+        assert_eq!(&Value::Int(3).to_payload()[..], b"3");
+    }
+
+    #[test]
+    fn huge_unsigned_becomes_float() {
+        assert_eq!(Value::from_json(b"18446744073709551615").unwrap().type_name(), "number");
+    }
+}
