@@ -6,3 +6,4 @@
 
 pub mod message;
 pub mod value;
+pub mod mapping;

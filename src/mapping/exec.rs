@@ -1,0 +1,888 @@
+//! Runs compiled mappings: evaluates expressions over borrowed inputs and applies
+//! statements to the document, variables and metadata being built.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
+
+use bytes::Bytes;
+
+use super::ast::{BinOp, Seg};
+use super::compile::{Bin, CStmt, Case, Lambda, Node, Program};
+use super::spec::{describe, type_err, Args, MethodImpl};
+use crate::message::{Message, Metadata};
+use crate::value::Value;
+
+pub static NULL: Value = Value::Null;
+
+/// The result of evaluating an expression: borrowed when it was only read, owned when
+/// computed, or one of the two markers that change what an assignment does.
+#[derive(Debug, Clone)]
+pub enum V<'a> {
+    Ref(&'a Value),
+    Own(Value),
+    /// `nothing()`, or no branch of an `if`/`match` taken: the assignment is skipped.
+    /// Also stands for an optional argument that was not given.
+    Nothing,
+    /// `deleted()`: the assignment removes its target.
+    Deleted,
+}
+
+impl<'a> V<'a> {
+    pub fn get(&self) -> &Value {
+        match self {
+            V::Ref(v) => v,
+            V::Own(v) => v,
+            V::Nothing | V::Deleted => &NULL,
+        }
+    }
+    pub fn into_owned(self) -> Value {
+        match self {
+            V::Ref(v) => v.clone(),
+            V::Own(v) => v,
+            V::Nothing | V::Deleted => Value::Null,
+        }
+    }
+    /// Detaches the result from borrowed inputs, keeping the markers.
+    pub fn detach<'b>(self) -> V<'b> {
+        match self {
+            V::Ref(v) => V::Own(v.clone()),
+            V::Own(v) => V::Own(v),
+            V::Nothing => V::Nothing,
+            V::Deleted => V::Deleted,
+        }
+    }
+    pub fn is_absent(&self) -> bool {
+        matches!(self, V::Nothing)
+    }
+    pub fn is_marker(&self) -> bool {
+        matches!(self, V::Nothing | V::Deleted)
+    }
+}
+
+pub fn own<'a>(v: impl Into<Value>) -> Result<V<'a>, String> {
+    Ok(V::Own(v.into()))
+}
+
+/// A runtime failure, already phrased for the user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecError {
+    pub msg: String,
+}
+
+impl ExecError {
+    pub fn new(msg: impl Into<String>) -> Self {
+        ExecError { msg: msg.into() }
+    }
+}
+
+/// What `this` refers to: a value, or the message whose payload is parsed on first use.
+#[derive(Clone, Copy)]
+pub enum This<'a> {
+    Val(&'a Value),
+    Msg(&'a Message),
+}
+
+/// The message a mapping runs against.
+#[derive(Clone, Copy)]
+pub struct MsgView<'a> {
+    pub msg: Option<&'a Message>,
+    /// The payload when `msg` is not given (mutation takes the message apart).
+    pub payload: Option<&'a Bytes>,
+    pub meta_in: Option<&'a Metadata>,
+    pub error: Option<&'a str>,
+    pub index: usize,
+    pub size: usize,
+}
+
+impl<'a> MsgView<'a> {
+    pub const NONE: MsgView<'static> =
+        MsgView { msg: None, payload: None, meta_in: None, error: None, index: 0, size: 0 };
+
+    pub fn of(batch: &'a [Message], index: usize) -> Self {
+        let msg = batch.get(index);
+        MsgView {
+            msg,
+            payload: None,
+            meta_in: msg.map(Message::metadata),
+            error: msg.and_then(Message::error),
+            index,
+            size: batch.len(),
+        }
+    }
+    pub fn has_message(&self) -> bool {
+        self.msg.is_some() || self.payload.is_some()
+    }
+    pub fn payload(&self) -> Option<&'a Bytes> {
+        match self.msg {
+            Some(m) => Some(m.payload()),
+            None => self.payload,
+        }
+    }
+}
+
+/// A named lambda parameter bound to a value, chained to the enclosing ones.
+pub struct Scope<'a> {
+    pub slot: u32,
+    pub val: &'a Value,
+    pub parent: Option<&'a Scope<'a>>,
+}
+
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub this: This<'a>,
+    pub root: Option<&'a Value>,
+    pub vars: &'a [Option<Value>],
+    pub scope: Option<&'a Scope<'a>>,
+    pub meta: &'a Metadata,
+    pub msg: MsgView<'a>,
+    pub prog: &'a Program,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn this(&self) -> Result<&'a Value, ExecError> {
+        match self.this {
+            This::Val(v) => Ok(v),
+            This::Msg(m) => m
+                .structured()
+                .map_err(|e| ExecError::new(format!("unable to reference `this`: {e}"))),
+        }
+    }
+    /// The same context with `this` rebound.
+    pub fn with_this<'b>(&self, v: &'b Value) -> Ctx<'b>
+    where
+        'a: 'b,
+    {
+        Ctx { this: This::Val(v), ..*self }
+    }
+}
+
+// ---- conversions shared by the library ---------------------------------------------------
+
+pub fn to_float(v: &Value) -> Result<f64, String> {
+    match v {
+        Value::Int(i) => Ok(*i as f64),
+        Value::Float(f) => Ok(*f),
+        other => Err(type_err("number", other)),
+    }
+}
+
+pub fn to_int(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::Float(f) if f.is_finite() => Ok(f.trunc() as i64),
+        other => Err(type_err("number", other)),
+    }
+}
+
+/// Loose equality: numbers compare by value whatever their representation.
+pub fn values_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => x == y,
+        (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
+            to_float(a).ok() == to_float(b).ok()
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| values_eq(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter().zip(y).all(|((ka, va), (kb, vb))| ka == kb && values_eq(va, vb))
+        }
+        (Value::String(s), Value::Bytes(b)) | (Value::Bytes(b), Value::String(s)) => {
+            s.as_bytes() == &b[..]
+        }
+        _ => a == b,
+    }
+}
+
+/// Ordering for `<`, `sort` and friends: numbers, strings and timestamps.
+pub fn compare(a: &Value, b: &Value) -> Result<Ordering, String> {
+    match (a, b) {
+        (Value::Int(x), Value::Int(y)) => Ok(x.cmp(y)),
+        (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
+            let (x, y) = (to_float(a)?, to_float(b)?);
+            x.partial_cmp(&y).ok_or_else(|| "cannot compare NaN".to_string())
+        }
+        (Value::String(x), Value::String(y)) => Ok(x.cmp(y)),
+        (Value::Bytes(x), Value::Bytes(y)) => Ok(x.cmp(y)),
+        (Value::Timestamp(x), Value::Timestamp(y)) => Ok(x.cmp(y)),
+        (Value::Bool(x), Value::Bool(y)) => Ok(x.cmp(y)),
+        _ => Err(format!("cannot compare types {} and {}", describe(a), describe(b))),
+    }
+}
+
+/// A field of an object or, for a numeric name, an item of an array; null otherwise.
+pub fn field<'v>(v: &'v Value, name: &str) -> &'v Value {
+    match v {
+        Value::Object(o) => o.get(name).unwrap_or(&NULL),
+        Value::Array(a) => match name.parse::<usize>() {
+            Ok(i) => a.get(i).unwrap_or(&NULL),
+            Err(_) => &NULL,
+        },
+        _ => &NULL,
+    }
+}
+
+fn owned_field(v: Value, name: &str) -> Value {
+    match v {
+        Value::Object(mut o) => o.remove(name).unwrap_or(Value::Null),
+        Value::Array(mut a) => match name.parse::<usize>() {
+            Ok(i) if i < a.len() => a.swap_remove(i),
+            _ => Value::Null,
+        },
+        _ => Value::Null,
+    }
+}
+
+fn norm_index(i: i64, len: usize) -> Option<usize> {
+    let len = len as i64;
+    let i = if i < 0 { len + i } else { i };
+    (0..len).contains(&i).then_some(i as usize)
+}
+
+/// Bounds of a slice, clamped, with negative positions counted from the end.
+pub fn slice_bounds(len: usize, from: Option<i64>, to: Option<i64>) -> Result<(usize, usize), String> {
+    let n = len as i64;
+    let fix = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
+    let s = fix(from.unwrap_or(0));
+    let e = fix(to.unwrap_or(n));
+    if s > e {
+        return Err(format!("lower slice bound {s} must not exceed upper bound {e}"));
+    }
+    Ok((s as usize, e as usize))
+}
+
+pub fn slice_value(v: &Value, from: Option<i64>, to: Option<i64>) -> Result<Value, String> {
+    match v {
+        Value::String(s) => {
+            // Slices count characters so a cut never splits one.
+            let chars: Vec<char> = s.chars().collect();
+            let (a, b) = slice_bounds(chars.len(), from, to)?;
+            Ok(Value::String(chars[a..b].iter().collect()))
+        }
+        Value::Bytes(bs) => {
+            let (a, b) = slice_bounds(bs.len(), from, to)?;
+            Ok(Value::Bytes(bs.slice(a..b)))
+        }
+        Value::Array(arr) => {
+            let (a, b) = slice_bounds(arr.len(), from, to)?;
+            Ok(Value::Array(arr[a..b].to_vec()))
+        }
+        other => Err(type_err("array, string or bytes", other)),
+    }
+}
+
+// ---- evaluation --------------------------------------------------------------------------
+
+pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    match node {
+        Node::Lit(v) => Ok(V::Ref(v)),
+        Node::This => Ok(V::Ref(cx.this()?)),
+        Node::Root => Ok(V::Ref(cx.root.unwrap_or(&NULL))),
+        Node::Param(slot) => {
+            let mut s = cx.scope;
+            while let Some(sc) = s {
+                if sc.slot == *slot {
+                    return Ok(V::Ref(sc.val));
+                }
+                s = sc.parent;
+            }
+            Err(ExecError::new("lambda parameter used outside its lambda"))
+        }
+        Node::Path(base, path) => match eval(base, cx)? {
+            V::Ref(mut v) => {
+                for name in path.iter() {
+                    v = field(v, name);
+                }
+                Ok(V::Ref(v))
+            }
+            V::Own(mut v) => {
+                for name in path.iter() {
+                    v = owned_field(v, name);
+                }
+                Ok(V::Own(v))
+            }
+            _ => Ok(V::Own(Value::Null)),
+        },
+        Node::Index(ix) => {
+            let target = eval(&ix.target, cx)?;
+            let i = eval(&ix.index, cx)?;
+            let res = match (target.get(), i.get()) {
+                (Value::Object(o), Value::String(k)) => Ok(o.get(k).cloned().unwrap_or(Value::Null)),
+                (Value::Array(a), idx @ (Value::Int(_) | Value::Float(_))) => {
+                    let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
+                    match norm_index(n, a.len()) {
+                        Some(k) => Ok(a[k].clone()),
+                        None => Ok(Value::Null),
+                    }
+                }
+                (Value::String(s), idx @ (Value::Int(_) | Value::Float(_))) => {
+                    let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
+                    let chars: Vec<char> = s.chars().collect();
+                    match norm_index(n, chars.len()) {
+                        Some(k) => Ok(Value::String(chars[k].to_string())),
+                        None => Ok(Value::Null),
+                    }
+                }
+                (Value::Bytes(b), idx @ (Value::Int(_) | Value::Float(_))) => {
+                    let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
+                    match norm_index(n, b.len()) {
+                        Some(k) => Ok(Value::Int(b[k] as i64)),
+                        None => Ok(Value::Null),
+                    }
+                }
+                (Value::Null, _) => Ok(Value::Null),
+                (t, i) => Err(format!("cannot index {} with {}", describe(t), describe(i))),
+            };
+            // Borrow instead of copying when the target was borrowed and the key is plain.
+            res.map(V::Own).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))
+        }
+        Node::Slice(sl) => {
+            let target = eval(&sl.target, cx)?;
+            let bound = |n: &'a Option<Node>| -> Result<Option<i64>, ExecError> {
+                match n {
+                    None => Ok(None),
+                    Some(n) => {
+                        let v = eval(n, cx)?;
+                        to_int(v.get()).map(Some).map_err(|e| ExecError::new(format!("{}: {e}", sl.text)))
+                    }
+                }
+            };
+            let (a, b) = (bound(&sl.from)?, bound(&sl.to)?);
+            slice_value(target.get(), a, b)
+                .map(V::Own)
+                .map_err(|e| ExecError::new(format!("{}: {e}", sl.text)))
+        }
+        Node::Meta(key) => Ok(V::Ref(cx.meta.get(&**key).unwrap_or(&NULL))),
+        Node::MetaAll => Ok(V::Own(Value::Object(cx.meta.clone()))),
+        Node::Var(slot, name) => match cx.vars.get(*slot) {
+            Some(Some(v)) => Ok(V::Ref(v)),
+            _ => Err(ExecError::new(format!("variable `${name}` is undefined"))),
+        },
+        Node::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for it in items {
+                match eval(it, cx)? {
+                    V::Deleted | V::Nothing => {}
+                    v => out.push(v.into_owned()),
+                }
+            }
+            Ok(V::Own(Value::Array(out)))
+        }
+        Node::Object(entries) => {
+            let mut out = crate::value::Object::new();
+            for (k, v) in entries {
+                let key = eval(k, cx)?;
+                let key = match key.get() {
+                    Value::String(s) => s.clone(),
+                    other => {
+                        return Err(ExecError::new(format!(
+                            "object keys must be strings, got {}",
+                            describe(other)
+                        )))
+                    }
+                };
+                match eval(v, cx)? {
+                    V::Deleted | V::Nothing => {}
+                    val => {
+                        out.insert(key, val.into_owned());
+                    }
+                }
+            }
+            Ok(V::Own(Value::Object(out)))
+        }
+        Node::Not(inner) => match eval(inner, cx)?.get() {
+            Value::Bool(b) => Ok(V::Own(Value::Bool(!b))),
+            other => Err(ExecError::new(format!("cannot negate: {}", type_err("bool", other)))),
+        },
+        Node::Neg(inner) => match eval(inner, cx)?.get() {
+            Value::Int(i) => Ok(V::Own(Value::Int(i.wrapping_neg()))),
+            Value::Float(f) => Ok(V::Own(Value::Float(-f))),
+            other => Err(ExecError::new(format!("cannot negate: {}", type_err("number", other)))),
+        },
+        Node::Bin(b) => eval_bin(b, cx),
+        Node::If(branches, otherwise) => {
+            for (cond, body) in branches.iter() {
+                if truthy(cond, cx)? {
+                    return eval(body, cx);
+                }
+            }
+            match otherwise {
+                Some(e) => eval(e, cx),
+                None => Ok(V::Nothing),
+            }
+        }
+        Node::Match(m) => {
+            let subject;
+            let inner_cx;
+            let mcx = match &m.subject {
+                Some(s) => {
+                    subject = eval(s, cx)?;
+                    inner_cx = Ctx { this: This::Val(subject.get()), ..*cx };
+                    &inner_cx
+                }
+                None => cx,
+            };
+            for (case, body) in &m.cases {
+                let hit = match case {
+                    Case::Any => true,
+                    Case::Eq(v) => values_eq(mcx.this()?, v),
+                    Case::Cond(c) => match eval(c, mcx)?.get() {
+                        Value::Bool(b) => *b,
+                        other => values_eq(mcx.this()?, other),
+                    },
+                };
+                if hit {
+                    return eval(body, mcx).map(V::detach);
+                }
+            }
+            Ok(V::Nothing)
+        }
+        Node::Func(call) => {
+            let vals = eval_args(&call.args, cx)?;
+            let args = Args { vals: &vals, regexes: &call.regexes };
+            (call.spec.imp)(call, &args, cx).map_err(|e| ExecError::new(format!("{}: {e}", call.text)))
+        }
+        Node::Method(call) => match call.spec.imp {
+            MethodImpl::Lazy(f) => f(call, cx),
+            MethodImpl::Eager(f) => {
+                let recv = eval(&call.recv, cx)?;
+                let vals = eval_args(&call.args_values, cx)?;
+                let args = Args { vals: &vals, regexes: &call.regexes };
+                let wrap = |e: String| ExecError::new(format!("{}: {e}", call.text));
+                match recv {
+                    V::Ref(r) => f(r, &args).map_err(wrap).map(V::detach_if_args),
+                    V::Own(o) => f(&o, &args).map(V::detach).map_err(wrap),
+                    V::Nothing | V::Deleted => f(&NULL, &args).map(V::detach).map_err(wrap),
+                }
+            }
+        },
+        Node::Context(c) => {
+            let recv = eval(&c.0, cx)?;
+            call_lambda(&c.1, recv.get(), cx).map(V::detach)
+        }
+        Node::Deleted => Ok(V::Deleted),
+        Node::Nothing => Ok(V::Nothing),
+    }
+}
+
+impl<'a> V<'a> {
+    /// Results of eager methods borrow only from their receiver, never their arguments,
+    /// so a borrowed receiver keeps the result borrowed.
+    fn detach_if_args(self) -> V<'a> {
+        self
+    }
+}
+
+fn eval_args<'a>(args: &'a [Option<Node>], cx: &Ctx<'a>) -> Result<Vec<V<'a>>, ExecError> {
+    let mut out = Vec::with_capacity(args.len());
+    for a in args {
+        out.push(match a {
+            Some(n) => eval(n, cx)?,
+            None => V::Nothing,
+        });
+    }
+    Ok(out)
+}
+
+/// Runs a lambda with `item`: bound to its parameter, or as `this` when it has none.
+pub fn call_lambda<'a, 'b>(l: &'b Lambda, item: &'b Value, cx: &Ctx<'a>) -> Result<V<'b>, ExecError>
+where
+    'a: 'b,
+{
+    match l.param {
+        Some(slot) => {
+            let scope = Scope { slot, val: item, parent: cx.scope };
+            let inner = Ctx { scope: Some(&scope), ..*cx };
+            eval(&l.body, &inner).map(V::detach)
+        }
+        None => {
+            let inner = cx.with_this(item);
+            eval(&l.body, &inner)
+        }
+    }
+}
+
+/// Runs a two-parameter lambda (fold's tally and value) with an object `{tally, value}`
+/// as Bloblang does.
+pub fn truthy<'a>(cond: &'a Node, cx: &Ctx<'a>) -> Result<bool, ExecError> {
+    match eval(cond, cx)?.get() {
+        Value::Bool(b) => Ok(*b),
+        other => Err(ExecError::new(format!("expected bool condition, got {}", describe(other)))),
+    }
+}
+
+fn eval_bin<'a>(b: &'a Bin, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    match b.op {
+        BinOp::Pipe => match eval(&b.lhs, cx) {
+            Ok(v) if !v.get().eq(&Value::Null) && !v.is_marker() => Ok(v),
+            _ => eval(&b.rhs, cx),
+        },
+        BinOp::And | BinOp::Or => {
+            let l = eval(&b.lhs, cx)?;
+            let lb = match l.get() {
+                Value::Bool(x) => *x,
+                other => return Err(bin_err(b, other, None)),
+            };
+            if (b.op == BinOp::And && !lb) || (b.op == BinOp::Or && lb) {
+                return Ok(V::Own(Value::Bool(lb)));
+            }
+            let r = eval(&b.rhs, cx)?;
+            match r.get() {
+                Value::Bool(x) => Ok(V::Own(Value::Bool(*x))),
+                other => Err(bin_err(b, &Value::Bool(lb), Some(other))),
+            }
+        }
+        _ => {
+            let l = eval(&b.lhs, cx)?;
+            let r = eval(&b.rhs, cx)?;
+            binary(b.op, l.get(), r.get()).map(V::Own).map_err(|e| match e {
+                Some(m) => ExecError::new(format!("{}: {m}", b.text)),
+                None => bin_err(b, l.get(), Some(r.get())),
+            })
+        }
+    }
+}
+
+fn bin_err(b: &Bin, l: &Value, r: Option<&Value>) -> ExecError {
+    let verb = match b.op {
+        BinOp::Add => "add",
+        BinOp::Sub => "subtract",
+        BinOp::Mul => "multiply",
+        BinOp::Div => "divide",
+        BinOp::Mod => "modulo",
+        BinOp::And | BinOp::Or => "apply boolean operator to",
+        _ => "compare",
+    };
+    match r {
+        Some(r) => ExecError::new(format!(
+            "cannot {verb} types {} (from `{}`) and {} (from `{}`)",
+            describe(l),
+            b.ltext,
+            describe(r),
+            b.rtext
+        )),
+        None => ExecError::new(format!(
+            "cannot {verb} {} (from `{}`): expected bool",
+            describe(l),
+            b.ltext
+        )),
+    }
+}
+
+/// Arithmetic and comparison. `Err(None)` means the types do not fit the operator.
+pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> {
+    use Value::{Float, Int};
+    let num = |v: &Value| matches!(v, Int(_) | Float(_));
+    Ok(match op {
+        BinOp::Eq => Value::Bool(values_eq(l, r)),
+        BinOp::Ne => Value::Bool(!values_eq(l, r)),
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+            let ord = compare(l, r).map_err(|_| None)?;
+            Value::Bool(match op {
+                BinOp::Lt => ord == Ordering::Less,
+                BinOp::Le => ord != Ordering::Greater,
+                BinOp::Gt => ord == Ordering::Greater,
+                _ => ord != Ordering::Less,
+            })
+        }
+        BinOp::Add => match (l, r) {
+            (Int(a), Int(b)) => a.checked_add(*b).map(Int).unwrap_or(Float(*a as f64 + *b as f64)),
+            (a, b) if num(a) && num(b) => Float(to_float(a).map_err(Some)? + to_float(b).map_err(Some)?),
+            (Value::String(a), Value::String(b)) => {
+                let mut s = String::with_capacity(a.len() + b.len());
+                s.push_str(a);
+                s.push_str(b);
+                Value::String(s)
+            }
+            (Value::Bytes(a), Value::Bytes(b)) => {
+                let mut v = a.to_vec();
+                v.extend_from_slice(b);
+                Value::Bytes(Bytes::from(v))
+            }
+            _ => return Err(None),
+        },
+        BinOp::Sub => match (l, r) {
+            (Int(a), Int(b)) => a.checked_sub(*b).map(Int).unwrap_or(Float(*a as f64 - *b as f64)),
+            (a, b) if num(a) && num(b) => Float(to_float(a).map_err(Some)? - to_float(b).map_err(Some)?),
+            (Value::Timestamp(a), Value::Timestamp(b)) => {
+                Int((*a - *b).num_nanoseconds().unwrap_or(i64::MAX))
+            }
+            _ => return Err(None),
+        },
+        BinOp::Mul => match (l, r) {
+            (Int(a), Int(b)) => a.checked_mul(*b).map(Int).unwrap_or(Float(*a as f64 * *b as f64)),
+            (a, b) if num(a) && num(b) => Float(to_float(a).map_err(Some)? * to_float(b).map_err(Some)?),
+            _ => return Err(None),
+        },
+        BinOp::Div => {
+            if !(num(l) && num(r)) {
+                return Err(None);
+            }
+            let d = to_float(r).map_err(Some)?;
+            if d == 0.0 {
+                return Err(Some("attempted to divide by zero".into()));
+            }
+            Float(to_float(l).map_err(Some)? / d)
+        }
+        BinOp::Mod => {
+            if !(num(l) && num(r)) {
+                return Err(None);
+            }
+            let d = to_int(r).map_err(Some)?;
+            if d == 0 {
+                return Err(Some("attempted to divide by zero".into()));
+            }
+            Int(to_int(l).map_err(Some)?.wrapping_rem(d))
+        }
+        BinOp::And | BinOp::Or | BinOp::Pipe => return Err(None),
+    })
+}
+
+// ---- statements --------------------------------------------------------------------------
+
+/// What a mapping is building: its root, variables and output metadata.
+pub struct Frame<'m> {
+    pub root: Slot,
+    pub vars: Vec<Option<Value>>,
+    pub meta: Cow<'m, Metadata>,
+    /// In a mutation `this` is the document being changed.
+    pub this_is_root: bool,
+}
+
+/// The document under construction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Slot {
+    Nothing,
+    Deleted,
+    Val(Value),
+}
+
+impl Slot {
+    pub fn as_value(&self) -> Option<&Value> {
+        match self {
+            Slot::Val(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A failed statement: which line and what went wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StmtError {
+    pub line: usize,
+    pub what: &'static str,
+    pub msg: String,
+}
+
+pub fn run<'m>(
+    prog: &Program,
+    stmts: &[CStmt],
+    fr: &mut Frame<'m>,
+    this: This<'_>,
+    msg: MsgView<'_>,
+) -> Result<(), StmtError> {
+    for st in stmts {
+        match st {
+            CStmt::Assign { target, value, line } => {
+                let v = {
+                    let root = fr.root.as_value();
+                    let cx = Ctx {
+                        this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                        root,
+                        vars: &fr.vars,
+                        scope: None,
+                        meta: &fr.meta,
+                        msg,
+                        prog,
+                    };
+                    eval(value, &cx).map(V::detach::<'static>)
+                };
+                let v = v.map_err(|e| StmtError { line: *line, what: "assignment", msg: e.msg })?;
+                assign(&mut fr.root, target, v)
+                    .map_err(|m| StmtError { line: *line, what: "assignment", msg: m })?;
+            }
+            CStmt::Let { slot, value, line } => {
+                let v = {
+                    let root = fr.root.as_value();
+                    let cx = Ctx {
+                        this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                        root,
+                        vars: &fr.vars,
+                        scope: None,
+                        meta: &fr.meta,
+                        msg,
+                        prog,
+                    };
+                    eval(value, &cx).map(V::detach::<'static>)
+                };
+                let v = v.map_err(|e| StmtError { line: *line, what: "assignment", msg: e.msg })?;
+                match v {
+                    V::Nothing => {}
+                    V::Deleted => fr.vars[*slot] = None,
+                    v => fr.vars[*slot] = Some(v.into_owned()),
+                }
+            }
+            CStmt::Meta { key, value, line } => {
+                let v = {
+                    let root = fr.root.as_value();
+                    let cx = Ctx {
+                        this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                        root,
+                        vars: &fr.vars,
+                        scope: None,
+                        meta: &fr.meta,
+                        msg,
+                        prog,
+                    };
+                    eval(value, &cx).map(V::detach::<'static>)
+                };
+                let v = v.map_err(|e| StmtError { line: *line, what: "assignment", msg: e.msg })?;
+                let err = |m: String| StmtError { line: *line, what: "assignment", msg: m };
+                match (key, v) {
+                    (_, V::Nothing) => {}
+                    (Some(k), V::Deleted) => {
+                        fr.meta.to_mut().remove(k);
+                    }
+                    (Some(k), v) => {
+                        fr.meta.to_mut().insert(k.clone(), v.into_owned());
+                    }
+                    (None, V::Deleted) => fr.meta.to_mut().clear(),
+                    (None, v) => match v.into_owned() {
+                        Value::Object(o) => *fr.meta.to_mut() = o,
+                        Value::Null => fr.meta.to_mut().clear(),
+                        other => return Err(err(format!("meta: {}", type_err("object", &other)))),
+                    },
+                }
+            }
+            CStmt::If { branches, otherwise, line } => {
+                let mut chosen = None;
+                for (cond, body) in branches {
+                    let hit = {
+                        let root = fr.root.as_value();
+                        let cx = Ctx {
+                            this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                            root,
+                            vars: &fr.vars,
+                            scope: None,
+                            meta: &fr.meta,
+                            msg,
+                            prog,
+                        };
+                        truthy(cond, &cx)
+                    };
+                    if hit.map_err(|e| StmtError { line: *line, what: "if statement", msg: e.msg })? {
+                        chosen = Some(body);
+                        break;
+                    }
+                }
+                if let Some(body) = chosen.or(otherwise.as_ref()) {
+                    run(prog, body, fr, this, msg)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `v` at `path` under `root`, creating objects on the way.
+pub fn assign(root: &mut Slot, path: &[Seg], v: V<'_>) -> Result<(), String> {
+    if matches!(v, V::Nothing) {
+        return Ok(());
+    }
+    if path.is_empty() {
+        *root = match v {
+            V::Deleted => Slot::Deleted,
+            v => Slot::Val(v.into_owned()),
+        };
+        return Ok(());
+    }
+    if matches!(v, V::Deleted) {
+        if let Slot::Val(r) = root {
+            remove_path(r, path);
+        }
+        return Ok(());
+    }
+    if !matches!(root, Slot::Val(_)) {
+        *root = Slot::Val(Value::Null);
+    }
+    let Slot::Val(mut cur) = std::mem::replace(root, Slot::Nothing) else {
+        return Ok(());
+    };
+    let res = set_path(&mut cur, path, v.into_owned());
+    *root = Slot::Val(cur);
+    res
+}
+
+fn set_path(mut cur: &mut Value, path: &[Seg], v: Value) -> Result<(), String> {
+    for seg in path {
+        cur = match seg {
+            Seg::Field(name) => {
+                if !matches!(cur, Value::Object(_)) {
+                    *cur = Value::Object(Default::default());
+                }
+                match cur {
+                    Value::Object(o) => o.entry(name.clone()).or_insert(Value::Null),
+                    _ => return Err("unreachable".into()),
+                }
+            }
+            Seg::Index(i) => match cur {
+                Value::Array(a) => {
+                    let len = a.len();
+                    if *i == len as i64 {
+                        a.push(Value::Null);
+                        let last = a.len() - 1;
+                        &mut a[last]
+                    } else {
+                        let k = norm_index(*i, len)
+                            .ok_or_else(|| format!("index {i} is out of bounds for an array of {len}"))?;
+                        &mut a[k]
+                    }
+                }
+                Value::Null => {
+                    *cur = Value::Array(vec![Value::Null]);
+                    if *i != 0 {
+                        return Err(format!("index {i} is out of bounds for a new array"));
+                    }
+                    match cur {
+                        Value::Array(a) => &mut a[0],
+                        _ => return Err("unreachable".into()),
+                    }
+                }
+                other => return Err(format!("cannot index {} with {i}", describe(other))),
+            },
+        };
+    }
+    *cur = v;
+    Ok(())
+}
+
+fn remove_path(cur: &mut Value, path: &[Seg]) {
+    let Some((last, parents)) = path.split_last() else { return };
+    let mut cur = cur;
+    for seg in parents {
+        let next = match (seg, cur) {
+            (Seg::Field(n), Value::Object(o)) => o.get_mut(n),
+            (Seg::Index(i), Value::Array(a)) => {
+                let len = a.len();
+                norm_index(*i, len).and_then(move |k| a.get_mut(k))
+            }
+            _ => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match (last, cur) {
+        (Seg::Field(n), Value::Object(o)) => {
+            o.remove(n);
+        }
+        (Seg::Index(i), Value::Array(a)) => {
+            if let Some(k) = norm_index(*i, a.len()) {
+                a.remove(k);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,189 @@
+//! Functions that produce new values: ids, random numbers, clocks and counters.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+use rand::Rng;
+
+use crate::mapping::compile::FuncCall;
+use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::spec::{opt, p, Args, Default, FunctionImpl, FunctionSpec, Param, Res};
+use crate::value::Value;
+
+const CAT: &str = "General";
+
+const fn gen(
+    name: &'static str,
+    description: &'static str,
+    params: &'static [Param],
+    imp: FunctionImpl,
+) -> FunctionSpec {
+    FunctionSpec { name, category: CAT, description, params, examples: &[], pure: false, needs_message: false, imp }
+}
+
+pub static SPECS: &[FunctionSpec] = &[
+    gen("uuid_v4", "A random (version 4) UUID.", &[], uuid_v4),
+    gen("uuid_v7", "A time-ordered (version 7) UUID.", &[], uuid_v7),
+    gen(
+        "nanoid",
+        "A random URL-safe id; `length` defaults to 21, `alphabet` to the URL-safe set.",
+        &[opt("length", Default::Int(21)), opt("alphabet", Default::Absent)],
+        nanoid,
+    ),
+    gen("ulid", "A ULID: a time-ordered, lexicographically sortable id.", &[], ulid),
+    gen(
+        "random_int",
+        "A random integer in [min, max]; `seed` is accepted for compatibility and ignored.",
+        &[opt("seed", Default::Absent), opt("min", Default::Int(0)), opt("max", Default::Int(i64::MAX - 1))],
+        random_int,
+    ),
+    gen("now", "The current time as a timestamp in the local zone (`TZ`).", &[], now),
+    gen("timestamp_unix", "The current Unix time in seconds.", &[], ts_unix),
+    gen("timestamp_unix_milli", "The current Unix time in milliseconds.", &[], ts_unix_milli),
+    gen("timestamp_unix_micro", "The current Unix time in microseconds.", &[], ts_unix_micro),
+    gen("timestamp_unix_nano", "The current Unix time in nanoseconds.", &[], ts_unix_nano),
+    gen("hostname", "The host name of the machine.", &[], hostname),
+    gen(
+        "count",
+        "Increments and returns a counter shared by every mapping using the same name.",
+        &[p("name")],
+        count,
+    ),
+    gen(
+        "counter",
+        "A counter local to this call: starts at `min`, steps by one, wraps after `max`.",
+        &[opt("min", Default::Int(1)), opt("max", Default::Int(i64::MAX)), opt("set", Default::Absent)],
+        counter,
+    ),
+];
+
+fn uuid_v4<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(uuid::Uuid::new_v4().to_string())
+}
+
+fn uuid_v7<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(uuid::Uuid::now_v7().to_string())
+}
+
+const URL_ALPHABET: &str = "_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
+fn nanoid<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let len = args.int(0)?;
+    if !(1..=4096).contains(&len) {
+        return Err(format!("length must be between 1 and 4096, got {len}"));
+    }
+    let alphabet: Vec<char> = match args.opt_str(1)? {
+        Some(a) if !a.is_empty() => a.chars().collect(),
+        Some(_) => return Err("alphabet must not be empty".into()),
+        None => URL_ALPHABET.chars().collect(),
+    };
+    let mut rng = rand::thread_rng();
+    own((0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect::<String>())
+}
+
+fn ulid<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let ms = chrono::Utc::now().timestamp_millis().max(0) as u128;
+    let rand: u128 = rand::thread_rng().gen::<u128>() & ((1u128 << 80) - 1);
+    let n = (ms << 80) | rand;
+    let s: String = (0..26)
+        .rev()
+        .map(|i| CROCKFORD[((n >> (i * 5)) & 31) as usize] as char)
+        .collect();
+    own(s)
+}
+
+fn random_int<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let (min, max) = (args.int(1)?, args.int(2)?);
+    if min > max {
+        return Err(format!("min ({min}) must not exceed max ({max})"));
+    }
+    own(rand::thread_rng().gen_range(min..=max))
+}
+
+fn now<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(Value::Timestamp(crate::mapping::time::now()))
+}
+
+fn ts_unix<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(chrono::Utc::now().timestamp())
+}
+fn ts_unix_milli<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(chrono::Utc::now().timestamp_millis())
+}
+fn ts_unix_micro<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(chrono::Utc::now().timestamp_micros())
+}
+fn ts_unix_nano<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX))
+}
+
+fn hostname<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(gethostname::gethostname().to_string_lossy().into_owned())
+}
+
+/// Counters named by `count()`, shared across mappings as Bloblang's are.
+static COUNTERS: LazyLock<Mutex<HashMap<String, i64>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn count<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let name = args.str(0)?;
+    let mut m = COUNTERS.lock();
+    let c = m.entry(name.to_string()).or_insert(0);
+    *c += 1;
+    own(*c)
+}
+
+fn counter<'a>(call: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let (min, max) = (args.int(0)?, args.int(1)?);
+    if min > max {
+        return Err(format!("min ({min}) must not exceed max ({max})"));
+    }
+    if args.given(2) && !args.get(2).eq(&Value::Null) {
+        let v = args.int(2)?;
+        call.state.store(v, Ordering::Relaxed);
+        return own(v);
+    }
+    // i64::MIN marks a counter not yet started.
+    let next = call
+        .state
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
+            Some(if c == i64::MIN || c >= max || c < min { min } else { c + 1 })
+        })
+        .map(|c| if c == i64::MIN || c >= max || c < min { min } else { c + 1 })
+        .unwrap_or(min);
+    own(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::mapping::{Env, Mapping};
+    use crate::value::Value;
+
+    fn run(src: &str) -> Value {
+        Mapping::compile(src, &Env::default()).unwrap().query_value(&Value::Null).unwrap()
+    }
+
+    #[test]
+    fn ids_have_their_shapes() {
+        assert_eq!(run("uuid_v4().length()"), Value::Int(36));
+        assert_eq!(run("uuid_v7().length()"), Value::Int(36));
+        assert_eq!(run("nanoid().length()"), Value::Int(21));
+        assert_eq!(run("nanoid(5, \"ab\").re_match(\"^[ab]{5}$\")"), Value::Bool(true));
+        assert_eq!(run("ulid().length()"), Value::Int(26));
+        assert_eq!(run("random_int(min: 3, max: 3)"), Value::Int(3));
+        assert_eq!(run("now().type()"), Value::from("timestamp"));
+        assert_eq!(run("timestamp_unix() > 1600000000"), Value::Bool(true));
+        assert_eq!(run("hostname().length() > 0"), Value::Bool(true));
+    }
+
+    #[test]
+    fn counters_count() {
+        let m = Mapping::compile("counter(min: 1, max: 2)", &Env::default()).unwrap();
+        let got: Vec<Value> = (0..3).map(|_| m.query_value(&Value::Null).unwrap()).collect();
+        assert_eq!(got, vec![Value::Int(1), Value::Int(2), Value::Int(1)]);
+        assert_eq!(run("count(\"gen-test\")"), Value::Int(1));
+        assert_eq!(run("count(\"gen-test\")"), Value::Int(2));
+    }
+}

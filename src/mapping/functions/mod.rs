@@ -1,0 +1,17 @@
+//! The function library (`name(args)`), one family per file. Each entry is a
+//! [`FunctionSpec`](super::spec::FunctionSpec) whose examples run as tests.
+
+mod environment;
+mod generators;
+mod message;
+mod values;
+
+use super::spec::FunctionSpec;
+
+/// Every function, in one explicit list.
+pub fn all() -> Vec<&'static FunctionSpec> {
+    [message::SPECS, generators::SPECS, environment::SPECS, values::SPECS]
+        .into_iter()
+        .flatten()
+        .collect()
+}

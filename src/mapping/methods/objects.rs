@@ -1,0 +1,3 @@
+use crate::mapping::spec::MethodSpec;
+
+pub static SPECS: &[MethodSpec] = &[];

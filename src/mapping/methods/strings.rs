@@ -1,0 +1,465 @@
+//! String manipulation. Positions and lengths count characters, so no method can split
+//! one in half.
+
+use super::{raw, text};
+use crate::mapping::exec::{own, slice_value, V};
+use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
+use crate::value::Value;
+
+const CAT: &str = "String Manipulation";
+
+pub static SPECS: &[MethodSpec] = &[
+    method("uppercase", CAT, "The string in upper case.", &[],
+        &[ex("root.a = this.a.uppercase()", r#"{"a":"hello"}"#, r#"{"a":"HELLO"}"#)], uppercase),
+    method("lowercase", CAT, "The string in lower case.", &[],
+        &[ex("root.a = this.a.lowercase()", r#"{"a":"HeLLo"}"#, r#"{"a":"hello"}"#)], lowercase),
+    method("capitalize", CAT, "The string with the first letter of each word in upper case.", &[],
+        &[ex("root.a = this.a.capitalize()", r#"{"a":"the foo bar"}"#, r#"{"a":"The Foo Bar"}"#)], capitalize),
+    method("trim", CAT, "The string without leading and trailing whitespace, or the given characters.",
+        &[opt("cutset", Default::Absent)],
+        &[ex("root.a = this.a.trim()", r#"{"a":"  hi \n"}"#, r#"{"a":"hi"}"#),
+          ex(r#"root.a = this.a.trim("!?")"#, r#"{"a":"!?hi!"}"#, r#"{"a":"hi"}"#)], trim),
+    method("trim_prefix", CAT, "The string without the given prefix.", &[p("prefix")],
+        &[ex(r#"root.a = this.a.trim_prefix("foo_")"#, r#"{"a":"foo_bar"}"#, r#"{"a":"bar"}"#)], trim_prefix),
+    method("trim_suffix", CAT, "The string without the given suffix.", &[p("suffix")],
+        &[ex(r#"root.a = this.a.trim_suffix("_bar")"#, r#"{"a":"foo_bar"}"#, r#"{"a":"foo"}"#)], trim_suffix),
+    method("has_prefix", CAT, "Whether the string starts with the prefix.", &[p("value")],
+        &[ex(r#"root.a = this.a.has_prefix("foo")"#, r#"{"a":"foobar"}"#, r#"{"a":true}"#)], has_prefix),
+    method("has_suffix", CAT, "Whether the string ends with the suffix.", &[p("value")],
+        &[ex(r#"root.a = this.a.has_suffix("foo")"#, r#"{"a":"foobar"}"#, r#"{"a":false}"#)], has_suffix),
+    method("contains", CAT, "Whether a string contains a substring, an array an equal item, or an object an equal value.",
+        &[p("value")],
+        &[ex(r#"root.a = this.a.contains("bar")"#, r#"{"a":"foobar"}"#, r#"{"a":true}"#),
+          ex(r#"root.a = this.a.contains(2)"#, r#"{"a":[1,2.0]}"#, r#"{"a":true}"#)], contains),
+    method("index_of", CAT, "The position of the first occurrence of a substring (or array item), or -1.",
+        &[p("value")],
+        &[ex(r#"root.i = this.s.index_of("bar")"#, r#"{"s":"foobar"}"#, r#"{"i":3}"#),
+          ex(r#"root.i = this.s.index_of("x")"#, r#"{"s":"foobar"}"#, r#"{"i":-1}"#)], index_of),
+    method("length", CAT, "The length of a string (characters), bytes, array or object.", &[],
+        &[ex("root.n = this.s.length()", r#"{"s":"héllo"}"#, r#"{"n":5}"#),
+          ex("root.n = this.a.length()", r#"{"a":[1,2,3]}"#, r#"{"n":3}"#)], length),
+    method("replace_all", CAT, "The string with every occurrence of `old` replaced by `new`.",
+        &[p("old"), p("new")],
+        &[ex(r#"root.a = this.a.replace_all("o", "0")"#, r#"{"a":"foo"}"#, r#"{"a":"f00"}"#)], replace_all),
+    method("replace", CAT, "Old name of `replace_all`.", &[p("old"), p("new")], &[], replace_all),
+    method("replace_all_many", CAT, "Replaces each `old` in a flat array of old/new pairs, in order.",
+        &[p("values")],
+        &[ex(r#"root.a = this.a.replace_all_many(["<", "&lt;", ">", "&gt;"])"#, r#"{"a":"<b>"}"#, r#"{"a":"&lt;b&gt;"}"#)],
+        replace_many),
+    method("replace_many", CAT, "Old name of `replace_all_many`.", &[p("values")], &[], replace_many),
+    method("split", CAT, "The string split around a delimiter (or an array split around an equal item).",
+        &[p("delimiter")],
+        &[ex(r#"root.a = this.a.split(",")"#, r#"{"a":"a,b,c"}"#, r#"{"a":["a","b","c"]}"#)], split),
+    method("repeat", CAT, "The string repeated `count` times.", &[p("count")],
+        &[ex("root.a = this.a.repeat(3)", r#"{"a":"ab"}"#, r#"{"a":"ababab"}"#)], repeat),
+    method("reverse", CAT, "The string (or array) in reverse order.", &[],
+        &[ex("root.a = this.a.reverse()", r#"{"a":"abc"}"#, r#"{"a":"cba"}"#),
+          ex("root.a = this.a.reverse()", r#"{"a":[1,2,3]}"#, r#"{"a":[3,2,1]}"#)], reverse),
+    method("slice", CAT, "Part of a string, bytes or array, from `low` up to `high`; negative positions count from the end.",
+        &[p("low"), opt("high", Default::Null)],
+        &[ex("root.a = this.a.slice(1, 3)", r#"{"a":"hello"}"#, r#"{"a":"el"}"#),
+          ex("root.a = this.a.slice(-2)", r#"{"a":[1,2,3]}"#, r#"{"a":[2,3]}"#)], slice),
+    method("quote", CAT, "The string as a double-quoted, escaped literal.", &[],
+        &[ex("root.a = this.a.quote()", r#"{"a":"hi \"x\"\n"}"#, r#"{"a":"\"hi \\\"x\\\"\\n\""}"#)], quote),
+    method("unquote", CAT, "The string with one level of quotes and escapes removed.", &[],
+        &[ex("root.a = this.a.unquote()", r#"{"a":"\"hi\\n\""}"#, r#"{"a":"hi\n"}"#)], unquote),
+    method("escape_html", CAT, "The string with HTML special characters escaped.", &[],
+        &[ex("root.a = this.a.escape_html()", r#"{"a":"<a href=\"x\">&</a>"}"#, r#"{"a":"&lt;a href=&#34;x&#34;&gt;&amp;&lt;/a&gt;"}"#)], escape_html),
+    method("unescape_html", CAT, "The string with HTML entities decoded.", &[],
+        &[ex("root.a = this.a.unescape_html()", r#"{"a":"&lt;b&gt; &amp; &#34;"}"#, r#"{"a":"<b> & \""}"#)], unescape_html),
+    method("escape_url_query", CAT, "The string escaped for a URL query.", &[],
+        &[ex("root.a = this.a.escape_url_query()", r#"{"a":"a b&c=d"}"#, r#"{"a":"a+b%26c%3Dd"}"#)], escape_url_query),
+    method("unescape_url_query", CAT, "The string with URL query escapes decoded.", &[],
+        &[ex("root.a = this.a.unescape_url_query()", r#"{"a":"a+b%26c"}"#, r#"{"a":"a b&c"}"#)], unescape_url_query),
+    method("escape_url_path", CAT, "The string escaped for a URL path segment.", &[],
+        &[ex("root.a = this.a.escape_url_path()", r#"{"a":"a b/c"}"#, r#"{"a":"a%20b%2Fc"}"#)], escape_url_path),
+    method("unescape_url_path", CAT, "The string with URL path escapes decoded.", &[],
+        &[ex("root.a = this.a.unescape_url_path()", r#"{"a":"a%20b"}"#, r#"{"a":"a b"}"#)], unescape_url_path),
+    method("strip_html", CAT, "The string without HTML tags; `preserve` lists tags to keep.",
+        &[opt("preserve", Default::Absent)],
+        &[ex("root.a = this.a.strip_html()", r#"{"a":"<p>hi <b>you</b></p>"}"#, r#"{"a":"hi you"}"#)], strip_html),
+    method("slug", CAT, "The string as a URL slug: lower case words joined by hyphens.", &[opt("lang", Default::Absent)],
+        &[ex("root.a = this.a.slug()", r#"{"a":"Hello, World! 2024"}"#, r#"{"a":"hello-world-2024"}"#)], slug),
+    method("format", CAT, "Formats the arguments into the string, printf style (`%s`, `%v`, `%d`, `%.2f`, `%q`, `%x`, `%t`).",
+        &[opt("a", Default::Absent), opt("b", Default::Absent), opt("c", Default::Absent), opt("d", Default::Absent),
+          opt("e", Default::Absent), opt("f", Default::Absent), opt("g", Default::Absent), opt("h", Default::Absent)],
+        &[ex(r#"root.a = "%s is %d years (%.1f%%)".format(this.n, this.y, 12.345)"#, r#"{"n":"Al","y":30}"#,
+             r#"{"a":"Al is 30 years (12.3%)"}"#)], format),
+    method("filepath_join", CAT, "Joins an array of path parts with `/`.", &[],
+        &[ex("root.p = this.parts.filepath_join()", r#"{"parts":["a","b/","c.txt"]}"#, r#"{"p":"a/b/c.txt"}"#)], filepath_join),
+    method("filepath_split", CAT, "Splits a path into its directory and file name.", &[],
+        &[ex("root.p = this.p.filepath_split()", r#"{"p":"/a/b/c.txt"}"#, r#"{"p":["/a/b/","c.txt"]}"#)], filepath_split),
+    method("unicode_segments", CAT, "The string split into characters (`grapheme`), words or sentences (approximate).",
+        &[p("segmentation_type")],
+        &[ex(r#"root.a = this.a.unicode_segments("grapheme")"#, r#"{"a":"héy"}"#, r#"{"a":["h","é","y"]}"#)], unicode_segments),
+];
+
+fn s_own<'b>(s: String) -> Res<V<'b>> {
+    own(s)
+}
+
+fn uppercase<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    s_own(text(v)?.to_uppercase())
+}
+fn lowercase<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    s_own(text(v)?.to_lowercase())
+}
+fn capitalize<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let mut out = String::with_capacity(s.len());
+    let mut start = true;
+    for c in s.chars() {
+        if start && c.is_alphanumeric() {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        start = c.is_whitespace() || c == '-' || c == '_';
+    }
+    s_own(out)
+}
+fn trim<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    match args.opt_str(0)? {
+        Some(cut) => s_own(s.trim_matches(|c| cut.contains(c)).to_string()),
+        None => s_own(s.trim().to_string()),
+    }
+}
+fn trim_prefix<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let p = args.str(0)?;
+    s_own(s.strip_prefix(p).unwrap_or(&s).to_string())
+}
+fn trim_suffix<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let p = args.str(0)?;
+    s_own(s.strip_suffix(p).unwrap_or(&s).to_string())
+}
+fn has_prefix<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    own(raw(v)?.starts_with(raw(args.get(0))?.as_ref()))
+}
+fn has_suffix<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    own(raw(v)?.ends_with(raw(args.get(0))?.as_ref()))
+}
+fn contains<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let needle = args.get(0);
+    use crate::mapping::exec::values_eq;
+    match v {
+        Value::String(_) | Value::Bytes(_) => {
+            let hay = raw(v)?;
+            let n = raw(needle)?;
+            own(n.is_empty() || hay.windows(n.len()).any(|w| w == n.as_ref()))
+        }
+        Value::Array(a) => own(a.iter().any(|x| values_eq(x, needle))),
+        Value::Object(o) => own(o.values().any(|x| values_eq(x, needle))),
+        other => Err(type_err("string, array or object", other)),
+    }
+}
+fn index_of<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    match v {
+        Value::Array(a) => own(a
+            .iter()
+            .position(|x| crate::mapping::exec::values_eq(x, args.get(0)))
+            .map(|i| i as i64)
+            .unwrap_or(-1)),
+        _ => {
+            let s = text(v)?;
+            let n = args.str(0)?;
+            own(match s.find(n) {
+                Some(b) => s[..b].chars().count() as i64,
+                None => -1,
+            })
+        }
+    }
+}
+fn length<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    own(match v {
+        Value::String(s) => s.chars().count() as i64,
+        Value::Bytes(b) => b.len() as i64,
+        Value::Array(a) => a.len() as i64,
+        Value::Object(o) => o.len() as i64,
+        other => return Err(type_err("string, bytes, array or object", other)),
+    })
+}
+fn replace_all<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    s_own(text(v)?.replace(args.str(0)?, args.str(1)?))
+}
+fn replace_many<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let pairs = super::array(args.get(0))?;
+    if pairs.len() % 2 != 0 {
+        return Err("expected an even number of old/new values".into());
+    }
+    let mut s = text(v)?.into_owned();
+    for pair in pairs.chunks(2) {
+        s = s.replace(text(&pair[0])?.as_ref(), text(&pair[1])?.as_ref());
+    }
+    s_own(s)
+}
+fn split<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    if let Value::Array(a) = v {
+        let d = args.get(0);
+        let mut out = vec![Vec::new()];
+        for x in a {
+            if crate::mapping::exec::values_eq(x, d) {
+                out.push(Vec::new());
+            } else if let Some(last) = out.last_mut() {
+                last.push(x.clone());
+            }
+        }
+        return own(Value::Array(out.into_iter().map(Value::Array).collect()));
+    }
+    let s = text(v)?;
+    let d = args.str(0)?;
+    let parts: Vec<Value> = if d.is_empty() {
+        s.chars().map(|c| Value::String(c.to_string())).collect()
+    } else {
+        s.split(d).map(Value::from).collect()
+    };
+    own(Value::Array(parts))
+}
+fn repeat<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let n = args.int(0)?;
+    let s = text(v)?;
+    if n < 0 || (n as usize).saturating_mul(s.len()) > 64 << 20 {
+        return Err(format!("cannot repeat {n} times"));
+    }
+    s_own(s.repeat(n as usize))
+}
+fn reverse<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    match v {
+        Value::Array(a) => own(Value::Array(a.iter().rev().cloned().collect())),
+        Value::Bytes(b) => own(Value::Bytes(b.iter().rev().copied().collect::<Vec<u8>>().into())),
+        _ => s_own(text(v)?.chars().rev().collect()),
+    }
+}
+fn slice<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    slice_value(v, Some(args.int(0)?), args.opt_int(1)?).map(V::Own)
+}
+fn quote<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    s_own(serde_json::to_string(text(v)?.as_ref()).map_err(|e| e.to_string())?)
+}
+fn unquote<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    if let Some(inner) = s.strip_prefix('`').and_then(|x| x.strip_suffix('`')) {
+        return s_own(inner.to_string());
+    }
+    serde_json::from_str::<String>(&s).map(Value::String).map(V::Own).map_err(|e| format!("cannot unquote: {e}"))
+}
+fn escape_html<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&#34;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    s_own(out)
+}
+fn unescape_html<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    s_own(html_escape::decode_html_entities(text(v)?.as_ref()).into_owned())
+}
+fn escape_url_query<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    s_own(url::form_urlencoded::byte_serialize(raw(v)?.as_ref()).collect())
+}
+fn unescape_url_query<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?.replace('+', " ");
+    percent_encoding::percent_decode_str(&s)
+        .decode_utf8()
+        .map(|c| V::Own(Value::String(c.into_owned())))
+        .map_err(|e| e.to_string())
+}
+const PATH_SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+fn escape_url_path<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    s_own(percent_encoding::utf8_percent_encode(text(v)?.as_ref(), PATH_SET).to_string())
+}
+fn unescape_url_path<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    percent_encoding::percent_decode_str(text(v)?.as_ref())
+        .decode_utf8()
+        .map(|c| V::Own(Value::String(c.into_owned())))
+        .map_err(|e| e.to_string())
+}
+fn strip_html<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let keep: Vec<String> = match args.get(0) {
+        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_lowercase)).collect(),
+        _ => Vec::new(),
+    };
+    let s = text(v)?;
+    let mut out = String::with_capacity(s.len());
+    let mut rest: &str = &s;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open..];
+        match after.find('>') {
+            Some(close) => {
+                let tag = &after[1..close];
+                let name: String = tag
+                    .trim_start_matches('/')
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect::<String>()
+                    .to_lowercase();
+                if keep.contains(&name) {
+                    out.push_str(&after[..=close]);
+                }
+                rest = &after[close + 1..];
+            }
+            None => {
+                out.push_str(after);
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    s_own(out)
+}
+fn slug<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?.to_lowercase();
+    let mut out = String::with_capacity(s.len());
+    let mut dash = false;
+    for c in s.chars() {
+        if c.is_alphanumeric() {
+            if dash && !out.is_empty() {
+                out.push('-');
+            }
+            dash = false;
+            out.push(c);
+        } else {
+            dash = true;
+        }
+    }
+    s_own(out)
+}
+
+/// A small printf: the verbs mappings use, with width and precision.
+pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
+    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut chars = fmt.chars().peekable();
+    let mut next = 0usize;
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        let mut spec = String::new();
+        while let Some(&d) = chars.peek() {
+            if d.is_ascii_digit() || matches!(d, '.' | '-' | '+' | ' ' | '#' | '0') {
+                spec.push(d);
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        let Some(verb) = chars.next() else {
+            out.push('%');
+            break;
+        };
+        if verb == '%' {
+            out.push('%');
+            continue;
+        }
+        let Some(arg) = args.get(next) else {
+            out.push_str(&format!("%!{verb}(MISSING)"));
+            continue;
+        };
+        next += 1;
+        let left = spec.starts_with('-');
+        let zero = spec.trim_start_matches('-').starts_with('0');
+        let spec_t = spec.trim_start_matches(['-', '+', ' ', '#', '0']);
+        let (w, prec) = match spec_t.split_once('.') {
+            Some((w, p)) => (w.parse::<usize>().ok(), Some(p.parse::<usize>().unwrap_or(0))),
+            None => (spec_t.parse::<usize>().ok(), None),
+        };
+        let body = match verb {
+            's' | 'v' => super::general::to_string_value(arg),
+            'd' => match arg {
+                Value::Int(i) => i.to_string(),
+                Value::Float(f) if f.fract() == 0.0 => (*f as i64).to_string(),
+                other => format!("%!d({})", super::general::to_string_value(other)),
+            },
+            'f' | 'F' | 'e' | 'g' => match crate::mapping::exec::to_float(arg) {
+                Ok(f) => match verb {
+                    'e' => format!("{:.*e}", prec.unwrap_or(6), f),
+                    'g' => format!("{f}"),
+                    _ => format!("{:.*}", prec.unwrap_or(6), f),
+                },
+                Err(_) => format!("%!{verb}({})", super::general::to_string_value(arg)),
+            },
+            'q' => serde_json::to_string(&super::general::to_string_value(arg)).unwrap_or_default(),
+            'x' | 'X' => {
+                let h = match arg {
+                    Value::Int(i) => format!("{i:x}"),
+                    other => hex::encode(super::general::to_string_value(other)),
+                };
+                if verb == 'X' {
+                    h.to_uppercase()
+                } else {
+                    h
+                }
+            }
+            't' => match arg {
+                Value::Bool(b) => b.to_string(),
+                other => format!("%!t({})", super::general::to_string_value(other)),
+            },
+            'T' => arg.type_name().to_string(),
+            other => format!("%!{other}({})", super::general::to_string_value(arg)),
+        };
+        let len = body.chars().count();
+        match w {
+            Some(w) if w > len => {
+                let pad = w - len;
+                if left {
+                    out.push_str(&body);
+                    out.push_str(&" ".repeat(pad));
+                } else {
+                    out.push_str(&(if zero { "0" } else { " " }).repeat(pad));
+                    out.push_str(&body);
+                }
+            }
+            _ => out.push_str(&body),
+        }
+    }
+    Ok(out)
+}
+
+fn format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let fmt = text(v)?;
+    let given: Vec<&Value> = (0..args.len()).filter(|i| args.given(*i)).map(|i| args.get(i)).collect();
+    s_own(printf(&fmt, &given)?)
+}
+fn filepath_join<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let mut out = std::path::PathBuf::new();
+    for p in super::array(v)? {
+        out.push(text(p)?.as_ref());
+    }
+    s_own(out.to_string_lossy().into_owned())
+}
+fn filepath_split<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let (dir, file) = match s.rfind('/') {
+        Some(i) => (&s[..=i], &s[i + 1..]),
+        None => ("", s.as_ref()),
+    };
+    own(Value::Array(vec![Value::from(dir), Value::from(file)]))
+}
+fn unicode_segments<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let parts: Vec<Value> = match args.str(0)? {
+        "grapheme" => s.chars().map(|c| Value::String(c.to_string())).collect(),
+        "word" => s.split_inclusive(|c: char| !c.is_alphanumeric()).flat_map(|w| {
+            let (word, sep) = w.split_at(w.trim_end_matches(|c: char| !c.is_alphanumeric()).len());
+            [word, sep].into_iter().filter(|x| !x.is_empty()).map(Value::from).collect::<Vec<_>>()
+        }).collect(),
+        "sentence" => s.split_inclusive(['.', '!', '?']).map(Value::from).collect(),
+        other => return Err(format!("unknown segmentation type {other:?}")),
+    };
+    own(Value::Array(parts))
+}

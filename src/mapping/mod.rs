@@ -1,0 +1,258 @@
+//! The mapping language: a Bloblang dialect compiled once and run per message.
+//!
+//! `Mapping::compile` parses (`parser`), resolves and folds (`compile`) a mapping; `apply`,
+//! `mutate` and `query` run it (`exec`) for the `mapping`, `mutation` and `check` uses.
+//! `InterpolatedString` handles `${! expr }` fields. The library of functions and methods
+//! lives in `functions/` and `methods/`, one family per file, each entry with examples
+//! that run as tests.
+
+pub mod ast;
+pub mod blobl;
+pub mod compile;
+pub mod diagnostic;
+pub mod exec;
+pub mod functions;
+pub mod interp;
+pub mod methods;
+pub mod parser;
+pub mod processors;
+pub mod spec;
+pub mod time;
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock};
+
+use bytes::Bytes;
+
+pub use diagnostic::{Diagnostic, Diagnostics};
+pub use interp::InterpolatedString;
+
+use compile::{Compiler, Program};
+use exec::{Frame, MsgView, Slot, StmtError, This};
+use spec::{FunctionSpec, MethodSpec};
+
+use crate::message::{Batch, Message};
+use crate::value::Value;
+
+/// A runtime failure: which statement, which expression, which types.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MappingError {
+    #[error("failed {what} (line {line}): {msg}")]
+    Statement { line: usize, what: &'static str, msg: String },
+    #[error("{0}")]
+    Query(String),
+    #[error("message {index} is not in the batch (batch size {size})")]
+    NoMessage { index: usize, size: usize },
+}
+
+impl From<StmtError> for MappingError {
+    fn from(e: StmtError) -> Self {
+        MappingError::Statement { line: e.line, what: e.what, msg: e.msg }
+    }
+}
+
+static FUNCTIONS: LazyLock<BTreeMap<&'static str, &'static FunctionSpec>> =
+    LazyLock::new(|| functions::all().into_iter().map(|f| (f.name, f)).collect());
+static METHODS: LazyLock<BTreeMap<&'static str, &'static MethodSpec>> =
+    LazyLock::new(|| methods::all().into_iter().map(|m| (m.name, m)).collect());
+
+/// What a mapping may call, and where `import` looks.
+#[derive(Clone)]
+pub struct Env {
+    import_dir: Option<PathBuf>,
+    /// Functions left out of this environment.
+    without: Arc<Vec<&'static str>>,
+}
+
+impl Default for Env {
+    fn default() -> Self {
+        Env { import_dir: None, without: Arc::new(Vec::new()) }
+    }
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").field("import_dir", &self.import_dir).field("without", &self.without).finish()
+    }
+}
+
+impl Env {
+    /// Every function, with `import` paths relative to `dir`.
+    pub fn with_import_dir(dir: impl Into<PathBuf>) -> Self {
+        Env { import_dir: Some(dir.into()), ..Env::default() }
+    }
+
+    /// Only functions whose result depends on their arguments alone.
+    pub fn only_pure(&self) -> Self {
+        let without = FUNCTIONS.values().filter(|f| !f.pure).map(|f| f.name).collect();
+        Env { without: Arc::new(without), ..self.clone() }
+    }
+
+    /// No functions that read a message (for places where there is none).
+    pub fn no_message(&self) -> Self {
+        let mut without: Vec<&'static str> = (*self.without).clone();
+        without.extend(FUNCTIONS.values().filter(|f| f.needs_message).map(|f| f.name));
+        Env { without: Arc::new(without), ..self.clone() }
+    }
+
+    /// Leaves out the named functions.
+    pub fn without(&self, names: &[&'static str]) -> Self {
+        let mut without: Vec<&'static str> = (*self.without).clone();
+        without.extend_from_slice(names);
+        Env { without: Arc::new(without), ..self.clone() }
+    }
+
+    pub fn function(&self, name: &str) -> Option<&'static FunctionSpec> {
+        FUNCTIONS.get(name).copied().filter(|f| !self.without.contains(&f.name))
+    }
+    pub fn method(&self, name: &str) -> Option<&'static MethodSpec> {
+        METHODS.get(name).copied()
+    }
+    pub fn function_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        FUNCTIONS.keys().copied().filter(|n| !self.without.contains(n))
+    }
+    pub fn method_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        METHODS.keys().copied()
+    }
+    pub fn functions(&self) -> impl Iterator<Item = &'static FunctionSpec> + '_ {
+        FUNCTIONS.values().copied().filter(|f| !self.without.contains(&f.name))
+    }
+    pub fn methods(&self) -> impl Iterator<Item = &'static MethodSpec> + '_ {
+        METHODS.values().copied()
+    }
+}
+
+/// A compiled mapping. Cheap to share between threads.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    prog: Arc<Program>,
+}
+
+impl Mapping {
+    pub fn compile(src: &str, env: &Env) -> Result<Mapping, Diagnostics> {
+        let stmts = parser::parse_mapping(src)?;
+        let prog = Compiler::new(env, src).program(stmts)?;
+        Ok(Mapping { prog: Arc::new(prog) })
+    }
+
+    fn frame<'m>(&self, meta: Cow<'m, crate::message::Metadata>, this_is_root: bool) -> Frame<'m> {
+        Frame { root: Slot::Nothing, vars: vec![None; self.prog.n_vars], meta, this_is_root }
+    }
+
+    /// The `mapping` processor: builds a new message from message `index` of `batch`.
+    /// `None` means the mapping deleted it. Metadata carries over unless changed.
+    pub fn apply(&self, batch: &Batch, index: usize) -> Result<Option<Message>, MappingError> {
+        let msg = batch
+            .get(index)
+            .ok_or(MappingError::NoMessage { index, size: batch.len() })?;
+        let mut fr = self.frame(Cow::Borrowed(msg.metadata()), false);
+        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Msg(msg), MsgView::of(batch, index))?;
+        let mut out = match fr.root {
+            Slot::Deleted => return Ok(None),
+            Slot::Nothing => Message::new(msg.payload().clone()),
+            Slot::Val(v) => Message::from_value(v),
+        };
+        *out.metadata_mut() = fr.meta.into_owned();
+        if let Some(e) = msg.error() {
+            out.set_error(e);
+        }
+        Ok(Some(out))
+    }
+
+    /// Runs the mapping with no input message (the `generate` input): `this` is null.
+    pub fn generate(&self) -> Result<Option<Message>, MappingError> {
+        let empty = crate::message::Metadata::new();
+        let mut fr = self.frame(Cow::Borrowed(&empty), false);
+        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Val(&exec::NULL), MsgView::NONE)?;
+        let mut out = match fr.root {
+            Slot::Deleted => return Ok(None),
+            Slot::Nothing => Message::new(Bytes::new()),
+            Slot::Val(v) => Message::from_value(v),
+        };
+        *out.metadata_mut() = fr.meta.into_owned();
+        Ok(Some(out))
+    }
+
+    /// The `mutation` processor: edits `msg` in place. `index` and `size` are its place
+    /// in the batch. Returns false when the mapping deleted the message.
+    pub fn mutate(&self, msg: &mut Message, index: usize, size: usize) -> Result<bool, MappingError> {
+        let prog = &*self.prog;
+        let payload = prog.reads_content.then(|| msg.payload().clone());
+        let error = msg.error().map(str::to_owned);
+        let mut fr = self.frame(Cow::Owned(std::mem::take(msg.metadata_mut())), true);
+        let mut took = false;
+        if prog.touches_root {
+            match msg.take_structured() {
+                Ok(v) => {
+                    fr.root = Slot::Val(v);
+                    took = true;
+                }
+                Err(e) if prog.reads_this => {
+                    *msg.metadata_mut() = fr.meta.into_owned();
+                    return Err(MappingError::Query(format!("unable to reference `this`: {e}")));
+                }
+                Err(_) => {}
+            }
+        }
+        let view = MsgView {
+            msg: None,
+            payload: payload.as_ref(),
+            meta_in: None,
+            error: error.as_deref(),
+            index,
+            size,
+        };
+        let res = exec::run(prog, &prog.stmts, &mut fr, This::Val(&exec::NULL), view);
+        *msg.metadata_mut() = fr.meta.into_owned();
+        let kept = !matches!(fr.root, Slot::Deleted);
+        match fr.root {
+            Slot::Val(v) => msg.set_structured(v),
+            Slot::Nothing if took => msg.set_structured(Value::Null),
+            _ => {}
+        }
+        res?;
+        Ok(kept)
+    }
+
+    /// Convenience for a batch: mutates message `index` of `batch`.
+    pub fn mutate_in(&self, batch: &mut Batch, index: usize) -> Result<bool, MappingError> {
+        let size = batch.len();
+        let msg = batch.get_mut(index).ok_or(MappingError::NoMessage { index, size })?;
+        self.mutate(msg, index, size)
+    }
+
+    /// Runs the mapping as a query (a `switch` check) and returns what it assigned to
+    /// `root`, null when nothing.
+    pub fn query(&self, msg: &Message) -> Result<Value, MappingError> {
+        self.query_in(std::slice::from_ref(msg), 0)
+    }
+
+    /// Like [`Mapping::query`], with the message's place in its batch.
+    pub fn query_in(&self, batch: &[Message], index: usize) -> Result<Value, MappingError> {
+        let msg = batch
+            .get(index)
+            .ok_or(MappingError::NoMessage { index, size: batch.len() })?;
+        let mut fr = self.frame(Cow::Borrowed(msg.metadata()), false);
+        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Msg(msg), MsgView::of(batch, index))?;
+        Ok(match fr.root {
+            Slot::Val(v) => v,
+            _ => Value::Null,
+        })
+    }
+
+    /// Runs the mapping over a bare value (no message): tests and tools.
+    pub fn query_value(&self, value: &Value) -> Result<Value, MappingError> {
+        let empty = crate::message::Metadata::new();
+        let mut fr = self.frame(Cow::Borrowed(&empty), false);
+        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Val(value), MsgView::NONE)?;
+        Ok(match fr.root {
+            Slot::Val(v) => v,
+            _ => Value::Null,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

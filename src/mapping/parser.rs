@@ -1,0 +1,758 @@
+//! Turns pest's parse tree into the syntax tree; nothing is resolved here.
+
+use pest::iterators::Pair;
+use pest::pratt_parser::{Assoc, Op, PrattParser};
+use pest::Parser;
+
+use super::ast::{Arg, BinOp, Expr, ExprKind, Pattern, Seg, Span, Stmt};
+use super::diagnostic::{Diagnostic, Diagnostics};
+use crate::value::Value;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "../grammar/mapping.pest"]
+struct Grammar;
+
+/// One piece of an interpolated string.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    Text(String),
+    Expr(Expr),
+}
+
+fn pratt() -> PrattParser<Rule> {
+    // Lowest first; `&&` and `||` share a level and group left to right, as in Bloblang.
+    PrattParser::new()
+        .op(Op::infix(Rule::op_pipe, Assoc::Left))
+        .op(Op::infix(Rule::op_and, Assoc::Left) | Op::infix(Rule::op_or, Assoc::Left))
+        .op(Op::infix(Rule::op_eq, Assoc::Left)
+            | Op::infix(Rule::op_ne, Assoc::Left)
+            | Op::infix(Rule::op_lt, Assoc::Left)
+            | Op::infix(Rule::op_le, Assoc::Left)
+            | Op::infix(Rule::op_gt, Assoc::Left)
+            | Op::infix(Rule::op_ge, Assoc::Left))
+        .op(Op::infix(Rule::op_add, Assoc::Left) | Op::infix(Rule::op_sub, Assoc::Left))
+        .op(Op::infix(Rule::op_mul, Assoc::Left)
+            | Op::infix(Rule::op_div, Assoc::Left)
+            | Op::infix(Rule::op_mod, Assoc::Left))
+        .op(Op::prefix(Rule::op_not) | Op::prefix(Rule::op_neg))
+}
+
+struct Ctx<'s> {
+    src: &'s str,
+    pratt: PrattParser<Rule>,
+}
+
+type PResult<T> = Result<T, Diagnostic>;
+
+/// Parses a whole mapping. A mapping that is a single bare expression (`this.foo`) means
+/// `root = this.foo`.
+pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
+    let cx = Ctx { src, pratt: pratt() };
+    match Grammar::parse(Rule::mapping, src) {
+        Ok(mut pairs) => {
+            let Some(top) = pairs.next() else {
+                return Ok(Vec::new());
+            };
+            let mut out = Vec::new();
+            for p in top.into_inner() {
+                if p.as_rule() == Rule::EOI {
+                    break;
+                }
+                out.push(cx.statement(p).map_err(Diagnostics::one)?);
+            }
+            cx.check_lines(&out).map_err(Diagnostics::one)?;
+            Ok(out)
+        }
+        Err(stmt_err) => match Grammar::parse(Rule::query, src) {
+            Ok(mut pairs) => {
+                let Some(expr) = pairs.next().and_then(|q| q.into_inner().next()) else {
+                    return Ok(Vec::new());
+                };
+                let span = span_of(&expr);
+                let value = cx.expr(expr).map_err(Diagnostics::one)?;
+                Ok(vec![Stmt::Assign { target: Vec::new(), value, span }])
+            }
+            Err(query_err) => {
+                // Report whichever attempt got further: that is the more useful error.
+                let (a, b) = (err_pos(&stmt_err), err_pos(&query_err));
+                let e = if b > a && a == 0 { query_err } else { stmt_err };
+                Err(Diagnostics::one(pest_diagnostic(src, &e)))
+            }
+        },
+    }
+}
+
+/// Parses one expression (interpolations, `check` fields).
+pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
+    let cx = Ctx { src, pratt: pratt() };
+    let mut pairs = Grammar::parse(Rule::query, src)
+        .map_err(|e| Diagnostics::one(pest_diagnostic(src, &e)))?;
+    let expr = pairs.next().and_then(|q| q.into_inner().next()).ok_or_else(|| {
+        Diagnostics::one(Diagnostic::at(src, Span::new(0, 0), "E001", "expected an expression"))
+    })?;
+    cx.expr(expr).map_err(Diagnostics::one)
+}
+
+/// Splits a string field into literal text and `${! expr }` blocks.
+pub fn parse_interpolation(src: &str) -> Result<Vec<Piece>, Diagnostics> {
+    let cx = Ctx { src, pratt: pratt() };
+    let mut pairs = Grammar::parse(Rule::interpolation, src)
+        .map_err(|e| Diagnostics::one(pest_diagnostic(src, &e)))?;
+    let mut out: Vec<Piece> = Vec::new();
+    let Some(top) = pairs.next() else { return Ok(out) };
+    for p in top.into_inner() {
+        match p.as_rule() {
+            Rule::interp_text => push_text(&mut out, p.as_str()),
+            // `${{! x }}` renders as the literal `${! x }`.
+            Rule::interp_escape => {
+                let s = p.as_str();
+                let inner = &s[3..s.len() - 2];
+                push_text(&mut out, &format!("${{{inner}}}"));
+            }
+            Rule::interp_block => {
+                let e = first(p, src)?;
+                out.push(Piece::Expr(cx.expr(e).map_err(Diagnostics::one)?));
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+fn push_text(out: &mut Vec<Piece>, s: &str) {
+    if let Some(Piece::Text(t)) = out.last_mut() {
+        t.push_str(s);
+    } else {
+        out.push(Piece::Text(s.to_string()));
+    }
+}
+
+fn first<'i>(p: Pair<'i, Rule>, src: &str) -> Result<Pair<'i, Rule>, Diagnostics> {
+    let span = span_of(&p);
+    p.into_inner().next().ok_or_else(|| {
+        Diagnostics::one(Diagnostic::at(src, span, "E001", "expected an expression"))
+    })
+}
+
+fn err_pos(e: &pest::error::Error<Rule>) -> usize {
+    match e.location {
+        pest::error::InputLocation::Pos(p) => p,
+        pest::error::InputLocation::Span((s, _)) => s,
+    }
+}
+
+fn span_of(p: &Pair<'_, Rule>) -> Span {
+    let s = p.as_span();
+    Span::new(s.start(), s.end())
+}
+
+/// A readable name for what the grammar expected at a position.
+fn rule_name(r: &Rule) -> Option<&'static str> {
+    Some(match r {
+        Rule::EOI => "end of input",
+        Rule::expr | Rule::term | Rule::lambda | Rule::slice => "an expression",
+        Rule::statement | Rule::assignment | Rule::target | Rule::target_field => {
+            "a statement (e.g. `root.foo = ...`)"
+        }
+        Rule::import_stmt | Rule::kw_import => "`import`",
+        Rule::map_def | Rule::kw_map => "`map`",
+        Rule::let_stmt | Rule::kw_let => "`let`",
+        Rule::meta_stmt | Rule::kw_meta => "`meta`",
+        Rule::if_stmt | Rule::if_expr | Rule::kw_if => "`if`",
+        Rule::kw_else => "`else`",
+        Rule::block | Rule::expr_block => "a block `{ ... }`",
+        Rule::op_eq
+        | Rule::op_ne
+        | Rule::op_le
+        | Rule::op_ge
+        | Rule::op_lt
+        | Rule::op_gt
+        | Rule::op_and
+        | Rule::op_or
+        | Rule::op_pipe
+        | Rule::op_add
+        | Rule::op_sub
+        | Rule::op_mul
+        | Rule::op_div
+        | Rule::op_mod => "an operator",
+        Rule::method_call | Rule::context_map | Rule::field => "`.` and a field or method",
+        Rule::index => "`[`",
+        Rule::string | Rule::raw_string => "a string",
+        Rule::ident | Rule::path_ident => "a name",
+        Rule::int | Rule::float => "a number",
+        Rule::args | Rule::named_arg => "arguments",
+        Rule::match_case => "a match case (`pattern => value`)",
+        Rule::entry => "an object entry (`\"key\": value`)",
+        Rule::interp_block => "`${!`",
+        _ => return None,
+    })
+}
+
+fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
+    let pos = err_pos(e);
+    let (msg, hint) = match &e.variant {
+        pest::error::ErrorVariant::ParsingError { positives, .. } => {
+            let mut names: Vec<&str> = positives.iter().filter_map(rule_name).collect();
+            names.sort_unstable();
+            names.dedup();
+            let found = src[pos.min(src.len())..]
+                .chars()
+                .next()
+                .map(|c| format!("`{c}`"))
+                .unwrap_or_else(|| "end of input".into());
+            let expected = match names.len() {
+                0 => "something else".to_string(),
+                1 => names[0].to_string(),
+                _ => {
+                    let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+                    format!("{} or {}", rest.join(", "), last)
+                }
+            };
+            (format!("expected {expected}, found {found}"), None::<String>)
+        }
+        pest::error::ErrorVariant::CustomError { message } => (message.clone(), None),
+    };
+    let d = Diagnostic::at(src, Span::new(pos, pos + 1), "E001", msg);
+    match hint {
+        Some(h) => d.with_hint(h),
+        None => d,
+    }
+}
+
+fn unescape(raw: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('r') => out.push('\r'),
+            Some('"') => out.push('"'),
+            Some('\\') => out.push('\\'),
+            Some('/') => out.push('/'),
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some('u') => {
+                let hex: String = chars.by_ref().take(4).collect();
+                let code = u32::from_str_radix(&hex, 16)
+                    .map_err(|_| format!("invalid unicode escape `\\u{hex}`"))?;
+                out.push(char::from_u32(code).unwrap_or('\u{fffd}'));
+            }
+            Some(o) => return Err(format!("invalid escape `\\{o}`")),
+            None => return Err("string ends with a lone `\\`".into()),
+        }
+    }
+    Ok(out)
+}
+
+impl<'s> Ctx<'s> {
+    fn err(&self, span: Span, msg: impl Into<String>) -> Diagnostic {
+        Diagnostic::at(self.src, span, "E002", msg)
+    }
+
+    /// Statements must each start on a new line, as in Bloblang.
+    fn check_lines(&self, stmts: &[Stmt]) -> PResult<()> {
+        for w in stmts.windows(2) {
+            let between = &self.src[w[0].span().end..w[1].span().start];
+            if !between.contains('\n') {
+                return Err(self
+                    .err(w[1].span(), "expected a new line before this statement")
+                    .with_hint("put each statement on its own line"));
+            }
+        }
+        Ok(())
+    }
+
+    fn string_lit(&self, p: Pair<'_, Rule>) -> PResult<String> {
+        let span = span_of(&p);
+        match p.as_rule() {
+            Rule::raw_string => Ok(p.into_inner().next().map(|i| i.as_str()).unwrap_or("").into()),
+            _ => {
+                let inner = p.into_inner().next().map(|i| i.as_str()).unwrap_or("");
+                unescape(inner).map_err(|m| self.err(span, m))
+            }
+        }
+    }
+
+    fn name_or_string(&self, p: Pair<'_, Rule>) -> PResult<String> {
+        match p.as_rule() {
+            Rule::string | Rule::raw_string => self.string_lit(p),
+            _ => Ok(p.as_str().to_string()),
+        }
+    }
+
+    fn statement(&self, p: Pair<'_, Rule>) -> PResult<Stmt> {
+        let span = span_of(&p);
+        let rule = p.as_rule();
+        let mut inner = p.into_inner();
+        match rule {
+            Rule::import_stmt => {
+                inner.next();
+                let s = inner.next().ok_or_else(|| self.err(span, "expected a path"))?;
+                Ok(Stmt::Import { path: self.string_lit(s)?, span })
+            }
+            Rule::map_def => {
+                inner.next();
+                let name = inner.next().map(|n| n.as_str().to_string()).unwrap_or_default();
+                let mut body = Vec::new();
+                for s in inner {
+                    let st = self.statement(s)?;
+                    if matches!(st, Stmt::Import { .. } | Stmt::Map { .. }) {
+                        return Err(self.err(st.span(), "`import` and `map` are only allowed at the top level"));
+                    }
+                    body.push(st);
+                }
+                self.check_lines(&body)?;
+                Ok(Stmt::Map { name, body, span })
+            }
+            Rule::let_stmt => {
+                inner.next();
+                let name = inner.next().ok_or_else(|| self.err(span, "expected a name"))?;
+                let name = self.name_or_string(name)?;
+                let value = self.expr(inner.next().ok_or_else(|| self.err(span, "expected a value"))?)?;
+                Ok(Stmt::Let { name, value, span })
+            }
+            Rule::meta_stmt => {
+                let mut key = None;
+                let mut value = None;
+                for q in inner {
+                    match q.as_rule() {
+                        Rule::kw_meta => {}
+                        Rule::path_ident | Rule::string | Rule::raw_string => {
+                            key = Some(self.name_or_string(q)?)
+                        }
+                        _ => value = Some(self.expr(q)?),
+                    }
+                }
+                let value = value.ok_or_else(|| self.err(span, "expected a value"))?;
+                Ok(Stmt::Meta { key, value, span })
+            }
+            Rule::if_stmt => {
+                let mut branches = Vec::new();
+                let mut otherwise = None;
+                let mut cond: Option<Expr> = None;
+                for q in inner {
+                    match q.as_rule() {
+                        Rule::kw_if | Rule::kw_else => {}
+                        Rule::expr => cond = Some(self.expr(q)?),
+                        Rule::block => {
+                            let body = self.block(q)?;
+                            match cond.take() {
+                                Some(c) => branches.push((c, body)),
+                                None => otherwise = Some(body),
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(Stmt::If { branches, otherwise, span })
+            }
+            Rule::assignment => {
+                let target = inner.next().ok_or_else(|| self.err(span, "expected a target"))?;
+                let target = self.target(target)?;
+                let value = self.expr(inner.next().ok_or_else(|| self.err(span, "expected a value"))?)?;
+                Ok(Stmt::Assign { target, value, span })
+            }
+            _ => Err(self.err(span, "unexpected statement")),
+        }
+    }
+
+    fn block(&self, p: Pair<'_, Rule>) -> PResult<Vec<Stmt>> {
+        let mut out = Vec::new();
+        for s in p.into_inner() {
+            let st = self.statement(s)?;
+            if matches!(st, Stmt::Import { .. } | Stmt::Map { .. }) {
+                return Err(self.err(st.span(), "`import` and `map` are only allowed at the top level"));
+            }
+            out.push(st);
+        }
+        self.check_lines(&out)?;
+        Ok(out)
+    }
+
+    fn target(&self, p: Pair<'_, Rule>) -> PResult<Vec<Seg>> {
+        let mut out = Vec::new();
+        for q in p.into_inner() {
+            match q.as_rule() {
+                Rule::kw_root => {}
+                Rule::target_field => {
+                    let f = q.into_inner().next();
+                    if let Some(f) = f {
+                        out.push(Seg::Field(self.name_or_string(f)?));
+                    }
+                }
+                Rule::target_index => {
+                    let span = span_of(&q);
+                    let i = q.as_str().parse::<i64>().map_err(|_| self.err(span, "index out of range"))?;
+                    out.push(Seg::Index(i));
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    fn expr(&self, p: Pair<'_, Rule>) -> PResult<Expr> {
+        self.pratt
+            .map_primary(|t| self.term(t))
+            .map_prefix(|op, rhs| {
+                let rhs = rhs?;
+                let span = Span::new(op.as_span().start(), rhs.span.end);
+                Ok(match op.as_rule() {
+                    Rule::op_neg => match rhs.kind {
+                        // Fold `-5` into a literal now; it reads as one.
+                        ExprKind::Lit(Value::Int(i)) => Expr { kind: ExprKind::Lit(Value::Int(i.wrapping_neg())), span },
+                        ExprKind::Lit(Value::Float(f)) => Expr { kind: ExprKind::Lit(Value::Float(-f)), span },
+                        _ => Expr { kind: ExprKind::Neg(Box::new(rhs)), span },
+                    },
+                    _ => Expr { kind: ExprKind::Not(Box::new(rhs)), span },
+                })
+            })
+            .map_infix(|lhs, op, rhs| {
+                let (lhs, rhs) = (lhs?, rhs?);
+                let op = match op.as_rule() {
+                    Rule::op_add => BinOp::Add,
+                    Rule::op_sub => BinOp::Sub,
+                    Rule::op_mul => BinOp::Mul,
+                    Rule::op_div => BinOp::Div,
+                    Rule::op_mod => BinOp::Mod,
+                    Rule::op_eq => BinOp::Eq,
+                    Rule::op_ne => BinOp::Ne,
+                    Rule::op_lt => BinOp::Lt,
+                    Rule::op_le => BinOp::Le,
+                    Rule::op_gt => BinOp::Gt,
+                    Rule::op_ge => BinOp::Ge,
+                    Rule::op_and => BinOp::And,
+                    Rule::op_or => BinOp::Or,
+                    _ => BinOp::Pipe,
+                };
+                let span = Span::new(lhs.span.start, rhs.span.end);
+                Ok(Expr { kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)), span })
+            })
+            .parse(p.into_inner())
+    }
+
+    fn term(&self, p: Pair<'_, Rule>) -> PResult<Expr> {
+        let span = span_of(&p);
+        let mut inner = p.into_inner();
+        let prim = inner.next().ok_or_else(|| self.err(span, "expected a value"))?;
+        let mut e = self.primary(prim)?;
+        for post in inner {
+            let pspan = span_of(&post);
+            let full = Span::new(e.span.start, pspan.end);
+            let rule = post.as_rule();
+            let mut q = post.into_inner();
+            let kind = match rule {
+                Rule::method_call => {
+                    let name = q.next().map(|n| n.as_str().to_string()).unwrap_or_default();
+                    let args = match q.next() {
+                        Some(a) => self.args(a)?,
+                        None => Vec::new(),
+                    };
+                    ExprKind::Method(Box::new(e), name, args)
+                }
+                Rule::context_map => {
+                    let a = q.next().ok_or_else(|| self.err(pspan, "expected an expression"))?;
+                    ExprKind::Context(Box::new(e), Box::new(self.arg(a)?))
+                }
+                Rule::field => {
+                    let f = q.next().ok_or_else(|| self.err(pspan, "expected a field"))?;
+                    ExprKind::Field(Box::new(e), self.name_or_string(f)?)
+                }
+                Rule::index => {
+                    let i = q.next().ok_or_else(|| self.err(pspan, "expected an index"))?;
+                    if i.as_rule() == Rule::slice {
+                        let (mut from, mut to) = (None, None);
+                        for s in i.into_inner() {
+                            let is_from = s.as_rule() == Rule::slice_from;
+                            let x = s.into_inner().next().ok_or_else(|| self.err(pspan, "expected an index"))?;
+                            let x = Some(Box::new(self.expr(x)?));
+                            if is_from {
+                                from = x;
+                            } else {
+                                to = x;
+                            }
+                        }
+                        ExprKind::Slice(Box::new(e), from, to)
+                    } else {
+                        ExprKind::Index(Box::new(e), Box::new(self.expr(i)?))
+                    }
+                }
+                _ => return Err(self.err(pspan, "unexpected syntax")),
+            };
+            e = Expr { kind, span: full };
+        }
+        Ok(e)
+    }
+
+    fn args(&self, p: Pair<'_, Rule>) -> PResult<Vec<Arg>> {
+        p.into_inner().map(|a| self.arg(a)).collect()
+    }
+
+    fn arg(&self, p: Pair<'_, Rule>) -> PResult<Arg> {
+        let span = span_of(&p);
+        match p.as_rule() {
+            Rule::named_arg => {
+                let mut q = p.into_inner();
+                let name = q.next().map(|n| n.as_str().to_string());
+                let v = q.next().ok_or_else(|| self.err(span, "expected a value"))?;
+                let mut a = self.arg(v)?;
+                a.name = name;
+                a.span = span;
+                Ok(a)
+            }
+            Rule::lambda => {
+                let mut q = p.into_inner();
+                let param = q.next().map(|n| n.as_str().to_string());
+                let body = q.next().ok_or_else(|| self.err(span, "expected a lambda body"))?;
+                Ok(Arg { name: None, param, value: self.expr(body)?, is_lambda: true, span })
+            }
+            _ => Ok(Arg { name: None, param: None, value: self.expr(p)?, is_lambda: false, span }),
+        }
+    }
+
+    fn primary(&self, p: Pair<'_, Rule>) -> PResult<Expr> {
+        let span = span_of(&p);
+        let mk = |kind| Ok(Expr { kind, span });
+        match p.as_rule() {
+            Rule::int => match p.as_str().parse::<i64>() {
+                Ok(i) => mk(ExprKind::Lit(Value::Int(i))),
+                Err(_) => match p.as_str().parse::<f64>() {
+                    Ok(f) => mk(ExprKind::Lit(Value::Float(f))),
+                    Err(_) => Err(self.err(span, "number out of range")),
+                },
+            },
+            Rule::float => match p.as_str().parse::<f64>() {
+                Ok(f) => mk(ExprKind::Lit(Value::Float(f))),
+                Err(_) => Err(self.err(span, "invalid number")),
+            },
+            Rule::string | Rule::raw_string => mk(ExprKind::Lit(Value::String(self.string_lit(p)?))),
+            Rule::kw_true => mk(ExprKind::Lit(Value::Bool(true))),
+            Rule::kw_false => mk(ExprKind::Lit(Value::Bool(false))),
+            Rule::kw_null => mk(ExprKind::Lit(Value::Null)),
+            Rule::kw_this => mk(ExprKind::This),
+            Rule::kw_root => mk(ExprKind::Root),
+            Rule::bare_field => mk(ExprKind::Name(p.as_str().to_string())),
+            Rule::paren => {
+                let e = p.into_inner().next().ok_or_else(|| self.err(span, "expected an expression"))?;
+                self.expr(e)
+            }
+            Rule::array => {
+                let items = p.into_inner().map(|e| self.expr(e)).collect::<PResult<Vec<_>>>()?;
+                mk(ExprKind::Array(items))
+            }
+            Rule::object => {
+                let mut entries = Vec::new();
+                for en in p.into_inner() {
+                    let espan = span_of(&en);
+                    let mut q = en.into_inner();
+                    let (Some(k), Some(v)) = (q.next(), q.next()) else {
+                        return Err(self.err(espan, "expected `key: value`"));
+                    };
+                    entries.push((self.expr(k)?, self.expr(v)?));
+                }
+                mk(ExprKind::Object(entries))
+            }
+            Rule::meta_ref => {
+                let key = match p.into_inner().next() {
+                    Some(k) => Some(self.name_or_string(k)?),
+                    None => None,
+                };
+                mk(ExprKind::Meta(key))
+            }
+            Rule::var_ref => {
+                let k = p.into_inner().next().ok_or_else(|| self.err(span, "expected a name"))?;
+                mk(ExprKind::Var(self.name_or_string(k)?))
+            }
+            Rule::function_call => {
+                let mut q = p.into_inner();
+                let name = q.next().map(|n| n.as_str().to_string()).unwrap_or_default();
+                let args = match q.next() {
+                    Some(a) => self.args(a)?,
+                    None => Vec::new(),
+                };
+                mk(ExprKind::Call(name, args))
+            }
+            Rule::if_expr => {
+                let mut branches = Vec::new();
+                let mut otherwise = None;
+                let mut cond: Option<Expr> = None;
+                for q in p.into_inner() {
+                    match q.as_rule() {
+                        Rule::expr => cond = Some(self.expr(q)?),
+                        Rule::expr_block => {
+                            let qs = span_of(&q);
+                            let body = q.into_inner().next().ok_or_else(|| self.err(qs, "expected an expression"))?;
+                            let body = self.expr(body)?;
+                            match cond.take() {
+                                Some(c) => branches.push((c, body)),
+                                None => otherwise = Some(Box::new(body)),
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                mk(ExprKind::If(branches, otherwise))
+            }
+            Rule::match_expr => {
+                let mut subject = None;
+                let mut cases = Vec::new();
+                for q in p.into_inner() {
+                    match q.as_rule() {
+                        Rule::expr => subject = Some(Box::new(self.expr(q)?)),
+                        Rule::match_case => {
+                            let qs = span_of(&q);
+                            let mut c = q.into_inner();
+                            let (Some(pat), Some(val)) = (c.next(), c.next()) else {
+                                return Err(self.err(qs, "expected `pattern => value`"));
+                            };
+                            let pat = if pat.as_rule() == Rule::wildcard {
+                                Pattern::Wildcard
+                            } else {
+                                Pattern::Expr(self.expr(pat)?)
+                            };
+                            cases.push((pat, self.expr(val)?));
+                        }
+                        _ => {}
+                    }
+                }
+                mk(ExprKind::Match(subject, cases))
+            }
+            _ => Err(self.err(span, "unexpected syntax")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root_expr(src: &str) -> Expr {
+        let stmts = parse_mapping(&format!("root = {src}")).unwrap();
+        match stmts.into_iter().next() {
+            Some(Stmt::Assign { value, .. }) => value,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Renders the tree with explicit grouping so precedence is visible.
+    fn show(e: &Expr) -> String {
+        match &e.kind {
+            ExprKind::Lit(v) => v.to_text(),
+            ExprKind::Name(n) => n.clone(),
+            ExprKind::This => "this".into(),
+            ExprKind::Field(b, f) => format!("{}.{f}", show(b)),
+            ExprKind::Binary(op, l, r) => format!("({} {} {})", show(l), op.symbol(), show(r)),
+            ExprKind::Not(x) => format!("!{}", show(x)),
+            ExprKind::Neg(x) => format!("-{}", show(x)),
+            ExprKind::Method(r, n, a) => format!("{}.{n}({})", show(r), a.len()),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn precedence_follows_bloblang() {
+        assert_eq!(show(&root_expr("1 + 2 * 3")), "(1 + (2 * 3))");
+        assert_eq!(show(&root_expr("1 - 2 - 3")), "((1 - 2) - 3)");
+        assert_eq!(show(&root_expr("a + 1 > 2 && b")), "(((a + 1) > 2) && b)");
+        assert_eq!(show(&root_expr("a || b && c")), "((a || b) && c)");
+        assert_eq!(show(&root_expr("a | b + 1")), "(a | (b + 1))");
+        assert_eq!(show(&root_expr("!a.b() == c")), "(!a.b(0) == c)");
+        assert_eq!(show(&root_expr("-x.y * 2")), "(-x.y * 2)");
+        assert_eq!(show(&root_expr("10 % 3 / 2")), "((10 % 3) / 2)");
+        assert_eq!(show(&root_expr("-5")), "-5");
+    }
+
+    #[test]
+    fn statements_need_their_own_lines() {
+        let e = parse_mapping("root.a = 1 root.b = 2").unwrap_err();
+        assert!(e.to_string().contains("new line"), "{e}");
+        assert_eq!(parse_mapping("root.a = 1\n\n  root.b = 2 # c\n").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn every_statement_form_parses() {
+        let src = r#"
+import "x.blobl"
+map thing {
+  root.a = this.b
+}
+let v = 5
+let "w x" = 6
+meta foo = "bar"
+meta "a b" = 1
+meta = {}
+@baz = 2
+root = this
+root."a.b".c[0] = 1
+foo.bar = 2
+if this.x { root.y = 1 } else if this.z {
+  root.y = 2
+} else {
+  root.y = 3
+}
+"#;
+        let s = parse_mapping(src).unwrap();
+        assert_eq!(s.len(), 12);
+        match &s[9] {
+            Stmt::Assign { target, .. } => assert_eq!(
+                target,
+                &vec![Seg::Field("a.b".into()), Seg::Field("c".into()), Seg::Index(0)]
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_expression_form_parses() {
+        for src in [
+            r#"{"a": [1, 2.5, "x", """raw "q" """, true, false, null], (this.k): 1,}"#,
+            "this.a.0.b[1][-1][1:3][:2][1:]",
+            "@foo | @ | $var | meta(\"x\")",
+            "if this.a { 1 } else if this.b { 2 } else { 3 }",
+            "match this.x { \"a\" => 1, this.y > 2 => 2\n _ => 3 }",
+            "match { this.a == 1 => \"x\" }",
+            "this.items.map_each(x -> x.name).filter(n -> n != null)",
+            "this.foo.(f -> f.bar + f.baz).(this.x)",
+            "this.fold(0, item -> item.tally + item.value)",
+            "now().ts_format(format: \"2006\", tz: \"UTC\")",
+            "this.\"quoted key\".other",
+            "foo.bar.baz",
+        ] {
+            root_expr(src);
+        }
+    }
+
+    #[test]
+    fn a_bare_expression_is_a_mapping() {
+        let s = parse_mapping("this.foo.uppercase()").unwrap();
+        assert!(matches!(&s[0], Stmt::Assign { target, .. } if target.is_empty()));
+    }
+
+    #[test]
+    fn parse_errors_say_where_and_what() {
+        let e = parse_mapping("root.a = 1\nroot.b = (this.c + \n").unwrap_err();
+        let d = e.first().unwrap();
+        assert_eq!(d.line, 3, "{e}");
+        assert!(d.message.contains("expected"), "{e}");
+        let e = parse_mapping("root.a = this.b.\n").unwrap_err();
+        assert_eq!(e.first().unwrap().line, 1, "{e}");
+    }
+
+    #[test]
+    fn interpolation_pieces() {
+        let p = parse_interpolation("id-${! this.id }-${{! not }}-${!@k}").unwrap();
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert_eq!(p[2], Piece::Text("-${! not }-".into()));
+    }
+
+    #[test]
+    fn string_escapes() {
+        let e = root_expr(r#""a\n\"b\" \u00e9""#);
+        assert_eq!(e.kind, ExprKind::Lit(Value::String("a\n\"b\" é".into())));
+    }
+}

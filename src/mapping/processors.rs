@@ -1,0 +1,1 @@
+//! Processors that are pure mapping.

@@ -1,0 +1,249 @@
+//! Timestamp and duration helpers: Go-style layouts (`2006-01-02T15:04:05Z07:00`),
+//! strftime, time zones (`TZ` decides the local one) and Go duration strings.
+
+use chrono::{DateTime, FixedOffset, Local, NaiveDate, NaiveDateTime, Offset, TimeZone, Utc};
+
+/// The current time in the local zone (`TZ`).
+pub fn now() -> DateTime<FixedOffset> {
+    let n = Local::now();
+    n.with_timezone(n.offset())
+}
+
+/// Converts a Go reference layout into a chrono format string.
+pub fn go_layout(layout: &str) -> String {
+    // Longest tokens first so `January` wins over `Jan` and `2006` over `2`.
+    const TOKENS: &[(&str, &str)] = &[
+        ("January", "%B"),
+        ("Monday", "%A"),
+        ("Z07:00", "%:z"),
+        ("Z0700", "%z"),
+        ("-07:00", "%:z"),
+        ("-0700", "%z"),
+        ("-07", "%#z"),
+        (".000000000", "%.9f"),
+        (".999999999", "%.f"),
+        (".000000", "%.6f"),
+        (".999999", "%.f"),
+        (".000", "%.3f"),
+        (".999", "%.f"),
+        ("2006", "%Y"),
+        ("Jan", "%b"),
+        ("Mon", "%a"),
+        ("MST", "%Z"),
+        ("002", "%j"),
+        ("_2", "%e"),
+        ("01", "%m"),
+        ("02", "%d"),
+        ("03", "%I"),
+        ("04", "%M"),
+        ("05", "%S"),
+        ("06", "%y"),
+        ("15", "%H"),
+        ("PM", "%p"),
+        ("pm", "%P"),
+        ("1", "%-m"),
+        ("2", "%-d"),
+        ("3", "%-I"),
+        ("4", "%-M"),
+        ("5", "%-S"),
+    ];
+    let mut out = String::with_capacity(layout.len() * 2);
+    let mut rest = layout;
+    'outer: while !rest.is_empty() {
+        for (tok, rep) in TOKENS {
+            if let Some(r) = rest.strip_prefix(tok) {
+                out.push_str(rep);
+                rest = r;
+                continue 'outer;
+            }
+        }
+        let mut chars = rest.chars();
+        if let Some(c) = chars.next() {
+            if c == '%' {
+                out.push_str("%%");
+            } else {
+                out.push(c);
+            }
+        }
+        rest = chars.as_str();
+    }
+    out
+}
+
+/// Formats with a Go layout. `Z07:00` writes `Z` for UTC, as Go does.
+pub fn format_go(t: &DateTime<FixedOffset>, layout: &str) -> String {
+    if t.offset().local_minus_utc() == 0 && layout.contains("Z07") {
+        let l = layout.replace("Z07:00", "Z").replace("Z0700", "Z");
+        return t.format(&go_layout(&l)).to_string();
+    }
+    t.format(&go_layout(layout)).to_string()
+}
+
+pub const RFC3339_NANO: &str = "2006-01-02T15:04:05.999999999Z07:00";
+
+/// RFC 3339 with as many fraction digits as needed, `Z` for UTC.
+pub fn format_default(t: &DateTime<FixedOffset>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// Parses with a Go layout (RFC 3339 when none).
+pub fn parse_go(s: &str, layout: Option<&str>) -> Result<DateTime<FixedOffset>, String> {
+    let Some(layout) = layout else {
+        return DateTime::parse_from_rfc3339(s).map_err(|e| format!("failed to parse {s:?} as RFC 3339: {e}"));
+    };
+    let fmt = go_layout(layout);
+    parse_strptime(s, &fmt).map_err(|e| format!("failed to parse {s:?} with layout {layout:?}: {e}"))
+}
+
+/// Parses with a strftime format; a missing zone means UTC, missing time means midnight.
+pub fn parse_strptime(s: &str, fmt: &str) -> Result<DateTime<FixedOffset>, String> {
+    // chrono has no `Z`-or-offset directive; accept a literal `Z` where an offset goes.
+    let (s, fmt) = if s.ends_with('Z') && (fmt.ends_with("%:z") || fmt.ends_with("%z")) {
+        (
+            format!("{}+00:00", &s[..s.len() - 1]),
+            format!("{}%:z", fmt.trim_end_matches("%:z").trim_end_matches("%z")),
+        )
+    } else {
+        (s.to_string(), fmt.to_string())
+    };
+    if let Ok(t) = DateTime::parse_from_str(&s, &fmt) {
+        return Ok(t);
+    }
+    if let Ok(n) = NaiveDateTime::parse_from_str(&s, &fmt) {
+        return Ok(Utc.from_utc_datetime(&n).fixed_offset());
+    }
+    match NaiveDate::parse_from_str(&s, &fmt) {
+        Ok(d) => Ok(Utc
+            .from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap_or_default())
+            .fixed_offset()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Moves a timestamp into a named zone (`UTC`, `Local`, `America/New_York`).
+pub fn in_zone(t: &DateTime<FixedOffset>, tz: &str) -> Result<DateTime<FixedOffset>, String> {
+    match tz {
+        "UTC" | "utc" | "" => Ok(t.with_timezone(&Utc).fixed_offset()),
+        "Local" | "local" => {
+            let l = t.with_timezone(&Local);
+            Ok(l.with_timezone(&l.offset().fix()))
+        }
+        name => {
+            let zone: chrono_tz::Tz = name.parse().map_err(|_| format!("unknown time zone {name:?}"))?;
+            let z = t.with_timezone(&zone);
+            Ok(z.with_timezone(&z.offset().fix()))
+        }
+    }
+}
+
+pub fn from_unix_nanos(n: i128) -> Result<DateTime<FixedOffset>, String> {
+    let secs = n.div_euclid(1_000_000_000);
+    let nanos = n.rem_euclid(1_000_000_000) as u32;
+    let secs = i64::try_from(secs).map_err(|_| "timestamp out of range".to_string())?;
+    Utc.timestamp_opt(secs, nanos)
+        .single()
+        .map(|t| t.fixed_offset())
+        .ok_or_else(|| "timestamp out of range".to_string())
+}
+
+/// Parses a Go duration (`1h30m`, `250ms`, `-1.5s`) into nanoseconds.
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let bad = || format!("invalid duration {s:?}");
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
+        return Ok(0);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total: f64 = 0.0;
+    while !rest.is_empty() {
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if num_len == 0 {
+            return Err(bad());
+        }
+        let n: f64 = rest[..num_len].parse().map_err(|_| bad())?;
+        rest = &rest[num_len..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let mult = match &rest[..unit_len] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        total += n * mult;
+    }
+    if total > i64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(if neg { -(total as i64) } else { total as i64 })
+}
+
+/// Parses an ISO 8601 duration (`P1DT2H3M4.5S`) into nanoseconds; years and months
+/// count as 365 and 30 days.
+pub fn parse_iso8601_duration(s: &str) -> Result<i64, String> {
+    let bad = || format!("invalid ISO 8601 duration {s:?}");
+    let (neg, body) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s),
+    };
+    let body = body.strip_prefix('P').ok_or_else(bad)?;
+    let mut total = 0f64;
+    let mut in_time = false;
+    let mut num = String::new();
+    for c in body.chars() {
+        match c {
+            'T' => in_time = true,
+            '0'..='9' | '.' | ',' => num.push(if c == ',' { '.' } else { c }),
+            unit => {
+                let n: f64 = num.parse().map_err(|_| bad())?;
+                num.clear();
+                let secs = match (unit, in_time) {
+                    ('Y', false) => 365.0 * 86400.0,
+                    ('M', false) => 30.0 * 86400.0,
+                    ('W', false) => 7.0 * 86400.0,
+                    ('D', false) => 86400.0,
+                    ('H', true) => 3600.0,
+                    ('M', true) => 60.0,
+                    ('S', true) => 1.0,
+                    _ => return Err(bad()),
+                };
+                total += n * secs * 1e9;
+            }
+        }
+    }
+    if !num.is_empty() {
+        return Err(bad());
+    }
+    Ok(if neg { -(total as i64) } else { total as i64 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_layouts() {
+        let t = parse_go("2020-08-14T11:45:26.371Z", None).unwrap();
+        assert_eq!(format_go(&t, "2006-01-02 15:04:05"), "2020-08-14 11:45:26");
+        assert_eq!(format_go(&t, "Jan 2, 2006 at 3:04pm (MST)"), "Aug 14, 2020 at 11:45am (UTC)");
+        assert_eq!(format_go(&t, RFC3339_NANO), "2020-08-14T11:45:26.371Z");
+        let p = parse_go("2020-08-14", Some("2006-01-02")).unwrap();
+        assert_eq!(format_default(&p), "2020-08-14T00:00:00Z");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1h30m").unwrap(), 5_400_000_000_000);
+        assert_eq!(parse_duration("-1.5s").unwrap(), -1_500_000_000);
+        assert!(parse_duration("5 parsecs").is_err());
+        assert_eq!(parse_iso8601_duration("P1DT1H").unwrap(), 90_000_000_000_000);
+    }
+}
