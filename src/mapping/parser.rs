@@ -189,13 +189,18 @@ fn rule_name(r: &Rule) -> Option<&'static str> {
 }
 
 fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
-    let pos = err_pos(e);
+    let mut pos = err_pos(e);
+    let at_end = src[pos.min(src.len())..].trim().is_empty();
+    if at_end {
+        // At the end, point just past the last token rather than at trailing whitespace.
+        pos = src.trim_end().len();
+    }
     let (msg, hint) = match &e.variant {
         pest::error::ErrorVariant::ParsingError { positives, .. } => {
             let mut names: Vec<&str> = positives.iter().filter_map(rule_name).collect();
             names.sort_unstable();
             names.dedup();
-            let found = src[pos.min(src.len())..]
+            let found = if at_end { "" } else { &src[pos.min(src.len())..] }
                 .chars()
                 .next()
                 .map(|c| format!("`{c}`"))
@@ -286,7 +291,19 @@ impl<'s> Ctx<'s> {
     }
 
     fn statement(&self, p: Pair<'_, Rule>) -> PResult<Stmt> {
-        let span = span_of(&p);
+        // A pair's span can include whitespace skipped after its last token; end the
+        // statement at its last token so the newline check sees what follows it.
+        let last_token = p
+            .clone()
+            .into_inner()
+            .flatten()
+            .filter(|q| q.clone().into_inner().next().is_none())
+            .map(|q| q.as_span().end())
+            .max();
+        let mut span = span_of(&p);
+        if let Some(end) = last_token {
+            span.end = end;
+        }
         let rule = p.as_rule();
         let mut inner = p.into_inner();
         match rule {
@@ -737,7 +754,8 @@ if this.x { root.y = 1 } else if this.z {
     fn parse_errors_say_where_and_what() {
         let e = parse_mapping("root.a = 1\nroot.b = (this.c + \n").unwrap_err();
         let d = e.first().unwrap();
-        assert_eq!(d.line, 3, "{e}");
+        assert_eq!(d.line, 2, "{e}");
+        assert!(d.message.contains("end of input"), "{e}");
         assert!(d.message.contains("expected"), "{e}");
         let e = parse_mapping("root.a = this.b.\n").unwrap_err();
         assert_eq!(e.first().unwrap().line, 1, "{e}");

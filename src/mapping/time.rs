@@ -72,9 +72,10 @@ pub fn go_layout(layout: &str) -> String {
 
 /// Formats with a Go layout. `Z07:00` writes `Z` for UTC, as Go does.
 pub fn format_go(t: &DateTime<FixedOffset>, layout: &str) -> String {
-    if t.offset().local_minus_utc() == 0 && layout.contains("Z07") {
+    if t.offset().local_minus_utc() == 0 {
+        // Go names the zone UTC and writes `Z` for a `Z07:00` offset.
         let l = layout.replace("Z07:00", "Z").replace("Z0700", "Z");
-        return t.format(&go_layout(&l)).to_string();
+        return t.format(&go_layout(&l).replace("%Z", "UTC")).to_string();
     }
     t.format(&go_layout(layout)).to_string()
 }
