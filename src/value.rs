@@ -38,8 +38,50 @@ impl Value {
 
     /// Writes the value as compact JSON. Bytes are written as a string; timestamps as RFC 3339.
     pub fn to_json(&self) -> Vec<u8> {
-        // Serializing our own enum into a Vec cannot fail: no map has non-string keys.
-        serde_json::to_vec(self).unwrap_or_default()
+        let mut out = Vec::with_capacity(64);
+        self.write_json(&mut out);
+        out
+    }
+
+    /// Appends compact JSON to `out`. Numbers are written as Go's encoder (and so
+    /// Bloblang) writes them: floats in plain notation between 1e-6 and 1e21, whole
+    /// floats without a fraction, exponents as `1e+21` and `1e-7`.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        match self {
+            Value::Null => out.extend_from_slice(b"null"),
+            Value::Bool(true) => out.extend_from_slice(b"true"),
+            Value::Bool(false) => out.extend_from_slice(b"false"),
+            Value::Int(i) => {
+                let _ = write!(out, "{i}");
+            }
+            Value::Float(f) => write_float(*f, out),
+            Value::String(s) => write_str(s, out),
+            Value::Bytes(b) => write_str(&String::from_utf8_lossy(b), out),
+            Value::Array(a) => {
+                out.push(b'[');
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    v.write_json(out);
+                }
+                out.push(b']');
+            }
+            Value::Object(o) => {
+                out.push(b'{');
+                for (i, (k, v)) in o.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_str(k, out);
+                    out.push(b':');
+                    v.write_json(out);
+                }
+                out.push(b'}');
+            }
+            Value::Timestamp(t) => write_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true), out),
+        }
     }
 
     /// The name Bloblang's `type()` reports for this value.
@@ -80,6 +122,56 @@ impl Value {
             other => String::from_utf8_lossy(&other.to_json()).into_owned(),
         }
     }
+}
+
+fn write_float(f: f64, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    if !f.is_finite() {
+        // JSON has no NaN or infinity; Go refuses them, we write null.
+        out.extend_from_slice(b"null");
+        return;
+    }
+    let abs = f.abs();
+    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
+        // Rust's Display is the shortest round-trip form, never exponential.
+        let _ = write!(out, "{f}");
+    } else {
+        let s = format!("{f:e}");
+        match s.split_once('e') {
+            Some((m, e)) if !e.starts_with('-') => {
+                let _ = write!(out, "{m}e+{e}");
+            }
+            _ => out.extend_from_slice(s.as_bytes()),
+        }
+    }
+}
+
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => b"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        if esc.is_empty() {
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+        } else {
+            out.extend_from_slice(esc);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 impl From<&str> for Value {
@@ -244,6 +336,20 @@ mod tests {
     fn whole_floats_print_like_ints() {
         assert_eq!(Value::Float(5.0).to_json(), b"5");
         assert_eq!(Value::Float(0.25).to_json(), b"0.25");
+    }
+
+    #[test]
+    fn floats_print_like_go() {
+        assert_eq!(Value::Float(1e21).to_json(), b"1e+21");
+        assert_eq!(Value::Float(1.5e-7).to_json(), b"1.5e-7");
+        assert_eq!(Value::Float(9.223372036854776e18).to_json(), b"9223372036854776000");
+        assert_eq!(Value::Float(-0.5).to_json(), b"-0.5");
+        assert_eq!(Value::Float(f64::NAN).to_json(), b"null");
+    }
+
+    #[test]
+    fn strings_are_escaped() {
+        assert_eq!(Value::from("a\"b\\c\n\u{1}é").to_json(), "\"a\\\"b\\\\c\\n\\u0001é\"".as_bytes());
     }
 
     #[test]

@@ -1,0 +1,303 @@
+//! Language-level tests: statements, operators, control flow, metadata and the public API.
+
+use super::*;
+use crate::message::Message;
+
+fn run(src: &str, input: &str) -> Result<String, String> {
+    let m = Mapping::compile(src, &Env::default()).map_err(|d| d.to_string())?;
+    let batch = vec![Message::new(input.as_bytes().to_vec())];
+    match m.apply(&batch, 0) {
+        Ok(Some(out)) => Ok(String::from_utf8_lossy(out.payload()).into_owned()),
+        Ok(None) => Ok("<deleted>".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn ok(src: &str, input: &str) -> String {
+    run(src, input).unwrap_or_else(|e| panic!("`{src}` failed: {e}"))
+}
+
+#[test]
+fn arithmetic_keeps_int_and_float_apart() {
+    assert_eq!(ok("root = 1 + 2 * 3", "{}"), "7");
+    assert_eq!(ok("root = 7 / 2", "{}"), "3.5");
+    assert_eq!(ok("root = 6 / 2", "{}"), "3");
+    assert_eq!(ok("root = 7 % 3", "{}"), "1");
+    assert_eq!(ok("root = 1.5 + 1", "{}"), "2.5");
+    assert_eq!(ok("root = (1 + 2) * 3", "{}"), "9");
+    assert_eq!(ok("root = -this.n", r#"{"n":4}"#), "-4");
+    assert_eq!(ok(r#"root = "a" + "b""#, "{}"), r#"ab"#);
+    assert_eq!(ok("root = 9223372036854775807 + 1", "{}"), "9223372036854776000");
+}
+
+#[test]
+fn comparisons_and_logic() {
+    assert_eq!(ok("root = 1 == 1.0", "{}"), "true");
+    assert_eq!(ok(r#"root = "1" == 1"#, "{}"), "false");
+    assert_eq!(ok("root = 2 > 1 && 1 >= 1 && 1 < 2 && 1 <= 1 && 1 != 2", "{}"), "true");
+    assert_eq!(ok("root = !true || false", "{}"), "false");
+    assert_eq!(ok("root = false && this.missing.not_null()", "{}"), "false");
+    assert_eq!(ok(r#"root = "b" > "a""#, "{}"), "true");
+    assert_eq!(ok("root = [1, {\"a\": 2}] == [1, {\"a\": 2.0}]", "{}"), "true");
+}
+
+#[test]
+fn type_errors_name_the_expression_and_types() {
+    let e = run("root.a = this.a + 5", r#"{"a":"x"}"#).unwrap_err();
+    assert!(e.contains("line 1"), "{e}");
+    assert!(e.contains("string (\"x\")") && e.contains("number (5)") && e.contains("this.a"), "{e}");
+    let e = run("root = this.a.uppercase()", r#"{"a":5}"#).unwrap_err();
+    assert!(e.contains("this.a.uppercase()") && e.contains("expected string value, got number (5)"), "{e}");
+    let e = run("root = 1 / 0", "{}").unwrap_err();
+    assert!(e.contains("divide by zero"), "{e}");
+    let e = run("root = 1 && true", "{}").unwrap_err();
+    assert!(e.contains("number (1)"), "{e}");
+}
+
+#[test]
+fn coalescing_pipe() {
+    assert_eq!(ok("root = this.a | this.b | \"c\"", r#"{"b":"B"}"#), "B");
+    assert_eq!(ok("root = this.a.number() | 0", r#"{"a":"x"}"#), "0");
+    assert_eq!(ok("root = this.a | 1", r#"{"a":false}"#), "false");
+}
+
+#[test]
+fn paths_quotes_and_indexes() {
+    assert_eq!(ok(r#"root."a.b".c = 1"#, "{}"), r#"{"a.b":{"c":1}}"#);
+    assert_eq!(ok(r#"root = this."a.b""#, r#"{"a.b":2}"#), "2");
+    assert_eq!(ok("root = this.a.1", r#"{"a":[1,2]}"#), "2");
+    assert_eq!(ok("root = this.a[-1]", r#"{"a":[1,2,3]}"#), "3");
+    assert_eq!(ok("root = this.a[1:3]", r#"{"a":[1,2,3,4]}"#), "[2,3]");
+    assert_eq!(ok("root = this.s[1:]", r#"{"s":"hello"}"#), "ello");
+    assert_eq!(ok(r#"root = this["k"]"#, r#"{"k":1}"#), "1");
+    assert_eq!(ok("root = this\nroot.a[0] = 9", r#"{"a":[1,2]}"#), r#"{"a":[9,2]}"#);
+    assert_eq!(ok("root = this.nope.deeper", "{}"), "null");
+    assert_eq!(ok("foo = bar.baz", r#"{"bar":{"baz":1}}"#), r#"{"foo":1}"#);
+}
+
+#[test]
+fn literals() {
+    assert_eq!(
+        ok(r#"root = {"a": [1, 2.5, "x", true, null], this.k: "dyn", "d": deleted()}"#, r#"{"k":"key"}"#),
+        r#"{"a":[1,2.5,"x",true,null],"key":"dyn"}"#
+    );
+    assert_eq!(ok("root = \"\"\"raw \\n \"q\" \"\"\"", "{}"), r#"raw \n "q" "#);
+    assert_eq!(ok("root = [1, deleted(), 3]", "{}"), "[1,3]");
+}
+
+#[test]
+fn deleted_and_nothing() {
+    assert_eq!(ok("root = deleted()", "{}"), "<deleted>");
+    assert_eq!(ok("root = this\nroot.a = deleted()", r#"{"a":1,"b":2}"#), r#"{"b":2}"#);
+    assert_eq!(ok("root.a = nothing()", "{}"), "{}");
+    // A mapping that never assigns root keeps the content.
+    assert_eq!(ok("meta x = 1", "raw text"), "raw text");
+}
+
+#[test]
+fn variables() {
+    assert_eq!(ok("let x = this.a + 1\nroot.b = $x * 2", r#"{"a":1}"#), r#"{"b":4}"#);
+    let e = run("root = $nope", "{}").unwrap_err();
+    assert!(e.contains("$nope"), "{e}");
+}
+
+#[test]
+fn metadata_reads_and_writes() {
+    let m = Mapping::compile(
+        "meta out = @in + \"!\"\nmeta in = deleted()\nroot.m = @\nroot.orig = metadata(\"in\")\nroot.s = meta(\"in\")",
+        &Env::default(),
+    )
+    .unwrap();
+    let batch = vec![Message::new("{}").with_meta("in", "v")];
+    let out = m.apply(&batch, 0).unwrap().unwrap();
+    assert_eq!(out.meta_str("out").as_deref(), Some("v!"));
+    assert!(out.meta("in").is_none());
+    assert_eq!(&out.payload()[..], br#"{"m":{"out":"v!"},"orig":"v","s":"v"}"#);
+    let m = Mapping::compile("meta = {\"a\": 1}", &Env::default()).unwrap();
+    let out = m.apply(&batch, 0).unwrap().unwrap();
+    assert_eq!(out.metadata().len(), 1);
+    assert_eq!(out.meta("a"), Some(&Value::Int(1)));
+}
+
+#[test]
+fn if_statements_and_expressions() {
+    let src = "if this.n > 10 {\n  root.size = \"big\"\n} else if this.n > 5 {\n  root.size = \"mid\"\n} else {\n  root.size = \"small\"\n}";
+    assert_eq!(ok(src, r#"{"n":11}"#), r#"{"size":"big"}"#);
+    assert_eq!(ok(src, r#"{"n":6}"#), r#"{"size":"mid"}"#);
+    assert_eq!(ok(src, r#"{"n":1}"#), r#"{"size":"small"}"#);
+    assert_eq!(ok("root.a = if this.x { 1 } else { 2 }", r#"{"x":false}"#), r#"{"a":2}"#);
+    assert_eq!(ok("root.b = 0\nroot.a = if this.x { 1 }", r#"{"x":false}"#), r#"{"b":0}"#);
+    let e = run("root.a = if this.x { 1 }", r#"{"x":"yes"}"#).unwrap_err();
+    assert!(e.contains("bool"), "{e}");
+}
+
+#[test]
+fn match_forms() {
+    let src = "root = match this.v {\n  \"a\" => 1\n  this.length() > 3 => 2\n  _ => 3\n}";
+    assert_eq!(ok(src, r#"{"v":"a"}"#), "1");
+    assert_eq!(ok(src, r#"{"v":"abcd"}"#), "2");
+    assert_eq!(ok(src, r#"{"v":"ab"}"#), "3");
+    let src = "root = match { this.a == 1 => \"one\", this.a == 2 => \"two\" }";
+    assert_eq!(ok(src, r#"{"a":2}"#), "two");
+    assert_eq!(ok(&format!("root.x = 0\n{}", src.replace("root =", "root.y =")), r#"{"a":3}"#), r#"{"x":0}"#);
+}
+
+#[test]
+fn lambdas_and_context_capture() {
+    assert_eq!(ok("root = this.a.map_each(x -> x + this.inc)", r#"{"a":[1,2],"inc":10}"#), "[11,12]");
+    assert_eq!(ok("root = this.foo.(f -> f.a + f.b)", r#"{"foo":{"a":1,"b":2}}"#), "3");
+    assert_eq!(ok("root = this.foo.(this.a * 10)", r#"{"foo":{"a":1}}"#), "10");
+    assert_eq!(
+        ok("root = this.rows.map_each(r -> r.items.map_each(i -> i * r.k))", r#"{"rows":[{"k":2,"items":[1,2]}]}"#),
+        "[[2,4]]"
+    );
+    assert_eq!(ok("root = this.a.filter(x -> x.contains(\"b\")).length()", r#"{"a":["ab","c"]}"#), "1");
+}
+
+#[test]
+fn named_maps_and_imports() {
+    let src = "map greet {\n  root.hello = this.name.uppercase()\n}\nroot = this.people.map_each(p -> p.apply(\"greet\"))";
+    assert_eq!(ok(src, r#"{"people":[{"name":"a"}]}"#), r#"[{"hello":"A"}]"#);
+    let e = run("root = this.apply(\"nope\")", "{}").unwrap_err();
+    assert!(e.contains("map `nope` is not defined"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("lib.blobl"), "map twice {\n  root = this * 2\n}\n").unwrap();
+    let env = Env::with_import_dir(dir.path());
+    let m = Mapping::compile("import \"lib.blobl\"\nroot = this.n.apply(\"twice\")", &env).unwrap();
+    assert_eq!(m.query_value(&Value::from_json(br#"{"n":4}"#).unwrap()).unwrap(), Value::Int(8));
+    let e = Mapping::compile("import \"missing.blobl\"", &env).unwrap_err();
+    assert!(e.to_string().contains("cannot import"), "{e}");
+}
+
+#[test]
+fn throw_catch_or_not_null() {
+    assert_eq!(ok("root = throw(\"boom\").catch(\"caught\")", "{}"), "caught");
+    assert_eq!(ok("root = this.a.not_null().catch(0)", "{}"), "0");
+    assert!(run("root = throw(\"boom\")", "{}").unwrap_err().contains("boom"));
+}
+
+#[test]
+fn content_env_and_batch() {
+    assert_eq!(ok("root = content().string().uppercase()", "abc"), "ABC");
+    let m = Mapping::compile("root = [batch_index(), batch_size()]", &Env::default()).unwrap();
+    let batch = vec![Message::new("a"), Message::new("b")];
+    assert_eq!(&m.apply(&batch, 1).unwrap().unwrap().payload()[..], b"[1,2]");
+    assert!(matches!(m.apply(&batch, 5), Err(MappingError::NoMessage { .. })));
+}
+
+#[test]
+fn error_function_reads_the_message_error() {
+    let m = Mapping::compile("root.e = error()\nroot.f = errored()", &Env::default()).unwrap();
+    let mut msg = Message::new("{}");
+    msg.set_error("earlier failure");
+    let out = m.apply(&vec![msg], 0).unwrap().unwrap();
+    assert_eq!(&out.payload()[..], br#"{"e":"earlier failure","f":true}"#);
+    assert_eq!(out.error(), Some("earlier failure"));
+}
+
+#[test]
+fn this_on_non_json_is_an_error_not_a_panic() {
+    let e = run("root = this.a", "not json").unwrap_err();
+    assert!(e.contains("this"), "{e}");
+}
+
+#[test]
+fn mutation_edits_in_place() {
+    let m = Mapping::compile("root.b = this.a + 1\nroot.c = this.b\nmeta k = \"v\"", &Env::default()).unwrap();
+    let mut msg = Message::new(&br#"{"a":1,"z":0}"#[..]).with_meta("old", "x");
+    assert!(m.mutate(&mut msg, 0, 1).unwrap());
+    assert_eq!(&msg.payload()[..], br#"{"a":1,"b":2,"c":2,"z":0}"#);
+    assert_eq!(msg.meta_str("k").as_deref(), Some("v"));
+    assert_eq!(msg.meta_str("old").as_deref(), Some("x"));
+
+    // A mutation that only touches metadata never parses the payload.
+    let m = Mapping::compile("meta seen = true", &Env::default()).unwrap();
+    let mut msg = Message::new("not json");
+    assert!(m.mutate(&mut msg, 0, 1).unwrap());
+    assert_eq!(&msg.payload()[..], b"not json");
+
+    let m = Mapping::compile("root = deleted()", &Env::default()).unwrap();
+    let mut msg = Message::new("{}");
+    assert!(!m.mutate(&mut msg, 0, 1).unwrap());
+
+    let m = Mapping::compile("root.x = this.a.uppercase()", &Env::default()).unwrap();
+    let mut msg = Message::new(&br#"{"a":1}"#[..]).with_meta("k", "v");
+    assert!(m.mutate(&mut msg, 0, 1).is_err());
+    assert_eq!(&msg.payload()[..], br#"{"a":1}"#);
+    assert_eq!(msg.meta_str("k").as_deref(), Some("v"));
+}
+
+#[test]
+fn query_returns_the_root_value() {
+    let m = Mapping::compile("this.type == \"a\"", &Env::default()).unwrap();
+    assert_eq!(m.query(&Message::new(&br#"{"type":"a"}"#[..])).unwrap(), Value::Bool(true));
+    assert_eq!(m.query(&Message::new(&br#"{"type":"b"}"#[..])).unwrap(), Value::Bool(false));
+}
+
+#[test]
+fn generate_has_no_input() {
+    let m = Mapping::compile("root.n = 1\nmeta a = \"b\"", &Env::default()).unwrap();
+    let out = m.generate().unwrap().unwrap();
+    assert_eq!(&out.payload()[..], br#"{"n":1}"#);
+    assert_eq!(out.meta_str("a").as_deref(), Some("b"));
+}
+
+#[test]
+fn compile_errors_are_all_reported() {
+    let e = Mapping::compile("root.a = nope_fn()\nroot.b = this.x.uppercas()\nroot.c = this.y.replace_all(\"a\")", &Env::default())
+        .unwrap_err();
+    assert_eq!(e.0.len(), 3, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("unknown function `nope_fn`"), "{text}");
+    assert!(text.contains("did you mean `uppercase`?"), "{text}");
+    assert!(text.contains("missing argument `new`"), "{text}");
+    assert!(text.contains("2 | root.b = this.x.uppercas()"), "{text}");
+    let e = Mapping::compile("root = this.s.re_match(\"(\")", &Env::default()).unwrap_err();
+    assert!(e.to_string().contains("invalid regular expression"), "{e}");
+    let e = Mapping::compile("root = this.a.map_each(x -> x, 1)", &Env::default()).unwrap_err();
+    assert!(e.to_string().contains("at most 1"), "{e}");
+    let e = Mapping::compile("root = this.a.join(x: \",\")", &Env::default()).unwrap_err();
+    assert!(e.to_string().contains("unknown parameter `x`"), "{e}");
+}
+
+#[test]
+fn named_arguments() {
+    assert_eq!(ok("root = this.a.slice(low: 1, high: 2)", r#"{"a":"abc"}"#), "b");
+}
+
+#[test]
+fn constants_are_folded() {
+    let m = Mapping::compile("root = \"abc\".uppercase() + \"d\"", &Env::default()).unwrap();
+    assert!(matches!(&m.prog.stmts[0], compile::CStmt::Assign { value: compile::Node::Lit(_), .. }));
+}
+
+#[test]
+fn env_restrictions() {
+    let env = Env::default().no_message();
+    assert!(Mapping::compile("root = content()", &env).is_err());
+    assert!(Mapping::compile("root = now()", &env).is_ok());
+    assert!(Mapping::compile("root = now()", &Env::default().only_pure()).is_err());
+}
+
+#[test]
+fn hostile_input_does_not_panic() {
+    for src in [
+        "root = this.a[99999999999]",
+        "root = this.s[5:1]",
+        "root = this.s.slice(-100, 100)",
+        "root = this.a.sort(x -> true)",
+        "root = this.a.sort()",
+        "root = \"x\".repeat(-1)",
+        "root = range(0, 10, 0)",
+        "root = this.n.int8()",
+        "root = this.s.parse_json().a.b",
+        "root = this.s.decompress(\"gzip\")",
+        "root = this.s.ts_strftime(\"%Q\")",
+        "root = this.s.format(1, 2, 3)",
+        "root = (-9223372036854775807 - 1) % -1",
+        "root = -(-9223372036854775807 - 1)",
+    ] {
+        let _ = run(src, r#"{"a":[3,"x",1.5,{"k":1}],"s":"%d %q ∑","n":1e300}"#);
+    }
+}
