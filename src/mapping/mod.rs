@@ -223,6 +223,37 @@ impl Mapping {
         self.mutate(msg, index, size)
     }
 
+    /// The `branch` result map: runs with `this` bound to `source` (the branch's result)
+    /// and `root` starting as `target`'s document, editing `target` in place. Metadata
+    /// writes go to `target`.
+    pub fn apply_onto(&self, target: &mut Message, source: &Message) -> Result<bool, MappingError> {
+        let prog = &*self.prog;
+        let mut fr = Frame {
+            root: Slot::Nothing,
+            vars: vec![None; prog.n_vars],
+            meta: Cow::Owned(std::mem::take(target.metadata_mut())),
+            this_is_root: false,
+        };
+        let mut took = false;
+        if prog.touches_root {
+            if let Ok(v) = target.take_structured() {
+                fr.root = Slot::Val(v);
+                took = true;
+            }
+        }
+        let batch = std::slice::from_ref(source);
+        let res = exec::run(prog, &prog.stmts, &mut fr, This::Msg(source), MsgView::of(batch, 0));
+        *target.metadata_mut() = fr.meta.into_owned();
+        let kept = !matches!(fr.root, Slot::Deleted);
+        match fr.root {
+            Slot::Val(v) => target.set_structured(v),
+            Slot::Nothing if took => target.set_structured(Value::Null),
+            _ => {}
+        }
+        res?;
+        Ok(kept)
+    }
+
     /// Runs the mapping as a query (a `switch` check) and returns what it assigned to
     /// `root`, null when nothing.
     pub fn query(&self, msg: &Message) -> Result<Value, MappingError> {
