@@ -47,14 +47,11 @@ impl Value {
     /// Bloblang) writes them: floats in plain notation between 1e-6 and 1e21, whole
     /// floats without a fraction, exponents as `1e+21` and `1e-7`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        use std::io::Write as _;
         match self {
             Value::Null => out.extend_from_slice(b"null"),
             Value::Bool(true) => out.extend_from_slice(b"true"),
             Value::Bool(false) => out.extend_from_slice(b"false"),
-            Value::Int(i) => {
-                let _ = write!(out, "{i}");
-            }
+            Value::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
             Value::Float(f) => write_float(*f, out),
             Value::String(s) => write_str(s, out),
             Value::Bytes(b) => write_str(&String::from_utf8_lossy(b), out),
@@ -132,7 +129,12 @@ fn write_float(f: f64, out: &mut Vec<u8>) {
         return;
     }
     let abs = f.abs();
-    if abs == 0.0 || (1e-6..1e21).contains(&abs) {
+    if f.fract() == 0.0 && abs < 1e16 {
+        out.extend_from_slice(itoa::Buffer::new().format(f as i64).as_bytes());
+    } else if (1e-5..1e16).contains(&abs) {
+        // ryu writes this range in plain notation, as Go does, and is much faster.
+        out.extend_from_slice(ryu::Buffer::new().format_finite(f).as_bytes());
+    } else if abs == 0.0 || (1e-6..1e21).contains(&abs) {
         // Rust's Display is the shortest round-trip form, never exponential.
         let _ = write!(out, "{f}");
     } else {
@@ -344,6 +346,11 @@ mod tests {
         assert_eq!(Value::Float(1.5e-7).to_json(), b"1.5e-7");
         assert_eq!(Value::Float(9.223372036854776e18).to_json(), b"9223372036854776000");
         assert_eq!(Value::Float(-0.5).to_json(), b"-0.5");
+        assert_eq!(Value::Float(59.97).to_json(), b"59.97");
+        assert_eq!(Value::Float(0.00001234).to_json(), b"0.00001234");
+        assert_eq!(Value::Float(0.000001234).to_json(), b"0.000001234");
+        assert_eq!(Value::Float(123456789012345680000.0).to_json(), b"123456789012345680000");
+        assert_eq!(Value::Float(-3.0).to_json(), b"-3");
         assert_eq!(Value::Float(f64::NAN).to_json(), b"null");
     }
 

@@ -3,7 +3,7 @@
 //! goes on; the exit status is 1 when any message failed, and a mapping that does not
 //! compile stops the run at once.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use super::{Env, Mapping};

@@ -803,6 +803,16 @@ pub fn assign(root: &mut Slot, path: &[Seg], v: V<'_>) -> Result<(), String> {
         }
         return Ok(());
     }
+    // The common case, `root.field = v` on an object, needs no path walk.
+    if let ([Seg::Field(name)], Slot::Val(Value::Object(o))) = (path, &mut *root) {
+        match o.get_mut(name.as_str()) {
+            Some(slot) => *slot = v.into_owned(),
+            None => {
+                o.insert(name.clone(), v.into_owned());
+            }
+        }
+        return Ok(());
+    }
     if !matches!(root, Slot::Val(_)) {
         *root = Slot::Val(Value::Null);
     }

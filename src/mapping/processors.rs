@@ -6,7 +6,7 @@
 //! `set_error` and passed on unchanged, where `error()` and `catch` can see it.
 
 use super::{Mapping, MappingError};
-use crate::message::{Batch, Message};
+use crate::message::Batch;
 use crate::value::Value;
 
 /// The `mapping` processor: each message is replaced by what the mapping builds.
@@ -150,6 +150,7 @@ impl Branch {
 mod tests {
     use super::*;
     use crate::mapping::Env;
+    use crate::message::Message;
 
     fn m(src: &str) -> Mapping {
         Mapping::compile(src, &Env::default()).unwrap()
