@@ -694,9 +694,31 @@ impl<'e> Compiler<'e> {
         if !ok {
             return None;
         }
+        let recv = recv_node?;
+        // `x.filter(f).map_each(g)` runs as one pass over `x`, so the kept items are
+        // read where they are instead of being copied into an intermediate array.
+        if name == "map_each" {
+            if let Node::Method(inner) = &recv {
+                if inner.spec.name == "filter" {
+                    if let (Node::Method(inner), Some(map_l)) = (recv, lambdas.into_iter().next().flatten()) {
+                        let inner = *inner;
+                        let filter_l = inner.lambdas.into_iter().next().flatten()?;
+                        return Some(Node::Method(Box::new(MethodCall {
+                            spec: &super::methods::FILTER_MAP_EACH,
+                            recv: inner.recv,
+                            args_values: vec![None, None],
+                            lambdas: vec![Some(filter_l), Some(map_l)],
+                            regexes: vec![None, None],
+                            text: self.text(span),
+                        })));
+                    }
+                    return None;
+                }
+            }
+        }
         Some(Node::Method(Box::new(MethodCall {
             spec,
-            recv: recv_node?,
+            recv,
             args_values: values,
             lambdas,
             regexes,

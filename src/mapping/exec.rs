@@ -451,7 +451,8 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 let args = Args { vals: &vals, regexes: &call.regexes };
                 let wrap = |e: String| ExecError::new(format!("{}: {e}", call.text));
                 match recv {
-                    V::Ref(r) => f(r, &args).map_err(wrap).map(V::detach_if_args),
+                    // Results borrow only from the receiver, so a borrowed receiver keeps them borrowed.
+                    V::Ref(r) => f(r, &args).map_err(wrap),
                     V::Own(o) => f(&o, &args).map(V::detach).map_err(wrap),
                     V::Nothing | V::Deleted => f(&NULL, &args).map(V::detach).map_err(wrap),
                 }
@@ -466,16 +467,11 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     }
 }
 
-impl<'a> V<'a> {
-    /// Results of eager methods borrow only from their receiver, never their arguments,
-    /// so a borrowed receiver keeps the result borrowed.
-    fn detach_if_args(self) -> V<'a> {
-        self
-    }
-}
+/// Most calls take a few arguments: keep them on the stack.
+type ArgVec<'a> = smallvec::SmallVec<[V<'a>; 4]>;
 
-fn eval_args<'a>(args: &'a [Option<Node>], cx: &Ctx<'a>) -> Result<Vec<V<'a>>, ExecError> {
-    let mut out = Vec::with_capacity(args.len());
+fn eval_args<'a>(args: &'a [Option<Node>], cx: &Ctx<'a>) -> Result<ArgVec<'a>, ExecError> {
+    let mut out = ArgVec::new();
     for a in args {
         out.push(match a {
             Some(n) => eval(n, cx)?,

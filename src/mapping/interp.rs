@@ -1,8 +1,6 @@
 //! Interpolated strings: config fields with `${! expr }` blocks evaluated per message.
 //! `${{! x }}` writes a literal `${! x }`.
 
-use std::fmt::Write as _;
-
 use bytes::Bytes;
 
 use super::compile::{Compiler, Node, Program};
@@ -54,25 +52,27 @@ impl InterpolatedString {
     }
 
     pub fn render(&self, batch: &Batch, index: usize) -> Result<String, MappingError> {
-        let mut out = String::new();
-        self.render_into(batch, index, |v, out: &mut String| match v {
-            Value::String(s) => out.push_str(s),
-            Value::Bytes(b) => out.push_str(&String::from_utf8_lossy(b)),
-            other => {
-                let _ = write!(out, "{}", other.to_text());
-            }
-        }, &mut out)?;
-        Ok(out)
+        let bytes = self.render_vec(batch, index)?;
+        // Everything written is UTF-8 except raw bytes values, which are made valid here.
+        Ok(match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })
     }
 
     pub fn render_bytes(&self, batch: &Batch, index: usize) -> Result<Bytes, MappingError> {
-        let mut out: Vec<u8> = Vec::new();
+        self.render_vec(batch, index).map(Bytes::from)
+    }
+
+    fn render_vec(&self, batch: &Batch, index: usize) -> Result<Vec<u8>, MappingError> {
+        let mut out: Vec<u8> = Vec::with_capacity(64);
         self.render_into(batch, index, |v, out: &mut Vec<u8>| match v {
             Value::String(s) => out.extend_from_slice(s.as_bytes()),
             Value::Bytes(b) => out.extend_from_slice(b),
-            other => out.extend_from_slice(other.to_text().as_bytes()),
+            Value::Timestamp(t) => out.extend_from_slice(crate::mapping::time::format_default(t).as_bytes()),
+            other => other.write_json(out),
         }, &mut out)?;
-        Ok(Bytes::from(out))
+        Ok(out)
     }
 
     fn render_into<O>(

@@ -17,7 +17,9 @@ pub static SPECS: &[MethodSpec] = &[
         &[ex("root.a = this.a.map_each(x -> x * 2)", r#"{"a":[1,2]}"#, r#"{"a":[2,4]}"#),
           ex("root.a = this.a.map_each(this.uppercase())", r#"{"a":["x"]}"#, r#"{"a":["X"]}"#),
           ex("root.o = this.o.map_each(kv -> kv.value + 1)", r#"{"o":{"a":1}}"#, r#"{"o":{"a":2}}"#),
-          ex("root.a = this.a.map_each(x -> if x > 1 { deleted() } else { x })", r#"{"a":[1,2]}"#, r#"{"a":[1]}"#)],
+          ex("root.a = this.a.map_each(x -> if x > 1 { deleted() } else { x })", r#"{"a":[1,2]}"#, r#"{"a":[1]}"#),
+          ex("root.a = this.a.filter(x -> x > 1).map_each(x -> x * 10)", r#"{"a":[1,2,3]}"#, r#"{"a":[20,30]}"#),
+          ex("root.o = this.o.filter(kv -> kv.value > 1).map_each(kv -> kv.key)", r#"{"o":{"a":1,"b":2}}"#, r#"{"o":{"b":"b"}}"#)],
         map_each),
     lazy_method("map_each_key", CAT, "The object with each key through the query.", &[lambda("query")],
         &[ex("root.o = this.o.map_each_key(k -> k.uppercase())", r#"{"o":{"a":1}}"#, r#"{"o":{"A":1}}"#)], map_each_key),
@@ -49,6 +51,57 @@ pub static SPECS: &[MethodSpec] = &[
     lazy_method("group_by", CAT, "Objects of `group` and `items`, one per distinct query value.", &[lambda("query")],
         &[ex("root.g = this.a.group_by(x -> x % 2)", r#"{"a":[1,2,3]}"#, r#"{"g":[{"group":1,"items":[1,3]},{"group":0,"items":[2]}]}"#)], group_by),
 ];
+
+/// `filter` followed by `map_each`, fused by the compiler; not callable by name.
+pub static FILTER_MAP_EACH: MethodSpec = lazy_method(
+    "map_each",
+    CAT,
+    "filter then map_each in one pass",
+    &[lambda("test"), lambda("query")],
+    &[],
+    filter_map_each,
+);
+
+fn filter_map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    let recv = call.recv(cx)?;
+    let (test, query) = (call.lambda(0)?, call.lambda(1)?);
+    match recv.get() {
+        Value::Array(items) => {
+            let mut out = Vec::new();
+            for it in items {
+                if !test_bool(call, call_lambda(test, it, cx)?)? {
+                    continue;
+                }
+                match call_lambda(query, it, cx)? {
+                    V::Deleted => {}
+                    V::Nothing => out.push(it.clone()),
+                    v => out.push(v.into_owned()),
+                }
+            }
+            Ok(V::Own(Value::Array(out)))
+        }
+        Value::Object(o) => {
+            let mut out = Object::new();
+            for (k, v) in o {
+                let entry = kv(k, v);
+                if !test_bool(call, call_lambda(test, &entry, cx)?)? {
+                    continue;
+                }
+                match call_lambda(query, &entry, cx)? {
+                    V::Deleted => {}
+                    V::Nothing => {
+                        out.insert(k.clone(), v.clone());
+                    }
+                    r => {
+                        out.insert(k.clone(), r.into_owned());
+                    }
+                }
+            }
+            Ok(V::Own(Value::Object(out)))
+        }
+        other => Err(call.err(format!("expected array or object value, got {}", describe(other)))),
+    }
+}
 
 fn kv(k: &str, v: &Value) -> Value {
     let mut o = Object::new();

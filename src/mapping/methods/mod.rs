@@ -14,6 +14,8 @@ mod timestamps;
 
 use std::borrow::Cow;
 
+pub use lambdas::FILTER_MAP_EACH;
+
 use super::compile::{Lambda, MethodCall};
 use super::exec::{eval, Ctx, ExecError, V};
 use super::spec::{type_err, MethodSpec, Res};

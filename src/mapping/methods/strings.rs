@@ -378,6 +378,15 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
             Some((w, p)) => (w.parse::<usize>().ok(), Some(p.parse::<usize>().unwrap_or(0))),
             None => (spec_t.parse::<usize>().ok(), None),
         };
+        if matches!(verb, 's' | 'v') && w.is_none() {
+            // The common case: write the text straight in, no copy.
+            match arg {
+                Value::String(s) => out.push_str(s),
+                Value::Bytes(b) => out.push_str(&String::from_utf8_lossy(b)),
+                other => out.push_str(&super::general::to_string_value(other)),
+            }
+            continue;
+        }
         let body = match verb {
             's' | 'v' => super::general::to_string_value(arg),
             'd' => match arg {
