@@ -47,14 +47,20 @@ root.active = this.active
 fn rename_by_hand(input: &[u8]) -> Vec<u8> {
     let mut v: Json = serde_json::from_slice(input).unwrap_or_default();
     let mut out = Map::new();
-    let Some(o) = v.as_object_mut() else { return Vec::new() };
+    let Some(o) = v.as_object_mut() else {
+        return Vec::new();
+    };
     out.insert("id".into(), o.remove("user_id").unwrap_or_default());
     out.insert("name".into(), o.remove("first_name").unwrap_or_default());
     out.insert("surname".into(), o.remove("last_name").unwrap_or_default());
     let total = o.get("price").and_then(Json::as_f64).unwrap_or(0.0)
         * o.get("quantity").and_then(Json::as_f64).unwrap_or(0.0);
     out.insert("total".into(), json!(total));
-    let city = o.get_mut("address").and_then(|a| a.get_mut("city")).map(Json::take).unwrap_or_default();
+    let city = o
+        .get_mut("address")
+        .and_then(|a| a.get_mut("city"))
+        .map(Json::take)
+        .unwrap_or_default();
     out.insert("city".into(), city);
     out.insert("active".into(), o.remove("active").unwrap_or_default());
     serde_json::to_vec(&out).unwrap_or_default()
@@ -82,13 +88,30 @@ fn strings_by_hand(input: &[u8]) -> (Vec<u8>, String) {
     let mut out = Map::new();
     out.insert(
         "display".into(),
-        Json::String(format!("{} {} <{}>", capitalize(s("first_name")), s("last_name").to_uppercase(), s("email").to_lowercase())),
+        Json::String(format!(
+            "{} {} <{}>",
+            capitalize(s("first_name")),
+            s("last_name").to_uppercase(),
+            s("email").to_lowercase()
+        )),
     );
-    out.insert("slug".into(), Json::String(format!("{}-{}", s("first_name"), s("last_name")).replace(' ', "-")));
+    out.insert(
+        "slug".into(),
+        Json::String(format!("{}-{}", s("first_name"), s("last_name")).replace(' ', "-")),
+    );
     out.insert("country".into(), Json::String(s("country").to_uppercase()));
-    let tags: Vec<&str> = v.get("tags").and_then(Json::as_array).map(|a| a.iter().filter_map(Json::as_str).collect()).unwrap_or_default();
+    let tags: Vec<&str> = v
+        .get("tags")
+        .and_then(Json::as_array)
+        .map(|a| a.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default();
     out.insert("tags".into(), Json::String(tags.join(",")));
-    let key = format!("{}/{}/{}", s("country"), v.get("user_id").cloned().unwrap_or_default(), s("last_name").to_uppercase());
+    let key = format!(
+        "{}/{}/{}",
+        s("country"),
+        v.get("user_id").cloned().unwrap_or_default(),
+        s("last_name").to_uppercase()
+    );
     (serde_json::to_vec(&out).unwrap_or_default(), key)
 }
 
@@ -104,7 +127,9 @@ fn arrays_by_hand(input: &[u8]) -> Vec<u8> {
     let items = v.get("items").and_then(Json::as_array).unwrap_or(&empty);
     let names: Vec<Json> = items
         .iter()
-        .filter(|i| i["in_stock"].as_bool() == Some(true) && i["price"].as_f64().unwrap_or(0.0) > 20.0)
+        .filter(|i| {
+            i["in_stock"].as_bool() == Some(true) && i["price"].as_f64().unwrap_or(0.0) > 20.0
+        })
         .map(|i| Json::String(i["name"].as_str().unwrap_or("").to_uppercase()))
         .collect();
     let total: i64 = items.iter().map(|i| i["price"].as_i64().unwrap_or(0)).sum();
@@ -121,7 +146,11 @@ fn by_mapping(m: &Mapping, input: &bytes::Bytes) -> Vec<u8> {
     }
 }
 
-fn by_mapping_and_key(m: &Mapping, key: &InterpolatedString, input: &bytes::Bytes) -> (Vec<u8>, String) {
+fn by_mapping_and_key(
+    m: &Mapping,
+    key: &InterpolatedString,
+    input: &bytes::Bytes,
+) -> (Vec<u8>, String) {
     let batch = vec![Message::new(input.clone())];
     let k = key.render(&batch, 0).unwrap_or_default();
     let out = match m.apply(&batch, 0) {
@@ -153,14 +182,24 @@ fn cases() -> Vec<Case> {
     );
     let (a, ka) = by_mapping_and_key(&strings, &key, &user);
     let (b, kb) = strings_by_hand(&user);
-    assert_eq!(serde_json::from_slice::<Json>(&a).ok(), serde_json::from_slice::<Json>(&b).ok());
+    assert_eq!(
+        serde_json::from_slice::<Json>(&a).ok(),
+        serde_json::from_slice::<Json>(&b).ok()
+    );
     assert_eq!(ka, kb);
     assert_eq!(
         serde_json::from_slice::<Json>(&by_mapping(&arrays, &items)).ok(),
         serde_json::from_slice::<Json>(&arrays_by_hand(&items)).ok()
     );
 
-    let (u1, u2, u3, u4, i1, i2) = (user.clone(), user.clone(), user.clone(), user, items.clone(), items);
+    let (u1, u2, u3, u4, i1, i2) = (
+        user.clone(),
+        user.clone(),
+        user.clone(),
+        user,
+        items.clone(),
+        items,
+    );
     vec![
         Case {
             name: "rename_arithmetic",
@@ -218,8 +257,12 @@ fn main() {
     {
         let mut g = c.benchmark_group("mapping");
         for case in &cases {
-            g.bench_function(BenchmarkId::new(case.name, "mapping"), |b| b.iter(|| black_box((case.mapping)())));
-            g.bench_function(BenchmarkId::new(case.name, "hand_written"), |b| b.iter(|| black_box((case.hand)())));
+            g.bench_function(BenchmarkId::new(case.name, "mapping"), |b| {
+                b.iter(|| black_box((case.mapping)()))
+            });
+            g.bench_function(BenchmarkId::new(case.name, "hand_written"), |b| {
+                b.iter(|| black_box((case.hand)()))
+            });
         }
         g.finish();
     }
@@ -229,6 +272,9 @@ fn main() {
     for case in &cases {
         let (m, h) = (per_call(&*case.mapping), per_call(&*case.hand));
         let ratio = m.as_secs_f64() / h.as_secs_f64();
-        println!("  {:<24} mapping {:>9.2?}  hand {:>9.2?}  ratio {:.2}", case.name, m, h, ratio);
+        println!(
+            "  {:<24} mapping {:>9.2?}  hand {:>9.2?}  ratio {:.2}",
+            case.name, m, h, ratio
+        );
     }
 }

@@ -4,6 +4,6 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod mapping;
 pub mod message;
 pub mod value;
-pub mod mapping;

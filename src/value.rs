@@ -166,7 +166,14 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
         };
         out.extend_from_slice(&bytes[start..i]);
         if esc.is_empty() {
-            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ]);
         } else {
             out.extend_from_slice(esc);
         }
@@ -251,9 +258,7 @@ impl Serialize for Value {
                 }
                 map.end()
             }
-            Value::Timestamp(t) => {
-                s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
-            }
+            Value::Timestamp(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
         }
     }
 }
@@ -288,7 +293,9 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Int(i))
     }
     fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
-        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
+        Ok(i64::try_from(u)
+            .map(Value::Int)
+            .unwrap_or(Value::Float(u as f64)))
     }
     fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
         Ok(Value::Float(x))
@@ -330,7 +337,9 @@ mod tests {
             String::from_utf8(v.to_json()).unwrap(),
             r#"{"a":[1.5,true,null,"x"],"b":1,"c":9223372036854775807}"#
         );
-        let Value::Object(o) = &v else { panic!("object expected") };
+        let Value::Object(o) = &v else {
+            panic!("object expected")
+        };
         assert_eq!(o["b"], Value::Int(1));
     }
 
@@ -344,19 +353,28 @@ mod tests {
     fn floats_print_like_go() {
         assert_eq!(Value::Float(1e21).to_json(), b"1e+21");
         assert_eq!(Value::Float(1.5e-7).to_json(), b"1.5e-7");
-        assert_eq!(Value::Float(9.223372036854776e18).to_json(), b"9223372036854776000");
+        assert_eq!(
+            Value::Float(9.223372036854776e18).to_json(),
+            b"9223372036854776000"
+        );
         assert_eq!(Value::Float(-0.5).to_json(), b"-0.5");
         assert_eq!(Value::Float(59.97).to_json(), b"59.97");
         assert_eq!(Value::Float(0.00001234).to_json(), b"0.00001234");
         assert_eq!(Value::Float(0.000001234).to_json(), b"0.000001234");
-        assert_eq!(Value::Float(123456789012345680000.0).to_json(), b"123456789012345680000");
+        assert_eq!(
+            Value::Float(123456789012345680000.0).to_json(),
+            b"123456789012345680000"
+        );
         assert_eq!(Value::Float(-3.0).to_json(), b"-3");
         assert_eq!(Value::Float(f64::NAN).to_json(), b"null");
     }
 
     #[test]
     fn strings_are_escaped() {
-        assert_eq!(Value::from("a\"b\\c\n\u{1}é").to_json(), "\"a\\\"b\\\\c\\n\\u0001é\"".as_bytes());
+        assert_eq!(
+            Value::from("a\"b\\c\n\u{1}é").to_json(),
+            "\"a\\\"b\\\\c\\n\\u0001é\"".as_bytes()
+        );
     }
 
     #[test]
@@ -367,6 +385,11 @@ mod tests {
 
     #[test]
     fn huge_unsigned_becomes_float() {
-        assert_eq!(Value::from_json(b"18446744073709551615").unwrap().type_name(), "number");
+        assert_eq!(
+            Value::from_json(b"18446744073709551615")
+                .unwrap()
+                .type_name(),
+            "number"
+        );
     }
 }

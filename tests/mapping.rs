@@ -17,7 +17,9 @@ use sluice::message::Message;
 use sluice::value::Value;
 
 fn cases(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -35,7 +37,9 @@ fn header<'a>(src: &'a str, key: &str) -> Option<&'a str> {
 }
 
 fn flag(src: &str, key: &str) -> bool {
-    src.lines().take_while(|l| l.starts_with('#') || l.trim().is_empty()).any(|l| l.trim() == format!("# {key}"))
+    src.lines()
+        .take_while(|l| l.starts_with('#') || l.trim().is_empty())
+        .any(|l| l.trim() == format!("# {key}"))
 }
 
 fn same(got: &[u8], want: &str) -> bool {
@@ -76,7 +80,10 @@ fn run_case(path: &Path) -> Result<(), String> {
         (Ok(Some(out)), None) => {
             if let Some(want) = header(&src, "output") {
                 if !same(out.payload(), want) {
-                    return Err(format!("got {}\nwant {want}", String::from_utf8_lossy(out.payload())));
+                    return Err(format!(
+                        "got {}\nwant {want}",
+                        String::from_utf8_lossy(out.payload())
+                    ));
                 }
             }
             if let Some(want) = header(&src, "output_meta") {
@@ -100,10 +107,20 @@ fn golden_mappings() {
     let mut files = Vec::new();
     cases(&root, &mut files);
     files.sort();
-    assert!(files.len() >= 20, "expected the golden files under {}", root.display());
+    assert!(
+        files.len() >= 20,
+        "expected the golden files under {}",
+        root.display()
+    );
     let failures: Vec<String> = files
         .iter()
         .filter_map(|p| run_case(p).err().map(|e| format!("{}: {e}", p.display())))
         .collect();
-    assert!(failures.is_empty(), "{} of {} golden files failed:\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} golden files failed:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }

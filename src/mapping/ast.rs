@@ -17,14 +17,37 @@ impl Span {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stmt {
-    Import { path: String, span: Span },
-    Map { name: String, body: Vec<Stmt>, span: Span },
-    Let { name: String, value: Expr, span: Span },
+    Import {
+        path: String,
+        span: Span,
+    },
+    Map {
+        name: String,
+        body: Vec<Stmt>,
+        span: Span,
+    },
+    Let {
+        name: String,
+        value: Expr,
+        span: Span,
+    },
     /// `meta foo = x` (key set) or `meta = {...}` (all metadata).
-    Meta { key: Option<String>, value: Expr, span: Span },
+    Meta {
+        key: Option<String>,
+        value: Expr,
+        span: Span,
+    },
     /// `root.a.b = x`; an empty target is `root` itself.
-    Assign { target: Vec<Seg>, value: Expr, span: Span },
-    If { branches: Vec<(Expr, Vec<Stmt>)>, otherwise: Option<Vec<Stmt>>, span: Span },
+    Assign {
+        target: Vec<Seg>,
+        value: Expr,
+        span: Span,
+    },
+    If {
+        branches: Vec<(Expr, Vec<Stmt>)>,
+        otherwise: Option<Vec<Stmt>>,
+        span: Span,
+    },
 }
 
 impl Stmt {

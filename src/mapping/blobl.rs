@@ -25,7 +25,12 @@ pub struct BloblArgs {
 }
 
 /// Runs the command and returns its exit status.
-pub fn run(args: BloblArgs, mut stdin: impl BufRead, mut stdout: impl Write, mut stderr: impl Write) -> i32 {
+pub fn run(
+    args: BloblArgs,
+    mut stdin: impl BufRead,
+    mut stdout: impl Write,
+    mut stderr: impl Write,
+) -> i32 {
     let (src, env) = match (&args.mapping, &args.file) {
         (_, Some(path)) => match std::fs::read_to_string(path) {
             Ok(s) => {
@@ -33,13 +38,23 @@ pub fn run(args: BloblArgs, mut stdin: impl BufRead, mut stdout: impl Write, mut
                 (s, Env::with_import_dir(dir))
             }
             Err(e) => {
-                let _ = writeln!(stderr, "failed to read mapping file {}: {e}", path.display());
+                let _ = writeln!(
+                    stderr,
+                    "failed to read mapping file {}: {e}",
+                    path.display()
+                );
                 return 1;
             }
         },
-        (Some(m), None) => (m.clone(), Env::with_import_dir(std::env::current_dir().unwrap_or_default())),
+        (Some(m), None) => (
+            m.clone(),
+            Env::with_import_dir(std::env::current_dir().unwrap_or_default()),
+        ),
         (None, None) => {
-            let _ = writeln!(stderr, "a mapping is required: give it as an argument or with -f FILE");
+            let _ = writeln!(
+                stderr,
+                "a mapping is required: give it as an argument or with -f FILE"
+            );
             return 1;
         }
     };
@@ -55,7 +70,11 @@ pub fn run(args: BloblArgs, mut stdin: impl BufRead, mut stdout: impl Write, mut
         Some(text) => match Value::from_json(text.as_bytes()) {
             Ok(Value::Object(o)) => o,
             Ok(other) => {
-                let _ = writeln!(stderr, "metadata must be a JSON object, got {}", other.type_name());
+                let _ = writeln!(
+                    stderr,
+                    "metadata must be a JSON object, got {}",
+                    other.type_name()
+                );
                 return 1;
             }
             Err(e) => {
@@ -120,12 +139,19 @@ mod tests {
     fn go(args: BloblArgs, input: &str) -> (i32, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = run(args, input.as_bytes(), &mut out, &mut err);
-        (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
     }
 
     #[test]
     fn one_result_per_line_and_errors_go_on() {
-        let args = BloblArgs { mapping: Some("root = if this.n < 0 { deleted() } else { this.n * 2 }".into()), ..Default::default() };
+        let args = BloblArgs {
+            mapping: Some("root = if this.n < 0 { deleted() } else { this.n * 2 }".into()),
+            ..Default::default()
+        };
         let (code, out, err) = go(args, "{\"n\":1}\n{\"n\":-1}\nnope\n{\"n\":3}\n");
         assert_eq!(out, "2\n6\n");
         assert!(err.contains("failed to execute mapping"), "{err}");
@@ -146,7 +172,10 @@ mod tests {
 
     #[test]
     fn parse_errors_stop_at_once() {
-        let args = BloblArgs { mapping: Some("root = (".into()), ..Default::default() };
+        let args = BloblArgs {
+            mapping: Some("root = (".into()),
+            ..Default::default()
+        };
         let (code, out, err) = go(args, "{}\n");
         assert_eq!(code, 1);
         assert!(out.is_empty());
@@ -158,7 +187,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.blobl");
         std::fs::write(&path, "root.up = this.s.uppercase()\n").unwrap();
-        let (code, out, _) = go(BloblArgs { file: Some(path), ..Default::default() }, "{\"s\":\"x\"}\n");
+        let (code, out, _) = go(
+            BloblArgs {
+                file: Some(path),
+                ..Default::default()
+            },
+            "{\"s\":\"x\"}\n",
+        );
         assert_eq!((code, out.as_str()), (0, "{\"up\":\"X\"}\n"));
     }
 }

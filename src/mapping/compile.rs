@@ -121,10 +121,26 @@ impl std::fmt::Debug for MethodCall {
 
 #[derive(Debug)]
 pub enum CStmt {
-    Assign { target: Vec<Seg>, value: Node, line: usize },
-    Let { slot: usize, value: Node, line: usize },
-    Meta { key: Option<String>, value: Node, line: usize },
-    If { branches: Vec<(Node, Vec<CStmt>)>, otherwise: Option<Vec<CStmt>>, line: usize },
+    Assign {
+        target: Vec<Seg>,
+        value: Node,
+        line: usize,
+    },
+    Let {
+        slot: usize,
+        value: Node,
+        line: usize,
+    },
+    Meta {
+        key: Option<String>,
+        value: Node,
+        line: usize,
+    },
+    If {
+        branches: Vec<(Node, Vec<CStmt>)>,
+        otherwise: Option<Vec<CStmt>>,
+        line: usize,
+    },
 }
 
 #[derive(Debug)]
@@ -195,7 +211,11 @@ impl<'e> Compiler<'e> {
     }
 
     fn text(&self, span: Span) -> Box<str> {
-        self.src.get(span.start..span.end).unwrap_or("").trim().into()
+        self.src
+            .get(span.start..span.end)
+            .unwrap_or("")
+            .trim()
+            .into()
     }
 
     pub fn program(mut self, stmts: Vec<Stmt>) -> Result<Program, Diagnostics> {
@@ -240,14 +260,19 @@ impl<'e> Compiler<'e> {
                     }
                 }
                 let body = self.stmts(body);
-                prog.maps.push(MapDef { name: name.clone(), body });
+                prog.maps.push(MapDef {
+                    name: name.clone(),
+                    body,
+                });
             }
         }
         // What maps read happens on values handed to them, not on the message.
         self.reads_this = top_reads;
         self.touches_root = top_touch;
-        let top: Vec<&Stmt> =
-            stmts.iter().filter(|s| !matches!(s, Stmt::Map { .. } | Stmt::Import { .. })).collect();
+        let top: Vec<&Stmt> = stmts
+            .iter()
+            .filter(|s| !matches!(s, Stmt::Map { .. } | Stmt::Import { .. }))
+            .collect();
         let mut out = Vec::new();
         for st in top {
             if let Some(c) = self.stmt(st) {
@@ -279,8 +304,10 @@ impl<'e> Compiler<'e> {
             .map_err(|d| format!("in imported file `{}`:\n{d}", full.display()))?;
         let mut sub = Compiler::new(self.env, &text);
         sub.import_depth = self.import_depth + 1;
-        let only_maps: Vec<Stmt> =
-            stmts.into_iter().filter(|s| matches!(s, Stmt::Map { .. } | Stmt::Import { .. })).collect();
+        let only_maps: Vec<Stmt> = stmts
+            .into_iter()
+            .filter(|s| matches!(s, Stmt::Map { .. } | Stmt::Import { .. }))
+            .collect();
         let prog = sub
             .program(only_maps)
             .map_err(|d| format!("in imported file `{}`:\n{d}", full.display()))?;
@@ -302,7 +329,11 @@ impl<'e> Compiler<'e> {
             Stmt::Assign { target, value, .. } => {
                 self.touches_root = true;
                 let value = self.expr(value)?;
-                Some(CStmt::Assign { target: target.clone(), value, line })
+                Some(CStmt::Assign {
+                    target: target.clone(),
+                    value,
+                    line,
+                })
             }
             Stmt::Let { name, value, .. } => {
                 let slot = self.var_slot(name);
@@ -311,9 +342,17 @@ impl<'e> Compiler<'e> {
             }
             Stmt::Meta { key, value, .. } => {
                 let value = self.expr(value)?;
-                Some(CStmt::Meta { key: key.clone(), value, line })
+                Some(CStmt::Meta {
+                    key: key.clone(),
+                    value,
+                    line,
+                })
             }
-            Stmt::If { branches, otherwise, .. } => {
+            Stmt::If {
+                branches,
+                otherwise,
+                ..
+            } => {
                 let mut bs = Vec::new();
                 for (c, body) in branches {
                     let c = self.expr(c);
@@ -323,7 +362,11 @@ impl<'e> Compiler<'e> {
                     }
                 }
                 let otherwise = otherwise.as_ref().map(|b| self.stmts(b));
-                Some(CStmt::If { branches: bs, otherwise, line })
+                Some(CStmt::If {
+                    branches: bs,
+                    otherwise,
+                    line,
+                })
             }
             Stmt::Map { .. } | Stmt::Import { .. } => None,
         }
@@ -373,7 +416,11 @@ impl<'e> Compiler<'e> {
             ExprKind::Index(t, i) => {
                 let target = self.expr(t);
                 let index = self.expr(i);
-                Node::Index(Box::new(IndexNode { target: target?, index: index?, text: self.text(e.span) }))
+                Node::Index(Box::new(IndexNode {
+                    target: target?,
+                    index: index?,
+                    text: self.text(e.span),
+                }))
             }
             ExprKind::Slice(t, a, b) => {
                 let target = self.expr(t);
@@ -387,7 +434,12 @@ impl<'e> Compiler<'e> {
                     Some(x) => Some(x?),
                     None => None,
                 };
-                Node::Slice(Box::new(SliceNode { target: target?, from, to, text: self.text(e.span) }))
+                Node::Slice(Box::new(SliceNode {
+                    target: target?,
+                    from,
+                    to,
+                    text: self.text(e.span),
+                }))
             }
             ExprKind::Meta(Some(k)) => Node::Meta(k.as_str().into()),
             ExprKind::Meta(None) => Node::MetaAll,
@@ -477,7 +529,10 @@ impl<'e> Compiler<'e> {
                 if !ok {
                     return None;
                 }
-                Node::Match(Box::new(MatchNode { subject, cases: out }))
+                Node::Match(Box::new(MatchNode {
+                    subject,
+                    cases: out,
+                }))
             }
             ExprKind::Call(name, args) => self.function(name, args, e.span)?,
             ExprKind::Method(recv, name, args) => self.method(recv, name, args, e.span)?,
@@ -497,13 +552,19 @@ impl<'e> Compiler<'e> {
                 self.scopes.push((p.clone(), slot));
                 let body = self.expr(&a.value);
                 self.scopes.pop();
-                Some(Lambda { param: Some(slot), body: body? })
+                Some(Lambda {
+                    param: Some(slot),
+                    body: body?,
+                })
             }
             _ => {
                 self.in_lambda += 1;
                 let body = self.expr(&a.value);
                 self.in_lambda -= 1;
-                Some(Lambda { param: None, body: body? })
+                Some(Lambda {
+                    param: None,
+                    body: body?,
+                })
             }
         }
     }
@@ -520,7 +581,11 @@ impl<'e> Compiler<'e> {
         let mut ok = true;
         let named = args.iter().any(|a| a.name.is_some());
         if named && args.iter().any(|a| a.name.is_none()) {
-            let d = self.diag(span, "E004", format!("{what}: cannot mix named and positional arguments"));
+            let d = self.diag(
+                span,
+                "E004",
+                format!("{what}: cannot mix named and positional arguments"),
+            );
             self.diags.push(d);
             return None;
         }
@@ -530,7 +595,8 @@ impl<'e> Compiler<'e> {
                     Some(i) => i,
                     None => {
                         let names: Vec<&str> = params.iter().map(|p| p.name).collect();
-                        let d = self.diag(a.span, "E004", format!("{what}: unknown parameter `{n}`"))
+                        let d = self
+                            .diag(a.span, "E004", format!("{what}: unknown parameter `{n}`"))
                             .with_hint(format!("parameters are: {}", names.join(", ")));
                         self.diags.push(d);
                         ok = false;
@@ -543,7 +609,11 @@ impl<'e> Compiler<'e> {
                 let d = self.diag(
                     a.span,
                     "E004",
-                    format!("{what}: takes at most {} argument(s), got {}", params.len(), args.len()),
+                    format!(
+                        "{what}: takes at most {} argument(s), got {}",
+                        params.len(),
+                        args.len()
+                    ),
                 );
                 self.diags.push(d);
                 return None;
@@ -552,7 +622,11 @@ impl<'e> Compiler<'e> {
         }
         for (p, s) in params.iter().zip(&slots) {
             if s.is_none() && p.default == Default::Required {
-                let d = self.diag(span, "E004", format!("{what}: missing argument `{}`", p.name));
+                let d = self.diag(
+                    span,
+                    "E004",
+                    format!("{what}: missing argument `{}`", p.name),
+                );
                 self.diags.push(d);
                 ok = false;
             }
@@ -611,7 +685,11 @@ impl<'e> Compiler<'e> {
         for (p, a) in spec.params.iter().zip(slots) {
             let n = match a {
                 Some(a) if a.is_lambda => {
-                    let d = self.diag(a.span, "E004", format!("function `{name}`: `{}` does not take a lambda", p.name));
+                    let d = self.diag(
+                        a.span,
+                        "E004",
+                        format!("function `{name}`: `{}` does not take a lambda", p.name),
+                    );
                     self.diags.push(d);
                     ok = false;
                     None
@@ -663,7 +741,11 @@ impl<'e> Compiler<'e> {
                     regexes.push(None);
                 }
                 (_, Some(a)) if a.is_lambda => {
-                    let d = self.diag(a.span, "E004", format!("method `{name}`: `{}` does not take a lambda", p.name));
+                    let d = self.diag(
+                        a.span,
+                        "E004",
+                        format!("method `{name}`: `{}` does not take a lambda", p.name),
+                    );
                     self.diags.push(d);
                     ok = false;
                 }
@@ -694,13 +776,24 @@ impl<'e> Compiler<'e> {
         if !ok {
             return None;
         }
+        // Trailing optional arguments that were not given need no slot at run time.
+        while values.len() > 1
+            && matches!(values.last(), Some(None))
+            && matches!(lambdas.last(), Some(None))
+        {
+            values.pop();
+            lambdas.pop();
+            regexes.pop();
+        }
         let recv = recv_node?;
         // `x.filter(f).map_each(g)` runs as one pass over `x`, so the kept items are
         // read where they are instead of being copied into an intermediate array.
         if name == "map_each" {
             if let Node::Method(inner) = &recv {
                 if inner.spec.name == "filter" {
-                    if let (Node::Method(inner), Some(map_l)) = (recv, lambdas.into_iter().next().flatten()) {
+                    if let (Node::Method(inner), Some(map_l)) =
+                        (recv, lambdas.into_iter().next().flatten())
+                    {
                         let inner = *inner;
                         let filter_l = inner.lambdas.into_iter().next().flatten()?;
                         return Some(Node::Method(Box::new(MethodCall {
@@ -745,7 +838,7 @@ fn fold(node: Node) -> Node {
         Node::Method(m) => {
             matches!(m.spec.imp, MethodImpl::Eager(_))
                 && is_lit(&m.recv)
-                && m.args_values.iter().all(|a| a.as_ref().is_none_or(is_lit))
+                && m.args_values.iter().all(|a| a.as_ref().map_or(true, is_lit))
                 && !IMPURE_METHODS.contains(&m.spec.name)
         }
         Node::Path(b, _) => is_lit(b),

@@ -25,7 +25,10 @@ impl Diagnostic {
     pub fn at(src: &str, span: Span, code: &'static str, message: impl Into<String>) -> Self {
         let start = span.start.min(src.len());
         let line_start = src[..start].rfind('\n').map(|i| i + 1).unwrap_or(0);
-        let line_end = src[start..].find('\n').map(|i| start + i).unwrap_or(src.len());
+        let line_end = src[start..]
+            .find('\n')
+            .map(|i| start + i)
+            .unwrap_or(src.len());
         let line = src[..start].matches('\n').count() + 1;
         let col = src[line_start..start].chars().count() + 1;
         let end = span.end.clamp(start, line_end);
@@ -51,7 +54,11 @@ impl fmt::Display for Diagnostic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let gutter = self.line.to_string().len();
         writeln!(f, "error[{}]: {}", self.code, self.message)?;
-        writeln!(f, "{:gutter$}--> line {}, column {}", "", self.line, self.col)?;
+        writeln!(
+            f,
+            "{:gutter$}--> line {}, column {}",
+            "", self.line, self.col
+        )?;
         writeln!(f, "{:gutter$} |", "")?;
         writeln!(f, "{} | {}", self.line, self.source_line)?;
         // Tabs keep their width so the caret lines up under the right character.

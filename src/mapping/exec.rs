@@ -95,8 +95,14 @@ pub struct MsgView<'a> {
 }
 
 impl<'a> MsgView<'a> {
-    pub const NONE: MsgView<'static> =
-        MsgView { msg: None, payload: None, meta_in: None, error: None, index: 0, size: 0 };
+    pub const NONE: MsgView<'static> = MsgView {
+        msg: None,
+        payload: None,
+        meta_in: None,
+        error: None,
+        index: 0,
+        size: 0,
+    };
 
     pub fn of(batch: &'a [Message], index: usize) -> Self {
         let msg = batch.get(index);
@@ -152,7 +158,10 @@ impl<'a> Ctx<'a> {
     where
         'a: 'b,
     {
-        Ctx { this: This::Val(v), ..*self }
+        Ctx {
+            this: This::Val(v),
+            ..*self
+        }
     }
 }
 
@@ -186,7 +195,9 @@ pub fn values_eq(a: &Value, b: &Value) -> bool {
         }
         (Value::Object(x), Value::Object(y)) => {
             x.len() == y.len()
-                && x.iter().zip(y).all(|((ka, va), (kb, vb))| ka == kb && values_eq(va, vb))
+                && x.iter()
+                    .zip(y)
+                    .all(|((ka, va), (kb, vb))| ka == kb && values_eq(va, vb))
         }
         (Value::String(s), Value::Bytes(b)) | (Value::Bytes(b), Value::String(s)) => {
             s.as_bytes() == &b[..]
@@ -201,13 +212,18 @@ pub fn compare(a: &Value, b: &Value) -> Result<Ordering, String> {
         (Value::Int(x), Value::Int(y)) => Ok(x.cmp(y)),
         (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
             let (x, y) = (to_float(a)?, to_float(b)?);
-            x.partial_cmp(&y).ok_or_else(|| "cannot compare NaN".to_string())
+            x.partial_cmp(&y)
+                .ok_or_else(|| "cannot compare NaN".to_string())
         }
         (Value::String(x), Value::String(y)) => Ok(x.cmp(y)),
         (Value::Bytes(x), Value::Bytes(y)) => Ok(x.cmp(y)),
         (Value::Timestamp(x), Value::Timestamp(y)) => Ok(x.cmp(y)),
         (Value::Bool(x), Value::Bool(y)) => Ok(x.cmp(y)),
-        _ => Err(format!("cannot compare types {} and {}", describe(a), describe(b))),
+        _ => Err(format!(
+            "cannot compare types {} and {}",
+            describe(a),
+            describe(b)
+        )),
     }
 }
 
@@ -241,13 +257,19 @@ fn norm_index(i: i64, len: usize) -> Option<usize> {
 }
 
 /// Bounds of a slice, clamped, with negative positions counted from the end.
-pub fn slice_bounds(len: usize, from: Option<i64>, to: Option<i64>) -> Result<(usize, usize), String> {
+pub fn slice_bounds(
+    len: usize,
+    from: Option<i64>,
+    to: Option<i64>,
+) -> Result<(usize, usize), String> {
     let n = len as i64;
     let fix = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
     let s = fix(from.unwrap_or(0));
     let e = fix(to.unwrap_or(n));
     if s > e {
-        return Err(format!("lower slice bound {s} must not exceed upper bound {e}"));
+        return Err(format!(
+            "lower slice bound {s} must not exceed upper bound {e}"
+        ));
     }
     Ok((s as usize, e as usize))
 }
@@ -308,7 +330,9 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             let target = eval(&ix.target, cx)?;
             let i = eval(&ix.index, cx)?;
             let res = match (target.get(), i.get()) {
-                (Value::Object(o), Value::String(k)) => Ok(o.get(k).cloned().unwrap_or(Value::Null)),
+                (Value::Object(o), Value::String(k)) => {
+                    Ok(o.get(k).cloned().unwrap_or(Value::Null))
+                }
                 (Value::Array(a), idx @ (Value::Int(_) | Value::Float(_))) => {
                     let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
                     match norm_index(n, a.len()) {
@@ -335,7 +359,8 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 (t, i) => Err(format!("cannot index {} with {}", describe(t), describe(i))),
             };
             // Borrow instead of copying when the target was borrowed and the key is plain.
-            res.map(V::Own).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))
+            res.map(V::Own)
+                .map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))
         }
         Node::Slice(sl) => {
             let target = eval(&sl.target, cx)?;
@@ -344,7 +369,9 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     None => Ok(None),
                     Some(n) => {
                         let v = eval(n, cx)?;
-                        to_int(v.get()).map(Some).map_err(|e| ExecError::new(format!("{}: {e}", sl.text)))
+                        to_int(v.get())
+                            .map(Some)
+                            .map_err(|e| ExecError::new(format!("{}: {e}", sl.text)))
                     }
                 }
             };
@@ -393,12 +420,18 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         }
         Node::Not(inner) => match eval(inner, cx)?.get() {
             Value::Bool(b) => Ok(V::Own(Value::Bool(!b))),
-            other => Err(ExecError::new(format!("cannot negate: {}", type_err("bool", other)))),
+            other => Err(ExecError::new(format!(
+                "cannot negate: {}",
+                type_err("bool", other)
+            ))),
         },
         Node::Neg(inner) => match eval(inner, cx)?.get() {
             Value::Int(i) => Ok(V::Own(Value::Int(i.wrapping_neg()))),
             Value::Float(f) => Ok(V::Own(Value::Float(-f))),
-            other => Err(ExecError::new(format!("cannot negate: {}", type_err("number", other)))),
+            other => Err(ExecError::new(format!(
+                "cannot negate: {}",
+                type_err("number", other)
+            ))),
         },
         Node::Bin(b) => eval_bin(b, cx),
         Node::If(branches, otherwise) => {
@@ -418,7 +451,10 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             let mcx = match &m.subject {
                 Some(s) => {
                     subject = eval(s, cx)?;
-                    inner_cx = Ctx { this: This::Val(subject.get()), ..*cx };
+                    inner_cx = Ctx {
+                        this: This::Val(subject.get()),
+                        ..*cx
+                    };
                     &inner_cx
                 }
                 None => cx,
@@ -440,15 +476,22 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         }
         Node::Func(call) => {
             let vals = eval_args(&call.args, cx)?;
-            let args = Args { vals: &vals, regexes: &call.regexes };
-            (call.spec.imp)(call, &args, cx).map_err(|e| ExecError::new(format!("{}: {e}", call.text)))
+            let args = Args {
+                vals: &vals,
+                regexes: &call.regexes,
+            };
+            (call.spec.imp)(call, &args, cx)
+                .map_err(|e| ExecError::new(format!("{}: {e}", call.text)))
         }
         Node::Method(call) => match call.spec.imp {
             MethodImpl::Lazy(f) => f(call, cx),
             MethodImpl::Eager(f) => {
                 let recv = eval(&call.recv, cx)?;
                 let vals = eval_args(&call.args_values, cx)?;
-                let args = Args { vals: &vals, regexes: &call.regexes };
+                let args = Args {
+                    vals: &vals,
+                    regexes: &call.regexes,
+                };
                 let wrap = |e: String| ExecError::new(format!("{}: {e}", call.text));
                 match recv {
                     // Results borrow only from the receiver, so a borrowed receiver keeps them borrowed.
@@ -488,8 +531,15 @@ where
 {
     match l.param {
         Some(slot) => {
-            let scope = Scope { slot, val: item, parent: cx.scope };
-            let inner = Ctx { scope: Some(&scope), ..*cx };
+            let scope = Scope {
+                slot,
+                val: item,
+                parent: cx.scope,
+            };
+            let inner = Ctx {
+                scope: Some(&scope),
+                ..*cx
+            };
             eval(&l.body, &inner).map(V::detach)
         }
         None => {
@@ -504,7 +554,10 @@ where
 pub fn truthy<'a>(cond: &'a Node, cx: &Ctx<'a>) -> Result<bool, ExecError> {
     match eval(cond, cx)?.get() {
         Value::Bool(b) => Ok(*b),
-        other => Err(ExecError::new(format!("expected bool condition, got {}", describe(other)))),
+        other => Err(ExecError::new(format!(
+            "expected bool condition, got {}",
+            describe(other)
+        ))),
     }
 }
 
@@ -532,10 +585,12 @@ fn eval_bin<'a>(b: &'a Bin, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         _ => {
             let l = eval(&b.lhs, cx)?;
             let r = eval(&b.rhs, cx)?;
-            binary(b.op, l.get(), r.get()).map(V::Own).map_err(|e| match e {
-                Some(m) => ExecError::new(format!("{}: {m}", b.text)),
-                None => bin_err(b, l.get(), Some(r.get())),
-            })
+            binary(b.op, l.get(), r.get())
+                .map(V::Own)
+                .map_err(|e| match e {
+                    Some(m) => ExecError::new(format!("{}: {m}", b.text)),
+                    None => bin_err(b, l.get(), Some(r.get())),
+                })
         }
     }
 }
@@ -583,8 +638,13 @@ pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> 
             })
         }
         BinOp::Add => match (l, r) {
-            (Int(a), Int(b)) => a.checked_add(*b).map(Int).unwrap_or(Float(*a as f64 + *b as f64)),
-            (a, b) if num(a) && num(b) => Float(to_float(a).map_err(Some)? + to_float(b).map_err(Some)?),
+            (Int(a), Int(b)) => a
+                .checked_add(*b)
+                .map(Int)
+                .unwrap_or(Float(*a as f64 + *b as f64)),
+            (a, b) if num(a) && num(b) => {
+                Float(to_float(a).map_err(Some)? + to_float(b).map_err(Some)?)
+            }
             (Value::String(a), Value::String(b)) => {
                 let mut s = String::with_capacity(a.len() + b.len());
                 s.push_str(a);
@@ -599,16 +659,26 @@ pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> 
             _ => return Err(None),
         },
         BinOp::Sub => match (l, r) {
-            (Int(a), Int(b)) => a.checked_sub(*b).map(Int).unwrap_or(Float(*a as f64 - *b as f64)),
-            (a, b) if num(a) && num(b) => Float(to_float(a).map_err(Some)? - to_float(b).map_err(Some)?),
+            (Int(a), Int(b)) => a
+                .checked_sub(*b)
+                .map(Int)
+                .unwrap_or(Float(*a as f64 - *b as f64)),
+            (a, b) if num(a) && num(b) => {
+                Float(to_float(a).map_err(Some)? - to_float(b).map_err(Some)?)
+            }
             (Value::Timestamp(a), Value::Timestamp(b)) => {
                 Int((*a - *b).num_nanoseconds().unwrap_or(i64::MAX))
             }
             _ => return Err(None),
         },
         BinOp::Mul => match (l, r) {
-            (Int(a), Int(b)) => a.checked_mul(*b).map(Int).unwrap_or(Float(*a as f64 * *b as f64)),
-            (a, b) if num(a) && num(b) => Float(to_float(a).map_err(Some)? * to_float(b).map_err(Some)?),
+            (Int(a), Int(b)) => a
+                .checked_mul(*b)
+                .map(Int)
+                .unwrap_or(Float(*a as f64 * *b as f64)),
+            (a, b) if num(a) && num(b) => {
+                Float(to_float(a).map_err(Some)? * to_float(b).map_err(Some)?)
+            }
             _ => return Err(None),
         },
         BinOp::Div => {
@@ -680,11 +750,19 @@ pub fn run<'m>(
 ) -> Result<(), StmtError> {
     for st in stmts {
         match st {
-            CStmt::Assign { target, value, line } => {
+            CStmt::Assign {
+                target,
+                value,
+                line,
+            } => {
                 let v = {
                     let root = fr.root.as_value();
                     let cx = Ctx {
-                        this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                        this: if fr.this_is_root {
+                            This::Val(root.unwrap_or(&NULL))
+                        } else {
+                            this
+                        },
                         root,
                         vars: &fr.vars,
                         scope: None,
@@ -694,15 +772,26 @@ pub fn run<'m>(
                     };
                     eval(value, &cx).map(V::detach::<'static>)
                 };
-                let v = v.map_err(|e| StmtError { line: *line, what: "assignment", msg: e.msg })?;
-                assign(&mut fr.root, target, v)
-                    .map_err(|m| StmtError { line: *line, what: "assignment", msg: m })?;
+                let v = v.map_err(|e| StmtError {
+                    line: *line,
+                    what: "assignment",
+                    msg: e.msg,
+                })?;
+                assign(&mut fr.root, target, v).map_err(|m| StmtError {
+                    line: *line,
+                    what: "assignment",
+                    msg: m,
+                })?;
             }
             CStmt::Let { slot, value, line } => {
                 let v = {
                     let root = fr.root.as_value();
                     let cx = Ctx {
-                        this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                        this: if fr.this_is_root {
+                            This::Val(root.unwrap_or(&NULL))
+                        } else {
+                            this
+                        },
                         root,
                         vars: &fr.vars,
                         scope: None,
@@ -712,7 +801,11 @@ pub fn run<'m>(
                     };
                     eval(value, &cx).map(V::detach::<'static>)
                 };
-                let v = v.map_err(|e| StmtError { line: *line, what: "assignment", msg: e.msg })?;
+                let v = v.map_err(|e| StmtError {
+                    line: *line,
+                    what: "assignment",
+                    msg: e.msg,
+                })?;
                 match v {
                     V::Nothing => {}
                     V::Deleted => fr.vars[*slot] = None,
@@ -723,7 +816,11 @@ pub fn run<'m>(
                 let v = {
                     let root = fr.root.as_value();
                     let cx = Ctx {
-                        this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                        this: if fr.this_is_root {
+                            This::Val(root.unwrap_or(&NULL))
+                        } else {
+                            this
+                        },
                         root,
                         vars: &fr.vars,
                         scope: None,
@@ -733,8 +830,16 @@ pub fn run<'m>(
                     };
                     eval(value, &cx).map(V::detach::<'static>)
                 };
-                let v = v.map_err(|e| StmtError { line: *line, what: "assignment", msg: e.msg })?;
-                let err = |m: String| StmtError { line: *line, what: "assignment", msg: m };
+                let v = v.map_err(|e| StmtError {
+                    line: *line,
+                    what: "assignment",
+                    msg: e.msg,
+                })?;
+                let err = |m: String| StmtError {
+                    line: *line,
+                    what: "assignment",
+                    msg: m,
+                };
                 match (key, v) {
                     (_, V::Nothing) => {}
                     (Some(k), V::Deleted) => {
@@ -751,13 +856,21 @@ pub fn run<'m>(
                     },
                 }
             }
-            CStmt::If { branches, otherwise, line } => {
+            CStmt::If {
+                branches,
+                otherwise,
+                line,
+            } => {
                 let mut chosen = None;
                 for (cond, body) in branches {
                     let hit = {
                         let root = fr.root.as_value();
                         let cx = Ctx {
-                            this: if fr.this_is_root { This::Val(root.unwrap_or(&NULL)) } else { this },
+                            this: if fr.this_is_root {
+                                This::Val(root.unwrap_or(&NULL))
+                            } else {
+                                this
+                            },
                             root,
                             vars: &fr.vars,
                             scope: None,
@@ -767,7 +880,11 @@ pub fn run<'m>(
                         };
                         truthy(cond, &cx)
                     };
-                    if hit.map_err(|e| StmtError { line: *line, what: "if statement", msg: e.msg })? {
+                    if hit.map_err(|e| StmtError {
+                        line: *line,
+                        what: "if statement",
+                        msg: e.msg,
+                    })? {
                         chosen = Some(body);
                         break;
                     }
@@ -840,8 +957,9 @@ fn set_path(mut cur: &mut Value, path: &[Seg], v: Value) -> Result<(), String> {
                         let last = a.len() - 1;
                         &mut a[last]
                     } else {
-                        let k = norm_index(*i, len)
-                            .ok_or_else(|| format!("index {i} is out of bounds for an array of {len}"))?;
+                        let k = norm_index(*i, len).ok_or_else(|| {
+                            format!("index {i} is out of bounds for an array of {len}")
+                        })?;
                         &mut a[k]
                     }
                 }
@@ -864,7 +982,9 @@ fn set_path(mut cur: &mut Value, path: &[Seg], v: Value) -> Result<(), String> {
 }
 
 fn remove_path(cur: &mut Value, path: &[Seg]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut cur = cur;
     for seg in parents {
         let next = match (seg, cur) {

@@ -48,7 +48,9 @@ impl InterpolatedString {
 
     /// True when no part depends on the message.
     pub fn is_static(&self) -> bool {
-        self.parts.iter().all(|p| matches!(p, Part::Text(_) | Part::Expr(Node::Lit(_))))
+        self.parts
+            .iter()
+            .all(|p| matches!(p, Part::Text(_) | Part::Expr(Node::Lit(_))))
     }
 
     pub fn render(&self, batch: &Batch, index: usize) -> Result<String, MappingError> {
@@ -66,12 +68,19 @@ impl InterpolatedString {
 
     fn render_vec(&self, batch: &Batch, index: usize) -> Result<Vec<u8>, MappingError> {
         let mut out: Vec<u8> = Vec::with_capacity(64);
-        self.render_into(batch, index, |v, out: &mut Vec<u8>| match v {
-            Value::String(s) => out.extend_from_slice(s.as_bytes()),
-            Value::Bytes(b) => out.extend_from_slice(b),
-            Value::Timestamp(t) => out.extend_from_slice(crate::mapping::time::format_default(t).as_bytes()),
-            other => other.write_json(out),
-        }, &mut out)?;
+        self.render_into(
+            batch,
+            index,
+            |v, out: &mut Vec<u8>| match v {
+                Value::String(s) => out.extend_from_slice(s.as_bytes()),
+                Value::Bytes(b) => out.extend_from_slice(b),
+                Value::Timestamp(t) => {
+                    out.extend_from_slice(crate::mapping::time::format_default(t).as_bytes())
+                }
+                other => other.write_json(out),
+            },
+            &mut out,
+        )?;
         Ok(out)
     }
 
@@ -134,7 +143,11 @@ mod tests {
 
     #[test]
     fn renders_per_message() {
-        let i = InterpolatedString::parse("id-${! this.id }-${! @k }-${!batch_index()}", &Env::default()).unwrap();
+        let i = InterpolatedString::parse(
+            "id-${! this.id }-${! @k }-${!batch_index()}",
+            &Env::default(),
+        )
+        .unwrap();
         assert!(!i.is_static());
         let batch = vec![Message::new(&br#"{"id":7}"#[..]).with_meta("k", "v")];
         assert_eq!(i.render(&batch, 0).unwrap(), "id-7-v-0");
@@ -150,7 +163,8 @@ mod tests {
 
     #[test]
     fn bad_expression_is_a_diagnostic() {
-        let e = InterpolatedString::parse("x ${! this.foo.nope_method() }", &Env::default()).unwrap_err();
+        let e = InterpolatedString::parse("x ${! this.foo.nope_method() }", &Env::default())
+            .unwrap_err();
         assert!(e.to_string().contains("unknown method"), "{e}");
         assert!(InterpolatedString::parse("x ${! this. }", &Env::default()).is_err());
     }

@@ -40,7 +40,11 @@ use crate::value::Value;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MappingError {
     #[error("failed {what} (line {line}): {msg}")]
-    Statement { line: usize, what: &'static str, msg: String },
+    Statement {
+        line: usize,
+        what: &'static str,
+        msg: String,
+    },
     #[error("{0}")]
     Query(String),
     #[error("message {index} is not in the batch (batch size {size})")]
@@ -49,7 +53,11 @@ pub enum MappingError {
 
 impl From<StmtError> for MappingError {
     fn from(e: StmtError) -> Self {
-        MappingError::Statement { line: e.line, what: e.what, msg: e.msg }
+        MappingError::Statement {
+            line: e.line,
+            what: e.what,
+            msg: e.msg,
+        }
     }
 }
 
@@ -68,56 +76,92 @@ pub struct Env {
 
 impl Default for Env {
     fn default() -> Self {
-        Env { import_dir: None, without: Arc::new(Vec::new()) }
+        Env {
+            import_dir: None,
+            without: Arc::new(Vec::new()),
+        }
     }
 }
 
 impl std::fmt::Debug for Env {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Env").field("import_dir", &self.import_dir).field("without", &self.without).finish()
+        f.debug_struct("Env")
+            .field("import_dir", &self.import_dir)
+            .field("without", &self.without)
+            .finish()
     }
 }
 
 impl Env {
     /// Every function, with `import` paths relative to `dir`.
     pub fn with_import_dir(dir: impl Into<PathBuf>) -> Self {
-        Env { import_dir: Some(dir.into()), ..Env::default() }
+        Env {
+            import_dir: Some(dir.into()),
+            ..Env::default()
+        }
     }
 
     /// Only functions whose result depends on their arguments alone.
     pub fn only_pure(&self) -> Self {
-        let without = FUNCTIONS.values().filter(|f| !f.pure).map(|f| f.name).collect();
-        Env { without: Arc::new(without), ..self.clone() }
+        let without = FUNCTIONS
+            .values()
+            .filter(|f| !f.pure)
+            .map(|f| f.name)
+            .collect();
+        Env {
+            without: Arc::new(without),
+            ..self.clone()
+        }
     }
 
     /// No functions that read a message (for places where there is none).
     pub fn no_message(&self) -> Self {
         let mut without: Vec<&'static str> = (*self.without).clone();
-        without.extend(FUNCTIONS.values().filter(|f| f.needs_message).map(|f| f.name));
-        Env { without: Arc::new(without), ..self.clone() }
+        without.extend(
+            FUNCTIONS
+                .values()
+                .filter(|f| f.needs_message)
+                .map(|f| f.name),
+        );
+        Env {
+            without: Arc::new(without),
+            ..self.clone()
+        }
     }
 
     /// Leaves out the named functions.
     pub fn without(&self, names: &[&'static str]) -> Self {
         let mut without: Vec<&'static str> = (*self.without).clone();
         without.extend_from_slice(names);
-        Env { without: Arc::new(without), ..self.clone() }
+        Env {
+            without: Arc::new(without),
+            ..self.clone()
+        }
     }
 
     pub fn function(&self, name: &str) -> Option<&'static FunctionSpec> {
-        FUNCTIONS.get(name).copied().filter(|f| !self.without.contains(&f.name))
+        FUNCTIONS
+            .get(name)
+            .copied()
+            .filter(|f| !self.without.contains(&f.name))
     }
     pub fn method(&self, name: &str) -> Option<&'static MethodSpec> {
         METHODS.get(name).copied()
     }
     pub fn function_names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        FUNCTIONS.keys().copied().filter(|n| !self.without.contains(n))
+        FUNCTIONS
+            .keys()
+            .copied()
+            .filter(|n| !self.without.contains(n))
     }
     pub fn method_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         METHODS.keys().copied()
     }
     pub fn functions(&self) -> impl Iterator<Item = &'static FunctionSpec> + '_ {
-        FUNCTIONS.values().copied().filter(|f| !self.without.contains(&f.name))
+        FUNCTIONS
+            .values()
+            .copied()
+            .filter(|f| !self.without.contains(&f.name))
     }
     pub fn methods(&self) -> impl Iterator<Item = &'static MethodSpec> + '_ {
         METHODS.values().copied()
@@ -134,21 +178,35 @@ impl Mapping {
     pub fn compile(src: &str, env: &Env) -> Result<Mapping, Diagnostics> {
         let stmts = parser::parse_mapping(src)?;
         let prog = Compiler::new(env, src).program(stmts)?;
-        Ok(Mapping { prog: Arc::new(prog) })
+        Ok(Mapping {
+            prog: Arc::new(prog),
+        })
     }
 
     fn frame<'m>(&self, meta: Cow<'m, crate::message::Metadata>, this_is_root: bool) -> Frame<'m> {
-        Frame { root: Slot::Nothing, vars: vec![None; self.prog.n_vars], meta, this_is_root }
+        Frame {
+            root: Slot::Nothing,
+            vars: vec![None; self.prog.n_vars],
+            meta,
+            this_is_root,
+        }
     }
 
     /// The `mapping` processor: builds a new message from message `index` of `batch`.
     /// `None` means the mapping deleted it. Metadata carries over unless changed.
     pub fn apply(&self, batch: &Batch, index: usize) -> Result<Option<Message>, MappingError> {
-        let msg = batch
-            .get(index)
-            .ok_or(MappingError::NoMessage { index, size: batch.len() })?;
+        let msg = batch.get(index).ok_or(MappingError::NoMessage {
+            index,
+            size: batch.len(),
+        })?;
         let mut fr = self.frame(Cow::Borrowed(msg.metadata()), false);
-        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Msg(msg), MsgView::of(batch, index))?;
+        exec::run(
+            &self.prog,
+            &self.prog.stmts,
+            &mut fr,
+            This::Msg(msg),
+            MsgView::of(batch, index),
+        )?;
         let mut out = match fr.root {
             Slot::Deleted => return Ok(None),
             Slot::Nothing => Message::new(msg.payload().clone()),
@@ -165,7 +223,13 @@ impl Mapping {
     pub fn generate(&self) -> Result<Option<Message>, MappingError> {
         let empty = crate::message::Metadata::new();
         let mut fr = self.frame(Cow::Borrowed(&empty), false);
-        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Val(&exec::NULL), MsgView::NONE)?;
+        exec::run(
+            &self.prog,
+            &self.prog.stmts,
+            &mut fr,
+            This::Val(&exec::NULL),
+            MsgView::NONE,
+        )?;
         let mut out = match fr.root {
             Slot::Deleted => return Ok(None),
             Slot::Nothing => Message::new(Bytes::new()),
@@ -177,7 +241,12 @@ impl Mapping {
 
     /// The `mutation` processor: edits `msg` in place. `index` and `size` are its place
     /// in the batch. Returns false when the mapping deleted the message.
-    pub fn mutate(&self, msg: &mut Message, index: usize, size: usize) -> Result<bool, MappingError> {
+    pub fn mutate(
+        &self,
+        msg: &mut Message,
+        index: usize,
+        size: usize,
+    ) -> Result<bool, MappingError> {
         let prog = &*self.prog;
         let payload = prog.reads_content.then(|| msg.payload().clone());
         let error = msg.error().map(str::to_owned);
@@ -191,7 +260,9 @@ impl Mapping {
                 }
                 Err(e) if prog.reads_this => {
                     *msg.metadata_mut() = fr.meta.into_owned();
-                    return Err(MappingError::Query(format!("unable to reference `this`: {e}")));
+                    return Err(MappingError::Query(format!(
+                        "unable to reference `this`: {e}"
+                    )));
                 }
                 Err(_) => {}
             }
@@ -219,7 +290,9 @@ impl Mapping {
     /// Convenience for a batch: mutates message `index` of `batch`.
     pub fn mutate_in(&self, batch: &mut Batch, index: usize) -> Result<bool, MappingError> {
         let size = batch.len();
-        let msg = batch.get_mut(index).ok_or(MappingError::NoMessage { index, size })?;
+        let msg = batch
+            .get_mut(index)
+            .ok_or(MappingError::NoMessage { index, size })?;
         self.mutate(msg, index, size)
     }
 
@@ -242,7 +315,13 @@ impl Mapping {
             }
         }
         let batch = std::slice::from_ref(source);
-        let res = exec::run(prog, &prog.stmts, &mut fr, This::Msg(source), MsgView::of(batch, 0));
+        let res = exec::run(
+            prog,
+            &prog.stmts,
+            &mut fr,
+            This::Msg(source),
+            MsgView::of(batch, 0),
+        );
         *target.metadata_mut() = fr.meta.into_owned();
         let kept = !matches!(fr.root, Slot::Deleted);
         match fr.root {
@@ -262,11 +341,18 @@ impl Mapping {
 
     /// Like [`Mapping::query`], with the message's place in its batch.
     pub fn query_in(&self, batch: &[Message], index: usize) -> Result<Value, MappingError> {
-        let msg = batch
-            .get(index)
-            .ok_or(MappingError::NoMessage { index, size: batch.len() })?;
+        let msg = batch.get(index).ok_or(MappingError::NoMessage {
+            index,
+            size: batch.len(),
+        })?;
         let mut fr = self.frame(Cow::Borrowed(msg.metadata()), false);
-        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Msg(msg), MsgView::of(batch, index))?;
+        exec::run(
+            &self.prog,
+            &self.prog.stmts,
+            &mut fr,
+            This::Msg(msg),
+            MsgView::of(batch, index),
+        )?;
         Ok(match fr.root {
             Slot::Val(v) => v,
             _ => Value::Null,
@@ -277,7 +363,13 @@ impl Mapping {
     pub fn query_value(&self, value: &Value) -> Result<Value, MappingError> {
         let empty = crate::message::Metadata::new();
         let mut fr = self.frame(Cow::Borrowed(&empty), false);
-        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Val(value), MsgView::NONE)?;
+        exec::run(
+            &self.prog,
+            &self.prog.stmts,
+            &mut fr,
+            This::Val(value),
+            MsgView::NONE,
+        )?;
         Ok(match fr.root {
             Slot::Val(v) => v,
             _ => Value::Null,

@@ -47,7 +47,10 @@ type PResult<T> = Result<T, Diagnostic>;
 /// Parses a whole mapping. A mapping that is a single bare expression (`this.foo`) means
 /// `root = this.foo`.
 pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
-    let cx = Ctx { src, pratt: pratt() };
+    let cx = Ctx {
+        src,
+        pratt: pratt(),
+    };
     match Grammar::parse(Rule::mapping, src) {
         Ok(mut pairs) => {
             let Some(top) = pairs.next() else {
@@ -70,7 +73,11 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
                 };
                 let span = span_of(&expr);
                 let value = cx.expr(expr).map_err(Diagnostics::one)?;
-                Ok(vec![Stmt::Assign { target: Vec::new(), value, span }])
+                Ok(vec![Stmt::Assign {
+                    target: Vec::new(),
+                    value,
+                    span,
+                }])
             }
             Err(query_err) => {
                 // Report whichever attempt got further: that is the more useful error.
@@ -84,22 +91,38 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
 
 /// Parses one expression (interpolations, `check` fields).
 pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
-    let cx = Ctx { src, pratt: pratt() };
-    let mut pairs = Grammar::parse(Rule::query, src)
-        .map_err(|e| Diagnostics::one(pest_diagnostic(src, &e)))?;
-    let expr = pairs.next().and_then(|q| q.into_inner().next()).ok_or_else(|| {
-        Diagnostics::one(Diagnostic::at(src, Span::new(0, 0), "E001", "expected an expression"))
-    })?;
+    let cx = Ctx {
+        src,
+        pratt: pratt(),
+    };
+    let mut pairs =
+        Grammar::parse(Rule::query, src).map_err(|e| Diagnostics::one(pest_diagnostic(src, &e)))?;
+    let expr = pairs
+        .next()
+        .and_then(|q| q.into_inner().next())
+        .ok_or_else(|| {
+            Diagnostics::one(Diagnostic::at(
+                src,
+                Span::new(0, 0),
+                "E001",
+                "expected an expression",
+            ))
+        })?;
     cx.expr(expr).map_err(Diagnostics::one)
 }
 
 /// Splits a string field into literal text and `${! expr }` blocks.
 pub fn parse_interpolation(src: &str) -> Result<Vec<Piece>, Diagnostics> {
-    let cx = Ctx { src, pratt: pratt() };
+    let cx = Ctx {
+        src,
+        pratt: pratt(),
+    };
     let mut pairs = Grammar::parse(Rule::interpolation, src)
         .map_err(|e| Diagnostics::one(pest_diagnostic(src, &e)))?;
     let mut out: Vec<Piece> = Vec::new();
-    let Some(top) = pairs.next() else { return Ok(out) };
+    let Some(top) = pairs.next() else {
+        return Ok(out);
+    };
     for p in top.into_inner() {
         match p.as_rule() {
             Rule::interp_text => push_text(&mut out, p.as_str()),
@@ -200,11 +223,15 @@ fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
             let mut names: Vec<&str> = positives.iter().filter_map(rule_name).collect();
             names.sort_unstable();
             names.dedup();
-            let found = if at_end { "" } else { &src[pos.min(src.len())..] }
-                .chars()
-                .next()
-                .map(|c| format!("`{c}`"))
-                .unwrap_or_else(|| "end of input".into());
+            let found = if at_end {
+                ""
+            } else {
+                &src[pos.min(src.len())..]
+            }
+            .chars()
+            .next()
+            .map(|c| format!("`{c}`"))
+            .unwrap_or_else(|| "end of input".into());
             let expected = match names.len() {
                 0 => "something else".to_string(),
                 1 => names[0].to_string(),
@@ -213,7 +240,10 @@ fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
                     format!("{} or {}", rest.join(", "), last)
                 }
             };
-            (format!("expected {expected}, found {found}"), None::<String>)
+            (
+                format!("expected {expected}, found {found}"),
+                None::<String>,
+            )
         }
         pest::error::ErrorVariant::CustomError { message } => (message.clone(), None),
     };
@@ -275,7 +305,12 @@ impl<'s> Ctx<'s> {
     fn string_lit(&self, p: Pair<'_, Rule>) -> PResult<String> {
         let span = span_of(&p);
         match p.as_rule() {
-            Rule::raw_string => Ok(p.into_inner().next().map(|i| i.as_str()).unwrap_or("").into()),
+            Rule::raw_string => Ok(p
+                .into_inner()
+                .next()
+                .map(|i| i.as_str())
+                .unwrap_or("")
+                .into()),
             _ => {
                 let inner = p.into_inner().next().map(|i| i.as_str()).unwrap_or("");
                 unescape(inner).map_err(|m| self.err(span, m))
@@ -309,17 +344,28 @@ impl<'s> Ctx<'s> {
         match rule {
             Rule::import_stmt => {
                 inner.next();
-                let s = inner.next().ok_or_else(|| self.err(span, "expected a path"))?;
-                Ok(Stmt::Import { path: self.string_lit(s)?, span })
+                let s = inner
+                    .next()
+                    .ok_or_else(|| self.err(span, "expected a path"))?;
+                Ok(Stmt::Import {
+                    path: self.string_lit(s)?,
+                    span,
+                })
             }
             Rule::map_def => {
                 inner.next();
-                let name = inner.next().map(|n| n.as_str().to_string()).unwrap_or_default();
+                let name = inner
+                    .next()
+                    .map(|n| n.as_str().to_string())
+                    .unwrap_or_default();
                 let mut body = Vec::new();
                 for s in inner {
                     let st = self.statement(s)?;
                     if matches!(st, Stmt::Import { .. } | Stmt::Map { .. }) {
-                        return Err(self.err(st.span(), "`import` and `map` are only allowed at the top level"));
+                        return Err(self.err(
+                            st.span(),
+                            "`import` and `map` are only allowed at the top level",
+                        ));
                     }
                     body.push(st);
                 }
@@ -328,9 +374,15 @@ impl<'s> Ctx<'s> {
             }
             Rule::let_stmt => {
                 inner.next();
-                let name = inner.next().ok_or_else(|| self.err(span, "expected a name"))?;
+                let name = inner
+                    .next()
+                    .ok_or_else(|| self.err(span, "expected a name"))?;
                 let name = self.name_or_string(name)?;
-                let value = self.expr(inner.next().ok_or_else(|| self.err(span, "expected a value"))?)?;
+                let value = self.expr(
+                    inner
+                        .next()
+                        .ok_or_else(|| self.err(span, "expected a value"))?,
+                )?;
                 Ok(Stmt::Let { name, value, span })
             }
             Rule::meta_stmt => {
@@ -366,13 +418,27 @@ impl<'s> Ctx<'s> {
                         _ => {}
                     }
                 }
-                Ok(Stmt::If { branches, otherwise, span })
+                Ok(Stmt::If {
+                    branches,
+                    otherwise,
+                    span,
+                })
             }
             Rule::assignment => {
-                let target = inner.next().ok_or_else(|| self.err(span, "expected a target"))?;
+                let target = inner
+                    .next()
+                    .ok_or_else(|| self.err(span, "expected a target"))?;
                 let target = self.target(target)?;
-                let value = self.expr(inner.next().ok_or_else(|| self.err(span, "expected a value"))?)?;
-                Ok(Stmt::Assign { target, value, span })
+                let value = self.expr(
+                    inner
+                        .next()
+                        .ok_or_else(|| self.err(span, "expected a value"))?,
+                )?;
+                Ok(Stmt::Assign {
+                    target,
+                    value,
+                    span,
+                })
             }
             _ => Err(self.err(span, "unexpected statement")),
         }
@@ -383,7 +449,10 @@ impl<'s> Ctx<'s> {
         for s in p.into_inner() {
             let st = self.statement(s)?;
             if matches!(st, Stmt::Import { .. } | Stmt::Map { .. }) {
-                return Err(self.err(st.span(), "`import` and `map` are only allowed at the top level"));
+                return Err(self.err(
+                    st.span(),
+                    "`import` and `map` are only allowed at the top level",
+                ));
             }
             out.push(st);
         }
@@ -404,7 +473,10 @@ impl<'s> Ctx<'s> {
                 }
                 Rule::target_index => {
                     let span = span_of(&q);
-                    let i = q.as_str().parse::<i64>().map_err(|_| self.err(span, "index out of range"))?;
+                    let i = q
+                        .as_str()
+                        .parse::<i64>()
+                        .map_err(|_| self.err(span, "index out of range"))?;
                     out.push(Seg::Index(i));
                 }
                 _ => {}
@@ -422,11 +494,23 @@ impl<'s> Ctx<'s> {
                 Ok(match op.as_rule() {
                     Rule::op_neg => match rhs.kind {
                         // Fold `-5` into a literal now; it reads as one.
-                        ExprKind::Lit(Value::Int(i)) => Expr { kind: ExprKind::Lit(Value::Int(i.wrapping_neg())), span },
-                        ExprKind::Lit(Value::Float(f)) => Expr { kind: ExprKind::Lit(Value::Float(-f)), span },
-                        _ => Expr { kind: ExprKind::Neg(Box::new(rhs)), span },
+                        ExprKind::Lit(Value::Int(i)) => Expr {
+                            kind: ExprKind::Lit(Value::Int(i.wrapping_neg())),
+                            span,
+                        },
+                        ExprKind::Lit(Value::Float(f)) => Expr {
+                            kind: ExprKind::Lit(Value::Float(-f)),
+                            span,
+                        },
+                        _ => Expr {
+                            kind: ExprKind::Neg(Box::new(rhs)),
+                            span,
+                        },
                     },
-                    _ => Expr { kind: ExprKind::Not(Box::new(rhs)), span },
+                    _ => Expr {
+                        kind: ExprKind::Not(Box::new(rhs)),
+                        span,
+                    },
                 })
             })
             .map_infix(|lhs, op, rhs| {
@@ -448,7 +532,10 @@ impl<'s> Ctx<'s> {
                     _ => BinOp::Pipe,
                 };
                 let span = Span::new(lhs.span.start, rhs.span.end);
-                Ok(Expr { kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)), span })
+                Ok(Expr {
+                    kind: ExprKind::Binary(op, Box::new(lhs), Box::new(rhs)),
+                    span,
+                })
             })
             .parse(p.into_inner())
     }
@@ -456,7 +543,9 @@ impl<'s> Ctx<'s> {
     fn term(&self, p: Pair<'_, Rule>) -> PResult<Expr> {
         let span = span_of(&p);
         let mut inner = p.into_inner();
-        let prim = inner.next().ok_or_else(|| self.err(span, "expected a value"))?;
+        let prim = inner
+            .next()
+            .ok_or_else(|| self.err(span, "expected a value"))?;
         let mut e = self.primary(prim)?;
         for post in inner {
             let pspan = span_of(&post);
@@ -473,20 +562,29 @@ impl<'s> Ctx<'s> {
                     ExprKind::Method(Box::new(e), name, args)
                 }
                 Rule::context_map => {
-                    let a = q.next().ok_or_else(|| self.err(pspan, "expected an expression"))?;
+                    let a = q
+                        .next()
+                        .ok_or_else(|| self.err(pspan, "expected an expression"))?;
                     ExprKind::Context(Box::new(e), Box::new(self.arg(a)?))
                 }
                 Rule::field => {
-                    let f = q.next().ok_or_else(|| self.err(pspan, "expected a field"))?;
+                    let f = q
+                        .next()
+                        .ok_or_else(|| self.err(pspan, "expected a field"))?;
                     ExprKind::Field(Box::new(e), self.name_or_string(f)?)
                 }
                 Rule::index => {
-                    let i = q.next().ok_or_else(|| self.err(pspan, "expected an index"))?;
+                    let i = q
+                        .next()
+                        .ok_or_else(|| self.err(pspan, "expected an index"))?;
                     if i.as_rule() == Rule::slice {
                         let (mut from, mut to) = (None, None);
                         for s in i.into_inner() {
                             let is_from = s.as_rule() == Rule::slice_from;
-                            let x = s.into_inner().next().ok_or_else(|| self.err(pspan, "expected an index"))?;
+                            let x = s
+                                .into_inner()
+                                .next()
+                                .ok_or_else(|| self.err(pspan, "expected an index"))?;
                             let x = Some(Box::new(self.expr(x)?));
                             if is_from {
                                 from = x;
@@ -525,10 +623,24 @@ impl<'s> Ctx<'s> {
             Rule::lambda => {
                 let mut q = p.into_inner();
                 let param = q.next().map(|n| n.as_str().to_string());
-                let body = q.next().ok_or_else(|| self.err(span, "expected a lambda body"))?;
-                Ok(Arg { name: None, param, value: self.expr(body)?, is_lambda: true, span })
+                let body = q
+                    .next()
+                    .ok_or_else(|| self.err(span, "expected a lambda body"))?;
+                Ok(Arg {
+                    name: None,
+                    param,
+                    value: self.expr(body)?,
+                    is_lambda: true,
+                    span,
+                })
             }
-            _ => Ok(Arg { name: None, param: None, value: self.expr(p)?, is_lambda: false, span }),
+            _ => Ok(Arg {
+                name: None,
+                param: None,
+                value: self.expr(p)?,
+                is_lambda: false,
+                span,
+            }),
         }
     }
 
@@ -547,7 +659,9 @@ impl<'s> Ctx<'s> {
                 Ok(f) => mk(ExprKind::Lit(Value::Float(f))),
                 Err(_) => Err(self.err(span, "invalid number")),
             },
-            Rule::string | Rule::raw_string => mk(ExprKind::Lit(Value::String(self.string_lit(p)?))),
+            Rule::string | Rule::raw_string => {
+                mk(ExprKind::Lit(Value::String(self.string_lit(p)?)))
+            }
             Rule::kw_true => mk(ExprKind::Lit(Value::Bool(true))),
             Rule::kw_false => mk(ExprKind::Lit(Value::Bool(false))),
             Rule::kw_null => mk(ExprKind::Lit(Value::Null)),
@@ -555,11 +669,17 @@ impl<'s> Ctx<'s> {
             Rule::kw_root => mk(ExprKind::Root),
             Rule::bare_field => mk(ExprKind::Name(p.as_str().to_string())),
             Rule::paren => {
-                let e = p.into_inner().next().ok_or_else(|| self.err(span, "expected an expression"))?;
+                let e = p
+                    .into_inner()
+                    .next()
+                    .ok_or_else(|| self.err(span, "expected an expression"))?;
                 self.expr(e)
             }
             Rule::array => {
-                let items = p.into_inner().map(|e| self.expr(e)).collect::<PResult<Vec<_>>>()?;
+                let items = p
+                    .into_inner()
+                    .map(|e| self.expr(e))
+                    .collect::<PResult<Vec<_>>>()?;
                 mk(ExprKind::Array(items))
             }
             Rule::object => {
@@ -582,7 +702,10 @@ impl<'s> Ctx<'s> {
                 mk(ExprKind::Meta(key))
             }
             Rule::var_ref => {
-                let k = p.into_inner().next().ok_or_else(|| self.err(span, "expected a name"))?;
+                let k = p
+                    .into_inner()
+                    .next()
+                    .ok_or_else(|| self.err(span, "expected a name"))?;
                 mk(ExprKind::Var(self.name_or_string(k)?))
             }
             Rule::function_call => {
@@ -603,7 +726,10 @@ impl<'s> Ctx<'s> {
                         Rule::expr => cond = Some(self.expr(q)?),
                         Rule::expr_block => {
                             let qs = span_of(&q);
-                            let body = q.into_inner().next().ok_or_else(|| self.err(qs, "expected an expression"))?;
+                            let body = q
+                                .into_inner()
+                                .next()
+                                .ok_or_else(|| self.err(qs, "expected an expression"))?;
                             let body = self.expr(body)?;
                             match cond.take() {
                                 Some(c) => branches.push((c, body)),
@@ -688,7 +814,12 @@ mod tests {
     fn statements_need_their_own_lines() {
         let e = parse_mapping("root.a = 1 root.b = 2").unwrap_err();
         assert!(e.to_string().contains("new line"), "{e}");
-        assert_eq!(parse_mapping("root.a = 1\n\n  root.b = 2 # c\n").unwrap().len(), 2);
+        assert_eq!(
+            parse_mapping("root.a = 1\n\n  root.b = 2 # c\n")
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -718,7 +849,11 @@ if this.x { root.y = 1 } else if this.z {
         match &s[9] {
             Stmt::Assign { target, .. } => assert_eq!(
                 target,
-                &vec![Seg::Field("a.b".into()), Seg::Field("c".into()), Seg::Index(0)]
+                &vec![
+                    Seg::Field("a.b".into()),
+                    Seg::Field("c".into()),
+                    Seg::Index(0)
+                ]
             ),
             other => panic!("{other:?}"),
         }

@@ -41,7 +41,12 @@ pub fn run_mutation(m: &Mapping, mut batch: Batch) -> Vec<Batch> {
             Err(e) => msg.set_error(e.to_string()),
         }
     }
-    let out: Batch = batch.into_iter().zip(keep).filter(|(_, k)| *k).map(|(m, _)| m).collect();
+    let out: Batch = batch
+        .into_iter()
+        .zip(keep)
+        .filter(|(_, k)| *k)
+        .map(|(m, _)| m)
+        .collect();
     if out.is_empty() {
         Vec::new()
     } else {
@@ -62,7 +67,11 @@ pub fn check(m: &Mapping, batch: &Batch, index: usize) -> Result<bool, MappingEr
 
 /// The index of the first case whose check passes (a case without a check always
 /// passes), or `None`. A failing check is an error for that message.
-pub fn switch_case(cases: &[Option<Mapping>], batch: &Batch, index: usize) -> Result<Option<usize>, MappingError> {
+pub fn switch_case(
+    cases: &[Option<Mapping>],
+    batch: &Batch,
+    index: usize,
+) -> Result<Option<usize>, MappingError> {
     for (i, c) in cases.iter().enumerate() {
         match c {
             None => return Ok(Some(i)),
@@ -133,7 +142,9 @@ impl Branch {
             return;
         }
         for (res, &i) in results.iter().zip(origin) {
-            let Some(target) = original.get_mut(i) else { continue };
+            let Some(target) = original.get_mut(i) else {
+                continue;
+            };
             if let Some(e) = res.error() {
                 target.set_error(format!("branch failed: {e}"));
                 continue;
@@ -170,7 +181,10 @@ mod tests {
             Message::new(&br#"{"n":-1}"#[..]),
             Message::new(&br#"{"n":"x"}"#[..]),
         ];
-        let out = run_mapping(&m("root = if this.n < 0 { deleted() } else { this.n + 1 }"), batch);
+        let out = run_mapping(
+            &m("root = if this.n < 0 { deleted() } else { this.n + 1 }"),
+            batch,
+        );
         assert_eq!(out.len(), 1);
         let b = &out[0];
         assert_eq!(b.len(), 2);
@@ -189,7 +203,10 @@ mod tests {
     #[test]
     fn switch_picks_the_first_passing_case() {
         let cases = vec![Some(m("this.t == \"a\"")), Some(m("this.t == \"b\"")), None];
-        let batch = vec![Message::new(&br#"{"t":"b"}"#[..]), Message::new(&br#"{"t":"z"}"#[..])];
+        let batch = vec![
+            Message::new(&br#"{"t":"b"}"#[..]),
+            Message::new(&br#"{"t":"z"}"#[..]),
+        ];
         assert_eq!(switch_case(&cases, &batch, 0).unwrap(), Some(1));
         assert_eq!(switch_case(&cases, &batch, 1).unwrap(), Some(2));
         assert!(check(&m("this.t"), &batch, 0).is_err());

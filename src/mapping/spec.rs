@@ -21,7 +21,11 @@ pub struct Example {
 }
 
 pub const fn ex(mapping: &'static str, input: &'static str, output: &'static str) -> Example {
-    Example { mapping, input, output }
+    Example {
+        mapping,
+        input,
+        output,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,16 +57,32 @@ pub struct Param {
 }
 
 pub const fn p(name: &'static str) -> Param {
-    Param { name, kind: Kind::Value, default: Default::Required }
+    Param {
+        name,
+        kind: Kind::Value,
+        default: Default::Required,
+    }
 }
 pub const fn opt(name: &'static str, default: Default) -> Param {
-    Param { name, kind: Kind::Value, default }
+    Param {
+        name,
+        kind: Kind::Value,
+        default,
+    }
 }
 pub const fn lambda(name: &'static str) -> Param {
-    Param { name, kind: Kind::Lambda, default: Default::Required }
+    Param {
+        name,
+        kind: Kind::Lambda,
+        default: Default::Required,
+    }
 }
 pub const fn re(name: &'static str) -> Param {
-    Param { name, kind: Kind::Regex, default: Default::Required }
+    Param {
+        name,
+        kind: Kind::Regex,
+        default: Default::Required,
+    }
 }
 
 /// Evaluated arguments, in declared order (named arguments already placed).
@@ -150,7 +170,9 @@ impl<'x> Args<'x> {
             return Ok(Cow::Borrowed(r));
         }
         let pat = self.str(i)?;
-        Regex::new(pat).map(Cow::Owned).map_err(|e| format!("invalid regex: {e}"))
+        Regex::new(pat)
+            .map(Cow::Owned)
+            .map_err(|e| format!("invalid regex: {e}"))
     }
 }
 
@@ -199,7 +221,14 @@ pub const fn method(
     examples: &'static [Example],
     f: EagerMethod,
 ) -> MethodSpec {
-    MethodSpec { name, category, description, params, examples, imp: MethodImpl::Eager(f) }
+    MethodSpec {
+        name,
+        category,
+        description,
+        params,
+        examples,
+        imp: MethodImpl::Eager(f),
+    }
 }
 
 pub const fn lazy_method(
@@ -210,5 +239,12 @@ pub const fn lazy_method(
     examples: &'static [Example],
     f: LazyMethod,
 ) -> MethodSpec {
-    MethodSpec { name, category, description, params, examples, imp: MethodImpl::Lazy(f) }
+    MethodSpec {
+        name,
+        category,
+        description,
+        params,
+        examples,
+        imp: MethodImpl::Lazy(f),
+    }
 }

@@ -27,27 +27,42 @@ fn arithmetic_keeps_int_and_float_apart() {
     assert_eq!(ok("root = (1 + 2) * 3", "{}"), "9");
     assert_eq!(ok("root = -this.n", r#"{"n":4}"#), "-4");
     assert_eq!(ok(r#"root = "a" + "b""#, "{}"), r#"ab"#);
-    assert_eq!(ok("root = 9223372036854775807 + 1", "{}"), "9223372036854776000");
+    assert_eq!(
+        ok("root = 9223372036854775807 + 1", "{}"),
+        "9223372036854776000"
+    );
 }
 
 #[test]
 fn comparisons_and_logic() {
     assert_eq!(ok("root = 1 == 1.0", "{}"), "true");
     assert_eq!(ok(r#"root = "1" == 1"#, "{}"), "false");
-    assert_eq!(ok("root = 2 > 1 && 1 >= 1 && 1 < 2 && 1 <= 1 && 1 != 2", "{}"), "true");
+    assert_eq!(
+        ok("root = 2 > 1 && 1 >= 1 && 1 < 2 && 1 <= 1 && 1 != 2", "{}"),
+        "true"
+    );
     assert_eq!(ok("root = !true || false", "{}"), "false");
     assert_eq!(ok("root = false && this.missing.not_null()", "{}"), "false");
     assert_eq!(ok(r#"root = "b" > "a""#, "{}"), "true");
-    assert_eq!(ok("root = [1, {\"a\": 2}] == [1, {\"a\": 2.0}]", "{}"), "true");
+    assert_eq!(
+        ok("root = [1, {\"a\": 2}] == [1, {\"a\": 2.0}]", "{}"),
+        "true"
+    );
 }
 
 #[test]
 fn type_errors_name_the_expression_and_types() {
     let e = run("root.a = this.a + 5", r#"{"a":"x"}"#).unwrap_err();
     assert!(e.contains("line 1"), "{e}");
-    assert!(e.contains("string (\"x\")") && e.contains("number (5)") && e.contains("this.a"), "{e}");
+    assert!(
+        e.contains("string (\"x\")") && e.contains("number (5)") && e.contains("this.a"),
+        "{e}"
+    );
     let e = run("root = this.a.uppercase()", r#"{"a":5}"#).unwrap_err();
-    assert!(e.contains("this.a.uppercase()") && e.contains("expected string value, got number (5)"), "{e}");
+    assert!(
+        e.contains("this.a.uppercase()") && e.contains("expected string value, got number (5)"),
+        "{e}"
+    );
     let e = run("root = 1 / 0", "{}").unwrap_err();
     assert!(e.contains("divide by zero"), "{e}");
     let e = run("root = 1 && true", "{}").unwrap_err();
@@ -70,7 +85,10 @@ fn paths_quotes_and_indexes() {
     assert_eq!(ok("root = this.a[1:3]", r#"{"a":[1,2,3,4]}"#), "[2,3]");
     assert_eq!(ok("root = this.s[1:]", r#"{"s":"hello"}"#), "ello");
     assert_eq!(ok(r#"root = this["k"]"#, r#"{"k":1}"#), "1");
-    assert_eq!(ok("root = this\nroot.a[0] = 9", r#"{"a":[1,2]}"#), r#"{"a":[9,2]}"#);
+    assert_eq!(
+        ok("root = this\nroot.a[0] = 9", r#"{"a":[1,2]}"#),
+        r#"{"a":[9,2]}"#
+    );
     assert_eq!(ok("root = this.nope.deeper", "{}"), "null");
     assert_eq!(ok("foo = bar.baz", r#"{"bar":{"baz":1}}"#), r#"{"foo":1}"#);
 }
@@ -78,17 +96,26 @@ fn paths_quotes_and_indexes() {
 #[test]
 fn literals() {
     assert_eq!(
-        ok(r#"root = {"a": [1, 2.5, "x", true, null], this.k: "dyn", "d": deleted()}"#, r#"{"k":"key"}"#),
+        ok(
+            r#"root = {"a": [1, 2.5, "x", true, null], this.k: "dyn", "d": deleted()}"#,
+            r#"{"k":"key"}"#
+        ),
         r#"{"a":[1,2.5,"x",true,null],"key":"dyn"}"#
     );
-    assert_eq!(ok("root = \"\"\"raw \\n \"q\" \"\"\"", "{}"), r#"raw \n "q" "#);
+    assert_eq!(
+        ok("root = \"\"\"raw \\n \"q\" \"\"\"", "{}"),
+        r#"raw \n "q" "#
+    );
     assert_eq!(ok("root = [1, deleted(), 3]", "{}"), "[1,3]");
 }
 
 #[test]
 fn deleted_and_nothing() {
     assert_eq!(ok("root = deleted()", "{}"), "<deleted>");
-    assert_eq!(ok("root = this\nroot.a = deleted()", r#"{"a":1,"b":2}"#), r#"{"b":2}"#);
+    assert_eq!(
+        ok("root = this\nroot.a = deleted()", r#"{"a":1,"b":2}"#),
+        r#"{"b":2}"#
+    );
     assert_eq!(ok("root.a = nothing()", "{}"), "{}");
     // A mapping that never assigns root keeps the content.
     assert_eq!(ok("meta x = 1", "raw text"), "raw text");
@@ -96,7 +123,10 @@ fn deleted_and_nothing() {
 
 #[test]
 fn variables() {
-    assert_eq!(ok("let x = this.a + 1\nroot.b = $x * 2", r#"{"a":1}"#), r#"{"b":4}"#);
+    assert_eq!(
+        ok("let x = this.a + 1\nroot.b = $x * 2", r#"{"a":1}"#),
+        r#"{"b":4}"#
+    );
     let e = run("root = $nope", "{}").unwrap_err();
     assert!(e.contains("$nope"), "{e}");
 }
@@ -112,7 +142,10 @@ fn metadata_reads_and_writes() {
     let out = m.apply(&batch, 0).unwrap().unwrap();
     assert_eq!(out.meta_str("out").as_deref(), Some("v!"));
     assert!(out.meta("in").is_none());
-    assert_eq!(&out.payload()[..], br#"{"m":{"out":"v!"},"orig":"v","s":"v"}"#);
+    assert_eq!(
+        &out.payload()[..],
+        br#"{"m":{"out":"v!"},"orig":"v","s":"v"}"#
+    );
     let m = Mapping::compile("meta = {\"a\": 1}", &Env::default()).unwrap();
     let out = m.apply(&batch, 0).unwrap().unwrap();
     assert_eq!(out.metadata().len(), 1);
@@ -125,8 +158,14 @@ fn if_statements_and_expressions() {
     assert_eq!(ok(src, r#"{"n":11}"#), r#"{"size":"big"}"#);
     assert_eq!(ok(src, r#"{"n":6}"#), r#"{"size":"mid"}"#);
     assert_eq!(ok(src, r#"{"n":1}"#), r#"{"size":"small"}"#);
-    assert_eq!(ok("root.a = if this.x { 1 } else { 2 }", r#"{"x":false}"#), r#"{"a":2}"#);
-    assert_eq!(ok("root.b = 0\nroot.a = if this.x { 1 }", r#"{"x":false}"#), r#"{"b":0}"#);
+    assert_eq!(
+        ok("root.a = if this.x { 1 } else { 2 }", r#"{"x":false}"#),
+        r#"{"a":2}"#
+    );
+    assert_eq!(
+        ok("root.b = 0\nroot.a = if this.x { 1 }", r#"{"x":false}"#),
+        r#"{"b":0}"#
+    );
     let e = run("root.a = if this.x { 1 }", r#"{"x":"yes"}"#).unwrap_err();
     assert!(e.contains("bool"), "{e}");
 }
@@ -139,42 +178,88 @@ fn match_forms() {
     assert_eq!(ok(src, r#"{"v":"ab"}"#), "3");
     let src = "root = match { this.a == 1 => \"one\", this.a == 2 => \"two\" }";
     assert_eq!(ok(src, r#"{"a":2}"#), "two");
-    assert_eq!(ok(&format!("root.x = 0\n{}", src.replace("root =", "root.y =")), r#"{"a":3}"#), r#"{"x":0}"#);
+    assert_eq!(
+        ok(
+            &format!("root.x = 0\n{}", src.replace("root =", "root.y =")),
+            r#"{"a":3}"#
+        ),
+        r#"{"x":0}"#
+    );
 }
 
 #[test]
 fn lambdas_and_context_capture() {
-    assert_eq!(ok("root = this.a.map_each(x -> x + this.inc)", r#"{"a":[1,2],"inc":10}"#), "[11,12]");
-    assert_eq!(ok("root = this.foo.(f -> f.a + f.b)", r#"{"foo":{"a":1,"b":2}}"#), "3");
-    assert_eq!(ok("root = this.foo.(this.a * 10)", r#"{"foo":{"a":1}}"#), "10");
     assert_eq!(
-        ok("root = this.rows.map_each(r -> r.items.map_each(i -> i * r.k))", r#"{"rows":[{"k":2,"items":[1,2]}]}"#),
+        ok(
+            "root = this.a.map_each(x -> x + this.inc)",
+            r#"{"a":[1,2],"inc":10}"#
+        ),
+        "[11,12]"
+    );
+    assert_eq!(
+        ok(
+            "root = this.foo.(f -> f.a + f.b)",
+            r#"{"foo":{"a":1,"b":2}}"#
+        ),
+        "3"
+    );
+    assert_eq!(
+        ok("root = this.foo.(this.a * 10)", r#"{"foo":{"a":1}}"#),
+        "10"
+    );
+    assert_eq!(
+        ok(
+            "root = this.rows.map_each(r -> r.items.map_each(i -> i * r.k))",
+            r#"{"rows":[{"k":2,"items":[1,2]}]}"#
+        ),
         "[[2,4]]"
     );
-    assert_eq!(ok("root = this.a.filter(x -> x.contains(\"b\")).length()", r#"{"a":["ab","c"]}"#), "1");
+    assert_eq!(
+        ok(
+            "root = this.a.filter(x -> x.contains(\"b\")).length()",
+            r#"{"a":["ab","c"]}"#
+        ),
+        "1"
+    );
 }
 
 #[test]
 fn named_maps_and_imports() {
     let src = "map greet {\n  root.hello = this.name.uppercase()\n}\nroot = this.people.map_each(p -> p.apply(\"greet\"))";
-    assert_eq!(ok(src, r#"{"people":[{"name":"a"}]}"#), r#"[{"hello":"A"}]"#);
+    assert_eq!(
+        ok(src, r#"{"people":[{"name":"a"}]}"#),
+        r#"[{"hello":"A"}]"#
+    );
     let e = run("root = this.apply(\"nope\")", "{}").unwrap_err();
     assert!(e.contains("map `nope` is not defined"), "{e}");
 
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("lib.blobl"), "map twice {\n  root = this * 2\n}\n").unwrap();
+    std::fs::write(
+        dir.path().join("lib.blobl"),
+        "map twice {\n  root = this * 2\n}\n",
+    )
+    .unwrap();
     let env = Env::with_import_dir(dir.path());
     let m = Mapping::compile("import \"lib.blobl\"\nroot = this.n.apply(\"twice\")", &env).unwrap();
-    assert_eq!(m.query_value(&Value::from_json(br#"{"n":4}"#).unwrap()).unwrap(), Value::Int(8));
+    assert_eq!(
+        m.query_value(&Value::from_json(br#"{"n":4}"#).unwrap())
+            .unwrap(),
+        Value::Int(8)
+    );
     let e = Mapping::compile("import \"missing.blobl\"", &env).unwrap_err();
     assert!(e.to_string().contains("cannot import"), "{e}");
 }
 
 #[test]
 fn throw_catch_or_not_null() {
-    assert_eq!(ok("root = throw(\"boom\").catch(\"caught\")", "{}"), "caught");
+    assert_eq!(
+        ok("root = throw(\"boom\").catch(\"caught\")", "{}"),
+        "caught"
+    );
     assert_eq!(ok("root = this.a.not_null().catch(0)", "{}"), "0");
-    assert!(run("root = throw(\"boom\")", "{}").unwrap_err().contains("boom"));
+    assert!(run("root = throw(\"boom\")", "{}")
+        .unwrap_err()
+        .contains("boom"));
 }
 
 #[test]
@@ -182,8 +267,14 @@ fn content_env_and_batch() {
     assert_eq!(ok("root = content().string().uppercase()", "abc"), "ABC");
     let m = Mapping::compile("root = [batch_index(), batch_size()]", &Env::default()).unwrap();
     let batch = vec![Message::new("a"), Message::new("b")];
-    assert_eq!(&m.apply(&batch, 1).unwrap().unwrap().payload()[..], b"[1,2]");
-    assert!(matches!(m.apply(&batch, 5), Err(MappingError::NoMessage { .. })));
+    assert_eq!(
+        &m.apply(&batch, 1).unwrap().unwrap().payload()[..],
+        b"[1,2]"
+    );
+    assert!(matches!(
+        m.apply(&batch, 5),
+        Err(MappingError::NoMessage { .. })
+    ));
 }
 
 #[test]
@@ -204,7 +295,11 @@ fn this_on_non_json_is_an_error_not_a_panic() {
 
 #[test]
 fn mutation_edits_in_place() {
-    let m = Mapping::compile("root.b = this.a + 1\nroot.c = this.b\nmeta k = \"v\"", &Env::default()).unwrap();
+    let m = Mapping::compile(
+        "root.b = this.a + 1\nroot.c = this.b\nmeta k = \"v\"",
+        &Env::default(),
+    )
+    .unwrap();
     let mut msg = Message::new(&br#"{"a":1,"z":0}"#[..]).with_meta("old", "x");
     assert!(m.mutate(&mut msg, 0, 1).unwrap());
     assert_eq!(&msg.payload()[..], br#"{"a":1,"b":2,"c":2,"z":0}"#);
@@ -231,8 +326,14 @@ fn mutation_edits_in_place() {
 #[test]
 fn query_returns_the_root_value() {
     let m = Mapping::compile("this.type == \"a\"", &Env::default()).unwrap();
-    assert_eq!(m.query(&Message::new(&br#"{"type":"a"}"#[..])).unwrap(), Value::Bool(true));
-    assert_eq!(m.query(&Message::new(&br#"{"type":"b"}"#[..])).unwrap(), Value::Bool(false));
+    assert_eq!(
+        m.query(&Message::new(&br#"{"type":"a"}"#[..])).unwrap(),
+        Value::Bool(true)
+    );
+    assert_eq!(
+        m.query(&Message::new(&br#"{"type":"b"}"#[..])).unwrap(),
+        Value::Bool(false)
+    );
 }
 
 #[test]
@@ -245,8 +346,11 @@ fn generate_has_no_input() {
 
 #[test]
 fn compile_errors_are_all_reported() {
-    let e = Mapping::compile("root.a = nope_fn()\nroot.b = this.x.uppercas()\nroot.c = this.y.replace_all(\"a\")", &Env::default())
-        .unwrap_err();
+    let e = Mapping::compile(
+        "root.a = nope_fn()\nroot.b = this.x.uppercas()\nroot.c = this.y.replace_all(\"a\")",
+        &Env::default(),
+    )
+    .unwrap_err();
     assert_eq!(e.0.len(), 3, "{e}");
     let text = e.to_string();
     assert!(text.contains("unknown function `nope_fn`"), "{text}");
@@ -263,13 +367,22 @@ fn compile_errors_are_all_reported() {
 
 #[test]
 fn named_arguments() {
-    assert_eq!(ok("root = this.a.slice(low: 1, high: 2)", r#"{"a":"abc"}"#), "b");
+    assert_eq!(
+        ok("root = this.a.slice(low: 1, high: 2)", r#"{"a":"abc"}"#),
+        "b"
+    );
 }
 
 #[test]
 fn constants_are_folded() {
     let m = Mapping::compile("root = \"abc\".uppercase() + \"d\"", &Env::default()).unwrap();
-    assert!(matches!(&m.prog.stmts[0], compile::CStmt::Assign { value: compile::Node::Lit(_), .. }));
+    assert!(matches!(
+        &m.prog.stmts[0],
+        compile::CStmt::Assign {
+            value: compile::Node::Lit(_),
+            ..
+        }
+    ));
 }
 
 #[test]

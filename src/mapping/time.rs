@@ -90,10 +90,12 @@ pub fn format_default(t: &DateTime<FixedOffset>) -> String {
 /// Parses with a Go layout (RFC 3339 when none).
 pub fn parse_go(s: &str, layout: Option<&str>) -> Result<DateTime<FixedOffset>, String> {
     let Some(layout) = layout else {
-        return DateTime::parse_from_rfc3339(s).map_err(|e| format!("failed to parse {s:?} as RFC 3339: {e}"));
+        return DateTime::parse_from_rfc3339(s)
+            .map_err(|e| format!("failed to parse {s:?} as RFC 3339: {e}"));
     };
     let fmt = go_layout(layout);
-    parse_strptime(s, &fmt).map_err(|e| format!("failed to parse {s:?} with layout {layout:?}: {e}"))
+    parse_strptime(s, &fmt)
+        .map_err(|e| format!("failed to parse {s:?} with layout {layout:?}: {e}"))
 }
 
 /// Parses with a strftime format; a missing zone means UTC, missing time means midnight.
@@ -130,7 +132,9 @@ pub fn in_zone(t: &DateTime<FixedOffset>, tz: &str) -> Result<DateTime<FixedOffs
             Ok(l.with_timezone(&l.offset().fix()))
         }
         name => {
-            let zone: chrono_tz::Tz = name.parse().map_err(|_| format!("unknown time zone {name:?}"))?;
+            let zone: chrono_tz::Tz = name
+                .parse()
+                .map_err(|_| format!("unknown time zone {name:?}"))?;
             let z = t.with_timezone(&zone);
             Ok(z.with_timezone(&z.offset().fix()))
         }
@@ -162,13 +166,17 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     }
     let mut total: f64 = 0.0;
     while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if num_len == 0 {
             return Err(bad());
         }
         let n: f64 = rest[..num_len].parse().map_err(|_| bad())?;
         rest = &rest[num_len..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let mult = match &rest[..unit_len] {
             "ns" => 1.0,
             "us" | "µs" | "μs" => 1e3,
@@ -234,7 +242,10 @@ mod tests {
     fn go_layouts() {
         let t = parse_go("2020-08-14T11:45:26.371Z", None).unwrap();
         assert_eq!(format_go(&t, "2006-01-02 15:04:05"), "2020-08-14 11:45:26");
-        assert_eq!(format_go(&t, "Jan 2, 2006 at 3:04pm (MST)"), "Aug 14, 2020 at 11:45am (UTC)");
+        assert_eq!(
+            format_go(&t, "Jan 2, 2006 at 3:04pm (MST)"),
+            "Aug 14, 2020 at 11:45am (UTC)"
+        );
         assert_eq!(format_go(&t, RFC3339_NANO), "2020-08-14T11:45:26.371Z");
         let p = parse_go("2020-08-14", Some("2006-01-02")).unwrap();
         assert_eq!(format_default(&p), "2020-08-14T00:00:00Z");
@@ -245,6 +256,9 @@ mod tests {
         assert_eq!(parse_duration("1h30m").unwrap(), 5_400_000_000_000);
         assert_eq!(parse_duration("-1.5s").unwrap(), -1_500_000_000);
         assert!(parse_duration("5 parsecs").is_err());
-        assert_eq!(parse_iso8601_duration("P1DT1H").unwrap(), 90_000_000_000_000);
+        assert_eq!(
+            parse_iso8601_duration("P1DT1H").unwrap(),
+            90_000_000_000_000
+        );
     }
 }

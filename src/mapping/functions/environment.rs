@@ -11,7 +11,11 @@ pub static SPECS: &[FunctionSpec] = &[
         category: "Environment",
         description: "The value of an environment variable, or null when unset.",
         params: &[p("name"), opt("no_cache", Default::Bool(false))],
-        examples: &[ex(r#"root.v = env("SLUICE_SURELY_UNSET_VARIABLE")"#, "{}", r#"{"v":null}"#)],
+        examples: &[ex(
+            r#"root.v = env("SLUICE_SURELY_UNSET_VARIABLE")"#,
+            "{}",
+            r#"{"v":null}"#,
+        )],
         pure: false,
         needs_message: false,
         imp: env,

@@ -20,7 +20,16 @@ const fn gen(
     params: &'static [Param],
     imp: FunctionImpl,
 ) -> FunctionSpec {
-    FunctionSpec { name, category: CAT, description, params, examples: &[], pure: false, needs_message: false, imp }
+    FunctionSpec {
+        name,
+        category: CAT,
+        description,
+        params,
+        examples: &[],
+        pure: false,
+        needs_message: false,
+        imp,
+    }
 }
 
 pub static SPECS: &[FunctionSpec] = &[
@@ -29,21 +38,58 @@ pub static SPECS: &[FunctionSpec] = &[
     gen(
         "nanoid",
         "A random URL-safe id; `length` defaults to 21, `alphabet` to the URL-safe set.",
-        &[opt("length", Default::Int(21)), opt("alphabet", Default::Absent)],
+        &[
+            opt("length", Default::Int(21)),
+            opt("alphabet", Default::Absent),
+        ],
         nanoid,
     ),
-    gen("ulid", "A ULID: a time-ordered, lexicographically sortable id.", &[], ulid),
+    gen(
+        "ulid",
+        "A ULID: a time-ordered, lexicographically sortable id.",
+        &[],
+        ulid,
+    ),
     gen(
         "random_int",
         "A random integer in [min, max]; `seed` is accepted for compatibility and ignored.",
-        &[opt("seed", Default::Absent), opt("min", Default::Int(0)), opt("max", Default::Int(i64::MAX - 1))],
+        &[
+            opt("seed", Default::Absent),
+            opt("min", Default::Int(0)),
+            opt("max", Default::Int(i64::MAX - 1)),
+        ],
         random_int,
     ),
-    gen("now", "The current time as a timestamp in the local zone (`TZ`).", &[], now),
-    gen("timestamp_unix", "The current Unix time in seconds.", &[], ts_unix),
-    gen("timestamp_unix_milli", "The current Unix time in milliseconds.", &[], ts_unix_milli),
-    gen("timestamp_unix_micro", "The current Unix time in microseconds.", &[], ts_unix_micro),
-    gen("timestamp_unix_nano", "The current Unix time in nanoseconds.", &[], ts_unix_nano),
+    gen(
+        "now",
+        "The current time as a timestamp in the local zone (`TZ`).",
+        &[],
+        now,
+    ),
+    gen(
+        "timestamp_unix",
+        "The current Unix time in seconds.",
+        &[],
+        ts_unix,
+    ),
+    gen(
+        "timestamp_unix_milli",
+        "The current Unix time in milliseconds.",
+        &[],
+        ts_unix_milli,
+    ),
+    gen(
+        "timestamp_unix_micro",
+        "The current Unix time in microseconds.",
+        &[],
+        ts_unix_micro,
+    ),
+    gen(
+        "timestamp_unix_nano",
+        "The current Unix time in nanoseconds.",
+        &[],
+        ts_unix_nano,
+    ),
     gen("hostname", "The host name of the machine.", &[], hostname),
     gen(
         "count",
@@ -54,7 +100,11 @@ pub static SPECS: &[FunctionSpec] = &[
     gen(
         "counter",
         "A counter local to this call: starts at `min`, steps by one, wraps after `max`.",
-        &[opt("min", Default::Int(1)), opt("max", Default::Int(i64::MAX)), opt("set", Default::Absent)],
+        &[
+            opt("min", Default::Int(1)),
+            opt("max", Default::Int(i64::MAX)),
+            opt("set", Default::Absent),
+        ],
         counter,
     ),
 ];
@@ -80,7 +130,9 @@ fn nanoid<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
         None => URL_ALPHABET.chars().collect(),
     };
     let mut rng = rand::thread_rng();
-    own((0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect::<String>())
+    own((0..len)
+        .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+        .collect::<String>())
 }
 
 fn ulid<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
@@ -125,7 +177,8 @@ fn hostname<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
 }
 
 /// Counters named by `count()`, shared across mappings as Bloblang's are.
-static COUNTERS: LazyLock<Mutex<HashMap<String, i64>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static COUNTERS: LazyLock<Mutex<HashMap<String, i64>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn count<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let name = args.str(0)?;
@@ -149,9 +202,19 @@ fn counter<'a>(call: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let next = call
         .state
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| {
-            Some(if c == i64::MIN || c >= max || c < min { min } else { c + 1 })
+            Some(if c == i64::MIN || c >= max || c < min {
+                min
+            } else {
+                c + 1
+            })
         })
-        .map(|c| if c == i64::MIN || c >= max || c < min { min } else { c + 1 })
+        .map(|c| {
+            if c == i64::MIN || c >= max || c < min {
+                min
+            } else {
+                c + 1
+            }
+        })
         .unwrap_or(min);
     own(next)
 }
@@ -162,7 +225,10 @@ mod tests {
     use crate::value::Value;
 
     fn run(src: &str) -> Value {
-        Mapping::compile(src, &Env::default()).unwrap().query_value(&Value::Null).unwrap()
+        Mapping::compile(src, &Env::default())
+            .unwrap()
+            .query_value(&Value::Null)
+            .unwrap()
     }
 
     #[test]
@@ -170,7 +236,10 @@ mod tests {
         assert_eq!(run("uuid_v4().length()"), Value::Int(36));
         assert_eq!(run("uuid_v7().length()"), Value::Int(36));
         assert_eq!(run("nanoid().length()"), Value::Int(21));
-        assert_eq!(run("nanoid(5, \"ab\").re_match(\"^[ab]{5}$\")"), Value::Bool(true));
+        assert_eq!(
+            run("nanoid(5, \"ab\").re_match(\"^[ab]{5}$\")"),
+            Value::Bool(true)
+        );
         assert_eq!(run("ulid().length()"), Value::Int(26));
         assert_eq!(run("random_int(min: 3, max: 3)"), Value::Int(3));
         assert_eq!(run("now().type()"), Value::from("timestamp"));
@@ -181,7 +250,9 @@ mod tests {
     #[test]
     fn counters_count() {
         let m = Mapping::compile("counter(min: 1, max: 2)", &Env::default()).unwrap();
-        let got: Vec<Value> = (0..3).map(|_| m.query_value(&Value::Null).unwrap()).collect();
+        let got: Vec<Value> = (0..3)
+            .map(|_| m.query_value(&Value::Null).unwrap())
+            .collect();
         assert_eq!(got, vec![Value::Int(1), Value::Int(2), Value::Int(1)]);
         assert_eq!(run("count(\"gen-test\")"), Value::Int(1));
         assert_eq!(run("count(\"gen-test\")"), Value::Int(2));

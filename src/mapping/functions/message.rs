@@ -16,7 +16,16 @@ const fn spec(
     examples: &'static [crate::mapping::spec::Example],
     imp: crate::mapping::spec::FunctionImpl,
 ) -> FunctionSpec {
-    FunctionSpec { name, category: CAT, description, params, examples, pure: false, needs_message: true, imp }
+    FunctionSpec {
+        name,
+        category: CAT,
+        description,
+        params,
+        examples,
+        pure: false,
+        needs_message: true,
+        imp,
+    }
 }
 
 pub static SPECS: &[FunctionSpec] = &[
@@ -112,7 +121,11 @@ fn input_meta<'a>(cx: &Ctx<'a>) -> &'a crate::message::Metadata {
 fn meta<'a>(_: &'a FuncCall, args: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
     let m = input_meta(cx);
     if !args.given(0) {
-        return own(Value::Object(m.iter().map(|(k, v)| (k.clone(), Value::String(v.to_text()))).collect()));
+        return own(Value::Object(
+            m.iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.to_text())))
+                .collect(),
+        ));
     }
     match m.get(args.str(0)?) {
         Some(Value::String(s)) => own(s.as_str()),
@@ -158,4 +171,3 @@ fn json<'a>(_: &'a FuncCall, args: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
     }
     Ok(V::Ref(cur))
 }
-

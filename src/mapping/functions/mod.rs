@@ -10,8 +10,13 @@ use super::spec::FunctionSpec;
 
 /// Every function, in one explicit list.
 pub fn all() -> Vec<&'static FunctionSpec> {
-    [message::SPECS, generators::SPECS, environment::SPECS, values::SPECS]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        message::SPECS,
+        generators::SPECS,
+        environment::SPECS,
+        values::SPECS,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }

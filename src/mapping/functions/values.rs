@@ -25,7 +25,11 @@ pub static SPECS: &[FunctionSpec] = &[
         category: "General",
         description: "Fails the mapping with the given message.",
         params: &[p("why")],
-        examples: &[ex(r#"root = if this.n < 0 { throw("negative") } else { this.n }"#, r#"{"n":-1}"#, "error:negative")],
+        examples: &[ex(
+            r#"root = if this.n < 0 { throw("negative") } else { this.n }"#,
+            r#"{"n":-1}"#,
+            "error:negative",
+        )],
         pure: false,
         needs_message: false,
         imp: throw,
@@ -33,9 +37,14 @@ pub static SPECS: &[FunctionSpec] = &[
     FunctionSpec {
         name: "deleted",
         category: "General",
-        description: "Removes the assignment's target: a field, an array item, or the whole message.",
+        description:
+            "Removes the assignment's target: a field, an array item, or the whole message.",
         params: &[],
-        examples: &[ex("root = this\nroot.b = deleted()", r#"{"a":1,"b":2}"#, r#"{"a":1}"#)],
+        examples: &[ex(
+            "root = this\nroot.b = deleted()",
+            r#"{"a":1,"b":2}"#,
+            r#"{"a":1}"#,
+        )],
         pure: true,
         needs_message: false,
         imp: marker,
@@ -45,7 +54,11 @@ pub static SPECS: &[FunctionSpec] = &[
         category: "General",
         description: "Skips the assignment it is the value of.",
         params: &[],
-        examples: &[ex("root = this\nroot.a = nothing()", r#"{"a":1}"#, r#"{"a":1}"#)],
+        examples: &[ex(
+            "root = this\nroot.a = nothing()",
+            r#"{"a":1}"#,
+            r#"{"a":1}"#,
+        )],
         pure: true,
         needs_message: false,
         imp: marker,

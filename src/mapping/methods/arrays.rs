@@ -78,7 +78,10 @@ fn index<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let i = args.int(0)?;
     let k = if i < 0 { a.len() as i64 + i } else { i };
     if k < 0 || k as usize >= a.len() {
-        return Err(format!("index {i} is out of bounds for an array of {}", a.len()));
+        return Err(format!(
+            "index {i} is out of bounds for an array of {}",
+            a.len()
+        ));
     }
     Ok(V::Ref(&a[k as usize]))
 }
@@ -138,17 +141,33 @@ fn zip<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         }
     }
     let n = arrays.iter().map(|a| a.len()).min().unwrap_or(0);
-    own(Value::Array((0..n).map(|i| Value::Array(arrays.iter().map(|a| a[i].clone()).collect())).collect()))
+    own(Value::Array(
+        (0..n)
+            .map(|i| Value::Array(arrays.iter().map(|a| a[i].clone()).collect()))
+            .collect(),
+    ))
 }
 fn first<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    array(v)?.first().map(V::Ref).ok_or_else(|| "the array is empty".into())
+    array(v)?
+        .first()
+        .map(V::Ref)
+        .ok_or_else(|| "the array is empty".into())
 }
 fn last<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    array(v)?.last().map(V::Ref).ok_or_else(|| "the array is empty".into())
+    array(v)?
+        .last()
+        .map(V::Ref)
+        .ok_or_else(|| "the array is empty".into())
 }
 
 fn collapse_into(prefix: &str, v: &Value, keep_empty: bool, out: &mut Object) {
-    let key = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+    let key = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
     match v {
         Value::Object(o) if !o.is_empty() => {
             for (k, x) in o {
@@ -194,7 +213,9 @@ fn explode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     };
     match target {
         Value::Array(a) => own(Value::Array(a.iter().map(with).collect())),
-        Value::Object(o) => own(Value::Object(o.iter().map(|(k, x)| (k.clone(), with(x))).collect())),
+        Value::Object(o) => own(Value::Object(
+            o.iter().map(|(k, x)| (k.clone(), with(x))).collect(),
+        )),
         other => Err(type_err("array or object at the path", other)),
     }
 }
@@ -239,5 +260,7 @@ pub(crate) fn merge_sort<T: Clone, E>(
 
 /// Sorting order used by `sort`: numbers, strings or timestamps, not mixed.
 pub(crate) fn sort_values(items: Vec<Value>) -> Res<Vec<Value>> {
-    merge_sort(items, &mut |a, b| compare(a, b).map(|o| o == std::cmp::Ordering::Less))
+    merge_sort(items, &mut |a, b| {
+        compare(a, b).map(|o| o == std::cmp::Ordering::Less)
+    })
 }

@@ -73,7 +73,8 @@ fn decode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let data = raw(v)?;
     let scheme = args.str(0)?;
     let out = if let Some(e) = b64(scheme) {
-        e.decode(&data).map_err(|e| format!("failed to decode {scheme}: {e}"))?
+        e.decode(&data)
+            .map_err(|e| format!("failed to decode {scheme}: {e}"))?
     } else if scheme == "hex" {
         hex::decode(&data).map_err(|e| format!("failed to decode hex: {e}"))?
     } else {
@@ -141,9 +142,18 @@ fn decompress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let mut out = Vec::new();
     let io = |e: std::io::Error| format!("failed to decompress: {e}");
     match args.str(0)? {
-        "gzip" => flate2::read::MultiGzDecoder::new(&data[..]).take(MAX_INFLATE).read_to_end(&mut out).map_err(io)?,
-        "zlib" => flate2::read::ZlibDecoder::new(&data[..]).take(MAX_INFLATE).read_to_end(&mut out).map_err(io)?,
-        "flate" | "deflate" => flate2::read::DeflateDecoder::new(&data[..]).take(MAX_INFLATE).read_to_end(&mut out).map_err(io)?,
+        "gzip" => flate2::read::MultiGzDecoder::new(&data[..])
+            .take(MAX_INFLATE)
+            .read_to_end(&mut out)
+            .map_err(io)?,
+        "zlib" => flate2::read::ZlibDecoder::new(&data[..])
+            .take(MAX_INFLATE)
+            .read_to_end(&mut out)
+            .map_err(io)?,
+        "flate" | "deflate" => flate2::read::DeflateDecoder::new(&data[..])
+            .take(MAX_INFLATE)
+            .read_to_end(&mut out)
+            .map_err(io)?,
         other => return Err(format!("unknown compression algorithm {other:?}")),
     };
     own(Value::Bytes(out.into()))

@@ -171,13 +171,18 @@ pub(crate) fn parse_number(s: &str) -> Option<Value> {
     if let Ok(i) = t.parse::<i64>() {
         return Some(Value::Int(i));
     }
-    t.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float)
+    t.parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite())
+        .map(Value::Float)
 }
 
 fn number<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = match v {
         Value::Int(_) | Value::Float(_) => return Ok(V::Ref(v)),
-        Value::String(s) => parse_number(s).ok_or_else(|| format!("cannot parse {} as a number", describe(v))),
+        Value::String(s) => {
+            parse_number(s).ok_or_else(|| format!("cannot parse {} as a number", describe(v)))
+        }
         Value::Bytes(b) => parse_number(&String::from_utf8_lossy(b))
             .ok_or_else(|| format!("cannot parse {} as a number", describe(v))),
         other => Err(type_err("number", other)),
@@ -251,7 +256,9 @@ pub(crate) fn split_path(path: &str) -> Vec<String> {
     if path.is_empty() {
         return Vec::new();
     }
-    path.split('.').map(|s| s.replace("~1", ".").replace("~0", "~")).collect()
+    path.split('.')
+        .map(|s| s.replace("~1", ".").replace("~0", "~"))
+        .collect()
 }
 
 fn exists<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -293,7 +300,10 @@ fn apply<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         Value::String(s) => s.as_str(),
         other => return Err(call.err(type_err("string", other))),
     };
-    let map = cx.prog.map(name).ok_or_else(|| call.err(format!("map `{name}` is not defined")))?;
+    let map = cx
+        .prog
+        .map(name)
+        .ok_or_else(|| call.err(format!("map `{name}` is not defined")))?;
     let mut fr = Frame {
         root: Slot::Nothing,
         vars: vec![None; cx.prog.n_vars],

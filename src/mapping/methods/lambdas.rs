@@ -2,13 +2,23 @@
 
 use crate::mapping::compile::MethodCall;
 use crate::mapping::exec::{call_lambda, compare, values_eq, Ctx, ExecError, V};
-use crate::mapping::spec::{describe, ex, lambda, lazy_method, p, Default, Kind, MethodSpec, Param};
+use crate::mapping::spec::{
+    describe, ex, lambda, lazy_method, p, Default, Kind, MethodSpec, Param,
+};
 use crate::value::{Object, Value};
 
 const CAT: &str = "Object & Array Manipulation";
 
-const OPT_LAMBDA: Param = Param { name: "compare", kind: Kind::Lambda, default: Default::Absent };
-const OPT_EMIT: Param = Param { name: "emit", kind: Kind::Lambda, default: Default::Absent };
+const OPT_LAMBDA: Param = Param {
+    name: "compare",
+    kind: Kind::Lambda,
+    default: Default::Absent,
+};
+const OPT_EMIT: Param = Param {
+    name: "emit",
+    kind: Kind::Lambda,
+    default: Default::Absent,
+};
 
 pub static SPECS: &[MethodSpec] = &[
     lazy_method("map_each", CAT,
@@ -99,7 +109,10 @@ fn filter_map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, Exec
             }
             Ok(V::Own(Value::Object(out)))
         }
-        other => Err(call.err(format!("expected array or object value, got {}", describe(other)))),
+        other => Err(call.err(format!(
+            "expected array or object value, got {}",
+            describe(other)
+        ))),
     }
 }
 
@@ -120,7 +133,10 @@ fn recv_array<'a>(call: &'a MethodCall, v: &'a V<'a>) -> Result<&'a Vec<Value>, 
 fn test_bool(call: &MethodCall, v: V<'_>) -> Result<bool, ExecError> {
     match v.get() {
         Value::Bool(b) => Ok(*b),
-        other => Err(call.err(format!("expected the query to give a bool, got {}", describe(other)))),
+        other => Err(call.err(format!(
+            "expected the query to give a bool, got {}",
+            describe(other)
+        ))),
     }
 }
 
@@ -155,7 +171,10 @@ fn map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> 
             }
             Ok(V::Own(Value::Object(out)))
         }
-        other => Err(call.err(format!("expected array or object value, got {}", describe(other)))),
+        other => Err(call.err(format!(
+            "expected array or object value, got {}",
+            describe(other)
+        ))),
     }
 }
 
@@ -163,7 +182,10 @@ fn map_each_key<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecErr
     let recv = call.recv(cx)?;
     let l = call.lambda(0)?;
     let Value::Object(o) = recv.get() else {
-        return Err(call.err(format!("expected object value, got {}", describe(recv.get()))));
+        return Err(call.err(format!(
+            "expected object value, got {}",
+            describe(recv.get())
+        )));
     };
     let mut out = Object::new();
     for (k, v) in o {
@@ -177,7 +199,9 @@ fn map_each_key<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecErr
                 Value::String(s) => {
                     out.insert(s, v.clone());
                 }
-                other => return Err(call.err(format!("keys must be strings, got {}", describe(&other)))),
+                other => {
+                    return Err(call.err(format!("keys must be strings, got {}", describe(&other))))
+                }
             },
         }
     }
@@ -206,7 +230,10 @@ fn filter<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             }
             Ok(V::Own(Value::Object(out)))
         }
-        other => Err(call.err(format!("expected array or object value, got {}", describe(other)))),
+        other => Err(call.err(format!(
+            "expected array or object value, got {}",
+            describe(other)
+        ))),
     }
 }
 
@@ -251,7 +278,9 @@ fn all<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
 fn find<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     let recv = call.recv(cx)?;
     let want = call.arg(0, cx)?;
-    let pos = recv_array(call, &recv)?.iter().position(|x| values_eq(x, want.get()));
+    let pos = recv_array(call, &recv)?
+        .iter()
+        .position(|x| values_eq(x, want.get()));
     Ok(V::Own(Value::Int(pos.map(|p| p as i64).unwrap_or(-1))))
 }
 
@@ -318,7 +347,9 @@ fn sort_by<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         compare(&a.0, &b.0).map(|o| o == std::cmp::Ordering::Less)
     })
     .map_err(|e| call.err(e))?;
-    Ok(V::Own(Value::Array(sorted.into_iter().map(|(_, i)| items[i].clone()).collect())))
+    Ok(V::Own(Value::Array(
+        sorted.into_iter().map(|(_, i)| items[i].clone()).collect(),
+    )))
 }
 
 fn unique_by<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {

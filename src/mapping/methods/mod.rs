@@ -110,7 +110,10 @@ pub(crate) mod test_support {
         if let Some(want) = e.output.strip_prefix("error:") {
             return match res {
                 Err(err) if err.to_string().contains(want) => Ok(()),
-                Err(err) => Err(format!("{owner}: `{}` failed with {err}, wanted {want}", e.mapping)),
+                Err(err) => Err(format!(
+                    "{owner}: `{}` failed with {err}, wanted {want}",
+                    e.mapping
+                )),
                 Ok(_) => Err(format!("{owner}: `{}` should fail with {want}", e.mapping)),
             };
         }
@@ -152,7 +155,12 @@ mod tests {
                 }
             }
         }
-        assert!(failures.is_empty(), "{} of {n} examples failed:\n{}", failures.len(), failures.join("\n"));
+        assert!(
+            failures.is_empty(),
+            "{} of {n} examples failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
     }
 
     #[test]

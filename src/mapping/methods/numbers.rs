@@ -1,61 +1,277 @@
 //! Numbers: rounding, math, and conversions to sized integer and float types.
 
 use crate::mapping::exec::{own, to_float, to_int, V};
-use crate::mapping::spec::{describe, ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
+use crate::mapping::spec::{
+    describe, ex, method, opt, p, type_err, Args, Default, MethodSpec, Res,
+};
 use crate::value::Value;
 
 const CAT: &str = "Number Manipulation";
 
 pub static SPECS: &[MethodSpec] = &[
-    method("abs", CAT, "The absolute value.", &[],
-        &[ex("root.n = this.n.abs()", r#"{"n":-5.5}"#, r#"{"n":5.5}"#)], abs),
-    method("ceil", CAT, "Rounds up to a whole number.", &[],
-        &[ex("root.n = this.n.ceil()", r#"{"n":5.2}"#, r#"{"n":6}"#)], ceil),
-    method("floor", CAT, "Rounds down to a whole number.", &[],
-        &[ex("root.n = this.n.floor()", r#"{"n":5.7}"#, r#"{"n":5}"#)], floor),
-    method("round", CAT, "Rounds to the nearest whole number, halves away from zero.", &[],
-        &[ex("root.n = this.n.round()", r#"{"n":5.5}"#, r#"{"n":6}"#)], round),
-    method("log", CAT, "The natural logarithm.", &[],
-        &[ex("root.n = this.n.log().round()", r#"{"n":100}"#, r#"{"n":5}"#)], log),
-    method("log10", CAT, "The base-10 logarithm.", &[],
-        &[ex("root.n = this.n.log10()", r#"{"n":100}"#, r#"{"n":2}"#)], log10),
-    method("pow", CAT, "The number raised to a power.", &[p("exponent")],
-        &[ex("root.n = this.n.pow(2)", r#"{"n":3}"#, r#"{"n":9}"#)], pow),
-    method("sqrt", CAT, "The square root.", &[],
-        &[ex("root.n = this.n.sqrt()", r#"{"n":16}"#, r#"{"n":4}"#)], sqrt),
-    method("cos", CAT, "The cosine of an angle in radians.", &[],
-        &[ex("root.n = this.n.cos()", r#"{"n":0}"#, r#"{"n":1}"#)], cos),
-    method("sin", CAT, "The sine of an angle in radians.", &[],
-        &[ex("root.n = this.n.sin()", r#"{"n":0}"#, r#"{"n":0}"#)], sin),
-    method("tan", CAT, "The tangent of an angle in radians.", &[],
-        &[ex("root.n = this.n.tan()", r#"{"n":0}"#, r#"{"n":0}"#)], tan),
-    method("max", CAT, "The largest number of an array.", &[],
-        &[ex("root.n = this.a.max()", r#"{"a":[1,9.5,3]}"#, r#"{"n":9.5}"#)], max),
-    method("min", CAT, "The smallest number of an array.", &[],
-        &[ex("root.n = this.a.min()", r#"{"a":[4,2,3]}"#, r#"{"n":2}"#)], min),
-    method("int64", CAT, "The value as a 64-bit signed integer, parsing strings.", &[],
-        &[ex("root.n = this.n.int64()", r#"{"n":"-12"}"#, r#"{"n":-12}"#)], int64),
-    method("int32", CAT, "The value as a 32-bit signed integer; out of range is an error.", &[],
-        &[ex("root.n = this.n.int32()", r#"{"n":5.0}"#, r#"{"n":5}"#),
-          ex("root.n = this.n.int32()", r#"{"n":3000000000}"#, "error:out of range")], int32),
-    method("int16", CAT, "The value as a 16-bit signed integer.", &[], &[], int16),
-    method("int8", CAT, "The value as an 8-bit signed integer.", &[], &[], int8),
-    method("uint64", CAT, "The value as a 64-bit unsigned integer.", &[],
-        &[ex("root.n = this.n.uint64()", r#"{"n":"12"}"#, r#"{"n":12}"#)], uint64),
-    method("uint32", CAT, "The value as a 32-bit unsigned integer.", &[], &[], uint32),
-    method("uint16", CAT, "The value as a 16-bit unsigned integer.", &[], &[], uint16),
-    method("uint8", CAT, "The value as an 8-bit unsigned integer.", &[], &[], uint8),
-    method("float64", CAT, "The value as a 64-bit float, parsing strings.", &[],
-        &[ex("root.n = this.n.float64()", r#"{"n":"1.5"}"#, r#"{"n":1.5}"#)], float64),
-    method("float32", CAT, "The value as a 32-bit float.", &[], &[], float32),
-    method("bitwise_and", CAT, "Bitwise AND with an integer.", &[p("value")],
-        &[ex("root.n = this.n.bitwise_and(6)", r#"{"n":12}"#, r#"{"n":4}"#)], bit_and),
-    method("bitwise_or", CAT, "Bitwise OR with an integer.", &[p("value")],
-        &[ex("root.n = this.n.bitwise_or(6)", r#"{"n":12}"#, r#"{"n":14}"#)], bit_or),
-    method("bitwise_xor", CAT, "Bitwise XOR with an integer.", &[p("value")],
-        &[ex("root.n = this.n.bitwise_xor(6)", r#"{"n":12}"#, r#"{"n":10}"#)], bit_xor),
-    method("clamp", CAT, "The number limited to the range [min, max].", &[opt("min", Default::Null), opt("max", Default::Null)],
-        &[ex("root.n = this.n.clamp(0, 10)", r#"{"n":12}"#, r#"{"n":10}"#)], clamp),
+    method(
+        "abs",
+        CAT,
+        "The absolute value.",
+        &[],
+        &[ex("root.n = this.n.abs()", r#"{"n":-5.5}"#, r#"{"n":5.5}"#)],
+        abs,
+    ),
+    method(
+        "ceil",
+        CAT,
+        "Rounds up to a whole number.",
+        &[],
+        &[ex("root.n = this.n.ceil()", r#"{"n":5.2}"#, r#"{"n":6}"#)],
+        ceil,
+    ),
+    method(
+        "floor",
+        CAT,
+        "Rounds down to a whole number.",
+        &[],
+        &[ex("root.n = this.n.floor()", r#"{"n":5.7}"#, r#"{"n":5}"#)],
+        floor,
+    ),
+    method(
+        "round",
+        CAT,
+        "Rounds to the nearest whole number, halves away from zero.",
+        &[],
+        &[ex("root.n = this.n.round()", r#"{"n":5.5}"#, r#"{"n":6}"#)],
+        round,
+    ),
+    method(
+        "log",
+        CAT,
+        "The natural logarithm.",
+        &[],
+        &[ex(
+            "root.n = this.n.log().round()",
+            r#"{"n":100}"#,
+            r#"{"n":5}"#,
+        )],
+        log,
+    ),
+    method(
+        "log10",
+        CAT,
+        "The base-10 logarithm.",
+        &[],
+        &[ex("root.n = this.n.log10()", r#"{"n":100}"#, r#"{"n":2}"#)],
+        log10,
+    ),
+    method(
+        "pow",
+        CAT,
+        "The number raised to a power.",
+        &[p("exponent")],
+        &[ex("root.n = this.n.pow(2)", r#"{"n":3}"#, r#"{"n":9}"#)],
+        pow,
+    ),
+    method(
+        "sqrt",
+        CAT,
+        "The square root.",
+        &[],
+        &[ex("root.n = this.n.sqrt()", r#"{"n":16}"#, r#"{"n":4}"#)],
+        sqrt,
+    ),
+    method(
+        "cos",
+        CAT,
+        "The cosine of an angle in radians.",
+        &[],
+        &[ex("root.n = this.n.cos()", r#"{"n":0}"#, r#"{"n":1}"#)],
+        cos,
+    ),
+    method(
+        "sin",
+        CAT,
+        "The sine of an angle in radians.",
+        &[],
+        &[ex("root.n = this.n.sin()", r#"{"n":0}"#, r#"{"n":0}"#)],
+        sin,
+    ),
+    method(
+        "tan",
+        CAT,
+        "The tangent of an angle in radians.",
+        &[],
+        &[ex("root.n = this.n.tan()", r#"{"n":0}"#, r#"{"n":0}"#)],
+        tan,
+    ),
+    method(
+        "max",
+        CAT,
+        "The largest number of an array.",
+        &[],
+        &[ex(
+            "root.n = this.a.max()",
+            r#"{"a":[1,9.5,3]}"#,
+            r#"{"n":9.5}"#,
+        )],
+        max,
+    ),
+    method(
+        "min",
+        CAT,
+        "The smallest number of an array.",
+        &[],
+        &[ex(
+            "root.n = this.a.min()",
+            r#"{"a":[4,2,3]}"#,
+            r#"{"n":2}"#,
+        )],
+        min,
+    ),
+    method(
+        "int64",
+        CAT,
+        "The value as a 64-bit signed integer, parsing strings.",
+        &[],
+        &[ex(
+            "root.n = this.n.int64()",
+            r#"{"n":"-12"}"#,
+            r#"{"n":-12}"#,
+        )],
+        int64,
+    ),
+    method(
+        "int32",
+        CAT,
+        "The value as a 32-bit signed integer; out of range is an error.",
+        &[],
+        &[
+            ex("root.n = this.n.int32()", r#"{"n":5.0}"#, r#"{"n":5}"#),
+            ex(
+                "root.n = this.n.int32()",
+                r#"{"n":3000000000}"#,
+                "error:out of range",
+            ),
+        ],
+        int32,
+    ),
+    method(
+        "int16",
+        CAT,
+        "The value as a 16-bit signed integer.",
+        &[],
+        &[],
+        int16,
+    ),
+    method(
+        "int8",
+        CAT,
+        "The value as an 8-bit signed integer.",
+        &[],
+        &[],
+        int8,
+    ),
+    method(
+        "uint64",
+        CAT,
+        "The value as a 64-bit unsigned integer.",
+        &[],
+        &[ex(
+            "root.n = this.n.uint64()",
+            r#"{"n":"12"}"#,
+            r#"{"n":12}"#,
+        )],
+        uint64,
+    ),
+    method(
+        "uint32",
+        CAT,
+        "The value as a 32-bit unsigned integer.",
+        &[],
+        &[],
+        uint32,
+    ),
+    method(
+        "uint16",
+        CAT,
+        "The value as a 16-bit unsigned integer.",
+        &[],
+        &[],
+        uint16,
+    ),
+    method(
+        "uint8",
+        CAT,
+        "The value as an 8-bit unsigned integer.",
+        &[],
+        &[],
+        uint8,
+    ),
+    method(
+        "float64",
+        CAT,
+        "The value as a 64-bit float, parsing strings.",
+        &[],
+        &[ex(
+            "root.n = this.n.float64()",
+            r#"{"n":"1.5"}"#,
+            r#"{"n":1.5}"#,
+        )],
+        float64,
+    ),
+    method(
+        "float32",
+        CAT,
+        "The value as a 32-bit float.",
+        &[],
+        &[],
+        float32,
+    ),
+    method(
+        "bitwise_and",
+        CAT,
+        "Bitwise AND with an integer.",
+        &[p("value")],
+        &[ex(
+            "root.n = this.n.bitwise_and(6)",
+            r#"{"n":12}"#,
+            r#"{"n":4}"#,
+        )],
+        bit_and,
+    ),
+    method(
+        "bitwise_or",
+        CAT,
+        "Bitwise OR with an integer.",
+        &[p("value")],
+        &[ex(
+            "root.n = this.n.bitwise_or(6)",
+            r#"{"n":12}"#,
+            r#"{"n":14}"#,
+        )],
+        bit_or,
+    ),
+    method(
+        "bitwise_xor",
+        CAT,
+        "Bitwise XOR with an integer.",
+        &[p("value")],
+        &[ex(
+            "root.n = this.n.bitwise_xor(6)",
+            r#"{"n":12}"#,
+            r#"{"n":10}"#,
+        )],
+        bit_xor,
+    ),
+    method(
+        "clamp",
+        CAT,
+        "The number limited to the range [min, max].",
+        &[opt("min", Default::Null), opt("max", Default::Null)],
+        &[ex(
+            "root.n = this.n.clamp(0, 10)",
+            r#"{"n":12}"#,
+            r#"{"n":10}"#,
+        )],
+        clamp,
+    ),
 ];
 
 fn num_fn<'b>(v: &Value, f: impl Fn(f64) -> f64) -> Res<V<'b>> {
@@ -84,7 +300,10 @@ fn rounding<'b>(v: &'b Value, f: impl Fn(f64) -> f64) -> Res<V<'b>> {
 
 fn abs<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     match v {
-        Value::Int(i) => own(i.checked_abs().map(Value::Int).unwrap_or(Value::Float((*i as f64).abs()))),
+        Value::Int(i) => own(i
+            .checked_abs()
+            .map(Value::Int)
+            .unwrap_or(Value::Float((*i as f64).abs()))),
         _ => num_fn(v, f64::abs),
     }
 }
@@ -130,7 +349,8 @@ fn extreme<'b>(v: &'b Value, want: std::cmp::Ordering) -> Res<V<'b>> {
             _ => Some(x),
         };
     }
-    best.map(V::Ref).ok_or_else(|| "the array is empty".to_string())
+    best.map(V::Ref)
+        .ok_or_else(|| "the array is empty".to_string())
 }
 fn max<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     extreme(v, std::cmp::Ordering::Greater)
@@ -144,7 +364,10 @@ fn whole(v: &Value) -> Res<i128> {
     match v {
         Value::Int(i) => Ok(*i as i128),
         Value::Float(f) if f.fract() == 0.0 && f.is_finite() => Ok(*f as i128),
-        Value::Float(_) => Err(format!("cannot convert {} to an integer without losing its fraction", describe(v))),
+        Value::Float(_) => Err(format!(
+            "cannot convert {} to an integer without losing its fraction",
+            describe(v)
+        )),
         Value::String(s) => s
             .trim()
             .parse::<i128>()
@@ -193,7 +416,11 @@ fn uint8<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 }
 fn float64<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     match v {
-        Value::String(s) => s.trim().parse::<f64>().map(|f| V::Own(Value::Float(f))).map_err(|_| format!("cannot parse {} as a float", describe(v))),
+        Value::String(s) => s
+            .trim()
+            .parse::<f64>()
+            .map(|f| V::Own(Value::Float(f)))
+            .map_err(|_| format!("cannot parse {} as a float", describe(v))),
         other => own(to_float(other)?),
     }
 }
@@ -217,10 +444,14 @@ fn bit_xor<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
 }
 fn clamp<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     to_float(v)?;
-    if !matches!(args.get(0), Value::Null) && crate::mapping::exec::compare(v, args.get(0))? == std::cmp::Ordering::Less {
+    if !matches!(args.get(0), Value::Null)
+        && crate::mapping::exec::compare(v, args.get(0))? == std::cmp::Ordering::Less
+    {
         return own(args.get(0).clone());
     }
-    if !matches!(args.get(1), Value::Null) && crate::mapping::exec::compare(v, args.get(1))? == std::cmp::Ordering::Greater {
+    if !matches!(args.get(1), Value::Null)
+        && crate::mapping::exec::compare(v, args.get(1))? == std::cmp::Ordering::Greater
+    {
         return own(args.get(1).clone());
     }
     Ok(V::Ref(v))

@@ -33,7 +33,12 @@ pub static SPECS: &[MethodSpec] = &[
 ];
 
 fn keys<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    own(Value::Array(object(v)?.keys().map(|k| Value::String(k.clone())).collect()))
+    own(Value::Array(
+        object(v)?
+            .keys()
+            .map(|k| Value::String(k.clone()))
+            .collect(),
+    ))
 }
 fn values<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(Value::Array(object(v)?.values().cloned().collect()))
@@ -52,7 +57,9 @@ fn key_values<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn remove_path(v: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
     let mut cur = v;
     for seg in parents {
         cur = match cur {

@@ -34,7 +34,9 @@ pub static SPECS: &[MethodSpec] = &[
 ];
 
 fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    Value::from_json(&raw(v)?).map(V::Own).map_err(|e| format!("failed to parse JSON: {e}"))
+    Value::from_json(&raw(v)?)
+        .map(V::Own)
+        .map_err(|e| format!("failed to parse JSON: {e}"))
 }
 
 fn format_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -64,7 +66,10 @@ fn yaml_to_value(y: serde_yaml::Value) -> Value {
                 .map(|(k, v)| {
                     let key = match k {
                         serde_yaml::Value::String(s) => s,
-                        other => serde_yaml::to_string(&other).unwrap_or_default().trim_end().to_string(),
+                        other => serde_yaml::to_string(&other)
+                            .unwrap_or_default()
+                            .trim_end()
+                            .to_string(),
                     };
                     (key, yaml_to_value(v))
                 })
@@ -75,12 +80,15 @@ fn yaml_to_value(y: serde_yaml::Value) -> Value {
 }
 
 fn parse_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let y: serde_yaml::Value = serde_yaml::from_slice(&raw(v)?).map_err(|e| format!("failed to parse YAML: {e}"))?;
+    let y: serde_yaml::Value =
+        serde_yaml::from_slice(&raw(v)?).map_err(|e| format!("failed to parse YAML: {e}"))?;
     own(yaml_to_value(y))
 }
 
 fn format_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    serde_yaml::to_string(v).map(|s| V::Own(Value::Bytes(s.into_bytes().into()))).map_err(|e| e.to_string())
+    serde_yaml::to_string(v)
+        .map(|s| V::Own(Value::Bytes(s.into_bytes().into())))
+        .map_err(|e| e.to_string())
 }
 
 fn delimiter(args: &Args<'_>, i: usize) -> Res<u8> {
@@ -106,14 +114,23 @@ fn parse_csv<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     }
     if !header {
         return own(Value::Array(
-            rows.into_iter().map(|r| Value::Array(r.into_iter().map(Value::String).collect())).collect(),
+            rows.into_iter()
+                .map(|r| Value::Array(r.into_iter().map(Value::String).collect()))
+                .collect(),
         ));
     }
     let mut it = rows.into_iter();
-    let Some(head) = it.next() else { return own(Value::Array(Vec::new())) };
+    let Some(head) = it.next() else {
+        return own(Value::Array(Vec::new()));
+    };
     let out = it
         .map(|r| {
-            Value::Object(head.iter().cloned().zip(r.into_iter().map(Value::String)).collect::<Object>())
+            Value::Object(
+                head.iter()
+                    .cloned()
+                    .zip(r.into_iter().map(Value::String))
+                    .collect::<Object>(),
+            )
         })
         .collect();
     own(Value::Array(out))
@@ -125,25 +142,35 @@ fn csv_field(v: &Value) -> String {
 
 fn format_csv<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let rows = super::array(v)?;
-    let mut w = csv::WriterBuilder::new().delimiter(delimiter(args, 0)?).from_writer(Vec::new());
+    let mut w = csv::WriterBuilder::new()
+        .delimiter(delimiter(args, 0)?)
+        .from_writer(Vec::new());
     let err = |e: csv::Error| e.to_string();
     if let Some(Value::Object(first)) = rows.first() {
         let keys: Vec<&String> = first.keys().collect();
-        w.write_record(keys.iter().map(|k| k.as_str())).map_err(err)?;
+        w.write_record(keys.iter().map(|k| k.as_str()))
+            .map_err(err)?;
         for r in rows {
             let o = super::object(r)?;
-            w.write_record(keys.iter().map(|k| o.get(*k).map(csv_field).unwrap_or_default())).map_err(err)?;
+            w.write_record(
+                keys.iter()
+                    .map(|k| o.get(*k).map(csv_field).unwrap_or_default()),
+            )
+            .map_err(err)?;
         }
     } else {
         for r in rows {
-            w.write_record(super::array(r)?.iter().map(csv_field)).map_err(err)?;
+            w.write_record(super::array(r)?.iter().map(csv_field))
+                .map_err(err)?;
         }
     }
     let out = w.into_inner().map_err(|e| e.to_string())?;
     own(Value::Bytes(out.into()))
 }
 
-fn form_object<'x>(pairs: impl Iterator<Item = (std::borrow::Cow<'x, str>, std::borrow::Cow<'x, str>)>) -> Value {
+fn form_object<'x>(
+    pairs: impl Iterator<Item = (std::borrow::Cow<'x, str>, std::borrow::Cow<'x, str>)>,
+) -> Value {
     let mut o = Object::new();
     for (k, v) in pairs {
         let v = Value::String(v.into_owned());
@@ -181,9 +208,11 @@ fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     o.insert("fragment".into(), Value::from(u.fragment().unwrap_or("")));
     let mut query = Object::new();
     for (k, v) in u.query_pairs() {
-        match query.entry(k.into_owned()).or_insert_with(|| Value::Array(Vec::new())) {
-            Value::Array(a) => a.push(Value::String(v.into_owned())),
-            _ => {}
+        if let Value::Array(a) = query
+            .entry(k.into_owned())
+            .or_insert_with(|| Value::Array(Vec::new()))
+        {
+            a.push(Value::String(v.into_owned()));
         }
     }
     o.insert("query".into(), Value::Object(query));

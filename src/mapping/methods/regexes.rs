@@ -9,25 +9,86 @@ use crate::value::{Object, Value};
 const CAT: &str = "Regular Expressions";
 
 pub static SPECS: &[MethodSpec] = &[
-    method("re_match", CAT, "Whether the pattern matches anywhere in the string.", &[re("pattern")],
-        &[ex(r#"root.m = this.s.re_match("[0-9]+")"#, r#"{"s":"ab12"}"#, r#"{"m":true}"#)], re_match),
-    method("re_find_all", CAT, "Every match of the pattern.", &[re("pattern")],
-        &[ex(r#"root.m = this.s.re_find_all("a.")"#, r#"{"s":"paranormal"}"#, r#"{"m":["ar","an","al"]}"#)], re_find_all),
-    method("re_find_all_submatch", CAT, "Every match, each as an array of the match and its groups.", &[re("pattern")],
-        &[ex(r#"root.m = this.s.re_find_all_submatch("a(x*)b")"#, r#"{"s":"-axxb-ab-"}"#, r#"{"m":[["axxb","xx"],["ab",""]]}"#)],
-        re_find_all_submatch),
-    method("re_find_object", CAT, "The first match as an object of group names (or numbers) to text; `0` is the whole match.",
+    method(
+        "re_match",
+        CAT,
+        "Whether the pattern matches anywhere in the string.",
         &[re("pattern")],
-        &[ex(r#"root.m = this.s.re_find_object("a(?P<foo>x*)b")"#, r#"{"s":"-axxb-ab-"}"#, r#"{"m":{"0":"axxb","foo":"xx"}}"#)],
-        re_find_object),
-    method("re_find_all_object", CAT, "Every match as an object of group names (or numbers) to text.", &[re("pattern")],
-        &[ex(r#"root.m = this.s.re_find_all_object("a(?P<foo>x*)b")"#, r#"{"s":"-axxb-ab-"}"#,
-             r#"{"m":[{"0":"axxb","foo":"xx"},{"0":"ab","foo":""}]}"#)], re_find_all_object),
-    method("re_replace_all", CAT, "Replaces every match; `$1` and `${name}` in the replacement refer to groups.",
+        &[ex(
+            r#"root.m = this.s.re_match("[0-9]+")"#,
+            r#"{"s":"ab12"}"#,
+            r#"{"m":true}"#,
+        )],
+        re_match,
+    ),
+    method(
+        "re_find_all",
+        CAT,
+        "Every match of the pattern.",
+        &[re("pattern")],
+        &[ex(
+            r#"root.m = this.s.re_find_all("a.")"#,
+            r#"{"s":"paranormal"}"#,
+            r#"{"m":["ar","an","al"]}"#,
+        )],
+        re_find_all,
+    ),
+    method(
+        "re_find_all_submatch",
+        CAT,
+        "Every match, each as an array of the match and its groups.",
+        &[re("pattern")],
+        &[ex(
+            r#"root.m = this.s.re_find_all_submatch("a(x*)b")"#,
+            r#"{"s":"-axxb-ab-"}"#,
+            r#"{"m":[["axxb","xx"],["ab",""]]}"#,
+        )],
+        re_find_all_submatch,
+    ),
+    method(
+        "re_find_object",
+        CAT,
+        "The first match as an object of group names (or numbers) to text; `0` is the whole match.",
+        &[re("pattern")],
+        &[ex(
+            r#"root.m = this.s.re_find_object("a(?P<foo>x*)b")"#,
+            r#"{"s":"-axxb-ab-"}"#,
+            r#"{"m":{"0":"axxb","foo":"xx"}}"#,
+        )],
+        re_find_object,
+    ),
+    method(
+        "re_find_all_object",
+        CAT,
+        "Every match as an object of group names (or numbers) to text.",
+        &[re("pattern")],
+        &[ex(
+            r#"root.m = this.s.re_find_all_object("a(?P<foo>x*)b")"#,
+            r#"{"s":"-axxb-ab-"}"#,
+            r#"{"m":[{"0":"axxb","foo":"xx"},{"0":"ab","foo":""}]}"#,
+        )],
+        re_find_all_object,
+    ),
+    method(
+        "re_replace_all",
+        CAT,
+        "Replaces every match; `$1` and `${name}` in the replacement refer to groups.",
         &[re("pattern"), p("value")],
-        &[ex(r#"root.s = this.s.re_replace_all("ADD ([0-9]+)", "+($1)")"#, r#"{"s":"foo ADD 70"}"#, r#"{"s":"foo +(70)"}"#)],
-        re_replace_all),
-    method("re_replace", CAT, "Old name of `re_replace_all`.", &[re("pattern"), p("value")], &[], re_replace_all),
+        &[ex(
+            r#"root.s = this.s.re_replace_all("ADD ([0-9]+)", "+($1)")"#,
+            r#"{"s":"foo ADD 70"}"#,
+            r#"{"s":"foo +(70)"}"#,
+        )],
+        re_replace_all,
+    ),
+    method(
+        "re_replace",
+        CAT,
+        "Old name of `re_replace_all`.",
+        &[re("pattern"), p("value")],
+        &[],
+        re_replace_all,
+    ),
 ];
 
 fn re_match<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -36,7 +97,11 @@ fn re_match<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 
 fn re_find_all<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = args.regex(0)?;
-    own(Value::Array(r.find_iter(&text(v)?).map(|m| Value::from(m.as_str())).collect()))
+    own(Value::Array(
+        r.find_iter(&text(v)?)
+            .map(|m| Value::from(m.as_str()))
+            .collect(),
+    ))
 }
 
 fn re_find_all_submatch<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -44,7 +109,13 @@ fn re_find_all_submatch<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
     let out = r
         .captures_iter(&s)
-        .map(|c| Value::Array(c.iter().map(|g| Value::from(g.map(|m| m.as_str()).unwrap_or(""))).collect()))
+        .map(|c| {
+            Value::Array(
+                c.iter()
+                    .map(|g| Value::from(g.map(|m| m.as_str()).unwrap_or("")))
+                    .collect(),
+            )
+        })
         .collect();
     own(Value::Array(out))
 }
@@ -71,7 +142,11 @@ fn re_find_object<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 fn re_find_all_object<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = args.regex(0)?;
     let s = text(v)?;
-    own(Value::Array(r.captures_iter(&s).map(|c| captures_object(&r, &c)).collect()))
+    own(Value::Array(
+        r.captures_iter(&s)
+            .map(|c| captures_object(&r, &c))
+            .collect(),
+    ))
 }
 
 fn re_replace_all<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {

@@ -228,7 +228,9 @@ fn repeat<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 fn reverse<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     match v {
         Value::Array(a) => own(Value::Array(a.iter().rev().cloned().collect())),
-        Value::Bytes(b) => own(Value::Bytes(b.iter().rev().copied().collect::<Vec<u8>>().into())),
+        Value::Bytes(b) => own(Value::Bytes(
+            b.iter().rev().copied().collect::<Vec<u8>>().into(),
+        )),
         _ => s_own(text(v)?.chars().rev().collect()),
     }
 }
@@ -243,7 +245,10 @@ fn unquote<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     if let Some(inner) = s.strip_prefix('`').and_then(|x| x.strip_suffix('`')) {
         return s_own(inner.to_string());
     }
-    serde_json::from_str::<String>(&s).map(Value::String).map(V::Own).map_err(|e| format!("cannot unquote: {e}"))
+    serde_json::from_str::<String>(&s)
+        .map(Value::String)
+        .map(V::Own)
+        .map_err(|e| format!("cannot unquote: {e}"))
 }
 fn escape_html<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
@@ -289,7 +294,10 @@ fn unescape_url_path<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 }
 fn strip_html<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let keep: Vec<String> = match args.get(0) {
-        Value::Array(a) => a.iter().filter_map(|x| x.as_str().map(str::to_lowercase)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_lowercase))
+            .collect(),
         _ => Vec::new(),
     };
     let s = text(v)?;
@@ -375,7 +383,10 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
         let zero = spec.trim_start_matches('-').starts_with('0');
         let spec_t = spec.trim_start_matches(['-', '+', ' ', '#', '0']);
         let (w, prec) = match spec_t.split_once('.') {
-            Some((w, p)) => (w.parse::<usize>().ok(), Some(p.parse::<usize>().unwrap_or(0))),
+            Some((w, p)) => (
+                w.parse::<usize>().ok(),
+                Some(p.parse::<usize>().unwrap_or(0)),
+            ),
             None => (spec_t.parse::<usize>().ok(), None),
         };
         if matches!(verb, 's' | 'v') && w.is_none() {
@@ -441,7 +452,10 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
 
 fn format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let fmt = text(v)?;
-    let given: Vec<&Value> = (0..args.len()).filter(|i| args.given(*i)).map(|i| args.get(i)).collect();
+    let given: Vec<&Value> = (0..args.len())
+        .filter(|i| args.given(*i))
+        .map(|i| args.get(i))
+        .collect();
     s_own(printf(&fmt, &given)?)
 }
 fn filepath_join<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -463,11 +477,22 @@ fn unicode_segments<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
     let parts: Vec<Value> = match args.str(0)? {
         "grapheme" => s.chars().map(|c| Value::String(c.to_string())).collect(),
-        "word" => s.split_inclusive(|c: char| !c.is_alphanumeric()).flat_map(|w| {
-            let (word, sep) = w.split_at(w.trim_end_matches(|c: char| !c.is_alphanumeric()).len());
-            [word, sep].into_iter().filter(|x| !x.is_empty()).map(Value::from).collect::<Vec<_>>()
-        }).collect(),
-        "sentence" => s.split_inclusive(['.', '!', '?']).map(Value::from).collect(),
+        "word" => s
+            .split_inclusive(|c: char| !c.is_alphanumeric())
+            .flat_map(|w| {
+                let (word, sep) =
+                    w.split_at(w.trim_end_matches(|c: char| !c.is_alphanumeric()).len());
+                [word, sep]
+                    .into_iter()
+                    .filter(|x| !x.is_empty())
+                    .map(Value::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+        "sentence" => s
+            .split_inclusive(['.', '!', '?'])
+            .map(Value::from)
+            .collect(),
         other => return Err(format!("unknown segmentation type {other:?}")),
     };
     own(Value::Array(parts))

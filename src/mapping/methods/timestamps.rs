@@ -7,58 +7,297 @@ use super::text;
 use crate::mapping::exec::{own, V};
 use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
 use crate::mapping::time::{
-    format_default, format_go, from_unix_nanos, in_zone, parse_duration as go_duration,
-    parse_go, parse_iso8601_duration, parse_strptime,
+    format_default, format_go, from_unix_nanos, in_zone, parse_duration as go_duration, parse_go,
+    parse_iso8601_duration, parse_strptime,
 };
 use crate::value::Value;
 
 const CAT: &str = "Timestamp Manipulation";
 
 pub static SPECS: &[MethodSpec] = &[
-    method("ts_parse", CAT, "Parses a string with a Go layout into a timestamp.", &[p("format")],
-        &[ex(r#"root.t = this.s.ts_parse("2006-01-02")"#, r#"{"s":"2020-08-14"}"#, r#"{"t":"2020-08-14T00:00:00Z"}"#)], ts_parse),
-    method("ts_strptime", CAT, "Parses a string with a strftime format into a timestamp.", &[p("format")],
-        &[ex(r#"root.t = this.s.ts_strptime("%Y-%m-%d %H:%M")"#, r#"{"s":"2020-08-14 11:45"}"#, r#"{"t":"2020-08-14T11:45:00Z"}"#)], ts_strptime),
-    method("ts_format", CAT, "Formats a timestamp with a Go layout (RFC 3339 by default), in `tz` if given.",
-        &[opt("format", Default::Str("2006-01-02T15:04:05.999999999Z07:00")), opt("tz", Default::Absent)],
-        &[ex(r#"root.s = this.t.ts_format("2006-01-02 15:04", "UTC")"#, r#"{"t":"2020-08-14T11:45:26+02:00"}"#, r#"{"s":"2020-08-14 09:45"}"#),
-          ex(r#"root.s = this.t.ts_format("Mon Jan 2 15:04:05 MST 2006")"#, r#"{"t":1597405526}"#, r#"{"s":"Fri Aug 14 11:45:26 UTC 2020"}"#)], ts_format),
-    method("ts_strftime", CAT, "Formats a timestamp with strftime, in `tz` if given.", &[p("format"), opt("tz", Default::Absent)],
-        &[ex(r#"root.s = this.t.ts_strftime("%Y/%m/%d %H:%M:%S")"#, r#"{"t":"2020-08-14T11:45:26Z"}"#, r#"{"s":"2020/08/14 11:45:26"}"#)], ts_strftime),
-    method("ts_unix", CAT, "The timestamp as Unix seconds.", &[],
-        &[ex("root.n = this.t.ts_unix()", r#"{"t":"2020-08-14T11:45:26Z"}"#, r#"{"n":1597405526}"#)], ts_unix),
-    method("ts_unix_milli", CAT, "The timestamp as Unix milliseconds.", &[],
-        &[ex("root.n = this.t.ts_unix_milli()", r#"{"t":"2020-08-14T11:45:26.371Z"}"#, r#"{"n":1597405526371}"#)], ts_unix_milli),
-    method("ts_unix_micro", CAT, "The timestamp as Unix microseconds.", &[], &[], ts_unix_micro),
-    method("ts_unix_nano", CAT, "The timestamp as Unix nanoseconds.", &[],
-        &[ex("root.n = this.t.ts_unix_nano()", r#"{"t":"2020-08-14T11:45:26.000000001Z"}"#, r#"{"n":1597405526000000001}"#)], ts_unix_nano),
-    method("ts_tz", CAT, "The same instant in another time zone.", &[p("tz")],
-        &[ex(r#"root.t = this.t.ts_tz("Asia/Tokyo")"#, r#"{"t":"2020-08-14T11:45:26Z"}"#, r#"{"t":"2020-08-14T20:45:26+09:00"}"#)], ts_tz),
-    method("ts_round", CAT, "The timestamp rounded to a multiple of a duration in nanoseconds.", &[p("duration")],
-        &[ex(r#"root.t = this.t.ts_round("1h".parse_duration())"#, r#"{"t":"2020-08-14T11:45:26Z"}"#, r#"{"t":"2020-08-14T12:00:00Z"}"#)], ts_round),
-    method("ts_add_iso8601", CAT, "The timestamp plus an ISO 8601 duration.", &[p("duration")],
-        &[ex(r#"root.t = this.t.ts_add_iso8601("P1DT1H")"#, r#"{"t":"2020-08-14T11:00:00Z"}"#, r#"{"t":"2020-08-15T12:00:00Z"}"#)], ts_add_iso8601),
-    method("ts_sub_iso8601", CAT, "The timestamp minus an ISO 8601 duration.", &[p("duration")],
-        &[ex(r#"root.t = this.t.ts_sub_iso8601("PT1H")"#, r#"{"t":"2020-08-14T11:00:00Z"}"#, r#"{"t":"2020-08-14T10:00:00Z"}"#)], ts_sub_iso8601),
-    method("ts_sub", CAT, "The duration in nanoseconds from another timestamp to this one.", &[p("t2")],
-        &[ex(r#"root.d = this.a.ts_sub(this.b)"#, r#"{"a":"2020-08-14T11:00:01Z","b":"2020-08-14T11:00:00Z"}"#, r#"{"d":1000000000}"#)], ts_sub),
-    method("parse_duration", CAT, "Parses a Go duration (`1h30m`, `250ms`) into nanoseconds.", &[],
-        &[ex(r#"root.d = this.d.parse_duration()"#, r#"{"d":"1m30s"}"#, r#"{"d":90000000000}"#)], parse_duration),
-    method("parse_duration_iso8601", CAT, "Parses an ISO 8601 duration into nanoseconds.", &[],
-        &[ex(r#"root.d = this.d.parse_duration_iso8601()"#, r#"{"d":"PT1M"}"#, r#"{"d":60000000000}"#)], parse_duration_iso8601),
-    method("format_duration", CAT, "Formats nanoseconds as a Go duration string.", &[],
-        &[ex(r#"root.d = this.d.format_duration()"#, r#"{"d":5400000000000}"#, r#"{"d":"1h30m0s"}"#)], format_duration),
-    method("parse_timestamp", CAT, "Old name of `ts_parse`.", &[p("format")], &[], ts_parse),
-    method("parse_timestamp_strptime", CAT, "Old name of `ts_strptime`.", &[p("format")], &[], ts_strptime),
-    method("format_timestamp", CAT, "Old name of `ts_format`.",
-        &[opt("format", Default::Str("2006-01-02T15:04:05.999999999Z07:00")), opt("tz", Default::Absent)], &[], ts_format),
-    method("format_timestamp_strftime", CAT, "Old name of `ts_strftime`.", &[p("format"), opt("tz", Default::Absent)], &[], ts_strftime),
-    method("format_timestamp_unix", CAT, "Old name of `ts_unix`.", &[], &[], ts_unix),
-    method("format_timestamp_unix_milli", CAT, "Old name of `ts_unix_milli`.", &[], &[], ts_unix_milli),
-    method("format_timestamp_unix_micro", CAT, "Old name of `ts_unix_micro`.", &[], &[], ts_unix_micro),
-    method("format_timestamp_unix_nano", CAT, "Old name of `ts_unix_nano`.", &[], &[], ts_unix_nano),
-    method("timestamp", CAT, "The value as a timestamp: RFC 3339 strings and Unix seconds.", &[],
-        &[ex("root.t = this.n.timestamp()", r#"{"n":0}"#, r#"{"t":"1970-01-01T00:00:00Z"}"#)], timestamp),
+    method(
+        "ts_parse",
+        CAT,
+        "Parses a string with a Go layout into a timestamp.",
+        &[p("format")],
+        &[ex(
+            r#"root.t = this.s.ts_parse("2006-01-02")"#,
+            r#"{"s":"2020-08-14"}"#,
+            r#"{"t":"2020-08-14T00:00:00Z"}"#,
+        )],
+        ts_parse,
+    ),
+    method(
+        "ts_strptime",
+        CAT,
+        "Parses a string with a strftime format into a timestamp.",
+        &[p("format")],
+        &[ex(
+            r#"root.t = this.s.ts_strptime("%Y-%m-%d %H:%M")"#,
+            r#"{"s":"2020-08-14 11:45"}"#,
+            r#"{"t":"2020-08-14T11:45:00Z"}"#,
+        )],
+        ts_strptime,
+    ),
+    method(
+        "ts_format",
+        CAT,
+        "Formats a timestamp with a Go layout (RFC 3339 by default), in `tz` if given.",
+        &[
+            opt(
+                "format",
+                Default::Str("2006-01-02T15:04:05.999999999Z07:00"),
+            ),
+            opt("tz", Default::Absent),
+        ],
+        &[
+            ex(
+                r#"root.s = this.t.ts_format("2006-01-02 15:04", "UTC")"#,
+                r#"{"t":"2020-08-14T11:45:26+02:00"}"#,
+                r#"{"s":"2020-08-14 09:45"}"#,
+            ),
+            ex(
+                r#"root.s = this.t.ts_format("Mon Jan 2 15:04:05 MST 2006")"#,
+                r#"{"t":1597405526}"#,
+                r#"{"s":"Fri Aug 14 11:45:26 UTC 2020"}"#,
+            ),
+        ],
+        ts_format,
+    ),
+    method(
+        "ts_strftime",
+        CAT,
+        "Formats a timestamp with strftime, in `tz` if given.",
+        &[p("format"), opt("tz", Default::Absent)],
+        &[ex(
+            r#"root.s = this.t.ts_strftime("%Y/%m/%d %H:%M:%S")"#,
+            r#"{"t":"2020-08-14T11:45:26Z"}"#,
+            r#"{"s":"2020/08/14 11:45:26"}"#,
+        )],
+        ts_strftime,
+    ),
+    method(
+        "ts_unix",
+        CAT,
+        "The timestamp as Unix seconds.",
+        &[],
+        &[ex(
+            "root.n = this.t.ts_unix()",
+            r#"{"t":"2020-08-14T11:45:26Z"}"#,
+            r#"{"n":1597405526}"#,
+        )],
+        ts_unix,
+    ),
+    method(
+        "ts_unix_milli",
+        CAT,
+        "The timestamp as Unix milliseconds.",
+        &[],
+        &[ex(
+            "root.n = this.t.ts_unix_milli()",
+            r#"{"t":"2020-08-14T11:45:26.371Z"}"#,
+            r#"{"n":1597405526371}"#,
+        )],
+        ts_unix_milli,
+    ),
+    method(
+        "ts_unix_micro",
+        CAT,
+        "The timestamp as Unix microseconds.",
+        &[],
+        &[],
+        ts_unix_micro,
+    ),
+    method(
+        "ts_unix_nano",
+        CAT,
+        "The timestamp as Unix nanoseconds.",
+        &[],
+        &[ex(
+            "root.n = this.t.ts_unix_nano()",
+            r#"{"t":"2020-08-14T11:45:26.000000001Z"}"#,
+            r#"{"n":1597405526000000001}"#,
+        )],
+        ts_unix_nano,
+    ),
+    method(
+        "ts_tz",
+        CAT,
+        "The same instant in another time zone.",
+        &[p("tz")],
+        &[ex(
+            r#"root.t = this.t.ts_tz("Asia/Tokyo")"#,
+            r#"{"t":"2020-08-14T11:45:26Z"}"#,
+            r#"{"t":"2020-08-14T20:45:26+09:00"}"#,
+        )],
+        ts_tz,
+    ),
+    method(
+        "ts_round",
+        CAT,
+        "The timestamp rounded to a multiple of a duration in nanoseconds.",
+        &[p("duration")],
+        &[ex(
+            r#"root.t = this.t.ts_round("1h".parse_duration())"#,
+            r#"{"t":"2020-08-14T11:45:26Z"}"#,
+            r#"{"t":"2020-08-14T12:00:00Z"}"#,
+        )],
+        ts_round,
+    ),
+    method(
+        "ts_add_iso8601",
+        CAT,
+        "The timestamp plus an ISO 8601 duration.",
+        &[p("duration")],
+        &[ex(
+            r#"root.t = this.t.ts_add_iso8601("P1DT1H")"#,
+            r#"{"t":"2020-08-14T11:00:00Z"}"#,
+            r#"{"t":"2020-08-15T12:00:00Z"}"#,
+        )],
+        ts_add_iso8601,
+    ),
+    method(
+        "ts_sub_iso8601",
+        CAT,
+        "The timestamp minus an ISO 8601 duration.",
+        &[p("duration")],
+        &[ex(
+            r#"root.t = this.t.ts_sub_iso8601("PT1H")"#,
+            r#"{"t":"2020-08-14T11:00:00Z"}"#,
+            r#"{"t":"2020-08-14T10:00:00Z"}"#,
+        )],
+        ts_sub_iso8601,
+    ),
+    method(
+        "ts_sub",
+        CAT,
+        "The duration in nanoseconds from another timestamp to this one.",
+        &[p("t2")],
+        &[ex(
+            r#"root.d = this.a.ts_sub(this.b)"#,
+            r#"{"a":"2020-08-14T11:00:01Z","b":"2020-08-14T11:00:00Z"}"#,
+            r#"{"d":1000000000}"#,
+        )],
+        ts_sub,
+    ),
+    method(
+        "parse_duration",
+        CAT,
+        "Parses a Go duration (`1h30m`, `250ms`) into nanoseconds.",
+        &[],
+        &[ex(
+            r#"root.d = this.d.parse_duration()"#,
+            r#"{"d":"1m30s"}"#,
+            r#"{"d":90000000000}"#,
+        )],
+        parse_duration,
+    ),
+    method(
+        "parse_duration_iso8601",
+        CAT,
+        "Parses an ISO 8601 duration into nanoseconds.",
+        &[],
+        &[ex(
+            r#"root.d = this.d.parse_duration_iso8601()"#,
+            r#"{"d":"PT1M"}"#,
+            r#"{"d":60000000000}"#,
+        )],
+        parse_duration_iso8601,
+    ),
+    method(
+        "format_duration",
+        CAT,
+        "Formats nanoseconds as a Go duration string.",
+        &[],
+        &[ex(
+            r#"root.d = this.d.format_duration()"#,
+            r#"{"d":5400000000000}"#,
+            r#"{"d":"1h30m0s"}"#,
+        )],
+        format_duration,
+    ),
+    method(
+        "parse_timestamp",
+        CAT,
+        "Old name of `ts_parse`.",
+        &[p("format")],
+        &[],
+        ts_parse,
+    ),
+    method(
+        "parse_timestamp_strptime",
+        CAT,
+        "Old name of `ts_strptime`.",
+        &[p("format")],
+        &[],
+        ts_strptime,
+    ),
+    method(
+        "format_timestamp",
+        CAT,
+        "Old name of `ts_format`.",
+        &[
+            opt(
+                "format",
+                Default::Str("2006-01-02T15:04:05.999999999Z07:00"),
+            ),
+            opt("tz", Default::Absent),
+        ],
+        &[],
+        ts_format,
+    ),
+    method(
+        "format_timestamp_strftime",
+        CAT,
+        "Old name of `ts_strftime`.",
+        &[p("format"), opt("tz", Default::Absent)],
+        &[],
+        ts_strftime,
+    ),
+    method(
+        "format_timestamp_unix",
+        CAT,
+        "Old name of `ts_unix`.",
+        &[],
+        &[],
+        ts_unix,
+    ),
+    method(
+        "format_timestamp_unix_milli",
+        CAT,
+        "Old name of `ts_unix_milli`.",
+        &[],
+        &[],
+        ts_unix_milli,
+    ),
+    method(
+        "format_timestamp_unix_micro",
+        CAT,
+        "Old name of `ts_unix_micro`.",
+        &[],
+        &[],
+        ts_unix_micro,
+    ),
+    method(
+        "format_timestamp_unix_nano",
+        CAT,
+        "Old name of `ts_unix_nano`.",
+        &[],
+        &[],
+        ts_unix_nano,
+    ),
+    method(
+        "timestamp",
+        CAT,
+        "The value as a timestamp: RFC 3339 strings and Unix seconds.",
+        &[],
+        &[ex(
+            "root.t = this.n.timestamp()",
+            r#"{"n":0}"#,
+            r#"{"t":"1970-01-01T00:00:00Z"}"#,
+        )],
+        timestamp,
+    ),
 ];
 
 /// A timestamp from a timestamp, an RFC 3339 string or Unix seconds.
@@ -98,12 +337,16 @@ fn ts_strftime<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let fmt = args.str(0)?;
     // chrono reports a bad directive through fmt::Error; catch it instead of panicking.
     let items: Vec<chrono::format::Item<'_>> = chrono::format::StrftimeItems::new(fmt).collect();
-    if items.iter().any(|i| matches!(i, chrono::format::Item::Error)) {
+    if items
+        .iter()
+        .any(|i| matches!(i, chrono::format::Item::Error))
+    {
         return Err(format!("invalid strftime format {fmt:?}"));
     }
     let mut out = String::new();
     use std::fmt::Write;
-    write!(out, "{}", t.format_with_items(items.into_iter())).map_err(|_| format!("cannot format with {fmt:?}"))?;
+    write!(out, "{}", t.format_with_items(items.into_iter()))
+        .map_err(|_| format!("cannot format with {fmt:?}"))?;
     own(out)
 }
 fn ts_unix<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -116,7 +359,10 @@ fn ts_unix_micro<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(to_ts(v)?.timestamp_micros())
 }
 fn ts_unix_nano<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    to_ts(v)?.timestamp_nanos_opt().map(|n| V::Own(Value::Int(n))).ok_or_else(|| "timestamp out of range".into())
+    to_ts(v)?
+        .timestamp_nanos_opt()
+        .map(|n| V::Own(Value::Int(n)))
+        .ok_or_else(|| "timestamp out of range".into())
 }
 fn ts_tz<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(Value::Timestamp(in_zone(&to_ts(v)?, args.str(0)?)?))
@@ -135,17 +381,26 @@ fn ts_round<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(Value::Timestamp(out.with_timezone(t.offset())))
 }
 fn add_nanos(t: DateTime<FixedOffset>, n: i64) -> Res<DateTime<FixedOffset>> {
-    t.checked_add_signed(Duration::nanoseconds(n)).ok_or_else(|| "timestamp out of range".into())
+    t.checked_add_signed(Duration::nanoseconds(n))
+        .ok_or_else(|| "timestamp out of range".into())
 }
 fn ts_add_iso8601<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    own(Value::Timestamp(add_nanos(to_ts(v)?, parse_iso8601_duration(args.str(0)?)?)?))
+    own(Value::Timestamp(add_nanos(
+        to_ts(v)?,
+        parse_iso8601_duration(args.str(0)?)?,
+    )?))
 }
 fn ts_sub_iso8601<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    own(Value::Timestamp(add_nanos(to_ts(v)?, -parse_iso8601_duration(args.str(0)?)?)?))
+    own(Value::Timestamp(add_nanos(
+        to_ts(v)?,
+        -parse_iso8601_duration(args.str(0)?)?,
+    )?))
 }
 fn ts_sub<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let d = to_ts(v)? - to_ts(args.get(0))?;
-    d.num_nanoseconds().map(|n| V::Own(Value::Int(n))).ok_or_else(|| "duration out of range".into())
+    d.num_nanoseconds()
+        .map(|n| V::Own(Value::Int(n)))
+        .ok_or_else(|| "duration out of range".into())
 }
 fn parse_duration<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(go_duration(&text(v)?)?)
