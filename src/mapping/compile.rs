@@ -838,7 +838,9 @@ fn fold(node: Node) -> Node {
         Node::Method(m) => {
             matches!(m.spec.imp, MethodImpl::Eager(_))
                 && is_lit(&m.recv)
-                && m.args_values.iter().all(|a| a.as_ref().map_or(true, is_lit))
+                && m.args_values
+                    .iter()
+                    .all(|a| a.as_ref().map_or(true, is_lit))
                 && !IMPURE_METHODS.contains(&m.spec.name)
         }
         Node::Path(b, _) => is_lit(b),
