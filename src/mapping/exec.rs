@@ -86,6 +86,8 @@ pub enum This<'a> {
 #[derive(Clone, Copy)]
 pub struct MsgView<'a> {
     pub msg: Option<&'a Message>,
+    /// The whole batch, for `from` and `from_all`.
+    pub batch: Option<&'a [Message]>,
     /// The payload when `msg` is not given (mutation takes the message apart).
     pub payload: Option<&'a Bytes>,
     pub meta_in: Option<&'a Metadata>,
@@ -97,6 +99,7 @@ pub struct MsgView<'a> {
 impl<'a> MsgView<'a> {
     pub const NONE: MsgView<'static> = MsgView {
         msg: None,
+        batch: None,
         payload: None,
         meta_in: None,
         error: None,
@@ -108,6 +111,7 @@ impl<'a> MsgView<'a> {
         let msg = batch.get(index);
         MsgView {
             msg,
+            batch: Some(batch),
             payload: None,
             meta_in: msg.map(Message::metadata),
             error: msg.and_then(Message::error),

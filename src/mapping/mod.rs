@@ -269,6 +269,7 @@ impl Mapping {
         }
         let view = MsgView {
             msg: None,
+            batch: None,
             payload: payload.as_ref(),
             meta_in: None,
             error: error.as_deref(),

@@ -51,6 +51,18 @@ pub static SPECS: &[FunctionSpec] = &[
         ulid,
     ),
     gen(
+        "ksuid",
+        "A KSUID: 27 base-62 characters, time-ordered.",
+        &[],
+        ksuid,
+    ),
+    gen(
+        "snowflake_id",
+        "A 64-bit time-ordered id: milliseconds since 2010-11-04, a 10-bit node id and a sequence.",
+        &[opt("node_id", Default::Int(1))],
+        snowflake_id,
+    ),
+    gen(
         "random_int",
         "A random integer in [min, max]; `seed` is accepted for compatibility and ignored.",
         &[
@@ -147,6 +159,61 @@ fn ulid<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     own(s)
 }
 
+fn ksuid<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    const BASE62: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    // KSUID time counts from 2014-05-13 (Unix 1400000000).
+    let ts = (chrono::Utc::now().timestamp() - 1_400_000_000).clamp(0, u32::MAX as i64) as u32;
+    let mut bytes = [0u8; 20];
+    bytes[..4].copy_from_slice(&ts.to_be_bytes());
+    rand::thread_rng().fill(&mut bytes[4..]);
+    let mut n = u256_from(&bytes);
+    let mut out = [b'0'; 27];
+    for slot in out.iter_mut().rev() {
+        let (q, r) = divmod62(&n);
+        *slot = BASE62[r as usize];
+        n = q;
+    }
+    own(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A 160-bit number as five 32-bit limbs, most significant first.
+fn u256_from(bytes: &[u8; 20]) -> [u32; 5] {
+    let mut limbs = [0u32; 5];
+    for (i, l) in limbs.iter_mut().enumerate() {
+        *l = u32::from_be_bytes([
+            bytes[i * 4],
+            bytes[i * 4 + 1],
+            bytes[i * 4 + 2],
+            bytes[i * 4 + 3],
+        ]);
+    }
+    limbs
+}
+
+fn divmod62(n: &[u32; 5]) -> ([u32; 5], u32) {
+    let mut q = [0u32; 5];
+    let mut rem: u64 = 0;
+    for (i, l) in n.iter().enumerate() {
+        let cur = (rem << 32) | u64::from(*l);
+        q[i] = (cur / 62) as u32;
+        rem = cur % 62;
+    }
+    (q, rem as u32)
+}
+
+static SNOWFLAKE_SEQ: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+fn snowflake_id<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let node = args.int(0)?;
+    if !(0..1024).contains(&node) {
+        return Err(format!("node_id must be in [0, 1023], got {node}"));
+    }
+    const EPOCH_MS: i64 = 1_288_834_974_657;
+    let ms = (chrono::Utc::now().timestamp_millis() - EPOCH_MS).max(0) & ((1 << 41) - 1);
+    let seq = SNOWFLAKE_SEQ.fetch_add(1, Ordering::Relaxed) & 0xfff;
+    own((ms << 22) | (node << 12) | seq)
+}
+
 fn random_int<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let (min, max) = (args.int(1)?, args.int(2)?);
     if min > max {
@@ -241,6 +308,8 @@ mod tests {
             Value::Bool(true)
         );
         assert_eq!(run("ulid().length()"), Value::Int(26));
+        assert_eq!(run("ksuid().length()"), Value::Int(27));
+        assert_eq!(run("snowflake_id() > 0"), Value::Bool(true));
         assert_eq!(run("random_int(min: 3, max: 3)"), Value::Int(3));
         assert_eq!(run("now().type()"), Value::from("timestamp"));
         assert_eq!(run("timestamp_unix() > 1600000000"), Value::Bool(true));

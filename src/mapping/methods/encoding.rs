@@ -33,6 +33,7 @@ pub static SPECS: &[MethodSpec] = &[
           ex(r#"root.h = this.s.hash("md5").encode("hex")"#, r#"{"s":"hello world"}"#, r#"{"h":"5eb63bbbe01eeed093cb22bb8f5acdc3"}"#),
           ex(r#"root.h = this.s.hash("hmac_sha256", "key").encode("hex")"#, r#"{"s":"hello world"}"#,
              r#"{"h":"0ba06f1f9a6300461e43454535dc3c4223e47b1d357073d7536eae90ec095be1"}"#),
+          ex(r#"root.h = this.s.hash("fnv32").encode("hex")"#, r#"{"s":"hello"}"#, r#"{"h":"b6fa7167"}"#),
           ex(r#"root.h = this.s.hash("crc32").encode("hex")"#, r#"{"s":"hello world"}"#, r#"{"h":"0d4a1185"}"#),
           ex(r#"root.h = this.s.hash("xxhash64").encode("hex")"#, r#"{"s":"hello world"}"#, r#"{"h":"45ab6734b21e6968"}"#)], hash),
     method("compress", CAT, "Compresses with `gzip`, `zlib` or `flate`, giving bytes.",
@@ -104,6 +105,7 @@ fn hash<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         "md5" => md5::Md5::digest(&data).to_vec(),
         "xxhash64" => xxhash_rust::xxh64::xxh64(&data, 0).to_be_bytes().to_vec(),
         "crc32" => crc32fast::hash(&data).to_be_bytes().to_vec(),
+        "fnv32" => fnv32(&data).to_be_bytes().to_vec(),
         "hmac_sha1" => hmac_of::<Hmac<Sha1>>(&key()?, &data)?,
         "hmac_sha256" => hmac_of::<Hmac<Sha256>>(&key()?, &data)?,
         "hmac_sha512" => hmac_of::<Hmac<Sha512>>(&key()?, &data)?,
@@ -157,6 +159,13 @@ fn decompress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         other => return Err(format!("unknown compression algorithm {other:?}")),
     };
     own(Value::Bytes(out.into()))
+}
+
+/// FNV-1 (32-bit), the variant Go's `hash/fnv.New32` computes.
+fn fnv32(data: &[u8]) -> u32 {
+    data.iter().fold(0x811c_9dc5u32, |h, b| {
+        h.wrapping_mul(0x0100_0193) ^ u32::from(*b)
+    })
 }
 
 fn crc32<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {

@@ -132,6 +132,30 @@ pub static SPECS: &[MethodSpec] = &[
         ],
         or,
     ),
+    method(
+        "not",
+        "Boolean",
+        "The logical negation of a bool.",
+        &[],
+        &[ex("root.b = this.b.not()", r#"{"b":true}"#, r#"{"b":false}"#)],
+        not,
+    ),
+    lazy_method(
+        "from",
+        "Message Info",
+        "Evaluates the query against another message of the batch, by index.",
+        &[p("index")],
+        &[ex("root.v = this.v.from(0)", r#"{"v":1}"#, r#"{"v":1}"#)],
+        from,
+    ),
+    lazy_method(
+        "from_all",
+        "Message Info",
+        "Evaluates the query against every message of the batch, giving an array.",
+        &[],
+        &[ex("root.all = this.v.from_all()", r#"{"v":1}"#, r#"{"all":[1]}"#)],
+        from_all,
+    ),
     lazy_method(
         "apply",
         "Mapping",
@@ -318,4 +342,52 @@ fn apply<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         Slot::Deleted => V::Deleted,
         Slot::Nothing => V::Nothing,
     })
+}
+
+fn not<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    match v {
+        Value::Bool(b) => own(!b),
+        other => Err(type_err("bool", other)),
+    }
+}
+
+/// Evaluates the method's receiver query against message `i` of the batch.
+fn query_message<'a>(call: &'a MethodCall, cx: &Ctx<'a>, i: usize) -> Result<Value, ExecError> {
+    let batch = cx
+        .msg
+        .batch
+        .ok_or_else(|| call.err("there is no batch to read other messages from"))?;
+    let msg = batch.get(i).ok_or_else(|| {
+        call.err(format!(
+            "message {i} is not in the batch (size {})",
+            batch.len()
+        ))
+    })?;
+    let inner = Ctx {
+        this: This::Msg(msg),
+        msg: MsgView::of(batch, i),
+        meta: msg.metadata(),
+        ..*cx
+    };
+    exec::eval(&call.recv, &inner).map(V::into_owned)
+}
+
+fn from<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    let idx = call.arg(0, cx)?;
+    let i = exec::to_int(idx.get()).map_err(|e| call.err(e))?;
+    let size = cx.msg.batch.map(<[_]>::len).unwrap_or(0) as i64;
+    let i = if i < 0 { size + i } else { i };
+    if i < 0 {
+        return Err(call.err("index out of range"));
+    }
+    query_message(call, cx, i as usize).map(V::Own)
+}
+
+fn from_all<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    let size = cx.msg.batch.map(<[_]>::len).unwrap_or(0);
+    let mut out = Vec::with_capacity(size);
+    for i in 0..size {
+        out.push(query_message(call, cx, i)?);
+    }
+    Ok(V::Own(Value::Array(out)))
 }

@@ -31,6 +31,55 @@ pub static SPECS: &[MethodSpec] = &[
              r#"{"u":{"scheme":"https","host":"x.io:8080","path":"/p/a","query":{"q":["1","2"]}}}"#)], parse_url),
     method("parse_form_url_encoded", CAT, "Parses `a=1&b=2` into an object; repeated keys give arrays.", &[],
         &[ex("root.f = this.s.parse_form_url_encoded()", r#"{"s":"a=1&b=x+y&a=2"}"#, r#"{"f":{"a":["1","2"],"b":"x y"}}"#)], parse_form),
+    method(
+        "parse_logfmt",
+        CAT,
+        "Parses logfmt (`a=1 b=\"x y\" flag`) into an object of strings; bare keys are true.",
+        &[],
+        &[ex(
+            "root = this.s.parse_logfmt()",
+            r#"{"s":"level=info msg=\"hi there\" ok"}"#,
+            r#"{"level":"info","msg":"hi there","ok":true}"#,
+        )],
+        parse_logfmt,
+    ),
+    method(
+        "format_logfmt",
+        CAT,
+        "Writes an object as logfmt, keys in order, quoting values that need it.",
+        &[],
+        &[ex("root = this.format_logfmt()", r#"{"a":1,"b":"x y"}"#, r#"a=1 b="x y""#)],
+        format_logfmt,
+    ),
+    method(
+        "parse_jwt_hs256",
+        CAT,
+        "Verifies an HS256-signed JWT with the secret and gives its claims.",
+        &[crate::mapping::spec::p("signing_secret")],
+        &[ex(
+            r#"root = {"sub": "u1"}.sign_jwt_hs256("secret").parse_jwt_hs256("secret")"#,
+            "{}",
+            r#"{"sub":"u1"}"#,
+        ),
+          ex(
+            r#"root = {"sub": "u1"}.sign_jwt_hs256("secret").parse_jwt_hs256("wrong")"#,
+            "{}",
+            "error:signature does not match",
+        )],
+        parse_jwt_hs256,
+    ),
+    method("parse_jwt_hs384", CAT, "Verifies an HS384-signed JWT and gives its claims.", &[crate::mapping::spec::p("signing_secret")], &[], parse_jwt_hs384),
+    method("parse_jwt_hs512", CAT, "Verifies an HS512-signed JWT and gives its claims.", &[crate::mapping::spec::p("signing_secret")], &[], parse_jwt_hs512),
+    method(
+        "sign_jwt_hs256",
+        CAT,
+        "Signs an object of claims as an HS256 JWT.",
+        &[crate::mapping::spec::p("signing_secret")],
+        &[ex(r#"root = {"a": 1}.sign_jwt_hs256("k").split(".").length()"#, "{}", "3")],
+        sign_jwt_hs256,
+    ),
+    method("sign_jwt_hs384", CAT, "Signs an object of claims as an HS384 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs384),
+    method("sign_jwt_hs512", CAT, "Signs an object of claims as an HS512 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs512),
 ];
 
 fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -225,4 +274,159 @@ fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     }
     o.insert("user".into(), Value::Object(user));
     own(Value::Object(o))
+}
+
+fn logfmt_quote(s: &str) -> String {
+    if s.is_empty() || s.chars().any(|c| c.is_whitespace() || c == '"' || c == '=') {
+        serde_json::to_string(s).unwrap_or_default()
+    } else {
+        s.to_string()
+    }
+}
+
+fn parse_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let s = text(v)?;
+    let mut o = Object::new();
+    let mut rest = s.trim_start();
+    while !rest.is_empty() {
+        let key_end = rest
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let key = rest[..key_end].to_string();
+        rest = &rest[key_end..];
+        let val = if let Some(r) = rest.strip_prefix('=') {
+            if let Some(q) = r.strip_prefix('"') {
+                // A quoted value ends at the first unescaped quote.
+                let mut end = None;
+                let mut escaped = false;
+                for (i, c) in q.char_indices() {
+                    match (c, escaped) {
+                        ('\\', false) => escaped = true,
+                        ('"', false) => {
+                            end = Some(i);
+                            break;
+                        }
+                        _ => escaped = false,
+                    }
+                }
+                let end = end.ok_or("unterminated quoted value")?;
+                let raw = &r[..end + 2];
+                rest = &q[end + 1..];
+                serde_json::from_str::<String>(raw).map_err(|e| e.to_string())?
+            } else {
+                let end = r.find(char::is_whitespace).unwrap_or(r.len());
+                rest = &r[end..];
+                r[..end].to_string()
+            }
+        } else {
+            // A bare key is a flag.
+            if !key.is_empty() {
+                o.insert(key, Value::Bool(true));
+            }
+            rest = rest.trim_start();
+            continue;
+        };
+        if !key.is_empty() {
+            o.insert(key, Value::String(val));
+        }
+        rest = rest.trim_start();
+    }
+    own(Value::Object(o))
+}
+
+fn format_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let o = super::object(v)?;
+    let parts: Vec<String> = o
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                k,
+                logfmt_quote(&super::general::to_string_value(v))
+            )
+        })
+        .collect();
+    own(parts.join(" "))
+}
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+type HmacSha384 = hmac::Hmac<sha2::Sha384>;
+type HmacSha512 = hmac::Hmac<sha2::Sha512>;
+
+fn jwt_mac(alg: &str, key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
+    use hmac::Mac;
+    fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
+        let mut m = <M as Mac>::new_from_slice(key).map_err(|e| e.to_string())?;
+        m.update(data);
+        Ok(m.finalize().into_bytes().to_vec())
+    }
+    match alg {
+        "HS256" => run::<HmacSha256>(key, data),
+        "HS384" => run::<HmacSha384>(key, data),
+        "HS512" => run::<HmacSha512>(key, data),
+        other => Err(format!("unsupported JWT algorithm {other}")),
+    }
+}
+
+fn parse_jwt(v: &Value, args: &Args<'_>, alg: &str) -> Res<Value> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let token = text(v)?;
+    let parts: Vec<&str> = token.split('.').collect();
+    let [head, body, sig] = parts[..] else {
+        return Err("a JWT has three dot-separated parts".into());
+    };
+    let header = Value::from_json(
+        &b64.decode(head)
+            .map_err(|e| format!("bad JWT header: {e}"))?,
+    )
+    .map_err(|e| format!("bad JWT header: {e}"))?;
+    if crate::mapping::exec::field(&header, "alg").as_str() != Some(alg) {
+        return Err(format!("JWT is not signed with {alg}"));
+    }
+    let want = jwt_mac(alg, &raw(args.get(0))?, format!("{head}.{body}").as_bytes())?;
+    let got = b64
+        .decode(sig)
+        .map_err(|e| format!("bad JWT signature: {e}"))?;
+    if got != want {
+        return Err("JWT signature does not match".into());
+    }
+    Value::from_json(
+        &b64.decode(body)
+            .map_err(|e| format!("bad JWT claims: {e}"))?,
+    )
+    .map_err(|e| format!("bad JWT claims: {e}"))
+}
+
+fn sign_jwt(v: &Value, args: &Args<'_>, alg: &str) -> Res<Value> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    super::object(v)?;
+    let head = b64.encode(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#));
+    let body = b64.encode(v.to_json());
+    let sig = b64.encode(jwt_mac(
+        alg,
+        &raw(args.get(0))?,
+        format!("{head}.{body}").as_bytes(),
+    )?);
+    Ok(Value::String(format!("{head}.{body}.{sig}")))
+}
+
+fn parse_jwt_hs256<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
+    parse_jwt(v, a, "HS256").map(V::Own)
+}
+fn parse_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
+    parse_jwt(v, a, "HS384").map(V::Own)
+}
+fn parse_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
+    parse_jwt(v, a, "HS512").map(V::Own)
+}
+fn sign_jwt_hs256<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
+    sign_jwt(v, a, "HS256").map(V::Own)
+}
+fn sign_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
+    sign_jwt(v, a, "HS384").map(V::Own)
+}
+fn sign_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
+    sign_jwt(v, a, "HS512").map(V::Own)
 }
