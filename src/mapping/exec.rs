@@ -586,6 +586,23 @@ fn eval_bin<'a>(b: &'a Bin, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 other => Err(bin_err(b, &Value::Bool(lb), Some(other))),
             }
         }
+        BinOp::Add => {
+            let l = eval(&b.lhs, cx)?;
+            let r = eval(&b.rhs, cx)?;
+            // Appending to a string built earlier in the same expression reuses its buffer.
+            match (l, r.get()) {
+                (V::Own(Value::String(mut s)), Value::String(t)) => {
+                    s.push_str(t);
+                    Ok(V::Own(Value::String(s)))
+                }
+                (l, _) => binary(b.op, l.get(), r.get())
+                    .map(V::Own)
+                    .map_err(|e| match e {
+                        Some(m) => ExecError::new(format!("{}: {m}", b.text)),
+                        None => bin_err(b, l.get(), Some(r.get())),
+                    }),
+            }
+        }
         _ => {
             let l = eval(&b.lhs, cx)?;
             let r = eval(&b.rhs, cx)?;
