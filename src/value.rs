@@ -157,9 +157,7 @@ impl Serialize for Value {
                 }
                 map.end()
             }
-            Value::Timestamp(t) => {
-                s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true))
-            }
+            Value::Timestamp(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
         }
     }
 }
@@ -194,7 +192,9 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Int(i))
     }
     fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
-        Ok(i64::try_from(u).map(Value::Int).unwrap_or(Value::Float(u as f64)))
+        Ok(i64::try_from(u)
+            .map(Value::Int)
+            .unwrap_or(Value::Float(u as f64)))
     }
     fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
         Ok(Value::Float(x))
@@ -236,7 +236,9 @@ mod tests {
             String::from_utf8(v.to_json()).unwrap(),
             r#"{"a":[1.5,true,null,"x"],"b":1,"c":9223372036854775807}"#
         );
-        let Value::Object(o) = &v else { panic!("object expected") };
+        let Value::Object(o) = &v else {
+            panic!("object expected")
+        };
         assert_eq!(o["b"], Value::Int(1));
     }
 
@@ -254,6 +256,11 @@ mod tests {
 
     #[test]
     fn huge_unsigned_becomes_float() {
-        assert_eq!(Value::from_json(b"18446744073709551615").unwrap().type_name(), "number");
+        assert_eq!(
+            Value::from_json(b"18446744073709551615")
+                .unwrap()
+                .type_name(),
+            "number"
+        );
     }
 }
