@@ -3,6 +3,7 @@
 
 pub mod http;
 pub mod log;
+pub mod noop;
 pub mod sleep;
 
 use crate::component::{BuildContext, BuildError, Kind, Processor};
@@ -10,6 +11,7 @@ use crate::component::{BuildContext, BuildError, Kind, Processor};
 crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor -> Box<dyn Processor> {
     "http" => Http(http::HttpProcessorConfig),
     "log" => Log(log::LogConfig),
+    "noop" => Noop(noop::NoopConfig),
     "sleep" => Sleep(sleep::SleepConfig),
 });
 
