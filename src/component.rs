@@ -261,6 +261,8 @@ pub struct BuildContext {
     pub routes: Arc<Routes>,
     /// Cancelled when the stream starts shutting down.
     pub shutdown: CancellationToken,
+    /// Labels already used in this stream (they name metrics, so they must be unique).
+    labels: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl BuildContext {
@@ -273,6 +275,16 @@ impl BuildContext {
             type_name: "",
             routes,
             shutdown,
+            labels: Default::default(),
+        }
+    }
+
+    /// Records a component's label; a label used twice in one stream is an error.
+    pub fn claim_label(&self, label: &str) -> Result<(), BuildError> {
+        if self.labels.lock().insert(label.to_owned()) {
+            Ok(())
+        } else {
+            Err(self.error(format!("label `{label}` is used twice in this stream")))
         }
     }
 

@@ -15,7 +15,10 @@ fn lines(n: usize) -> String {
 /// Feeds `input` to a spawned sluice's standard input and closes it.
 async fn feed(sluice: &mut Sluice, input: &str) {
     let mut stdin = sluice.child.stdin.take().expect("stdin piped");
-    stdin.write_all(input.as_bytes()).await.expect("write stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .await
+        .expect("write stdin");
     drop(stdin);
 }
 
@@ -65,10 +68,20 @@ async fn http_producer_gets_502_when_the_output_fails_and_200_once_delivered() {
     let mut s = Sluice::start(&config).await;
     s.wait_up().await;
     let client = reqwest::Client::new();
-    let first = client.post(s.url("/events")).body("one").send().await.unwrap();
+    let first = client
+        .post(s.url("/events"))
+        .body("one")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(first.status(), 502);
     assert!(first.text().await.unwrap().contains("500"));
-    let again = client.post(s.url("/events")).body("one").send().await.unwrap();
+    let again = client
+        .post(s.url("/events"))
+        .body("one")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 200);
     let wrong = client.get(s.url("/events")).send().await.unwrap();
     assert_eq!(wrong.status(), 405);
@@ -96,11 +109,21 @@ async fn sigterm_drains_in_flight_requests_before_exit() {
     let metrics_url = s.url("/metrics");
     let start = std::time::Instant::now();
     loop {
-        let text = client.get(&metrics_url).send().await.unwrap().text().await.unwrap();
+        let text = client
+            .get(&metrics_url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         if text.contains("kind=\"input\",type=\"http_server\"} 5") {
             break;
         }
-        assert!(start.elapsed() < common::DEADLINE, "requests never arrived: {text}");
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "requests never arrived: {text}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     s.signal("TERM");
@@ -143,15 +166,40 @@ async fn ping_ready_and_metrics() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert!(ready, "/ready never became 200");
-    assert_eq!(client.post(s.url("/in")).body("a").send().await.unwrap().status(), 200);
-    let metrics = client.get(s.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(
+        client
+            .post(s.url("/in"))
+            .body("a")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let metrics = client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(
         metrics.contains("sluice_component_received_messages_total{stream=\"config\",component=\"incoming\",kind=\"input\",type=\"http_server\"} 1"),
         "{metrics}"
     );
-    assert!(metrics.contains("sluice_component_sent_messages_total"), "{metrics}");
-    assert!(metrics.contains("sluice_component_latency_seconds_bucket"), "{metrics}");
-    assert_eq!(client.get(s.url("/nope")).send().await.unwrap().status(), 404);
+    assert!(
+        metrics.contains("sluice_component_sent_messages_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sluice_component_latency_seconds_bucket"),
+        "{metrics}"
+    );
+    assert_eq!(
+        client.get(s.url("/nope")).send().await.unwrap().status(),
+        404
+    );
     s.signal("TERM");
     assert_eq!(s.finish().await.0, 0);
 }
@@ -162,9 +210,15 @@ async fn bad_config_fails_with_positioned_errors() {
     let mut s = Sluice::start(config).await;
     let (code, _, stderr) = s.finish().await;
     assert_eq!(code, 1);
-    assert!(stderr.contains("config.yaml:4:5 (input.generate.intervl)"), "{stderr}");
+    assert!(
+        stderr.contains("config.yaml:4:5 (input.generate.intervl)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("did you mean `interval`"), "{stderr}");
-    assert!(stderr.contains("config.yaml:6:3 (output.stdot)"), "{stderr}");
+    assert!(
+        stderr.contains("config.yaml:6:3 (output.stdot)"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

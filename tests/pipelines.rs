@@ -31,8 +31,16 @@ fn every_example_lints_clean() {
 
 #[test]
 fn hello_prints_five_greetings_and_exits_zero() {
-    let out = sluice().args(["run", "pipelines/hello.yaml"]).env("SLUICE_LOG", "error").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sluice()
+        .args(["run", "pipelines/hello.yaml"])
+        .env("SLUICE_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<_> = stdout.lines().collect();
     assert_eq!(lines.len(), 5, "{stdout}");
@@ -49,7 +57,12 @@ async fn http_to_file_example_writes_posted_bodies() {
     s.wait_up().await;
     let client = reqwest::Client::new();
     for body in ["first", "second"] {
-        let resp = client.post(s.url("/events")).body(body).send().await.unwrap();
+        let resp = client
+            .post(s.url("/events"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200);
     }
     let out = s.path("events.log");
@@ -63,11 +76,18 @@ async fn http_to_file_example_writes_posted_bodies() {
 fn lint_reports_a_misspelt_key_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.yaml");
-    std::fs::write(&path, "input:\n  stdin: {}\noutput:\n  file:\n    pth: x.log\n").unwrap();
+    std::fs::write(
+        &path,
+        "input:\n  stdin: {}\noutput:\n  file:\n    pth: x.log\n",
+    )
+    .unwrap();
     let out = sluice().arg("lint").arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("bad.yaml:5:5 (output.file.pth): unknown field `pth`"), "{stdout}");
+    assert!(
+        stdout.contains("bad.yaml:5:5 (output.file.pth): unknown field `pth`"),
+        "{stdout}"
+    );
     assert!(stdout.contains("did you mean `path`"), "{stdout}");
 }
 
@@ -77,8 +97,41 @@ fn list_shows_fields_with_defaults() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("generate"));
-    assert!(text.contains("interval") && text.contains("\"1s\""), "{text}");
+    assert!(
+        text.contains("interval") && text.contains("\"1s\""),
+        "{text}"
+    );
     let json = sluice().args(["list", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert!(v["outputs"].as_array().unwrap().iter().any(|o| o["name"] == "http_client"));
+    assert!(v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["name"] == "http_client"));
+}
+
+#[test]
+fn lint_reports_duplicate_labels_and_clashing_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dup.yaml");
+    std::fs::write(
+        &path,
+        "input:\n  broker:\n    inputs:\n      - label: a\n        http_server: {path: /x}\n      - label: a\n        http_server: {path: /y}\noutput:\n  drop: {}\n",
+    )
+    .unwrap();
+    let out = sluice().arg("lint").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("label `a` is used twice"));
+    std::fs::write(
+        &path,
+        "input:\n  broker:\n    inputs:\n      - http_server: {path: /x}\n      - http_server: {path: /x/}\noutput:\n  drop: {}\n",
+    )
+    .unwrap();
+    let out = sluice().arg("lint").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("already served"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -220,10 +220,12 @@ fn merge(
     }
     for (stream, cfg) in file.root.streams {
         match into.streams.entry(stream) {
-            std::collections::btree_map::Entry::Occupied(e) => errors.push(ConfigError::new(format!(
+            std::collections::btree_map::Entry::Occupied(e) => {
+                errors.push(ConfigError::new(format!(
                 "{name}: stream `{}` is defined twice (stream names must be unique across files)",
                 e.key()
-            ))),
+            )))
+            }
             std::collections::btree_map::Entry::Vacant(e) => {
                 e.insert(cfg);
             }

@@ -230,6 +230,9 @@ fn build_output(
     let name = config.display_name(&path);
     let metrics = NodeMetrics::new(&cx.stream, &name, Kind::Output, config.type_name());
     let cx = cx.for_component(path.clone(), name.clone(), Kind::Output, config.type_name());
+    if let Some(label) = &config.label {
+        cx.claim_label(label)?;
+    }
     match config.kind.build(&cx)? {
         OutputBuild::Writer(writer) => {
             let id = node_id(&cx.stream, &name);

@@ -148,18 +148,27 @@ impl Sink {
         let fail = Arc::new(fail);
         tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
                 let (rec, reqs, fail) = (rec.clone(), reqs.clone(), fail.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                         let (rec, reqs, fail) = (rec.clone(), reqs.clone(), fail.clone());
                         async move {
                             let n = reqs.fetch_add(1, Ordering::SeqCst) + 1;
-                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
                             let status = if fail.contains(&n) {
                                 StatusCode::INTERNAL_SERVER_ERROR
                             } else {
-                                rec.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
+                                rec.lock()
+                                    .unwrap()
+                                    .push(String::from_utf8_lossy(&body).into_owned());
                                 StatusCode::OK
                             };
                             let mut resp = Response::new(Full::new(Bytes::from_static(b"ok")));
@@ -173,7 +182,11 @@ impl Sink {
                 });
             }
         });
-        Sink { addr, received, requests }
+        Sink {
+            addr,
+            received,
+            requests,
+        }
     }
 
     pub fn url(&self) -> String {
