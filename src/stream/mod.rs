@@ -216,7 +216,6 @@ pub fn build_processor(
     Ok(ProcessorNode {
         processor,
         metrics: NodeMetrics::new(&cx.stream, &name, Kind::Processor, config.type_name()),
-        span: info_span!("node", component = %name, kind = "processor"),
     })
 }
 

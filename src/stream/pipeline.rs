@@ -8,13 +8,12 @@ use tokio::sync::{mpsc, Mutex};
 use tracing::Instrument;
 
 use crate::component::Processor;
-use crate::message::{batch_bytes, Batch, Outcome, Transaction};
+use crate::message::{Batch, Outcome, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
 
 pub struct ProcessorNode {
     pub processor: Box<dyn Processor>,
     pub metrics: NodeMetrics,
-    pub span: tracing::Span,
 }
 
 /// Runs every processor over a batch; returns what is left.
@@ -26,18 +25,15 @@ pub async fn process_all(nodes: &[ProcessorNode], batch: Batch) -> Vec<Batch> {
             let n = batch.len();
             node.metrics.received_messages.increment(n as u64);
             let start = Instant::now();
-            let out = node
-                .processor
-                .process(batch)
-                .instrument(node.span.clone())
-                .await;
+            let out = node.processor.process(batch).await;
             node.metrics.latency.record(start.elapsed().as_secs_f64());
             let mut sent = 0;
             for b in out.into_iter().filter(|b| !b.is_empty()) {
                 let errored = b.iter().filter(|m| m.error().is_some()).count();
                 node.metrics.errors(Stage::Process, errored as u64);
+                // No byte counts here: sizing a message a processor made structured would
+                // serialize it on every step.
                 sent += b.len();
-                node.metrics.sent_bytes.increment(batch_bytes(&b) as u64);
                 next.push(b);
             }
             node.metrics.sent_messages.increment(sent as u64);
