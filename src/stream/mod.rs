@@ -174,6 +174,9 @@ fn build_inputs(
         Kind::Input,
         config.type_name(),
     );
+    if let Some(label) = &config.label {
+        cx.claim_label(label)?;
+    }
     match config.kind.build(&cx)? {
         InputBuild::Leaf(input) => {
             let id = node_id(&cx.stream, &config.display_name(&path));
@@ -207,12 +210,11 @@ pub fn build_processor(
 ) -> Result<ProcessorNode, BuildError> {
     let path = format!("{path}.{}", config.type_name());
     let name = config.display_name(&path);
-    let processor = config.kind.build(&cx.for_component(
-        path,
-        name.clone(),
-        Kind::Processor,
-        config.type_name(),
-    ))?;
+    let cx = cx.for_component(path, name.clone(), Kind::Processor, config.type_name());
+    if let Some(label) = &config.label {
+        cx.claim_label(label)?;
+    }
+    let processor = config.kind.build(&cx)?;
     Ok(ProcessorNode {
         processor,
         metrics: NodeMetrics::new(&cx.stream, &name, Kind::Processor, config.type_name()),
