@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
-use tokio::time::{sleep_until, Instant as TokioInstant};
+use tokio::time::Instant as TokioInstant;
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
@@ -47,6 +47,9 @@ impl WriterNode {
         };
         let mut pending_bytes = 0usize;
         let mut deadline: Option<TokioInstant> = None;
+        // One timer, re-armed when a batch starts waiting, rather than a new one per turn.
+        let timer = tokio::time::sleep(std::time::Duration::from_secs(3600));
+        tokio::pin!(timer);
         let mut writes = FuturesUnordered::new();
         let mut open = true;
         loop {
@@ -65,6 +68,9 @@ impl WriterNode {
                         pending.acks.push((ack, start..pending.batch.len()));
                         if deadline.is_none() {
                             deadline = policy.period.map(|p| TokioInstant::now() + p.0);
+                            if let Some(d) = deadline {
+                                timer.as_mut().reset(d);
+                            }
                         }
                         if policy.is_full(pending.batch.len(), pending_bytes) {
                             writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
@@ -77,7 +83,7 @@ impl WriterNode {
                         }
                     }
                 },
-                _ = sleep_until(deadline.unwrap_or_else(TokioInstant::now)), if deadline.is_some() && writes.len() < max_in_flight => {
+                _ = &mut timer, if deadline.is_some() && writes.len() < max_in_flight => {
                     writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
                 }
                 Some(lost) = writes.next(), if !writes.is_empty() => {
