@@ -230,7 +230,10 @@ fn payloads(events: &[SseEvent]) -> Vec<usize> {
 
 #[tokio::test]
 async fn a_post_reaches_an_sse_client_with_id_and_event_name() {
-    let s = Sluice::start(&config("    stream_path: /events\n    event_metadata: x-kind\n")).await;
+    let s = Sluice::start(&config(
+        "    stream_path: /events\n    event_metadata: x-kind\n",
+    ))
+    .await;
     let mut sse = Sse::connect(&s.url("/events"), None).await;
     let client = reqwest::Client::new();
     let resp = client
@@ -275,7 +278,10 @@ async fn three_sse_clients_share_300_messages_round_robin() {
 
 #[tokio::test]
 async fn broadcast_gives_all_300_to_each_client() {
-    let s = Sluice::start(&config("    stream_path: /events\n    delivery: broadcast\n")).await;
+    let s = Sluice::start(&config(
+        "    stream_path: /events\n    delivery: broadcast\n",
+    ))
+    .await;
     let mut clients = Vec::new();
     for _ in 0..3 {
         clients.push(Sse::connect(&s.url("/events"), None).await);
@@ -423,9 +429,8 @@ async fn cors_preflight_and_origin_on_streams() {
     );
 }
 
-type Ws = tokio_tungstenite::WebSocketStream<
-    tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
->;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 async fn ws_connect(url: &str) -> Ws {
     let (ws, resp) = timeout(DEADLINE, tokio_tungstenite::connect_async(url))
@@ -439,7 +444,10 @@ async fn ws_connect(url: &str) -> Ws {
 /// The next data frame as text, skipping control frames.
 async fn ws_next(ws: &mut Ws) -> Option<String> {
     loop {
-        match timeout(DEADLINE, ws.next()).await.expect("no frame in time")? {
+        match timeout(DEADLINE, ws.next())
+            .await
+            .expect("no frame in time")?
+        {
             Ok(WsMessage::Text(t)) => return Some(t.as_str().to_owned()),
             Ok(WsMessage::Binary(b)) => return Some(String::from_utf8_lossy(&b).into_owned()),
             Ok(WsMessage::Close(_)) | Err(_) => return None,
@@ -482,11 +490,19 @@ async fn websocket_clients_share_messages_and_resume_with_last_event_id() {
     let mut got_a = Vec::new();
     let mut got_b = Vec::new();
     for _ in 0..5 {
-        got_a.push(serde_json::from_str::<serde_json::Value>(&ws_next(&mut a).await.unwrap()).unwrap());
-        got_b.push(serde_json::from_str::<serde_json::Value>(&ws_next(&mut b).await.unwrap()).unwrap());
+        got_a.push(
+            serde_json::from_str::<serde_json::Value>(&ws_next(&mut a).await.unwrap()).unwrap(),
+        );
+        got_b.push(
+            serde_json::from_str::<serde_json::Value>(&ws_next(&mut b).await.unwrap()).unwrap(),
+        );
     }
     posting.await.unwrap();
-    let data = |v: &[serde_json::Value]| v.iter().map(|e| e["data"].as_u64().unwrap()).collect::<Vec<_>>();
+    let data = |v: &[serde_json::Value]| {
+        v.iter()
+            .map(|e| e["data"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(data(&got_a), [0, 2, 4, 6, 8]);
     assert_eq!(data(&got_b), [1, 3, 5, 7, 9]);
     // `a` leaves after reading two; resuming from the second gets the rest of its share.
@@ -518,10 +534,15 @@ async fn websocket_server_output_broadcasts_binary_frames() {
     let posting = post_all(&s, 0..20);
     for ws in &mut clients {
         let mut got = Vec::new();
-        for _ in 0..20 {
-            match timeout(DEADLINE, ws.next()).await.unwrap().unwrap().unwrap() {
+        while got.len() < 20 {
+            match timeout(DEADLINE, ws.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap()
+            {
                 WsMessage::Binary(b) => got.push(String::from_utf8(b.to_vec()).unwrap()),
-                WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
+                WsMessage::Ping(_) | WsMessage::Pong(_) => {}
                 other => panic!("unexpected frame {other:?}"),
             }
         }
@@ -537,14 +558,20 @@ async fn http_server_input_ws_path_turns_frames_into_acked_messages() {
     let mut sse = Sse::connect(&s.url("/events"), None).await;
     let mut producer = ws_connect(&s.ws_url("/publish/ws")).await;
     for i in 0..5 {
-        producer.send(WsMessage::text(format!("frame {i}"))).await.unwrap();
+        producer
+            .send(WsMessage::text(format!("frame {i}")))
+            .await
+            .unwrap();
         // With sync_response, each frame is answered with the delivered message once it
         // reached the SSE client: an ack per frame.
         assert_eq!(ws_next(&mut producer).await.unwrap(), format!("frame {i}"));
     }
     let events = sse.take(5).await;
     let data: Vec<_> = events.iter().map(|e| e.data.clone()).collect();
-    assert_eq!(data, (0..5).map(|i| format!("frame {i}")).collect::<Vec<_>>());
+    assert_eq!(
+        data,
+        (0..5).map(|i| format!("frame {i}")).collect::<Vec<_>>()
+    );
 }
 
 async fn run_example(name: &str) -> Sluice {
@@ -598,7 +625,11 @@ async fn example_broadcast_ticker_reaches_every_client() {
     for e in ea.iter().chain(&eb) {
         assert!(e.data.contains("tick"), "{}", e.data);
     }
-    let ids = |v: &[SseEvent]| v.iter().map(|e| e.id.clone().unwrap().parse::<u64>().unwrap()).collect::<Vec<_>>();
+    let ids = |v: &[SseEvent]| {
+        v.iter()
+            .map(|e| e.id.clone().unwrap().parse::<u64>().unwrap())
+            .collect::<Vec<_>>()
+    };
     assert!(ids(&ea)[0] < ids(&ea)[1]);
     assert!(ids(&eb)[0] < ids(&eb)[1]);
 }

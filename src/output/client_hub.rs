@@ -288,8 +288,11 @@ struct Stored {
 
 struct State {
     next_id: u64,
+    /// Connected clients, in the order they joined (so by connection number).
     clients: Vec<Slot>,
-    cursor: usize,
+    /// The connection served last: round robin goes on with the next one after it, which
+    /// stays right when clients join or leave in between.
+    cursor: u64,
     replay: VecDeque<Stored>,
     next_conn: u64,
 }
@@ -544,10 +547,15 @@ impl Hub {
                 if st.clients.is_empty() {
                     None
                 } else {
-                    let i = st.cursor % st.clients.len();
-                    st.cursor = i + 1;
+                    let i = st
+                        .clients
+                        .iter()
+                        .position(|c| c.conn > st.cursor)
+                        .unwrap_or(0);
                     let c = &st.clients[i];
-                    Some((c.conn, c.tx.clone(), c.metrics.clone()))
+                    let picked = (c.conn, c.tx.clone(), c.metrics.clone());
+                    st.cursor = picked.0;
+                    Some(picked)
                 }
             };
             let Some((conn, tx, metrics)) = picked else {
