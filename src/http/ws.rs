@@ -21,8 +21,14 @@ pub type PendingSocket = futures::future::BoxFuture<'static, Option<ServerSocket
 const MAX_MESSAGE: usize = 16 << 20;
 
 /// Checks that `req` asks for a WebSocket and answers it: the 101 response to return and
-/// the socket to come. A request that is not a valid handshake gets its error response.
-pub fn accept(mut req: HttpRequest) -> Result<(HttpResponse, PendingSocket), HttpResponse> {
+/// the socket to come. A request that is not a valid handshake gets its error response
+/// (boxed: a response is large next to the success value).
+pub fn accept(req: HttpRequest) -> Result<(HttpResponse, PendingSocket), Box<HttpResponse>> {
+    handshake(req).map_err(Box::new)
+}
+
+#[allow(clippy::result_large_err)] // private, and boxed by `accept`
+fn handshake(mut req: HttpRequest) -> Result<(HttpResponse, PendingSocket), HttpResponse> {
     if req.method() != Method::GET {
         return Err(text(
             StatusCode::METHOD_NOT_ALLOWED,

@@ -257,7 +257,7 @@ impl Handler {
         let template = request_message(&parts, Bytes::new());
         let (resp, socket) = match ws::accept(http::Request::from_parts(parts, body)) {
             Ok(ok) => ok,
-            Err(resp) => return resp,
+            Err(resp) => return *resp,
         };
         tokio::spawn(async move {
             if let Some(socket) = socket.await {

@@ -191,7 +191,7 @@ impl WsRoute {
         let last = query_param(req.uri().query(), "last_event_id");
         let (resp, socket) = match ws::accept(req) {
             Ok(ok) => ok,
-            Err(resp) => return resp,
+            Err(resp) => return *resp,
         };
         // Subscribed before answering, so that a client that has its 101 is already in
         // the rotation; what arrives before the upgrade completes waits in its queue.
