@@ -26,6 +26,15 @@ pub const CONNECTION_ERRORS: &str = "sluice_output_connection_errors_total";
 pub const RETRIES: &str = "sluice_component_retries_total";
 pub const STREAM_ACTIVE: &str = "sluice_stream_active";
 
+// Stream analytics of the HTTP stream routes (SSE, raw streams, WebSocket, GET), labelled
+// with the standard labels plus `route` (from config) and `transport`.
+pub const HTTP_STREAM_CONNECTION_ATTEMPTS: &str = "sluice_http_stream_connection_attempts_total";
+pub const HTTP_STREAM_ACTIVE_CONNECTIONS: &str = "sluice_http_stream_active_connections";
+pub const HTTP_STREAM_DELIVERED_MESSAGES: &str = "sluice_http_stream_delivered_messages_total";
+pub const HTTP_STREAM_DELIVERED_BYTES: &str = "sluice_http_stream_delivered_bytes_total";
+pub const HTTP_STREAM_WRITE_ERRORS: &str = "sluice_http_stream_write_errors_total";
+pub const HTTP_STREAM_REPLAYED_EVENTS: &str = "sluice_http_stream_replayed_events_total";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the Prometheus recorder once per process and returns the handle that renders
@@ -115,6 +124,35 @@ fn describe() {
         "Batches sent again after a failed delivery."
     );
     describe_gauge!(STREAM_ACTIVE, "1 while a stream runs.");
+    describe_counter!(
+        HTTP_STREAM_CONNECTION_ATTEMPTS,
+        Unit::Count,
+        "Client connections (or GETs) to an HTTP stream route, accepted or refused."
+    );
+    describe_gauge!(
+        HTTP_STREAM_ACTIVE_CONNECTIONS,
+        "Clients connected to an HTTP stream route."
+    );
+    describe_counter!(
+        HTTP_STREAM_DELIVERED_MESSAGES,
+        Unit::Count,
+        "Messages written to clients of an HTTP stream route."
+    );
+    describe_counter!(
+        HTTP_STREAM_DELIVERED_BYTES,
+        Unit::Bytes,
+        "Payload bytes written to clients of an HTTP stream route."
+    );
+    describe_counter!(
+        HTTP_STREAM_WRITE_ERRORS,
+        Unit::Count,
+        "Deliveries a client of an HTTP stream route failed to write (handed to another client or nacked)."
+    );
+    describe_counter!(
+        HTTP_STREAM_REPLAYED_EVENTS,
+        Unit::Count,
+        "Events replayed to clients resuming with a last event id."
+    );
 }
 
 /// Which part of a component's work failed.

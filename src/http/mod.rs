@@ -6,6 +6,8 @@
 //! an API's listen path behind its middleware.
 
 pub mod client;
+pub mod cors;
+pub mod ws;
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -2,6 +2,11 @@
 //! waits for delivery: 200 once every output confirmed it, 502 with the reason when an
 //! output failed, 503 while the stream shuts down, 408 when `timeout` passes first.
 //!
+//! With `ws_path`, WebSocket clients send messages too: each data frame is one message,
+//! taken in order and acknowledged on its own. With `sync_response` the delivered message
+//! comes back as a frame; a failed or late delivery closes the socket with code 1011 and
+//! the reason, so the client knows its last frame was not taken.
+//!
 //! Mounted on the server that runs the stream (the standalone server of `sluice run`, or
 //! the gateway under an API's listen path), so it has no address of its own.
 
@@ -10,11 +15,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::FutureExt;
+use futures::{FutureExt, SinkExt, StreamExt};
 use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 
 use super::{BuildInput, InputBuild};
@@ -23,7 +31,7 @@ use crate::component::{
 };
 use crate::config::component::Spec;
 use crate::duration::Duration;
-use crate::http::{self as h, HttpRequest, HttpResponse};
+use crate::http::{self as h, ws, HttpRequest, HttpResponse};
 use crate::message::{Message, Outcome, ReplySlot};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -32,6 +40,9 @@ pub struct HttpServerInputConfig {
     /// The path that accepts messages.
     #[serde(default = "default_path")]
     pub path: String,
+    /// Where WebSocket clients send messages, one per frame; empty to serve none.
+    #[serde(default)]
+    pub ws_path: String,
     /// Methods accepted on `path`; others get 405.
     #[serde(default = "default_verbs")]
     pub allowed_verbs: Vec<String>,
@@ -143,6 +154,7 @@ impl BuildInput for HttpServerInputConfig {
             tx,
             shutdown: cx.shutdown.clone(),
         });
+        let ws_handler = handler.clone();
         let serve = move |req: HttpRequest| {
             let handler = handler.clone();
             async move { handler.handle(req).await }.boxed()
@@ -150,6 +162,19 @@ impl BuildInput for HttpServerInputConfig {
         cx.routes
             .mount(&self.path, &cx.owner(), Arc::new(serve))
             .map_err(|e| cx.error(e))?;
+        if !self.ws_path.trim().is_empty() {
+            let serve_ws = move |req: HttpRequest| {
+                let handler = ws_handler.clone();
+                async move { Handler::handle_ws(handler, req) }.boxed()
+            };
+            if let Err(e) = cx
+                .routes
+                .mount(&self.ws_path, &cx.owner(), Arc::new(serve_ws))
+            {
+                cx.routes.unmount(&self.path);
+                return Err(cx.error(e));
+            }
+        }
         Ok(InputBuild::Leaf(Box::new(HttpServerInput { rx })))
     }
 }
@@ -219,6 +244,103 @@ impl Handler {
         }
     }
 
+    /// Accepts a WebSocket producer on `ws_path`.
+    fn handle_ws(handler: Arc<Self>, req: HttpRequest) -> HttpResponse {
+        if handler.shutdown.is_cancelled() {
+            return h::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the stream is shutting down\n",
+            );
+        }
+        // The request's headers, query and path go with every frame as metadata.
+        let (parts, body) = req.into_parts();
+        let template = request_message(&parts, Bytes::new());
+        let (resp, socket) = match ws::accept(http::Request::from_parts(parts, body)) {
+            Ok(ok) => ok,
+            Err(resp) => return *resp,
+        };
+        tokio::spawn(async move {
+            if let Some(socket) = socket.await {
+                handler.serve_ws(socket, template).await;
+            }
+        });
+        resp
+    }
+
+    /// Reads frames one at a time; the next is read only once the previous one is settled,
+    /// so a slow stream slows the client down through TCP (backpressure).
+    async fn serve_ws(&self, socket: ws::ServerSocket, template: Message) {
+        let (mut sink, mut stream) = socket.split();
+        loop {
+            let frame = tokio::select! {
+                f = stream.next() => f,
+                _ = self.shutdown.cancelled() => {
+                    let _ = sink.send(close(CloseCode::Away, "stream stopping")).await;
+                    return;
+                }
+            };
+            let (payload, binary) = match frame {
+                Some(Ok(WsMessage::Text(t))) => (Bytes::from(t), false),
+                Some(Ok(WsMessage::Binary(b))) => (b, true),
+                Some(Ok(WsMessage::Close(_))) | None | Some(Err(_)) => {
+                    let _ = sink.close().await;
+                    return;
+                }
+                // Pings are answered by the library on the next flush.
+                Some(Ok(_)) => {
+                    let _ = sink.flush().await;
+                    continue;
+                }
+            };
+            if payload.len() > self.max_body {
+                let _ = sink.send(close(CloseCode::Size, "message too large")).await;
+                return;
+            }
+            let mut message = template.clone();
+            message.set_payload(payload);
+            let (done, outcome) = oneshot::channel();
+            let reply = self.sync.as_ref().map(|_| ReplySlot::new());
+            let pending = Pending {
+                message,
+                done,
+                reply: reply.clone(),
+            };
+            let waited = tokio::time::timeout(self.timeout, async {
+                self.tx.send(pending).await.ok()?;
+                outcome.await.ok()
+            })
+            .await;
+            let failure = match waited {
+                Err(_) => "the message was not delivered in time".to_owned(),
+                Ok(None) => "the stream is not running".to_owned(),
+                Ok(Some(o)) if o.is_success() => {
+                    let replies = reply.and_then(|r| r.take()).unwrap_or_default();
+                    for m in replies {
+                        let payload = m.payload().clone();
+                        let frame = if binary {
+                            WsMessage::Binary(payload)
+                        } else {
+                            match Utf8Bytes::try_from(payload.clone()) {
+                                Ok(t) => WsMessage::Text(t),
+                                Err(_) => WsMessage::Binary(payload),
+                            }
+                        };
+                        if sink.feed(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                    if sink.flush().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Ok(Some(o)) => format!("delivery failed: {}", o.reason().unwrap_or("unknown")),
+            };
+            let _ = sink.send(close(CloseCode::Error, &failure)).await;
+            return;
+        }
+    }
+
     fn success(&self, reply: Option<ReplySlot>) -> HttpResponse {
         let Some((status, headers)) = &self.sync else {
             return h::text(StatusCode::OK, "");
@@ -240,6 +362,18 @@ impl Handler {
         }
         resp
     }
+}
+
+/// A close frame; the reason is cut to fit the 123 bytes a close frame allows.
+fn close(code: CloseCode, reason: &str) -> WsMessage {
+    let mut end = reason.len().min(120);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    WsMessage::Close(Some(CloseFrame {
+        code,
+        reason: reason[..end].into(),
+    }))
 }
 
 /// The message for one request: its body, and its headers, query parameters, path and

@@ -2,12 +2,15 @@
 //! Leaf outputs write; `broker`, `fallback` and `retry` route to child outputs.
 
 pub mod broker;
+pub mod client_hub;
 pub mod drop;
 pub mod fallback;
 pub mod file;
 pub mod http_client;
+pub mod http_server;
 pub mod retry;
 pub mod stdout;
+pub mod websocket_server;
 
 use crate::component::{BuildContext, BuildError, Kind, Router, Writer};
 
@@ -17,8 +20,10 @@ crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBu
     "fallback" => Fallback(fallback::FallbackConfig),
     "file" => File(file::FileOutputConfig),
     "http_client" => HttpClient(http_client::HttpClientOutputConfig),
+    "http_server" => HttpServer(http_server::HttpServerOutputConfig),
     "retry" => Retry(retry::RetryConfig),
     "stdout" => Stdout(stdout::StdoutConfig),
+    "websocket_server" => WebsocketServer(websocket_server::WebsocketServerOutputConfig),
 });
 
 /// What an output config builds into.
