@@ -51,7 +51,7 @@ fn handshake(mut req: HttpRequest) -> Result<(HttpResponse, PendingSocket), Http
     }
     if headers
         .get(header::SEC_WEBSOCKET_VERSION)
-        .map_or(true, |v| v.as_bytes() != b"13")
+        .is_none_or(|v| v.as_bytes() != b"13")
     {
         let mut resp = text(
             StatusCode::BAD_REQUEST,
