@@ -1,1 +1,111 @@
-fn main() {}
+//! Engine throughput: messages per second through generate -> three pass-through
+//! processors -> drop, in batches of 1 and of 64, and the cost of one channel hop.
+//!
+//! Run with `cargo bench --bench engine`. Throughput is reported as elements/second;
+//! divide 1/throughput for the per-message cost.
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tokio::sync::mpsc;
+
+use sluice::config::parse_str;
+use sluice::message::{Ack, Message, Outcome, Transaction};
+use sluice::stream::{Stream, StreamEnv};
+
+const MESSAGES: u64 = 200_000;
+
+fn pipeline_config(batch_size: u64) -> sluice::config::StreamConfig {
+    let count = MESSAGES / batch_size;
+    let yaml = format!(
+        "input:\n  generate:\n    payload: '{{\"id\":1,\"name\":\"benchmark\"}}'\n    interval: 0s\n    count: {count}\n    batch_size: {batch_size}\npipeline:\n  processors:\n    - noop: {{}}\n    - noop: {{}}\n    - noop: {{}}\noutput:\n  drop: {{}}\n"
+    );
+    let mut root = parse_str("bench.yaml", &yaml).expect("valid bench config");
+    root.streams.remove("bench").expect("one stream")
+}
+
+async fn run_stream(config: &sluice::config::StreamConfig) {
+    let env = StreamEnv::standalone();
+    let stream = Stream::build("bench", config, &env).expect("stream builds");
+    let mut running = stream.start();
+    running.finished().await;
+}
+
+fn pipeline(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group("pipeline_three_noops");
+    group.throughput(Throughput::Elements(MESSAGES));
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    for batch in [1u64, 64] {
+        let config = pipeline_config(batch);
+        group.bench_with_input(BenchmarkId::new("batch", batch), &config, |b, config| {
+            b.to_async(&rt).iter(|| run_stream(config));
+        });
+    }
+    group.finish();
+}
+
+/// One hop: single-message transactions sent through a bounded channel to a task that
+/// receives and acknowledges them. `create_and_ack` does the same work without the
+/// channel, so the difference between the two is the cost of the hop itself. On a
+/// current-thread runtime the figure is the channel's own cost; on two worker threads it
+/// includes waking the other thread.
+fn channel_hop(c: &mut Criterion) {
+    const N: u64 = 200_000;
+    let payload = bytes::Bytes::from_static(b"{\"id\":1}");
+    let mut group = c.benchmark_group("channel_hop");
+    group.throughput(Throughput::Elements(N));
+    group.sample_size(10);
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    group.bench_function("create_and_ack", |b| {
+        b.iter(|| {
+            for _ in 0..N {
+                let t = Transaction::new(vec![Message::new(payload.clone())], Ack::noop());
+                std::hint::black_box(&t);
+                t.ack.resolve(Outcome::Delivered);
+            }
+        });
+    });
+    for (name, rt) in [
+        ("through_channel_current_thread", single),
+        (
+            "through_channel_two_threads",
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime"),
+        ),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| async {
+                let (tx, mut rx) = mpsc::channel::<Transaction>(64);
+                let consumer = tokio::spawn(async move {
+                    while let Some(t) = rx.recv().await {
+                        t.ack.resolve(Outcome::Delivered);
+                    }
+                });
+                for _ in 0..N {
+                    let t = Transaction::new(vec![Message::new(payload.clone())], Ack::noop());
+                    if tx.send(t).await.is_err() {
+                        break;
+                    }
+                }
+                drop(tx);
+                let _ = consumer.await;
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, channel_hop);
+criterion_main!(benches);

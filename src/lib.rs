@@ -4,6 +4,20 @@
 #![forbid(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod backoff;
+pub mod batching;
+pub mod cli;
+pub mod codec;
+pub mod component;
+pub mod config;
+pub mod duration;
+pub mod http;
+pub mod input;
 pub mod mapping;
 pub mod message;
+pub mod metrics;
+pub mod output;
+pub mod processor;
+pub mod server;
+pub mod stream;
 pub mod value;

@@ -1,1 +1,90 @@
-fn main() {}
+//! The `sluice` command line: parses arguments and calls into the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use sluice::component::Kind;
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "A stream gateway: pipelines from YAML, HTTP/SSE/WebSocket streams, broker bridges.",
+    long_about = "A stream gateway: pipelines from YAML, HTTP/SSE/WebSocket streams, broker bridges.\n\nStart with `sluice run pipelines/hello.yaml`, check configs with `sluice lint`, and see every component with `sluice list`."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the streams defined in one or more config files until they end or SIGINT/SIGTERM.
+    Run {
+        /// Stream config files (YAML).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Check config files and print every problem with its file, line and column.
+    Lint {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// List the available components with their fields, types, defaults and help.
+    List {
+        /// Only this family.
+        family: Option<Family>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Family {
+    Inputs,
+    Processors,
+    Outputs,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run { files } => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(sluice::cli::run(&files)),
+            Err(e) => {
+                eprintln!("error: cannot start the runtime: {e}");
+                1
+            }
+        },
+        Command::Lint { files } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match rt {
+                Ok(rt) => rt.block_on(async { sluice::cli::lint(&files, &mut std::io::stdout()) }),
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    1
+                }
+            }
+        }
+        Command::List { family, json } => {
+            let kind = family.map(|f| match f {
+                Family::Inputs => Kind::Input,
+                Family::Processors => Kind::Processor,
+                Family::Outputs => Kind::Output,
+            });
+            match sluice::cli::list(kind, json, &mut std::io::stdout()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    1
+                }
+            }
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}

@@ -61,6 +61,30 @@ type Callback = Box<dyn FnOnce(Outcome) + Send>;
 
 struct Shared {
     state: Mutex<(Option<Outcome>, Option<Callback>)>,
+    reply: Option<ReplySlot>,
+}
+
+/// Where a synchronous source (an HTTP request waiting for its answer) receives the
+/// messages as the first output delivered them.
+#[derive(Clone, Default, Debug)]
+pub struct ReplySlot(Arc<Mutex<Option<Batch>>>);
+
+impl ReplySlot {
+    pub fn new() -> Self {
+        ReplySlot::default()
+    }
+
+    /// Keeps `batch` unless an earlier output already replied.
+    pub fn offer(&self, batch: &[super::Message]) {
+        let mut slot = self.0.lock();
+        if slot.is_none() {
+            *slot = Some(batch.to_vec());
+        }
+    }
+
+    pub fn take(&self) -> Option<Batch> {
+        self.0.lock().take()
+    }
 }
 
 impl Shared {
@@ -97,7 +121,26 @@ impl Ack {
         Ack {
             shared: Some(Arc::new(Shared {
                 state: Mutex::new((None, Some(Box::new(callback)))),
+                reply: None,
             })),
+        }
+    }
+
+    /// An ack that also collects the delivered messages into `slot`.
+    pub fn with_reply(callback: impl FnOnce(Outcome) + Send + 'static, slot: ReplySlot) -> Self {
+        Ack {
+            shared: Some(Arc::new(Shared {
+                state: Mutex::new((None, Some(Box::new(callback)))),
+                reply: Some(slot),
+            })),
+        }
+    }
+
+    /// Called by outputs after a successful write: a waiting synchronous source answers
+    /// with these messages.
+    pub fn offer_reply(&self, batch: &[super::Message]) {
+        if let Some(slot) = self.shared.as_ref().and_then(|s| s.reply.as_ref()) {
+            slot.offer(batch);
         }
     }
 
@@ -165,6 +208,23 @@ impl Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn reply_slot_keeps_the_first_offer() {
+        let slot = ReplySlot::new();
+        let (tx, rx) = oneshot::channel();
+        let ack = Ack::with_reply(
+            move |o| {
+                let _ = tx.send(o);
+            },
+            slot.clone(),
+        );
+        ack.offer_reply(&[super::super::Message::new("first")]);
+        ack.offer_reply(&[super::super::Message::new("second")]);
+        ack.resolve(Outcome::Delivered);
+        assert_eq!(rx.await.unwrap(), Outcome::Delivered);
+        assert_eq!(&slot.take().unwrap()[0].payload()[..], b"first");
+    }
 
     #[tokio::test]
     async fn last_holder_fires_once_with_worst_outcome() {

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 
-pub use ack::{Ack, Outcome, Transaction};
+pub use ack::{Ack, Outcome, ReplySlot, Transaction};
 
 use crate::value::Value;
 

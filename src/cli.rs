@@ -1,0 +1,295 @@
+//! What the `sluice` subcommands do. `main.rs` only parses arguments and calls these.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use schemars::schema::{InstanceType, RootSchema, Schema, SingleOrVec};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+use tracing_subscriber::EnvFilter;
+
+use crate::component::{ComponentSpec, Kind};
+use crate::config::component::Registry;
+use crate::config::{self, LogFormat, LogLevel, LoggerConfig, MetricsConfig, RootConfig};
+use crate::input::InputKind;
+use crate::output::OutputKind;
+use crate::processor::ProcessorKind;
+use crate::server::{self, Server};
+use crate::stream::manager::Manager;
+use crate::stream::{Stream, StreamEnv};
+
+/// `sluice run`: runs the streams of the given files until they end or a signal arrives.
+/// Returns the process exit code.
+pub async fn run(files: &[PathBuf]) -> i32 {
+    let root = match config::load_files(files) {
+        Ok(r) => r,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    init_logging(&root.logger);
+    run_config(root, shutdown_signal()).await
+}
+
+/// Runs a loaded config until `signal` fires or every stream ends.
+pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Output = ()>) -> i32 {
+    let metrics = match root.metrics {
+        MetricsConfig::Prometheus {} => Some(crate::metrics::install()),
+        MetricsConfig::None {} => None,
+    };
+    let env = StreamEnv::standalone();
+    let mut manager = Manager::new(env.clone());
+    if let Err(errors) = manager.start_all(&root.streams) {
+        for e in errors {
+            error!(error = %e, "Stream failed to build.");
+            eprintln!("error: {e}");
+        }
+        return 1;
+    }
+    let stop_server = CancellationToken::new();
+    let server_task = if root.http.enabled {
+        let listener = match server::bind(&root.http.address).await {
+            Ok((l, _)) => l,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        };
+        let server = Server {
+            routes: env.routes.clone(),
+            readiness: env.readiness.clone(),
+            metrics,
+        };
+        Some(tokio::spawn(server.serve(listener, stop_server.clone())))
+    } else {
+        None
+    };
+    let report = manager.run_until(signal, root.shutdown_timeout.0).await;
+    stop_server.cancel();
+    if let Some(task) = server_task {
+        let _ = task.await;
+    }
+    if report.abandoned > 0 {
+        eprintln!(
+            "error: shutdown timeout ({}) passed with {} batch(es) undelivered",
+            root.shutdown_timeout, report.abandoned
+        );
+        1
+    } else {
+        info!("Stopped cleanly.");
+        0
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+fn init_logging(logger: &LoggerConfig) {
+    let level = match logger.level {
+        LogLevel::Off => "off",
+        LogLevel::Error => "error",
+        LogLevel::Warn => "warn",
+        LogLevel::Info => "info",
+        LogLevel::Debug => "debug",
+        LogLevel::Trace => "trace",
+    };
+    // SLUICE_LOG (filter syntax, e.g. `sluice=debug`) overrides the config's level.
+    let filter = EnvFilter::try_from_env("SLUICE_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // Logs go to standard error: standard output carries data (the stdout output).
+    let _ = match logger.format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+/// `sluice lint`: checks config files, printing every problem with its position.
+pub fn lint(files: &[PathBuf], out: &mut dyn Write) -> i32 {
+    let root = match config::load_files(files) {
+        Ok(r) => r,
+        Err(errors) => {
+            let _ = writeln!(out, "{errors}");
+            return 1;
+        }
+    };
+    // Building catches what parsing cannot: bad URLs, clashing paths, invalid values.
+    let env = StreamEnv::standalone();
+    let mut failed = false;
+    for (name, stream) in &root.streams {
+        if let Err(e) = Stream::build(name, stream, &env) {
+            let _ = writeln!(out, "stream `{name}`: {e}");
+            failed = true;
+        }
+    }
+    i32::from(failed)
+}
+
+/// `sluice list`: every component with its fields, types, defaults and help.
+pub fn list(kind: Option<Kind>, json: bool, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut families: Vec<(Kind, Vec<(ComponentSpec, RootSchema)>)> = vec![
+        (Kind::Input, InputKind::specs()),
+        (Kind::Processor, ProcessorKind::specs()),
+        (Kind::Output, OutputKind::specs()),
+    ];
+    families.retain(|(k, _)| kind.is_none_or(|want| want == *k));
+    if json {
+        let doc: serde_json::Value = families
+            .iter()
+            .map(|(k, specs)| {
+                let items: Vec<_> = specs
+                    .iter()
+                    .map(|(spec, schema)| {
+                        serde_json::json!({
+                            "name": spec.name,
+                            "summary": spec.summary,
+                            "fields": fields(schema).iter().map(|f| serde_json::json!({
+                                "name": f.name, "type": f.ty, "default": f.default,
+                                "required": f.required, "description": f.description,
+                            })).collect::<Vec<_>>(),
+                        })
+                    })
+                    .collect();
+                (format!("{k}s"), serde_json::Value::Array(items))
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        return writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&doc).unwrap_or_default()
+        );
+    }
+    for (k, specs) in families {
+        writeln!(out, "{}S", k.as_str().to_uppercase())?;
+        for (spec, schema) in specs {
+            writeln!(out, "\n  {} - {}", spec.name, spec.summary)?;
+            for f in fields(&schema) {
+                let default = match (&f.default, f.required) {
+                    (_, true) => "required".to_owned(),
+                    (Some(d), _) => format!("default {d}"),
+                    (None, _) => "optional".to_owned(),
+                };
+                writeln!(
+                    out,
+                    "    {:<20} {:<10} {:<22} {}",
+                    f.name, f.ty, default, f.description
+                )?;
+            }
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// One documented field of a component config.
+pub struct FieldDoc {
+    pub name: String,
+    pub ty: String,
+    pub default: Option<String>,
+    pub required: bool,
+    pub description: String,
+}
+
+/// Reads a config's fields out of its JSON schema (doc comments are the descriptions).
+pub fn fields(schema: &RootSchema) -> Vec<FieldDoc> {
+    let Some(obj) = &schema.schema.object else {
+        return Vec::new();
+    };
+    obj.properties
+        .iter()
+        .map(|(name, prop)| {
+            let (ty, default, description) = match prop {
+                Schema::Object(o) => {
+                    let meta = o.metadata.as_deref();
+                    (
+                        type_name(o, schema),
+                        meta.and_then(|m| m.default.as_ref()).map(|d| d.to_string()),
+                        meta.and_then(|m| m.description.clone()).unwrap_or_default(),
+                    )
+                }
+                Schema::Bool(_) => ("any".into(), None, String::new()),
+            };
+            FieldDoc {
+                name: name.clone(),
+                ty,
+                default,
+                required: obj.required.contains(name),
+                description: description.replace('\n', " "),
+            }
+        })
+        .collect()
+}
+
+fn type_name(o: &schemars::schema::SchemaObject, root: &RootSchema) -> String {
+    if let Some(r) = &o.reference {
+        let name = r.rsplit('/').next().unwrap_or(r);
+        return match root.definitions.get(name) {
+            Some(Schema::Object(def)) if def.instance_type.is_some() => type_name(def, root),
+            _ => name.to_lowercase(),
+        };
+    }
+    if o.subschemas
+        .as_ref()
+        .is_some_and(|s| s.all_of.is_some() || s.any_of.is_some())
+    {
+        if let Some(Schema::Object(first)) = o
+            .subschemas
+            .as_ref()
+            .and_then(|s| s.all_of.as_ref().or(s.any_of.as_ref()))
+            .and_then(|v| v.first())
+        {
+            return type_name(first, root);
+        }
+    }
+    if o.format.as_deref() == Some("duration") {
+        return "duration".into();
+    }
+    if o.enum_values.is_some() {
+        return "enum".into();
+    }
+    let single = |t: &InstanceType| match t {
+        InstanceType::Array => "array",
+        InstanceType::Boolean => "bool",
+        InstanceType::Integer => "int",
+        InstanceType::Number => "number",
+        InstanceType::Object => "object",
+        InstanceType::String => "string",
+        InstanceType::Null => "null",
+    };
+    match &o.instance_type {
+        Some(SingleOrVec::Single(t)) => single(t).into(),
+        Some(SingleOrVec::Vec(ts)) => ts
+            .iter()
+            .filter(|t| **t != InstanceType::Null)
+            .map(single)
+            .next()
+            .unwrap_or("any")
+            .into(),
+        None => "object".into(),
+    }
+}

@@ -1,0 +1,353 @@
+//! The contracts between the runtime and the components it runs.
+//!
+//! The runtime owns the loops: connecting with backoff, reading, retries, acknowledgement,
+//! shutdown and the standard metrics. A component only says how to connect, read, process
+//! or write, and classifies its failures with [`ConnectorError`] so that the runtime can
+//! pick reconnect, retry or stop without reading error text.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::Routes;
+use tokio::sync::mpsc;
+
+use crate::batching::BatchPolicy;
+use crate::message::{Batch, Message, Outcome, ReplySlot, Transaction};
+
+/// The three kinds of node in a stream graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Input,
+    Processor,
+    Output,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Input => "input",
+            Kind::Processor => "processor",
+            Kind::Output => "output",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a failure means for the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The connection is gone: reconnect with backoff, then go on.
+    NotConnected,
+    /// The source has nothing more to give: the input ends cleanly.
+    EndOfInput,
+    /// A transient failure (I/O, timeout, a 5xx): retry with backoff.
+    Transient,
+    /// The data was refused and sending it again cannot help (a 4xx, a bad record).
+    Rejected,
+}
+
+/// A classified connector failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ConnectorError {
+    pub kind: ErrorKind,
+    pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ConnectorError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ConnectorError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    pub fn not_connected(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotConnected, message)
+    }
+
+    pub fn end_of_input() -> Self {
+        Self::new(ErrorKind::EndOfInput, "end of input")
+    }
+
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Transient, message)
+    }
+
+    pub fn rejected(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Rejected, message)
+    }
+
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// The outcome a failed write reports to the input.
+    pub fn outcome(&self) -> Outcome {
+        match self.kind {
+            ErrorKind::Rejected => Outcome::rejected(&self.message),
+            _ => Outcome::errored(&self.message),
+        }
+    }
+}
+
+/// Acknowledges a read to its source: commit an offset, answer an HTTP request, ack a
+/// broker message. Called once, with the worst outcome of everything the read became.
+pub type SourceAck = Box<dyn FnOnce(Outcome) + Send>;
+
+/// What one read produced.
+pub struct ReadBatch {
+    pub batch: Batch,
+    pub ack: SourceAck,
+    /// Set by sources that answer with the delivered messages (a synchronous HTTP reply).
+    pub reply: Option<ReplySlot>,
+}
+
+impl ReadBatch {
+    pub fn new(batch: Batch, ack: impl FnOnce(Outcome) + Send + 'static) -> Self {
+        ReadBatch {
+            batch,
+            ack: Box::new(ack),
+            reply: None,
+        }
+    }
+
+    /// For sources that have nothing to acknowledge to (a generator, a file).
+    pub fn unacked(batch: Batch) -> Self {
+        ReadBatch::new(batch, |_| {})
+    }
+
+    pub fn with_reply(mut self, slot: ReplySlot) -> Self {
+        self.reply = Some(slot);
+        self
+    }
+}
+
+/// A source of messages.
+#[async_trait]
+pub trait Input: Send {
+    /// Opens the connection. Retried with backoff until it succeeds or the stream stops.
+    async fn connect(&mut self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    /// The next batch and how to acknowledge it. Must be cancel safe: the runtime drops a
+    /// pending read when the stream stops.
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError>;
+
+    async fn close(&mut self) {}
+
+    /// True when the source deals with failures itself (answers 502, redelivers); otherwise
+    /// the runtime sends a failed batch again with backoff.
+    fn handles_nacks(&self) -> bool {
+        false
+    }
+}
+
+/// Transforms batches. Failures are set on the messages (see [`Message::set_error`]),
+/// never dropped; returning no batches means everything was filtered on purpose.
+#[async_trait]
+pub trait Processor: Send + Sync {
+    async fn process(&self, batch: Batch) -> Vec<Batch> {
+        let mut out = Vec::with_capacity(batch.len());
+        for mut msg in batch {
+            match self.process_message(&mut msg).await {
+                Ok(true) => out.push(msg),
+                Ok(false) => {}
+                Err(e) => {
+                    msg.set_error(e.to_string());
+                    out.push(msg);
+                }
+            }
+        }
+        if out.is_empty() {
+            Vec::new()
+        } else {
+            vec![out]
+        }
+    }
+
+    /// Per-message processing for processors that do not need the whole batch. Returns
+    /// whether the message goes on.
+    async fn process_message(&self, _msg: &mut Message) -> Result<bool, ProcessError> {
+        Ok(true)
+    }
+}
+
+/// A processor's failure on one message, set on the message as its error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ProcessError(pub String);
+
+impl ProcessError {
+    pub fn new(message: impl fmt::Display) -> Self {
+        ProcessError(message.to_string())
+    }
+}
+
+/// A sink of messages. Writes may run concurrently up to the output's `max_in_flight`.
+#[async_trait]
+pub trait Output: Send + Sync {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError>;
+
+    async fn close(&self) {}
+}
+
+/// A leaf output and how the runtime drives it.
+pub struct Writer {
+    pub output: Box<dyn Output>,
+    /// Writes allowed at once.
+    pub max_in_flight: usize,
+    pub batching: BatchPolicy,
+}
+
+/// Routes transactions to child outputs (brokers, fallback, retry, switch). Each child is
+/// a full output node with its own batching and concurrency, reached through its channel.
+#[async_trait]
+pub trait Router: Send {
+    async fn route(&mut self, t: Transaction, children: &[mpsc::Sender<Transaction>]);
+}
+
+/// Sends `t` to `child` and waits for the child's outcome (the caller's ack stays
+/// unresolved until then).
+pub async fn deliver_and_wait(child: &mpsc::Sender<Transaction>, batch: Batch) -> Outcome {
+    let (ack, rx) = crate::message::Ack::channel();
+    if child.send(Transaction::new(batch, ack)).await.is_err() {
+        return Outcome::errored("output is shut down");
+    }
+    rx.await
+        .unwrap_or_else(|_| Outcome::errored("output went away before answering"))
+}
+
+/// A failure to build a component from a valid-looking config (a bad URL, an unreadable
+/// file, a path already served).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct BuildError {
+    /// Document path of the component, e.g. `output.broker.outputs[1].http_client`.
+    pub path: String,
+    pub message: String,
+}
+
+/// What a component may use while it is built: kept small on purpose.
+#[derive(Clone)]
+pub struct BuildContext {
+    /// The stream's name, for labels and logs.
+    pub stream: Arc<str>,
+    /// The component's path in its document (`input.http_server`), for errors.
+    pub path: String,
+    /// The component's name in metrics and logs: its label, or else its path.
+    pub component: String,
+    /// Its kind and type key, for metric labels.
+    pub kind: Kind,
+    pub type_name: &'static str,
+    /// Where HTTP-serving components mount their handlers.
+    pub routes: Arc<Routes>,
+    /// Cancelled when the stream starts shutting down.
+    pub shutdown: CancellationToken,
+    /// Labels already used in this stream (they name metrics, so they must be unique).
+    labels: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl BuildContext {
+    pub fn new(stream: &str, routes: Arc<Routes>, shutdown: CancellationToken) -> Self {
+        BuildContext {
+            stream: stream.into(),
+            path: String::new(),
+            component: String::new(),
+            kind: Kind::Input,
+            type_name: "",
+            routes,
+            shutdown,
+            labels: Default::default(),
+        }
+    }
+
+    /// Records a component's label; a label used twice in one stream is an error.
+    pub fn claim_label(&self, label: &str) -> Result<(), BuildError> {
+        if self.labels.lock().insert(label.to_owned()) {
+            Ok(())
+        } else {
+            Err(self.error(format!("label `{label}` is used twice in this stream")))
+        }
+    }
+
+    /// The context for a component below this one.
+    pub fn child(&self, path: impl Into<String>) -> Self {
+        BuildContext {
+            path: path.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The context for building one component.
+    pub fn for_component(
+        &self,
+        path: String,
+        component: String,
+        kind: Kind,
+        type_name: &'static str,
+    ) -> Self {
+        BuildContext {
+            path,
+            component,
+            kind,
+            type_name,
+            ..self.clone()
+        }
+    }
+
+    /// The standard labels of this component's metrics.
+    pub fn metric_labels(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("stream", self.stream.to_string()),
+            ("component", self.component.clone()),
+            ("kind", self.kind.as_str().to_owned()),
+            ("type", self.type_name.to_owned()),
+        ]
+    }
+
+    /// Who owns what this component mounts: `stream/path`.
+    pub fn owner(&self) -> String {
+        format!("{}/{}", self.stream, self.path)
+    }
+
+    pub fn error(&self, message: impl fmt::Display) -> BuildError {
+        BuildError {
+            path: self.path.clone(),
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Documentation of a component, shown by `sluice list` and checked by tests.
+#[derive(Debug, Clone, Copy)]
+pub struct ComponentSpec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub summary: &'static str,
+    /// Complete stream configs that use the component; each is linted in the tests.
+    pub examples: &'static [Example],
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Example {
+    pub title: &'static str,
+    pub yaml: &'static str,
+}

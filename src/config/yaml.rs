@@ -1,0 +1,377 @@
+//! YAML documents as a tree that remembers where every node came from.
+//!
+//! serde_yaml drops positions, so documents are read from yaml-rust2's marked events into
+//! [`Node`]s; [`super::de`] then deserializes the typed configs from this tree and reports
+//! each error at the node that caused it. `${VAR}` and `${VAR:default}` are substituted in
+//! every scalar here, before any value is typed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+use super::error::{ConfigError, ConfigErrors, Location};
+
+/// Where a node starts: 1-based line and column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mark {
+    pub line: usize,
+    pub col: usize,
+}
+
+impl From<Marker> for Mark {
+    fn from(m: Marker) -> Self {
+        Mark {
+            line: m.line(),
+            col: m.col() + 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeKind {
+    /// `plain` is false for quoted and block scalars, which are always strings.
+    Scalar {
+        value: String,
+        plain: bool,
+    },
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub kind: NodeKind,
+    pub mark: Mark,
+}
+
+impl Node {
+    pub fn scalar(value: &str) -> Node {
+        Node {
+            kind: NodeKind::Scalar {
+                value: value.to_owned(),
+                plain: true,
+            },
+            mark: Mark::default(),
+        }
+    }
+
+    /// True for an empty document, `~`, `null` or an empty value.
+    pub fn is_null(&self) -> bool {
+        matches!(&self.kind, NodeKind::Scalar { value, plain: true } if matches!(value.as_str(), "" | "~" | "null" | "Null" | "NULL"))
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.kind {
+            NodeKind::Scalar { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The value under `key` in a mapping node.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        match &self.kind {
+            NodeKind::Map(entries) => entries
+                .iter()
+                .find(|(k, _)| k.as_str() == Some(key))
+                .map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn entries(&self) -> &[(Node, Node)] {
+        match &self.kind {
+            NodeKind::Map(entries) => entries,
+            _ => &[],
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match &self.kind {
+            NodeKind::Scalar { .. } if self.is_null() => "null",
+            NodeKind::Scalar { .. } => "a scalar",
+            NodeKind::Seq(_) => "a sequence",
+            NodeKind::Map(_) => "a mapping",
+        }
+    }
+}
+
+/// A parsed document: its tree and the name it is reported under.
+#[derive(Debug, Clone)]
+pub struct Document {
+    pub file: Arc<str>,
+    pub root: Node,
+}
+
+impl Document {
+    pub fn location(&self, path: &str, mark: Mark) -> Location {
+        Location {
+            file: self.file.clone(),
+            path: path.to_owned(),
+            line: mark.line,
+            col: mark.col,
+        }
+    }
+}
+
+/// Parses one YAML document, substituting environment variables through `env`.
+pub fn parse(
+    file: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Document, ConfigErrors> {
+    let file: Arc<str> = file.into();
+    let mut builder = Builder::default();
+    let mut parser = Parser::new_from_str(text);
+    if let Err(e) = parser.load(&mut builder, false) {
+        let mark = Mark::from(*e.marker());
+        return Err(ConfigError::new(format!("invalid YAML: {}", e.info()))
+            .at(Location {
+                file,
+                path: String::new(),
+                line: mark.line,
+                col: mark.col,
+            })
+            .into());
+    }
+    let root = builder.root.unwrap_or(Node {
+        kind: NodeKind::Map(Vec::new()),
+        mark: Mark { line: 1, col: 1 },
+    });
+    let doc = Document { file, root };
+    let mut errors = Vec::new();
+    let mut root = doc.root.clone();
+    substitute_env(&mut root, env, &doc, "", &mut errors);
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    Ok(Document { root, ..doc })
+}
+
+#[derive(Default)]
+struct Builder {
+    stack: Vec<(Node, Option<Node>, usize)>,
+    anchors: HashMap<usize, Node>,
+    root: Option<Node>,
+}
+
+impl Builder {
+    fn push_value(&mut self, node: Node, anchor: usize) {
+        if anchor > 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        match self.stack.last_mut() {
+            None => self.root = Some(node),
+            Some((parent, pending_key, _)) => match &mut parent.kind {
+                NodeKind::Seq(items) => items.push(node),
+                NodeKind::Map(entries) => match pending_key.take() {
+                    None => *pending_key = Some(node),
+                    Some(key) => entries.push((key, node)),
+                },
+                NodeKind::Scalar { .. } => {}
+            },
+        }
+    }
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, ev: Event, marker: Marker) {
+        let mark = Mark::from(marker);
+        match ev {
+            Event::Scalar(value, style, anchor, _) => {
+                let plain = style == TScalarStyle::Plain;
+                self.push_value(
+                    Node {
+                        kind: NodeKind::Scalar { value, plain },
+                        mark,
+                    },
+                    anchor,
+                );
+            }
+            Event::SequenceStart(anchor, _) => self.stack.push((
+                Node {
+                    kind: NodeKind::Seq(Vec::new()),
+                    mark,
+                },
+                None,
+                anchor,
+            )),
+            Event::MappingStart(anchor, _) => self.stack.push((
+                Node {
+                    kind: NodeKind::Map(Vec::new()),
+                    mark,
+                },
+                None,
+                anchor,
+            )),
+            Event::SequenceEnd | Event::MappingEnd => {
+                if let Some((node, _, anchor)) = self.stack.pop() {
+                    self.push_value(node, anchor);
+                }
+            }
+            Event::Alias(id) => {
+                let node = self.anchors.get(&id).cloned().unwrap_or(Node {
+                    kind: NodeKind::Scalar {
+                        value: String::new(),
+                        plain: true,
+                    },
+                    mark,
+                });
+                self.push_value(node, 0);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn substitute_env(
+    node: &mut Node,
+    env: &dyn Fn(&str) -> Option<String>,
+    doc: &Document,
+    path: &str,
+    errors: &mut Vec<ConfigError>,
+) {
+    match &mut node.kind {
+        // A substituted plain value is typed afterwards like any other ("${PORT}" -> 8080).
+        NodeKind::Scalar { value, .. } => {
+            if value.contains("${") {
+                match interpolate_env(value, env) {
+                    Ok(v) => *value = v,
+                    Err(msg) => {
+                        errors.push(ConfigError::new(msg).at(doc.location(path, node.mark)))
+                    }
+                }
+            }
+        }
+        NodeKind::Seq(items) => {
+            for (i, item) in items.iter_mut().enumerate() {
+                substitute_env(item, env, doc, &format!("{path}[{i}]"), errors);
+            }
+        }
+        NodeKind::Map(entries) => {
+            for (k, v) in entries.iter_mut() {
+                let key = k.as_str().unwrap_or("?");
+                let child = if path.is_empty() {
+                    key.to_owned()
+                } else {
+                    format!("{path}.{key}")
+                };
+                substitute_env(v, env, doc, &child, errors);
+            }
+        }
+    }
+}
+
+/// Replaces `${VAR}` and `${VAR:default}`; leaves `${! ... }` (message interpolation) alone.
+pub fn interpolate_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        if after.starts_with('!') {
+            // Message interpolation: copy through to its closing brace untouched.
+            let end = after.find('}').map(|e| e + 1).unwrap_or(after.len());
+            out.push_str(&rest[start..start + 2 + end]);
+            rest = &after[end..];
+            continue;
+        }
+        let Some(end) = after.find('}') else {
+            return Err(format!("unclosed `${{` in `{text}`"));
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(':') {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!(
+                "`${{{inner}}}` is not a valid environment variable reference"
+            ));
+        }
+        match env(name).filter(|v| !v.is_empty()).or(default.map(str::to_owned)) {
+            Some(v) => out.push_str(&v),
+            None => {
+                return Err(format!(
+                    "environment variable `{name}` is not set and has no default (write `${{{name}:default}}`)"
+                ))
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "PORT" => Some("8080".into()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn keeps_positions() {
+        let doc = parse("t.yaml", "input:\n  generate:\n    count: 3\n", &env).unwrap();
+        let count = doc
+            .root
+            .get("input")
+            .unwrap()
+            .get("generate")
+            .unwrap()
+            .get("count")
+            .unwrap();
+        assert_eq!(count.mark, Mark { line: 3, col: 12 });
+        assert_eq!(count.as_str(), Some("3"));
+    }
+
+    #[test]
+    fn env_with_defaults_and_message_interpolation_untouched() {
+        let f = |s: &str| interpolate_env(s, &env);
+        assert_eq!(f("a${PORT}b").unwrap(), "a8080b");
+        assert_eq!(f("${NOPE:x}").unwrap(), "x");
+        assert_eq!(f("${EMPTY:d}").unwrap(), "d");
+        assert_eq!(f("${NOPE:}").unwrap(), "");
+        assert_eq!(
+            f("${! meta(\"k\") }-${PORT}").unwrap(),
+            "${! meta(\"k\") }-8080"
+        );
+        assert!(f("${NOPE}").unwrap_err().contains("NOPE"));
+        assert!(f("${bad name}").is_err());
+    }
+
+    #[test]
+    fn missing_env_is_a_positioned_error() {
+        let errs = parse("t.yaml", "a:\n  b: ${NOPE}\n", &env).unwrap_err();
+        let loc = errs.0[0].location.clone().unwrap();
+        assert_eq!((loc.line, loc.col, loc.path.as_str()), (2, 6, "a.b"));
+    }
+
+    #[test]
+    fn aliases_resolve() {
+        let doc = parse("t.yaml", "a: &x {k: 1}\nb: *x\n", &env).unwrap();
+        assert_eq!(
+            doc.root.get("b").unwrap().get("k").unwrap().as_str(),
+            Some("1")
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_position() {
+        let errs = parse("t.yaml", "a: [1, 2\nb: c\n", &env).unwrap_err();
+        assert!(errs.0[0].location.is_some());
+        assert!(errs.to_string().starts_with("t.yaml:"));
+    }
+
+    #[test]
+    fn empty_document_is_an_empty_map() {
+        let doc = parse("t.yaml", "", &env).unwrap();
+        assert!(doc.root.entries().is_empty());
+    }
+}

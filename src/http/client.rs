@@ -1,0 +1,288 @@
+//! The HTTP client that `http_client` inputs and outputs and the `http` processor share:
+//! their common config fields, retries with backoff, and the connection analytics the
+//! spec asks of HTTP outputs.
+
+use std::collections::BTreeMap;
+use std::time::Duration as StdDuration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use metrics::{counter, Counter};
+
+use crate::component::{BuildContext, BuildError, ConnectorError};
+use crate::duration::Duration;
+use crate::metrics::{CONNECTION_ATTEMPTS, CONNECTION_ERRORS};
+
+/// Declares a component config holding the common client fields plus its own.
+#[macro_export]
+macro_rules! http_client_config {
+    ($(#[$meta:meta])* pub struct $Name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
+        $(#[$meta])*
+        pub struct $Name {
+            /// The URL to call.
+            pub url: String,
+            /// Headers sent with every request.
+            #[serde(default)]
+            pub headers: ::std::collections::BTreeMap<String, String>,
+            /// Time allowed for one request, response included.
+            #[serde(default = "crate::http::client::default_timeout")]
+            pub timeout: $crate::duration::Duration,
+            /// Attempts after the first for connection failures, 5xx and 429 answers.
+            #[serde(default = "crate::http::client::default_retries")]
+            pub retries: u32,
+            /// Wait before the first retry; doubles up to `max_retry_backoff`.
+            #[serde(default = "crate::http::client::default_retry_period")]
+            pub retry_period: $crate::duration::Duration,
+            /// Longest wait between retries.
+            #[serde(default = "crate::http::client::default_max_retry_backoff")]
+            pub max_retry_backoff: $crate::duration::Duration,
+            /// Status codes that count as success besides 2xx.
+            #[serde(default)]
+            pub successful_on: Vec<u16>,
+            /// Accept any server certificate (testing only).
+            #[serde(default)]
+            pub tls_skip_verify: bool,
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $Name {
+            fn client(&self, verb: &str, cx: &$crate::component::BuildContext)
+                -> Result<$crate::http::client::HttpClient, $crate::component::BuildError> {
+                $crate::http::client::HttpClient::new(
+                    $crate::http::client::ClientSettings {
+                        url: self.url.clone(),
+                        verb: verb.to_owned(),
+                        headers: self.headers.clone(),
+                        timeout: self.timeout,
+                        retries: self.retries,
+                        retry_period: self.retry_period,
+                        max_retry_backoff: self.max_retry_backoff,
+                        successful_on: self.successful_on.clone(),
+                        tls_skip_verify: self.tls_skip_verify,
+                    },
+                    cx,
+                )
+            }
+        }
+    };
+}
+
+pub fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+pub fn default_retries() -> u32 {
+    3
+}
+pub fn default_retry_period() -> Duration {
+    Duration::from_secs(1)
+}
+pub fn default_max_retry_backoff() -> Duration {
+    Duration::from_secs(300)
+}
+pub fn default_post() -> String {
+    "POST".into()
+}
+pub fn default_get() -> String {
+    "GET".into()
+}
+
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    pub url: String,
+    pub verb: String,
+    pub headers: BTreeMap<String, String>,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub retry_period: Duration,
+    pub max_retry_backoff: Duration,
+    pub successful_on: Vec<u16>,
+    pub tls_skip_verify: bool,
+}
+
+/// A response that counted as success.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+pub struct HttpClient {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    method: Method,
+    headers: HeaderMap,
+    settings: ClientSettings,
+    attempts: Counter,
+    errors: Counter,
+}
+
+impl HttpClient {
+    pub fn new(settings: ClientSettings, cx: &BuildContext) -> Result<Self, BuildError> {
+        let url = reqwest::Url::parse(&settings.url)
+            .map_err(|e| cx.error(format!("invalid url `{}`: {e}", settings.url)))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(cx.error(format!("url `{}` must be http or https", settings.url)));
+        }
+        let method = Method::from_bytes(settings.verb.to_ascii_uppercase().as_bytes())
+            .map_err(|_| cx.error(format!("invalid verb `{}`", settings.verb)))?;
+        let mut headers = HeaderMap::new();
+        for (k, v) in &settings.headers {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|_| cx.error(format!("invalid header name `{k}`")))?;
+            let value = HeaderValue::from_str(v)
+                .map_err(|_| cx.error(format!("invalid value for header `{k}`")))?;
+            headers.insert(name, value);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout.0)
+            .danger_accept_invalid_certs(settings.tls_skip_verify)
+            .build()
+            .map_err(|e| cx.error(format!("cannot create the HTTP client: {e}")))?;
+        let labels = cx.metric_labels();
+        Ok(HttpClient {
+            client,
+            url,
+            method,
+            headers,
+            attempts: counter!(CONNECTION_ATTEMPTS, &labels),
+            errors: counter!(CONNECTION_ERRORS, &labels),
+            settings,
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        self.url.as_str()
+    }
+
+    fn is_success(&self, status: StatusCode) -> bool {
+        status.is_success() || self.settings.successful_on.contains(&status.as_u16())
+    }
+
+    /// Sends one request, retrying connection failures, 5xx and 429 with backoff. A 4xx
+    /// is refused at once (sending it again cannot help).
+    pub async fn send(
+        &self,
+        body: Option<Bytes>,
+        extra_headers: &HeaderMap,
+    ) -> Result<HttpResponse, ConnectorError> {
+        let mut wait = self.settings.retry_period.0;
+        let mut attempt = 0;
+        loop {
+            let mut req = self
+                .client
+                .request(self.method.clone(), self.url.clone())
+                .headers(self.headers.clone());
+            for (k, v) in extra_headers {
+                req = req.header(k, v);
+            }
+            if let Some(b) = &body {
+                req = req.body(b.clone());
+            }
+            self.attempts.increment(1);
+            let err = match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let headers = resp.headers().clone();
+                    match resp.bytes().await {
+                        Ok(body) if self.is_success(status) => {
+                            return Ok(HttpResponse {
+                                status,
+                                headers,
+                                body,
+                            })
+                        }
+                        Ok(body) => {
+                            let text =
+                                String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                            let e = format!("{} answered {status}: {}", self.url, text.trim());
+                            if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
+                                self.errors.increment(1);
+                                return Err(ConnectorError::rejected(e));
+                            }
+                            ConnectorError::transient(e)
+                        }
+                        Err(e) => ConnectorError::transient(format!(
+                            "{}: reading the answer failed: {e}",
+                            self.url
+                        )),
+                    }
+                }
+                Err(e) if e.is_timeout() => ConnectorError::transient(format!(
+                    "{}: no answer within {}",
+                    self.url, self.settings.timeout
+                )),
+                Err(e) => {
+                    ConnectorError::not_connected(format!("{}: {}", self.url, root_cause(&e)))
+                }
+            };
+            self.errors.increment(1);
+            if attempt >= self.settings.retries {
+                return Err(err);
+            }
+            attempt += 1;
+            tracing::debug!(error = %err, attempt, "HTTP request failed; retrying.");
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(
+                self.settings
+                    .max_retry_backoff
+                    .0
+                    .max(StdDuration::from_millis(1)),
+            );
+        }
+    }
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(url: &str) -> ClientSettings {
+        ClientSettings {
+            url: url.into(),
+            verb: "POST".into(),
+            headers: BTreeMap::new(),
+            timeout: Duration::from_secs(1),
+            retries: 1,
+            retry_period: Duration::from_millis(1),
+            max_retry_backoff: Duration::from_millis(1),
+            successful_on: vec![],
+            tls_skip_verify: false,
+        }
+    }
+
+    fn cx() -> BuildContext {
+        BuildContext::new("t", crate::http::Routes::new(), Default::default())
+    }
+
+    #[test]
+    fn bad_settings_are_build_errors() {
+        assert!(HttpClient::new(settings("not a url"), &cx()).is_err());
+        assert!(HttpClient::new(settings("ftp://x/"), &cx()).is_err());
+        let mut s = settings("http://127.0.0.1:1/");
+        s.verb = "BAD VERB".into();
+        assert!(HttpClient::new(s, &cx()).is_err());
+        let mut s = settings("http://127.0.0.1:1/");
+        s.headers.insert("bad header".into(), "x".into());
+        assert!(HttpClient::new(s, &cx()).is_err());
+    }
+
+    #[tokio::test]
+    async fn refused_connection_is_not_connected_after_retries() {
+        // Port 1 on loopback is closed.
+        let c = HttpClient::new(settings("http://127.0.0.1:1/"), &cx()).unwrap();
+        let e = c
+            .send(Some(Bytes::from_static(b"x")), &HeaderMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, crate::component::ErrorKind::NotConnected);
+    }
+}

@@ -1,0 +1,202 @@
+//! HTTP plumbing shared by the servers (standalone and gateway) and the components that
+//! serve HTTP: body types, response helpers and the route table components mount into.
+//!
+//! Components register a [`Handler`] for a path; whoever serves HTTP looks paths up here.
+//! Handlers know nothing about where they are mounted, so the gateway can put them under
+//! an API's listen path behind its middleware.
+
+pub mod client;
+pub mod cors;
+pub mod ws;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::{header, Response, StatusCode};
+use http_body_util::{combinators::BoxBody, BodyExt, Empty, Full};
+use parking_lot::RwLock;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type Body = BoxBody<Bytes, BoxError>;
+pub type HttpRequest = http::Request<Body>;
+pub type HttpResponse = http::Response<Body>;
+
+/// Serves the requests of one mounted path.
+pub trait Handler: Send + Sync {
+    fn call(&self, req: HttpRequest) -> BoxFuture<'static, HttpResponse>;
+}
+
+impl<F> Handler for F
+where
+    F: Fn(HttpRequest) -> BoxFuture<'static, HttpResponse> + Send + Sync,
+{
+    fn call(&self, req: HttpRequest) -> BoxFuture<'static, HttpResponse> {
+        self(req)
+    }
+}
+
+/// A mounted handler and the component that owns it.
+type Mounted = (String, Arc<dyn Handler>);
+
+/// The path table components mount into.
+#[derive(Default)]
+pub struct Routes {
+    table: RwLock<HashMap<String, Mounted>>,
+}
+
+/// A path that is already served by another component.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("path `{path}` is already served by {owner}")]
+pub struct RouteConflict {
+    pub path: String,
+    pub owner: String,
+}
+
+impl Routes {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Routes::default())
+    }
+
+    /// Mounts `handler` at `path`; `owner` names the component in conflict errors.
+    pub fn mount(
+        &self,
+        path: &str,
+        owner: &str,
+        handler: Arc<dyn Handler>,
+    ) -> Result<(), RouteConflict> {
+        let path = normalize(path);
+        let mut table = self.table.write();
+        if let Some((existing, _)) = table.get(&path) {
+            return Err(RouteConflict {
+                path,
+                owner: existing.clone(),
+            });
+        }
+        table.insert(path, (owner.to_owned(), handler));
+        Ok(())
+    }
+
+    pub fn unmount(&self, path: &str) {
+        self.table.write().remove(&normalize(path));
+    }
+
+    /// Unmounts every path whose owner starts with `prefix` (a stream's `name/`).
+    pub fn unmount_owned_by(&self, prefix: &str) {
+        self.table
+            .write()
+            .retain(|_, (owner, _)| !owner.starts_with(prefix));
+    }
+
+    pub fn get(&self, path: &str) -> Option<Arc<dyn Handler>> {
+        self.table
+            .read()
+            .get(&normalize(path))
+            .map(|(_, h)| h.clone())
+    }
+
+    pub fn paths(&self) -> Vec<String> {
+        let mut paths: Vec<_> = self.table.read().keys().cloned().collect();
+        paths.sort();
+        paths
+    }
+}
+
+/// `/a/b/` and `a/b` are the same route.
+pub fn normalize(path: &str) -> String {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.starts_with('/') {
+        trimmed.to_owned()
+    } else {
+        format!("/{trimmed}")
+    }
+}
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+pub fn empty() -> Body {
+    Empty::new()
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// Turns any body (a hyper `Incoming`, say) into ours.
+pub fn boxed<B>(body: B) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the body is larger than allowed")]
+    TooLarge,
+    #[error("cannot read the body: {0}")]
+    Read(BoxError),
+}
+
+/// Reads a whole body, refusing more than `max` bytes.
+pub async fn read_body(mut body: Body, max: usize) -> Result<Bytes, BodyError> {
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Read)?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > max {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf.freeze())
+}
+
+pub fn text(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
+    let mut resp = Response::new(full(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+pub fn json(status: StatusCode, value: &serde_json::Value) -> HttpResponse {
+    let mut resp = Response::new(full(value.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    fn ok_handler() -> Arc<dyn Handler> {
+        Arc::new(|_req: HttpRequest| async { text(StatusCode::OK, "ok") }.boxed())
+    }
+
+    #[test]
+    fn mount_conflict_names_the_owner() {
+        let routes = Routes::new();
+        routes
+            .mount("/post", "input.http_server", ok_handler())
+            .unwrap();
+        let e = routes.mount("post/", "other", ok_handler()).unwrap_err();
+        assert_eq!(e.owner, "input.http_server");
+        assert!(routes.get("/post/").is_some());
+        routes.unmount("/post");
+        assert!(routes.get("/post").is_none());
+    }
+}

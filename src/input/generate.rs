@@ -1,0 +1,148 @@
+//! `generate`: creates messages on an interval, a fixed number of times or forever.
+//!
+//! Delivery: nothing to acknowledge to; a batch whose delivery failed is generated again
+//! by the runtime (the same content), so nothing is lost.
+
+use std::time::Duration as StdDuration;
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::{BuildInput, InputBuild};
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
+};
+use crate::config::component::Spec;
+use crate::duration::Duration;
+use crate::message::Message;
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateConfig {
+    /// The content of every message.
+    #[serde(default)]
+    pub payload: String,
+    /// How many batches to create; 0 means no end.
+    #[serde(default)]
+    pub count: u64,
+    /// Wait between two batches; `0s` creates them as fast as the stream takes them.
+    #[serde(default = "default_interval")]
+    pub interval: Duration,
+    /// Messages per batch.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(1)
+}
+
+fn default_batch_size() -> usize {
+    1
+}
+
+impl Spec for GenerateConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "generate",
+        kind: Kind::Input,
+        summary: "Creates messages on an interval, a fixed number of times or forever.",
+        examples: &[Example {
+            title: "Three greetings, one a second",
+            yaml: "input:\n  generate:\n    payload: hello\n    count: 3\n    interval: 1s\noutput:\n  stdout: {}\n",
+        }],
+    };
+}
+
+impl BuildInput for GenerateConfig {
+    fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
+        if self.batch_size == 0 {
+            return Err(cx.error("`batch_size` must be at least 1"));
+        }
+        Ok(InputBuild::Leaf(Box::new(Generate {
+            payload: bytes::Bytes::from(self.payload.clone()),
+            remaining: (self.count > 0).then_some(self.count),
+            interval: self.interval.0,
+            batch_size: self.batch_size,
+            ticker: None,
+        })))
+    }
+}
+
+pub struct Generate {
+    payload: bytes::Bytes,
+    remaining: Option<u64>,
+    interval: StdDuration,
+    batch_size: usize,
+    ticker: Option<tokio::time::Interval>,
+}
+
+#[async_trait]
+impl Input for Generate {
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
+        if self.remaining == Some(0) {
+            return Err(ConnectorError::end_of_input());
+        }
+        if !self.interval.is_zero() {
+            let interval = self.interval;
+            let ticker = self.ticker.get_or_insert_with(|| {
+                let mut t = tokio::time::interval_at(Instant::now(), interval);
+                t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                t
+            });
+            ticker.tick().await;
+        }
+        if let Some(n) = &mut self.remaining {
+            *n -= 1;
+        }
+        let batch = (0..self.batch_size)
+            .map(|_| Message::new(self.payload.clone()))
+            .collect();
+        Ok(ReadBatch::unacked(batch))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(yaml: &str) -> Box<dyn Input> {
+        let cfg: GenerateConfig = serde_yaml::from_str(yaml).unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
+        match cfg.build(&cx).unwrap() {
+            InputBuild::Leaf(i) => i,
+            InputBuild::Merge(_) => panic!("generate is a leaf"),
+        }
+    }
+
+    #[tokio::test]
+    async fn stops_after_count() {
+        let mut g = build("{payload: hi, count: 2, interval: 0s, batch_size: 3}");
+        for _ in 0..2 {
+            let r = g.read().await.unwrap();
+            assert_eq!(r.batch.len(), 3);
+            assert_eq!(&r.batch[0].payload()[..], b"hi");
+        }
+        assert_eq!(
+            g.read().await.err().map(|e| e.kind),
+            Some(crate::component::ErrorKind::EndOfInput)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_the_interval() {
+        let mut g = build("{payload: x, interval: 10s}");
+        let start = Instant::now();
+        g.read().await.unwrap();
+        g.read().await.unwrap();
+        assert!(start.elapsed() >= StdDuration::from_secs(10));
+    }
+
+    #[test]
+    fn zero_batch_size_is_refused() {
+        let cfg: GenerateConfig = serde_yaml::from_str("{batch_size: 0}").unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
+        assert!(cfg.build(&cx).is_err());
+    }
+}

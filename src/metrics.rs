@@ -1,0 +1,247 @@
+//! Every metric name Sluice exports, its help text, and the per-node handles the runtime
+//! updates (once per batch, never per message).
+//!
+//! Labels: `stream`, `component` (the label, or the node's document path), `kind` (input,
+//! processor or output) and `type` (the YAML key). Never an error text, URL or key.
+
+use std::sync::OnceLock;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{Counter, Gauge, Histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::component::Kind;
+
+pub const RECEIVED_MESSAGES: &str = "sluice_component_received_messages_total";
+pub const RECEIVED_BYTES: &str = "sluice_component_received_bytes_total";
+pub const SENT_MESSAGES: &str = "sluice_component_sent_messages_total";
+pub const SENT_BYTES: &str = "sluice_component_sent_bytes_total";
+pub const ERRORS: &str = "sluice_component_errors_total";
+pub const DISCARDED: &str = "sluice_component_discarded_messages_total";
+pub const BATCH_SIZE: &str = "sluice_component_batch_size_messages";
+pub const LATENCY: &str = "sluice_component_latency_seconds";
+pub const CONNECTED: &str = "sluice_component_connected";
+pub const CONNECTION_ATTEMPTS: &str = "sluice_output_connection_attempts_total";
+pub const CONNECTION_ERRORS: &str = "sluice_output_connection_errors_total";
+pub const RETRIES: &str = "sluice_component_retries_total";
+pub const STREAM_ACTIVE: &str = "sluice_stream_active";
+
+// Stream analytics of the HTTP stream routes (SSE, raw streams, WebSocket, GET), labelled
+// with the standard labels plus `route` (from config) and `transport`.
+pub const HTTP_STREAM_CONNECTION_ATTEMPTS: &str = "sluice_http_stream_connection_attempts_total";
+pub const HTTP_STREAM_ACTIVE_CONNECTIONS: &str = "sluice_http_stream_active_connections";
+pub const HTTP_STREAM_DELIVERED_MESSAGES: &str = "sluice_http_stream_delivered_messages_total";
+pub const HTTP_STREAM_DELIVERED_BYTES: &str = "sluice_http_stream_delivered_bytes_total";
+pub const HTTP_STREAM_WRITE_ERRORS: &str = "sluice_http_stream_write_errors_total";
+pub const HTTP_STREAM_REPLAYED_EVENTS: &str = "sluice_http_stream_replayed_events_total";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder once per process and returns the handle that renders
+/// `/metrics`. Later calls return the same handle.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("_seconds".into()),
+                    &[
+                        0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
+                    ],
+                )
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(BATCH_SIZE.into()),
+                        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 1024.0],
+                    )
+                })
+                .map(|b| b.build_recorder())
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+            let handle = recorder.handle();
+            // Another recorder may already be installed (tests): then ours only renders.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(
+        RECEIVED_MESSAGES,
+        Unit::Count,
+        "Messages a component received."
+    );
+    describe_counter!(
+        RECEIVED_BYTES,
+        Unit::Bytes,
+        "Payload bytes a component received."
+    );
+    describe_counter!(
+        SENT_MESSAGES,
+        Unit::Count,
+        "Messages a component passed on or delivered."
+    );
+    describe_counter!(
+        SENT_BYTES,
+        Unit::Bytes,
+        "Payload bytes a component passed on or delivered."
+    );
+    describe_counter!(
+        ERRORS,
+        Unit::Count,
+        "Failures, by stage (connect, read, process, write)."
+    );
+    describe_counter!(
+        DISCARDED,
+        Unit::Count,
+        "Messages filtered on purpose, by reason."
+    );
+    describe_histogram!(
+        BATCH_SIZE,
+        Unit::Count,
+        "Messages per batch a component handled."
+    );
+    describe_histogram!(
+        LATENCY,
+        Unit::Seconds,
+        "Time a processor or an output write took per batch."
+    );
+    describe_gauge!(CONNECTED, "1 while a component is connected, 0 otherwise.");
+    describe_counter!(
+        CONNECTION_ATTEMPTS,
+        Unit::Count,
+        "Connection attempts of an output."
+    );
+    describe_counter!(
+        CONNECTION_ERRORS,
+        Unit::Count,
+        "Failed connection attempts of an output."
+    );
+    describe_counter!(
+        RETRIES,
+        Unit::Count,
+        "Batches sent again after a failed delivery."
+    );
+    describe_gauge!(STREAM_ACTIVE, "1 while a stream runs.");
+    describe_counter!(
+        HTTP_STREAM_CONNECTION_ATTEMPTS,
+        Unit::Count,
+        "Client connections (or GETs) to an HTTP stream route, accepted or refused."
+    );
+    describe_gauge!(
+        HTTP_STREAM_ACTIVE_CONNECTIONS,
+        "Clients connected to an HTTP stream route."
+    );
+    describe_counter!(
+        HTTP_STREAM_DELIVERED_MESSAGES,
+        Unit::Count,
+        "Messages written to clients of an HTTP stream route."
+    );
+    describe_counter!(
+        HTTP_STREAM_DELIVERED_BYTES,
+        Unit::Bytes,
+        "Payload bytes written to clients of an HTTP stream route."
+    );
+    describe_counter!(
+        HTTP_STREAM_WRITE_ERRORS,
+        Unit::Count,
+        "Deliveries a client of an HTTP stream route failed to write (handed to another client or nacked)."
+    );
+    describe_counter!(
+        HTTP_STREAM_REPLAYED_EVENTS,
+        Unit::Count,
+        "Events replayed to clients resuming with a last event id."
+    );
+}
+
+/// Which part of a component's work failed.
+#[derive(Debug, Clone, Copy)]
+pub enum Stage {
+    Connect,
+    Read,
+    Process,
+    Write,
+}
+
+impl Stage {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stage::Connect => "connect",
+            Stage::Read => "read",
+            Stage::Process => "process",
+            Stage::Write => "write",
+        }
+    }
+}
+
+/// The handles of one node, registered once when the node starts.
+#[derive(Clone)]
+pub struct NodeMetrics {
+    labels: Vec<(&'static str, String)>,
+    pub received_messages: Counter,
+    pub received_bytes: Counter,
+    pub sent_messages: Counter,
+    pub sent_bytes: Counter,
+    pub batch_size: Histogram,
+    pub latency: Histogram,
+    pub connected: Gauge,
+    pub retries: Counter,
+}
+
+impl NodeMetrics {
+    pub fn new(stream: &str, component: &str, kind: Kind, type_: &str) -> Self {
+        let labels = vec![
+            ("stream", stream.to_owned()),
+            ("component", component.to_owned()),
+            ("kind", kind.as_str().to_owned()),
+            ("type", type_.to_owned()),
+        ];
+        NodeMetrics {
+            received_messages: counter!(RECEIVED_MESSAGES, &labels),
+            received_bytes: counter!(RECEIVED_BYTES, &labels),
+            sent_messages: counter!(SENT_MESSAGES, &labels),
+            sent_bytes: counter!(SENT_BYTES, &labels),
+            batch_size: histogram!(BATCH_SIZE, &labels),
+            latency: histogram!(LATENCY, &labels),
+            connected: gauge!(CONNECTED, &labels),
+            retries: counter!(RETRIES, &labels),
+            labels,
+        }
+    }
+
+    pub fn error(&self, stage: Stage) {
+        self.errors(stage, 1);
+    }
+
+    pub fn errors(&self, stage: Stage, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut labels = self.labels.clone();
+        labels.push(("stage", stage.as_str().to_owned()));
+        counter!(ERRORS, &labels).increment(n);
+    }
+
+    pub fn discarded(&self, reason: &'static str, n: u64) {
+        let mut labels = self.labels.clone();
+        labels.push(("reason", reason.to_owned()));
+        counter!(DISCARDED, &labels).increment(n);
+    }
+
+    pub fn connection_attempt(&self, ok: bool) {
+        counter!(CONNECTION_ATTEMPTS, &self.labels).increment(1);
+        if !ok {
+            counter!(CONNECTION_ERRORS, &self.labels).increment(1);
+        }
+    }
+
+    /// Labels of this node, for components that record analytics of their own.
+    pub fn labels(&self) -> &[(&'static str, String)] {
+        &self.labels
+    }
+}
+
+pub fn stream_active(stream: &str) -> Gauge {
+    gauge!(STREAM_ACTIVE, "stream" => stream.to_owned())
+}

@@ -1,0 +1,584 @@
+//! `http_server` output: the consumer role over HTTP. Up to three routes share one
+//! delivery hub, so that round-robin and broadcast span every client of the output:
+//!
+//! - `path`: a GET answers with the next message (408 when none comes within `timeout`);
+//! - `stream_path`: a long-lived response, Server-Sent Events (`event_source`: `id:` on
+//!   every event, `event:` from metadata, a `data:` field per line, heartbeat comments) or
+//!   one message per line (`raw_bytes`);
+//! - `ws_path`: a WebSocket, one frame per message, with ping/pong dead-peer detection.
+//!
+//! Delivery guarantee: a write returns once a client's connection took the bytes; a failed
+//! or stalled client hands the message to the next one, and with none connected the stream
+//! waits. SSE clients resume with `Last-Event-ID`, WebSocket clients with
+//! `?last_event_id=`, from a bounded replay buffer.
+//!
+//! Mounted on the server that runs the stream, so it has no address of its own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::FutureExt;
+use http::{header, HeaderValue, Method, StatusCode};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::oneshot;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use super::client_hub::{
+    DeliveryMode, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription, Transport,
+};
+use super::websocket_server::{
+    default_event_key, default_heartbeat, default_max_in_flight, default_write_timeout, HubOutput,
+    WsMessageType, WsOptions, WsRoute,
+};
+use super::{BuildOutput, OutputBuild};
+use crate::batching::BatchPolicy;
+use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Writer};
+use crate::config::component::Spec;
+use crate::duration::Duration;
+use crate::http::cors::CorsConfig;
+use crate::http::{self as h, BoxError, HttpRequest, HttpResponse};
+
+/// How `stream_path` frames messages.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamFormat {
+    /// Server-Sent Events (`text/event-stream`).
+    #[default]
+    EventSource,
+    /// Each message followed by a newline, nothing else.
+    RawBytes,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpServerOutputConfig {
+    /// Where a GET receives the next message; empty to serve none.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Where clients hold a stream of messages open; empty to serve none.
+    #[serde(default = "default_stream_path")]
+    pub stream_path: String,
+    /// Where WebSocket clients connect; empty to serve none.
+    #[serde(default = "default_ws_path")]
+    pub ws_path: String,
+    /// Framing of `stream_path`: `event_source` or `raw_bytes`.
+    #[serde(default)]
+    pub stream_format: StreamFormat,
+    /// SSE comment (and WebSocket ping) interval, which also finds dead peers; `0s` is off.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat: Duration,
+    /// Frame type on `ws_path`: `text` or `binary`.
+    #[serde(default)]
+    pub ws_message_type: WsMessageType,
+    /// Wrap WebSocket messages as `{"id","event","data"}`, so clients learn ids to resume from.
+    #[serde(default)]
+    pub ws_envelope: bool,
+    /// Metadata key whose value becomes the SSE `event:` name.
+    #[serde(default = "default_event_key")]
+    pub event_metadata: String,
+    /// Methods accepted on `path` and `stream_path`; others get 405.
+    #[serde(default = "default_verbs")]
+    pub allowed_verbs: Vec<String>,
+    /// How long a GET on `path` waits for a message before 408.
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+    /// `round_robin` (each message to one client) or `broadcast` (to every client).
+    #[serde(default)]
+    pub delivery: DeliveryMode,
+    /// The buffer that reconnecting clients replay from.
+    #[serde(default)]
+    pub replay_buffer: ReplayConfig,
+    /// How long one client may take to write a message before it counts as failed.
+    #[serde(default = "default_write_timeout")]
+    pub write_timeout: Duration,
+    /// Cross-origin access for browser pages.
+    #[serde(default)]
+    pub cors: CorsConfig,
+    /// Writes in flight at once; 1 keeps messages in order.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    #[serde(default)]
+    pub batching: BatchPolicy,
+}
+
+fn default_path() -> String {
+    "/get".into()
+}
+fn default_stream_path() -> String {
+    "/get/stream".into()
+}
+fn default_ws_path() -> String {
+    "/get/ws".into()
+}
+fn default_verbs() -> Vec<String> {
+    vec!["GET".into()]
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl Spec for HttpServerOutputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "http_server",
+        kind: Kind::Output,
+        summary: "Serves messages to HTTP clients: GET, Server-Sent Events, raw streams and WebSocket.",
+        examples: &[Example {
+            title: "POSTs to /publish fan out to SSE and WebSocket clients in turn",
+            yaml: "input:\n  http_server:\n    path: /publish\noutput:\n  http_server:\n    path: ''\n    stream_path: /events\n    ws_path: /events/ws\n    heartbeat: 15s\n",
+        }],
+    };
+}
+
+/// What every route of one output shares.
+struct Common {
+    hub: Arc<Hub>,
+    verbs: Vec<Method>,
+    cors: CorsConfig,
+    shutdown: CancellationToken,
+}
+
+impl Common {
+    /// Preflight, shutdown and verb checks; `None` lets the request through.
+    fn screen(&self, req: &HttpRequest, metrics: &RouteMetrics) -> Option<HttpResponse> {
+        if let Some(resp) = self.cors.preflight(req, &self.verbs) {
+            return Some(resp);
+        }
+        metrics.connection_attempts.increment(1);
+        if self.shutdown.is_cancelled() {
+            return Some(h::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the stream is shutting down\n",
+            ));
+        }
+        if !self.verbs.contains(req.method()) {
+            let mut resp = h::text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+            let allow = self
+                .verbs
+                .iter()
+                .map(Method::as_str)
+                .collect::<Vec<_>>()
+                .join(", ");
+            if let Ok(v) = HeaderValue::from_str(&allow) {
+                resp.headers_mut().insert(header::ALLOW, v);
+            }
+            return Some(resp);
+        }
+        None
+    }
+}
+
+impl BuildOutput for HttpServerOutputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        let verbs = self
+            .allowed_verbs
+            .iter()
+            .map(|v| {
+                Method::from_bytes(v.to_ascii_uppercase().as_bytes())
+                    .map_err(|_| cx.error(format!("`{v}` is not an HTTP method")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if verbs.is_empty() {
+            return Err(cx.error("`allowed_verbs` is empty"));
+        }
+        if self.max_in_flight == 0 {
+            return Err(cx.error("`max_in_flight` must be at least 1"));
+        }
+        let paths = [&self.path, &self.stream_path, &self.ws_path];
+        if paths.iter().all(|p| p.trim().is_empty()) {
+            return Err(cx.error("set at least one of `path`, `stream_path` and `ws_path`"));
+        }
+        let hub = Hub::new(
+            HubOptions {
+                mode: self.delivery,
+                replay: self.replay_buffer.clone(),
+                event_key: Some(self.event_metadata.clone()),
+                write_timeout: self.write_timeout.0,
+                queue: self.max_in_flight.max(64),
+            },
+            cx.shutdown.clone(),
+        );
+        let common = Arc::new(Common {
+            hub: hub.clone(),
+            verbs,
+            cors: self.cors.clone(),
+            shutdown: cx.shutdown.clone(),
+        });
+        let owner = cx.owner();
+        // Mounted paths are undone if a later one conflicts, so a failed build leaves
+        // nothing behind.
+        let mut mounted: Vec<String> = Vec::new();
+        let mut mount = |path: &str, handler: Arc<dyn h::Handler>| {
+            cx.routes.mount(path, &owner, handler).map_err(|e| {
+                for p in &mounted {
+                    cx.routes.unmount(p);
+                }
+                cx.error(e)
+            })?;
+            mounted.push(path.to_owned());
+            Ok::<_, BuildError>(())
+        };
+        if !self.path.trim().is_empty() {
+            let route = Arc::new(GetRoute {
+                common: common.clone(),
+                timeout: self.timeout.0,
+                metrics: RouteMetrics::new(cx, &h::normalize(&self.path), Transport::Get),
+            });
+            mount(
+                &self.path,
+                Arc::new(move |req: HttpRequest| {
+                    let route = route.clone();
+                    async move { route.handle(req).await }.boxed()
+                }),
+            )?;
+        }
+        if !self.stream_path.trim().is_empty() {
+            let transport = match self.stream_format {
+                StreamFormat::EventSource => Transport::Sse,
+                StreamFormat::RawBytes => Transport::RawStream,
+            };
+            let route = Arc::new(StreamRoute {
+                common: common.clone(),
+                format: self.stream_format,
+                heartbeat: self.heartbeat.0,
+                metrics: RouteMetrics::new(cx, &h::normalize(&self.stream_path), transport),
+            });
+            mount(
+                &self.stream_path,
+                Arc::new(move |req: HttpRequest| {
+                    let route = route.clone();
+                    async move { route.handle(req) }.boxed()
+                }),
+            )?;
+        }
+        if !self.ws_path.trim().is_empty() {
+            let route = Arc::new(WsRoute {
+                hub: hub.clone(),
+                opts: WsOptions {
+                    message_type: self.ws_message_type,
+                    envelope: self.ws_envelope,
+                    heartbeat: self.heartbeat.0,
+                },
+                metrics: RouteMetrics::new(cx, &h::normalize(&self.ws_path), Transport::WebSocket),
+                shutdown: cx.shutdown.clone(),
+            });
+            let common = common.clone();
+            mount(
+                &self.ws_path,
+                Arc::new(move |req: HttpRequest| {
+                    let route = route.clone();
+                    let common = common.clone();
+                    async move {
+                        if let Some(resp) = common.cors.preflight(&req, &[Method::GET]) {
+                            return resp;
+                        }
+                        route.handle(req)
+                    }
+                    .boxed()
+                }),
+            )?;
+        }
+        Ok(OutputBuild::Writer(Writer {
+            output: Box::new(HubOutput { hub }),
+            max_in_flight: self.max_in_flight,
+            batching: self.batching.clone(),
+        }))
+    }
+}
+
+/// `path`: each GET takes the next message.
+struct GetRoute {
+    common: Arc<Common>,
+    timeout: std::time::Duration,
+    metrics: Arc<RouteMetrics>,
+}
+
+impl GetRoute {
+    async fn handle(&self, req: HttpRequest) -> HttpResponse {
+        if let Some(resp) = self.common.screen(&req, &self.metrics) {
+            return resp;
+        }
+        let origin = self.common.cors.origin_for(&req);
+        // A GET is a client for one message: it joins the rotation until it gets one.
+        let mut sub = self.common.hub.subscribe(None, self.metrics.clone());
+        self.metrics.active.increment(1.0);
+        let got = tokio::time::timeout(self.timeout, async {
+            loop {
+                let d = sub.rx.recv().await?;
+                if !d.is_withdrawn() {
+                    return Some(d);
+                }
+            }
+        })
+        .await;
+        self.metrics.active.decrement(1.0);
+        // Leaving before answering: a delivery that raced the timeout is dropped with the
+        // subscription and goes to another client.
+        drop(sub);
+        let mut resp = match got {
+            Ok(Some(d)) => {
+                let mut body = d.chunk.lines().clone();
+                // One message per line; the last line needs no newline of its own.
+                body.truncate(body.len().saturating_sub(1));
+                let mut resp = HttpResponse::new(h::full(body));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/octet-stream"),
+                );
+                if let Some(id) = d.chunk.events.last().and_then(|e| e.id) {
+                    if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
+                        resp.headers_mut().insert("x-event-id", v);
+                    }
+                }
+                self.metrics.delivered(&d.chunk);
+                d.written();
+                resp
+            }
+            Ok(None) => h::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the stream is shutting down\n",
+            ),
+            Err(_) => h::text(StatusCode::REQUEST_TIMEOUT, "no message arrived in time\n"),
+        };
+        self.common.cors.decorate(origin, &mut resp);
+        resp
+    }
+}
+
+/// `stream_path`: one long response per client.
+struct StreamRoute {
+    common: Arc<Common>,
+    format: StreamFormat,
+    heartbeat: std::time::Duration,
+    metrics: Arc<RouteMetrics>,
+}
+
+impl StreamRoute {
+    fn handle(&self, req: HttpRequest) -> HttpResponse {
+        if let Some(resp) = self.common.screen(&req, &self.metrics) {
+            return resp;
+        }
+        let origin = self.common.cors.origin_for(&req);
+        let last = match self.format {
+            StreamFormat::EventSource => req
+                .headers()
+                .get("last-event-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+                // Browsers cannot set headers on EventSource; a query parameter does it.
+                .or_else(|| super::client_hub::query_param(req.uri().query(), "last_event_id")),
+            // Raw streams carry no ids, so there is nothing to resume from.
+            StreamFormat::RawBytes => None,
+        };
+        let sub = self
+            .common
+            .hub
+            .subscribe(last.as_deref(), self.metrics.clone());
+        let body = StreamBody::new(
+            sub,
+            self.format,
+            self.heartbeat,
+            self.metrics.clone(),
+            self.common.shutdown.clone(),
+        );
+        let mut resp = HttpResponse::new(body.boxed());
+        let h = resp.headers_mut();
+        let content_type = match self.format {
+            StreamFormat::EventSource => "text/event-stream",
+            StreamFormat::RawBytes => "application/octet-stream",
+        };
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // Asks buffering proxies (nginx) to pass events through as they come.
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        self.common.cors.decorate(origin, &mut resp);
+        resp
+    }
+}
+
+/// The body of a stream response. hyper polls it for the next frame only after it took
+/// the previous one, so that poll is where the previous delivery counts as written. When
+/// the connection closes, hyper drops the body, the subscription leaves the hub, and what
+/// it had not written goes to other clients.
+struct StreamBody {
+    sub: Subscription,
+    format: StreamFormat,
+    heartbeat: Option<tokio::time::Interval>,
+    metrics: Arc<RouteMetrics>,
+    /// The delivery in the frame hyper took last, confirmed on the next poll.
+    in_flight: Option<(oneshot::Sender<()>, Arc<super::client_hub::Chunk>)>,
+    greeting: Option<Bytes>,
+    stopping: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl StreamBody {
+    fn new(
+        sub: Subscription,
+        format: StreamFormat,
+        heartbeat: std::time::Duration,
+        metrics: Arc<RouteMetrics>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        metrics.active.increment(1.0);
+        let heartbeat = (!heartbeat.is_zero() && format == StreamFormat::EventSource).then(|| {
+            let mut t =
+                tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        });
+        // A first frame sends the headers at once, so a client knows it is connected
+        // (and in the rotation) before any message arrives.
+        let greeting = match format {
+            StreamFormat::EventSource => Some(Bytes::from_static(b": connected\n\n")),
+            StreamFormat::RawBytes => None,
+        };
+        StreamBody {
+            sub,
+            format,
+            heartbeat,
+            metrics,
+            in_flight: None,
+            greeting,
+            stopping: Box::pin(shutdown.cancelled_owned()),
+        }
+    }
+}
+
+impl Drop for StreamBody {
+    fn drop(&mut self) {
+        self.metrics.active.decrement(1.0);
+    }
+}
+
+impl http_body::Body for StreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Some((done, chunk)) = this.in_flight.take() {
+            this.metrics.delivered(&chunk);
+            let _ = done.send(());
+        }
+        if let Some(g) = this.greeting.take() {
+            return Poll::Ready(Some(Ok(Frame::data(g))));
+        }
+        if this.stopping.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        loop {
+            match this.sub.rx.poll_recv(cx) {
+                Poll::Ready(Some(d)) => {
+                    if d.is_withdrawn() {
+                        continue;
+                    }
+                    let bytes = match this.format {
+                        StreamFormat::EventSource => d.chunk.sse().clone(),
+                        StreamFormat::RawBytes => d.chunk.lines().clone(),
+                    };
+                    let chunk = d.chunk.clone();
+                    match d.into_done() {
+                        Some(done) => this.in_flight = Some((done, chunk)),
+                        // A replay has no one waiting; count it when it is handed over.
+                        None => this.metrics.delivered(&chunk),
+                    }
+                    if let Some(t) = this.heartbeat.as_mut() {
+                        t.reset();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                }
+                // Dropped by the hub (too slow): end the response.
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => break,
+            }
+        }
+        if let Some(t) = this.heartbeat.as_mut() {
+            if t.poll_tick(cx).is_ready() {
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                    b": heartbeat\n\n",
+                )))));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    fn build(yaml: &str) -> (Arc<h::Routes>, Writer) {
+        let cfg: HttpServerOutputConfig = serde_yaml::from_str(yaml).unwrap();
+        let routes = h::Routes::new();
+        let cx = BuildContext::new("t", routes.clone(), CancellationToken::new())
+            .child("output.http_server");
+        let OutputBuild::Writer(w) = cfg.build(&cx).unwrap() else {
+            panic!("writer expected")
+        };
+        (routes, w)
+    }
+
+    fn get(path: &str, headers: &[(&str, &str)]) -> HttpRequest {
+        let mut b = http::Request::builder().method("GET").uri(path);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        b.body(h::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn wrong_verb_is_405_with_allow() {
+        let (routes, _w) = build("{stream_path: /s}");
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("/s")
+            .body(h::empty())
+            .unwrap();
+        let resp = routes.get("/s").unwrap().call(req).await;
+        assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(resp.headers()[header::ALLOW], "GET");
+    }
+
+    #[tokio::test]
+    async fn get_times_out_with_408() {
+        let (routes, _w) = build("{path: /g, timeout: 20ms}");
+        let resp = routes.get("/g").unwrap().call(get("/g", &[])).await;
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn stream_response_is_sse_and_delivers() {
+        let (routes, w) = build("{path: '', ws_path: '', stream_path: /s}");
+        let resp = routes.get("/s").unwrap().call(get("/s", &[])).await;
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "text/event-stream");
+        assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-cache");
+        let mut body = resp.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b": connected\n\n");
+        let writing = tokio::spawn(async move {
+            w.output
+                .write(&vec![Message::new("a\nb").with_meta("sse_event", "tick")])
+                .await
+        });
+        let frame = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        let text = String::from_utf8(frame.to_vec()).unwrap();
+        assert!(text.starts_with("id: "), "{text}");
+        assert!(
+            text.ends_with("event: tick\ndata: a\ndata: b\n\n"),
+            "{text}"
+        );
+        // The write completes once hyper asks for the next frame.
+        let next = tokio::spawn(async move { body.frame().await.map(|_| ()) });
+        writing.await.unwrap().unwrap();
+        next.abort();
+    }
+}

@@ -1,0 +1,48 @@
+//! Outputs: where messages go. One file per output; the list below registers them.
+//! Leaf outputs write; `broker`, `fallback` and `retry` route to child outputs.
+
+pub mod broker;
+pub mod client_hub;
+pub mod drop;
+pub mod fallback;
+pub mod file;
+pub mod http_client;
+pub mod http_server;
+pub mod retry;
+pub mod stdout;
+pub mod websocket_server;
+
+use crate::component::{BuildContext, BuildError, Kind, Router, Writer};
+
+crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBuild {
+    "broker" => Broker(broker::BrokerOutputConfig),
+    "drop" => Drop(drop::DropConfig),
+    "fallback" => Fallback(fallback::FallbackConfig),
+    "file" => File(file::FileOutputConfig),
+    "http_client" => HttpClient(http_client::HttpClientOutputConfig),
+    "http_server" => HttpServer(http_server::HttpServerOutputConfig),
+    "retry" => Retry(retry::RetryConfig),
+    "stdout" => Stdout(stdout::StdoutConfig),
+    "websocket_server" => WebsocketServer(websocket_server::WebsocketServerOutputConfig),
+});
+
+/// What an output config builds into.
+pub enum OutputBuild {
+    Writer(Writer),
+    /// A router and its children, each with its path below the router (`outputs[0]`).
+    Router(Box<dyn Router>, Vec<(String, OutputConfig)>),
+}
+
+/// Implemented by every output config.
+pub trait BuildOutput {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError>;
+}
+
+/// Children paths for a list of outputs: `outputs[0]`, `outputs[1]`, ...
+pub(crate) fn indexed(field: &str, outputs: &[OutputConfig]) -> Vec<(String, OutputConfig)> {
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (format!("{field}[{i}]"), o.clone()))
+        .collect()
+}

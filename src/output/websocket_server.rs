@@ -1,0 +1,347 @@
+//! `websocket_server` output: the consumer role over WebSocket. Clients connect to `path`
+//! and receive messages as frames, round-robin (each message to one client) or broadcast.
+//!
+//! Delivery guarantee: a write returns once the frames were flushed to a client's socket;
+//! a client that fails or stalls past `write_timeout` loses the message to the next client,
+//! and with no client connected the stream waits. A client reconnecting with
+//! `?last_event_id=N` first receives what it missed from the replay buffer (ids are visible
+//! to clients with `envelope: true`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{FutureExt, SinkExt, StreamExt};
+use http::StatusCode;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::client_hub::{
+    query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
+    Transport,
+};
+use super::{BuildOutput, OutputBuild};
+use crate::batching::BatchPolicy;
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
+};
+use crate::config::component::Spec;
+use crate::duration::Duration;
+use crate::http::ws::{self, ServerSocket};
+use crate::http::{self as h, HttpRequest, HttpResponse};
+use crate::message::Batch;
+
+/// How messages are framed on a WebSocket.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WsMessageType {
+    /// Text frames (invalid UTF-8 is replaced).
+    #[default]
+    Text,
+    /// Binary frames, bytes as they are.
+    Binary,
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebsocketServerOutputConfig {
+    /// The path clients connect to.
+    pub path: String,
+    /// Frame type of messages.
+    #[serde(default)]
+    pub message_type: WsMessageType,
+    /// Wrap each message as `{"id","event","data"}` so that clients learn the ids they
+    /// resume from.
+    #[serde(default)]
+    pub envelope: bool,
+    /// Metadata key that names the event in the envelope.
+    #[serde(default = "default_event_key")]
+    pub event_metadata: String,
+    /// `round_robin` (each message to one client) or `broadcast` (to all).
+    #[serde(default)]
+    pub delivery: DeliveryMode,
+    /// The buffer that reconnecting clients replay from.
+    #[serde(default)]
+    pub replay_buffer: ReplayConfig,
+    /// Ping interval; a client that has not answered the previous ping is dropped as dead.
+    /// `0s` turns pings off.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat: Duration,
+    /// How long one client may take to write a message before it counts as failed.
+    #[serde(default = "default_write_timeout")]
+    pub write_timeout: Duration,
+    /// Writes in flight at once; 1 keeps messages in order.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    #[serde(default)]
+    pub batching: BatchPolicy,
+}
+
+pub(crate) fn default_event_key() -> String {
+    "sse_event".into()
+}
+pub(crate) fn default_heartbeat() -> Duration {
+    Duration::from_secs(15)
+}
+pub(crate) fn default_write_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+pub(crate) fn default_max_in_flight() -> usize {
+    1
+}
+
+impl Spec for WebsocketServerOutputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "websocket_server",
+        kind: Kind::Output,
+        summary: "Pushes messages to WebSocket clients, round-robin or broadcast, with resume.",
+        examples: &[Example {
+            title: "Broadcast to every WebSocket client of /live",
+            yaml: "input:\n  http_server:\n    path: /publish\noutput:\n  websocket_server:\n    path: /live\n    delivery: broadcast\n    envelope: true\n",
+        }],
+    };
+}
+
+impl BuildOutput for WebsocketServerOutputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        if self.path.trim().is_empty() {
+            return Err(cx.error("`path` is empty"));
+        }
+        if self.max_in_flight == 0 {
+            return Err(cx.error("`max_in_flight` must be at least 1"));
+        }
+        let hub = Hub::new(
+            HubOptions {
+                mode: self.delivery,
+                replay: self.replay_buffer.clone(),
+                event_key: Some(self.event_metadata.clone()),
+                write_timeout: self.write_timeout.0,
+                queue: self.max_in_flight.max(64),
+            },
+            cx.shutdown.clone(),
+        );
+        let route = WsRoute {
+            hub: hub.clone(),
+            opts: WsOptions {
+                message_type: self.message_type,
+                envelope: self.envelope,
+                heartbeat: self.heartbeat.0,
+            },
+            metrics: RouteMetrics::new(cx, &h::normalize(&self.path), Transport::WebSocket),
+            shutdown: cx.shutdown.clone(),
+        };
+        let route = Arc::new(route);
+        let serve = move |req: HttpRequest| {
+            let route = route.clone();
+            async move { route.handle(req) }.boxed()
+        };
+        cx.routes
+            .mount(&self.path, &cx.owner(), Arc::new(serve))
+            .map_err(|e| cx.error(e))?;
+        Ok(OutputBuild::Writer(Writer {
+            output: Box::new(HubOutput { hub }),
+            max_in_flight: self.max_in_flight,
+            batching: self.batching.clone(),
+        }))
+    }
+}
+
+/// The output side of a hub: writes publish to its clients.
+pub struct HubOutput {
+    pub(crate) hub: Arc<Hub>,
+}
+
+#[async_trait]
+impl Output for HubOutput {
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        self.hub.publish(batch).await
+    }
+}
+
+/// How one WebSocket route frames and watches its clients.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WsOptions {
+    pub message_type: WsMessageType,
+    pub envelope: bool,
+    pub heartbeat: std::time::Duration,
+}
+
+/// A mounted WebSocket route of a hub (used by `websocket_server` and by the `ws_path` of
+/// the `http_server` output).
+pub(crate) struct WsRoute {
+    pub hub: Arc<Hub>,
+    pub opts: WsOptions,
+    pub metrics: Arc<RouteMetrics>,
+    pub shutdown: CancellationToken,
+}
+
+impl WsRoute {
+    pub fn handle(&self, req: HttpRequest) -> HttpResponse {
+        self.metrics.connection_attempts.increment(1);
+        if self.shutdown.is_cancelled() {
+            return h::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the stream is shutting down\n",
+            );
+        }
+        let last = query_param(req.uri().query(), "last_event_id");
+        let (resp, socket) = match ws::accept(req) {
+            Ok(ok) => ok,
+            Err(resp) => return *resp,
+        };
+        // Subscribed before answering, so that a client that has its 101 is already in
+        // the rotation; what arrives before the upgrade completes waits in its queue.
+        let sub = self.hub.subscribe(last.as_deref(), self.metrics.clone());
+        let opts = self.opts;
+        let metrics = self.metrics.clone();
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            if let Some(socket) = socket.await {
+                metrics.active.increment(1.0);
+                serve_socket(socket, sub, opts, &metrics, shutdown).await;
+                metrics.active.decrement(1.0);
+            }
+        });
+        resp
+    }
+}
+
+/// Feeds one client until it leaves, dies or the stream stops. Frames from the client are
+/// ignored apart from control frames.
+pub(crate) async fn serve_socket(
+    socket: ServerSocket,
+    mut sub: Subscription,
+    opts: WsOptions,
+    metrics: &RouteMetrics,
+    shutdown: CancellationToken,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let mut ping = (!opts.heartbeat.is_zero()).then(|| {
+        let mut t = tokio::time::interval(opts.heartbeat);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    // Whether the peer answered since the last ping.
+    let mut answered = true;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = sink
+                    .send(WsMessage::Close(Some(CloseFrame {
+                        code: CloseCode::Away,
+                        reason: Utf8Bytes::from_static("stream stopping"),
+                    })))
+                    .await;
+                break;
+            }
+            d = sub.rx.recv() => {
+                let Some(d) = d else { break };
+                if d.is_withdrawn() {
+                    continue;
+                }
+                let mut failed = false;
+                for e in &d.chunk.events {
+                    if sink.feed(frame(e, opts)).await.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                if failed || sink.flush().await.is_err() {
+                    // The delivery is dropped unwritten: the hub gives it to another client.
+                    break;
+                }
+                metrics.delivered(&d.chunk);
+                d.written();
+            }
+            incoming = stream.next() => match incoming {
+                None | Some(Err(_)) | Some(Ok(WsMessage::Close(_))) => {
+                    // Answers the close handshake when it can; the peer is leaving anyway.
+                    let _ = sink.close().await;
+                    break;
+                }
+                Some(Ok(_)) => {
+                    // Any frame shows the peer is alive; pings are answered by the library
+                    // on the next flush.
+                    answered = true;
+                    let _ = sink.flush().await;
+                }
+            },
+            _ = async {
+                match ping.as_mut() {
+                    Some(t) => {
+                        t.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {
+                if !answered {
+                    debug!("WebSocket client did not answer a ping; closing it.");
+                    break;
+                }
+                answered = false;
+                if sink.send(WsMessage::Ping(Default::default())).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn frame(e: &Event, opts: WsOptions) -> WsMessage {
+    if opts.envelope || e.id.is_none() {
+        // Notices (a gap) are always JSON so that clients can tell them from messages.
+        let data = serde_json::from_slice::<serde_json::Value>(&e.data)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&e.data).into()));
+        let mut obj = serde_json::Map::new();
+        if let Some(id) = e.id {
+            obj.insert("id".into(), id.to_string().into());
+        }
+        if let Some(name) = &e.name {
+            obj.insert("event".into(), name.to_string().into());
+        }
+        obj.insert("data".into(), data);
+        return WsMessage::Text(serde_json::Value::Object(obj).to_string().into());
+    }
+    match opts.message_type {
+        WsMessageType::Binary => WsMessage::Binary(e.data.clone()),
+        WsMessageType::Text => match Utf8Bytes::try_from(e.data.clone()) {
+            Ok(t) => WsMessage::Text(t),
+            Err(_) => WsMessage::Text(String::from_utf8_lossy(&e.data).into_owned().into()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[test]
+    fn envelope_keeps_json_payloads_as_json() {
+        let e = Event {
+            id: Some(3),
+            name: None,
+            data: Bytes::from_static(br#"{"a":1}"#),
+        };
+        let opts = WsOptions {
+            message_type: WsMessageType::Text,
+            envelope: true,
+            heartbeat: std::time::Duration::ZERO,
+        };
+        assert_eq!(
+            frame(&e, opts).into_text().unwrap().as_str(),
+            r#"{"data":{"a":1},"id":"3"}"#
+        );
+    }
+
+    #[test]
+    fn empty_path_is_a_build_error() {
+        let cfg: WebsocketServerOutputConfig = serde_yaml::from_str("{path: ''}").unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
+        assert!(cfg.build(&cx).is_err());
+    }
+}

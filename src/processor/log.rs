@@ -1,0 +1,102 @@
+//! `log`: writes a log line for each message and passes it on unchanged.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::BuildProcessor;
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, Example, Kind, ProcessError, Processor,
+};
+use crate::config::component::Spec;
+use crate::config::LogLevel;
+use crate::message::Message;
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// Level of the log line: error, warn, info, debug or trace.
+    #[serde(default)]
+    pub level: LogLevel,
+    /// The text of the log line.
+    #[serde(default)]
+    pub message: String,
+    /// Also log the message's payload and metadata as fields.
+    #[serde(default)]
+    pub include_content: bool,
+}
+
+impl Spec for LogConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "log",
+        kind: Kind::Processor,
+        summary: "Logs each message and passes it on unchanged.",
+        examples: &[Example {
+            title: "Log every message",
+            yaml: "input:\n  stdin: {}\npipeline:\n  processors:\n    - log: {level: info, message: received, include_content: true}\noutput:\n  drop: {}\n",
+        }],
+    };
+}
+
+impl BuildProcessor for LogConfig {
+    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        if self.level == LogLevel::Off {
+            return Err(cx.error("`level: off` would log nothing: remove the processor instead"));
+        }
+        Ok(Box::new(Log(self.clone())))
+    }
+}
+
+pub struct Log(LogConfig);
+
+#[async_trait]
+impl Processor for Log {
+    async fn process_message(&self, msg: &mut Message) -> Result<bool, ProcessError> {
+        let text = &self.0.message;
+        let (content, meta) = if self.0.include_content {
+            (
+                String::from_utf8_lossy(msg.payload()).into_owned(),
+                serde_json::to_string(msg.metadata()).unwrap_or_default(),
+            )
+        } else {
+            (String::new(), String::new())
+        };
+        let error = msg.error().unwrap_or_default();
+        macro_rules! emit {
+            ($m:ident) => {
+                tracing::$m!(target: "sluice::log", content = %content, metadata = %meta, error = %error, "{text}")
+            };
+        }
+        match self.0.level {
+            LogLevel::Error => emit!(error),
+            LogLevel::Warn => emit!(warn),
+            LogLevel::Info => emit!(info),
+            LogLevel::Debug => emit!(debug),
+            LogLevel::Trace => emit!(trace),
+            LogLevel::Off => {}
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn passes_messages_unchanged() {
+        let cfg: LogConfig = serde_yaml::from_str("{message: hi, include_content: true}").unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
+        let p = cfg.build(&cx).unwrap();
+        let out = p.process(vec![Message::new("a"), Message::new("b")]).await;
+        assert_eq!(out.len(), 1);
+        assert_eq!(&out[0][1].payload()[..], b"b");
+    }
+
+    #[test]
+    fn level_off_is_refused() {
+        let cfg: LogConfig = serde_yaml::from_str("{level: off}").unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
+        assert!(cfg.build(&cx).is_err());
+    }
+}

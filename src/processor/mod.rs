@@ -1,0 +1,21 @@
+//! Processors: what happens to messages between input and output. One file per
+//! processor; the list below registers them.
+
+pub mod http;
+pub mod log;
+pub mod noop;
+pub mod sleep;
+
+use crate::component::{BuildContext, BuildError, Kind, Processor};
+
+crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor -> Box<dyn Processor> {
+    "http" => Http(http::HttpProcessorConfig),
+    "log" => Log(log::LogConfig),
+    "noop" => Noop(noop::NoopConfig),
+    "sleep" => Sleep(sleep::SleepConfig),
+});
+
+/// Implemented by every processor config.
+pub trait BuildProcessor {
+    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError>;
+}

@@ -1,0 +1,345 @@
+//! Stream graphs: a [`StreamConfig`] is built into nodes (inputs, one pipeline, an output
+//! tree) joined by bounded channels, started as tasks, and stopped with a drain deadline.
+
+mod input;
+pub mod manager;
+mod output;
+mod pipeline;
+pub mod readiness;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{info_span, Instrument};
+
+pub use input::InFlight;
+pub use pipeline::{process_all, ProcessorNode};
+pub use readiness::Readiness;
+
+use crate::component::{BuildContext, BuildError, Kind};
+use crate::config::StreamConfig;
+use crate::http::Routes;
+use crate::input::{InputBuild, InputConfig};
+use crate::message::Transaction;
+use crate::metrics::NodeMetrics;
+use crate::output::{OutputBuild, OutputConfig};
+use crate::processor::ProcessorConfig;
+
+use input::InputNode;
+use output::{RouterNode, WriterNode};
+
+/// A stream whose components are built and ready to start.
+pub struct Stream {
+    name: Arc<str>,
+    inputs: Vec<InputNode>,
+    processors: Vec<ProcessorNode>,
+    threads: usize,
+    output: OutputTree,
+    capacity: usize,
+    readiness: Arc<Readiness>,
+    cancel: CancellationToken,
+}
+
+enum OutputTree {
+    Writer(WriterNode),
+    Router(RouterNodeParts, Vec<OutputTree>),
+}
+
+struct RouterNodeParts {
+    router: Box<dyn crate::component::Router>,
+    metrics: NodeMetrics,
+}
+
+/// Everything a stream needs from the process that runs it.
+#[derive(Clone)]
+pub struct StreamEnv {
+    pub routes: Arc<Routes>,
+    pub readiness: Arc<Readiness>,
+    /// The parent of the stream's own token: cancelling it stops the stream.
+    pub shutdown: CancellationToken,
+}
+
+impl StreamEnv {
+    pub fn standalone() -> Self {
+        StreamEnv {
+            routes: Routes::new(),
+            readiness: Arc::new(Readiness::default()),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+fn node_id(stream: &str, path: &str) -> String {
+    format!("{stream}/{path}")
+}
+
+impl Stream {
+    /// Builds every component; nothing runs and nothing is mounted if any fails.
+    pub fn build(name: &str, config: &StreamConfig, env: &StreamEnv) -> Result<Stream, BuildError> {
+        let cancel = env.shutdown.child_token();
+        let cx = BuildContext::new(name, env.routes.clone(), cancel.clone());
+        let result = Self::build_inner(name, config, env, &cx, cancel);
+        if result.is_err() {
+            env.routes.unmount_owned_by(&format!("{name}/"));
+            env.readiness.remove_prefix(&format!("{name}/"));
+        }
+        result
+    }
+
+    fn build_inner(
+        name: &str,
+        config: &StreamConfig,
+        env: &StreamEnv,
+        cx: &BuildContext,
+        cancel: CancellationToken,
+    ) -> Result<Stream, BuildError> {
+        let mut inputs = Vec::new();
+        build_inputs(&config.input, "input", cx, env, &mut inputs)?;
+        let mut processors = Vec::new();
+        for (i, p) in config.pipeline.processors.iter().enumerate() {
+            let path = format!("pipeline.processors[{i}]");
+            processors.push(build_processor(p, &path, cx)?);
+        }
+        let output = build_output(&config.output, "output", cx, env);
+        Ok(Stream {
+            name: name.into(),
+            inputs,
+            processors,
+            threads: config.pipeline.threads.max(1),
+            output: output?,
+            capacity: config.channel_capacity.max(1),
+            readiness: env.readiness.clone(),
+            cancel,
+        })
+    }
+
+    /// Spawns the stream's tasks.
+    pub fn start(self) -> RunningStream {
+        let mut tasks = JoinSet::new();
+        let span = info_span!("stream", stream = %self.name);
+        let (out_tx, out_rx) = mpsc::channel::<Transaction>(self.capacity);
+        spawn_output(
+            self.output,
+            out_rx,
+            &mut tasks,
+            &self.readiness,
+            self.capacity,
+            &span,
+        );
+        let proc_tx = if self.processors.is_empty() {
+            out_tx
+        } else {
+            let (tx, rx) = mpsc::channel(self.capacity);
+            let nodes = Arc::new(self.processors);
+            tasks.spawn(
+                pipeline::run(nodes, rx, out_tx, self.threads)
+                    .instrument(info_span!(parent: &span, "pipeline")),
+            );
+            tx
+        };
+        let inflight: Vec<_> = self.inputs.iter().map(|i| i.inflight.clone()).collect();
+        for node in self.inputs {
+            let node_span = info_span!(parent: &span, "node", component = %node.id, kind = "input");
+            tasks.spawn(
+                node.run(proc_tx.clone(), self.cancel.clone(), self.readiness.clone())
+                    .instrument(node_span),
+            );
+        }
+        drop(proc_tx);
+        let active = crate::metrics::stream_active(&self.name);
+        active.set(1.0);
+        RunningStream {
+            name: self.name,
+            tasks,
+            inflight,
+            cancel: self.cancel,
+        }
+    }
+}
+
+fn build_inputs(
+    config: &InputConfig,
+    path: &str,
+    cx: &BuildContext,
+    env: &StreamEnv,
+    out: &mut Vec<InputNode>,
+) -> Result<(), BuildError> {
+    let path = format!("{path}.{}", config.type_name());
+    let cx = cx.for_component(
+        path.clone(),
+        config.display_name(&path),
+        Kind::Input,
+        config.type_name(),
+    );
+    if let Some(label) = &config.label {
+        cx.claim_label(label)?;
+    }
+    match config.kind.build(&cx)? {
+        InputBuild::Leaf(input) => {
+            let id = node_id(&cx.stream, &config.display_name(&path));
+            env.readiness.register(&id);
+            out.push(InputNode {
+                metrics: NodeMetrics::new(
+                    &cx.stream,
+                    &config.display_name(&path),
+                    Kind::Input,
+                    config.type_name(),
+                ),
+                id,
+                input,
+                inflight: Arc::new(InFlight::default()),
+            });
+        }
+        InputBuild::Merge(children) => {
+            for (i, child) in children.iter().enumerate() {
+                build_inputs(child, &format!("{path}.inputs[{i}]"), &cx, env, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Builds one processor with its metrics, as a pipeline node.
+pub fn build_processor(
+    config: &ProcessorConfig,
+    path: &str,
+    cx: &BuildContext,
+) -> Result<ProcessorNode, BuildError> {
+    let path = format!("{path}.{}", config.type_name());
+    let name = config.display_name(&path);
+    let cx = cx.for_component(path, name.clone(), Kind::Processor, config.type_name());
+    if let Some(label) = &config.label {
+        cx.claim_label(label)?;
+    }
+    let processor = config.kind.build(&cx)?;
+    Ok(ProcessorNode {
+        processor,
+        metrics: NodeMetrics::new(&cx.stream, &name, Kind::Processor, config.type_name()),
+    })
+}
+
+fn build_output(
+    config: &OutputConfig,
+    path: &str,
+    cx: &BuildContext,
+    env: &StreamEnv,
+) -> Result<OutputTree, BuildError> {
+    let path = format!("{path}.{}", config.type_name());
+    let name = config.display_name(&path);
+    let metrics = NodeMetrics::new(&cx.stream, &name, Kind::Output, config.type_name());
+    let cx = cx.for_component(path.clone(), name.clone(), Kind::Output, config.type_name());
+    if let Some(label) = &config.label {
+        cx.claim_label(label)?;
+    }
+    match config.kind.build(&cx)? {
+        OutputBuild::Writer(writer) => {
+            let id = node_id(&cx.stream, &name);
+            env.readiness.register(&id);
+            Ok(OutputTree::Writer(WriterNode {
+                id,
+                writer,
+                metrics,
+            }))
+        }
+        OutputBuild::Router(router, children) => {
+            let children = children
+                .iter()
+                .map(|(child_path, child)| {
+                    let sep = if child_path.starts_with('[') { "" } else { "." };
+                    build_output(child, &format!("{path}{sep}{child_path}"), &cx, env)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(OutputTree::Router(
+                RouterNodeParts { router, metrics },
+                children,
+            ))
+        }
+    }
+}
+
+fn spawn_output(
+    tree: OutputTree,
+    rx: mpsc::Receiver<Transaction>,
+    tasks: &mut JoinSet<()>,
+    readiness: &Arc<Readiness>,
+    capacity: usize,
+    span: &tracing::Span,
+) {
+    match tree {
+        OutputTree::Writer(node) => {
+            let node_span = info_span!(parent: span, "node", component = %node.id, kind = "output");
+            tasks.spawn(node.run(rx, readiness.clone()).instrument(node_span));
+        }
+        OutputTree::Router(parts, children) => {
+            let senders = children
+                .into_iter()
+                .map(|child| {
+                    let (tx, child_rx) = mpsc::channel(capacity);
+                    spawn_output(child, child_rx, tasks, readiness, capacity, span);
+                    tx
+                })
+                .collect();
+            let node = RouterNode {
+                router: parts.router,
+                children: senders,
+                metrics: parts.metrics,
+            };
+            tasks.spawn(node.run(rx).instrument(span.clone()));
+        }
+    }
+}
+
+/// A started stream.
+pub struct RunningStream {
+    name: Arc<str>,
+    tasks: JoinSet<()>,
+    inflight: Vec<Arc<InFlight>>,
+    cancel: CancellationToken,
+}
+
+/// How a stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopReport {
+    /// Batches that were still undelivered at the deadline.
+    pub abandoned: usize,
+}
+
+impl RunningStream {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Batches read but not yet settled.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.iter().map(|i| i.get()).sum()
+    }
+
+    /// Waits until the stream ends by itself (its inputs ran out and everything drained).
+    pub async fn finished(&mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Stops reading, drains in-flight messages for up to `timeout`, then aborts what is
+    /// left and reports how many batches were abandoned.
+    pub async fn stop(mut self, timeout: Duration) -> StopReport {
+        self.cancel.cancel();
+        let drained = tokio::time::timeout(timeout, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        let abandoned = if drained { 0 } else { self.in_flight() };
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        crate::metrics::stream_active(&self.name).set(0.0);
+        StopReport { abandoned }
+    }
+
+    /// The token that stops this stream's inputs.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+}

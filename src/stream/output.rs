@@ -1,0 +1,193 @@
+//! Output nodes. A writer node batches transactions by its policy, writes up to
+//! `max_in_flight` batches at once and settles each ack with the write's result. A router
+//! node hands transactions to its children (each a full output node) by its pattern.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant as TokioInstant;
+use tracing::{info, warn};
+
+use crate::backoff::Backoff;
+use crate::component::{ConnectorError, ErrorKind, Output, Router, Writer};
+use crate::message::{batch_bytes, Ack, Batch, Outcome, Transaction};
+use crate::metrics::{NodeMetrics, Stage};
+
+use super::readiness::Readiness;
+
+pub struct WriterNode {
+    pub id: String,
+    pub writer: Writer,
+    pub metrics: NodeMetrics,
+}
+
+/// A batch being written and the acks it settles: one per transaction in it, with the
+/// range of its messages (to hand each synchronous source its own reply).
+struct Flush {
+    batch: Batch,
+    acks: Vec<(Ack, std::ops::Range<usize>)>,
+}
+
+impl WriterNode {
+    pub async fn run(self, mut rx: mpsc::Receiver<Transaction>, readiness: Arc<Readiness>) {
+        let WriterNode {
+            id,
+            writer,
+            metrics,
+        } = self;
+        let output: Arc<dyn Output> = Arc::from(writer.output);
+        let policy = writer.batching;
+        let max_in_flight = writer.max_in_flight.max(1);
+        let mut connected = connect(&*output, &id, &metrics, &readiness).await;
+        let mut pending = Flush {
+            batch: Vec::new(),
+            acks: Vec::new(),
+        };
+        let mut pending_bytes = 0usize;
+        let mut deadline: Option<TokioInstant> = None;
+        // One timer, re-armed when a batch starts waiting, rather than a new one per turn.
+        let timer = tokio::time::sleep(std::time::Duration::from_secs(3600));
+        tokio::pin!(timer);
+        let mut writes = FuturesUnordered::new();
+        let mut open = true;
+        loop {
+            if !open && writes.is_empty() && pending.acks.is_empty() {
+                break;
+            }
+            if !connected {
+                connected = connect(&*output, &id, &metrics, &readiness).await;
+            }
+            tokio::select! {
+                t = rx.recv(), if open && writes.len() < max_in_flight => match t {
+                    Some(Transaction { batch, ack }) => {
+                        let start = pending.batch.len();
+                        pending_bytes += batch_bytes(&batch);
+                        pending.batch.extend(batch);
+                        pending.acks.push((ack, start..pending.batch.len()));
+                        if deadline.is_none() {
+                            deadline = policy.period.map(|p| TokioInstant::now() + p.0);
+                            if let Some(d) = deadline {
+                                timer.as_mut().reset(d);
+                            }
+                        }
+                        if policy.is_full(pending.batch.len(), pending_bytes) {
+                            writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
+                        }
+                    }
+                    None => {
+                        open = false;
+                        if !pending.acks.is_empty() {
+                            writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
+                        }
+                    }
+                },
+                _ = &mut timer, if deadline.is_some() && writes.len() < max_in_flight => {
+                    writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
+                }
+                Some(lost) = writes.next(), if !writes.is_empty() => {
+                    if lost {
+                        connected = false;
+                        readiness.set(&id, false);
+                        metrics.connected.set(0.0);
+                    }
+                }
+            }
+        }
+        output.close().await;
+        readiness.set(&id, false);
+        metrics.connected.set(0.0);
+    }
+}
+
+fn take(pending: &mut Flush, bytes: &mut usize, deadline: &mut Option<TokioInstant>) -> Flush {
+    *bytes = 0;
+    *deadline = None;
+    std::mem::replace(
+        pending,
+        Flush {
+            batch: Vec::new(),
+            acks: Vec::new(),
+        },
+    )
+}
+
+/// Writes one flush and settles its acks. Returns true if the connection was lost.
+async fn write(output: Arc<dyn Output>, flush: Flush, metrics: NodeMetrics) -> bool {
+    let n = flush.batch.len();
+    let bytes = batch_bytes(&flush.batch);
+    metrics.received_messages.increment(n as u64);
+    metrics.received_bytes.increment(bytes as u64);
+    metrics.batch_size.record(n as f64);
+    let start = Instant::now();
+    let result = output.write(&flush.batch).await;
+    metrics.latency.record(start.elapsed().as_secs_f64());
+    match result {
+        Ok(()) => {
+            metrics.sent_messages.increment(n as u64);
+            metrics.sent_bytes.increment(bytes as u64);
+            for (ack, range) in flush.acks {
+                ack.offer_reply(&flush.batch[range]);
+                ack.resolve(Outcome::Delivered);
+            }
+            false
+        }
+        Err(e) => {
+            metrics.error(Stage::Write);
+            warn!(error = %e, messages = n, "Write failed.");
+            let outcome = e.outcome();
+            for (ack, _) in flush.acks {
+                ack.resolve(outcome.clone());
+            }
+            e.kind == ErrorKind::NotConnected
+        }
+    }
+}
+
+/// Connects with backoff until it works. Outputs wait: the stream's input is held back by
+/// the bounded channels meanwhile (backpressure), and shutdown's deadline still applies.
+async fn connect(
+    output: &dyn Output,
+    id: &str,
+    metrics: &NodeMetrics,
+    readiness: &Readiness,
+) -> bool {
+    let mut backoff = Backoff::default();
+    loop {
+        let result: Result<(), ConnectorError> = output.connect().await;
+        metrics.connection_attempt(result.is_ok());
+        match result {
+            Ok(()) => {
+                readiness.set(id, true);
+                metrics.connected.set(1.0);
+                info!("Output connected.");
+                return true;
+            }
+            Err(e) => {
+                metrics.error(Stage::Connect);
+                let delay = backoff.next_delay().unwrap_or_default();
+                warn!(error = %e, retry_in = ?delay, "Output failed to connect.");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+pub struct RouterNode {
+    pub router: Box<dyn Router>,
+    pub children: Vec<mpsc::Sender<Transaction>>,
+    pub metrics: NodeMetrics,
+}
+
+impl RouterNode {
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Transaction>) {
+        while let Some(t) = rx.recv().await {
+            let n = t.batch.len() as u64;
+            self.metrics.received_messages.increment(n);
+            self.router.route(t, &self.children).await;
+            self.metrics.sent_messages.increment(n);
+        }
+        // Dropping the children's senders lets them drain and stop.
+    }
+}

@@ -1,0 +1,207 @@
+//! Helpers for tests that run `sluice` as a user would: a spawned binary, real sockets.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::process::{Child, Command};
+
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// A free loopback port (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A running `sluice run` with its config in a temporary directory.
+pub struct Sluice {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+impl Sluice {
+    /// Writes `config` (where `{port}` and `{dir}` are replaced) and starts `sluice run`.
+    pub async fn start(config: &str) -> Sluice {
+        Self::start_with(config, Stdio::null()).await
+    }
+
+    pub async fn start_with(config: &str, stdin: Stdio) -> Sluice {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let text = config
+            .replace("{port}", &port.to_string())
+            .replace("{dir}", &dir.path().display().to_string());
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, text).expect("write config");
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("run")
+            .arg(&path)
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sluice");
+        Sluice { child, dir, port }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Waits until `/ping` answers.
+    pub async fn wait_up(&self) {
+        let client = reqwest::Client::new();
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            if client.get(self.url("/ping")).send().await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("sluice did not come up within {DEADLINE:?}");
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let pid = self.child.id().expect("running child");
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; returns (exit code, stdout, stderr). The temporary
+    /// directory stays until `self` is dropped, so outputs can still be read.
+    pub async fn finish(&mut self) -> (i32, String, String) {
+        use tokio::io::AsyncReadExt;
+        let mut stdout = self.child.stdout.take().expect("stdout piped");
+        let mut stderr = self.child.stderr.take().expect("stderr piped");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let run = async {
+            let (_, _, status) = tokio::join!(
+                stdout.read_to_end(&mut out),
+                stderr.read_to_end(&mut err),
+                self.child.wait()
+            );
+            status
+        };
+        let status = tokio::time::timeout(DEADLINE, run)
+            .await
+            .expect("sluice exits in time")
+            .expect("wait for sluice");
+        (
+            status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out).into_owned(),
+            String::from_utf8_lossy(&err).into_owned(),
+        )
+    }
+}
+
+/// Polls `check` until it is true or the deadline passes.
+pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+/// An HTTP server that records request bodies and fails the requests numbered in
+/// `fail` (1-based, counting every request) with 500.
+pub struct Sink {
+    pub addr: SocketAddr,
+    pub received: Arc<Mutex<Vec<String>>>,
+    pub requests: Arc<AtomicUsize>,
+}
+
+impl Sink {
+    pub async fn start(fail: Vec<usize>) -> Sink {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind sink");
+        let addr = listener.local_addr().expect("addr");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (rec, reqs) = (received.clone(), requests.clone());
+        let fail = Arc::new(fail);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let (rec, reqs, fail) = (rec.clone(), reqs.clone(), fail.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (rec, reqs, fail) = (rec.clone(), reqs.clone(), fail.clone());
+                        async move {
+                            let n = reqs.fetch_add(1, Ordering::SeqCst) + 1;
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
+                            let status = if fail.contains(&n) {
+                                StatusCode::INTERNAL_SERVER_ERROR
+                            } else {
+                                rec.lock()
+                                    .unwrap()
+                                    .push(String::from_utf8_lossy(&body).into_owned());
+                                StatusCode::OK
+                            };
+                            let mut resp = Response::new(Full::new(Bytes::from_static(b"ok")));
+                            *resp.status_mut() = status;
+                            Ok::<_, Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Sink {
+            addr,
+            received,
+            requests,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/in", self.addr)
+    }
+
+    pub fn bodies(&self) -> Vec<String> {
+        self.received.lock().unwrap().clone()
+    }
+}
+
+pub fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}

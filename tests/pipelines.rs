@@ -1,0 +1,137 @@
+//! Every example in `pipelines/` lints clean and runs as documented.
+
+mod common;
+
+use common::{eventually, read_lines, Sluice};
+
+fn sluice() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+#[test]
+fn every_example_lints_clean() {
+    let mut files: Vec<_> = std::fs::read_dir("pipelines")
+        .expect("pipelines/")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    for f in files {
+        let out = sluice().arg("lint").arg(&f).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            f.display(),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn hello_prints_five_greetings_and_exits_zero() {
+    let out = sluice()
+        .args(["run", "pipelines/hello.yaml"])
+        .env("SLUICE_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<_> = stdout.lines().collect();
+    assert_eq!(lines.len(), 5, "{stdout}");
+    assert!(lines.iter().all(|l| l.contains("hello from sluice")));
+}
+
+#[tokio::test]
+async fn http_to_file_example_writes_posted_bodies() {
+    let text = std::fs::read_to_string("pipelines/http_to_file.yaml").unwrap();
+    let text = text
+        .replace("${SLUICE_HTTP_ADDRESS:0.0.0.0:4195}", "127.0.0.1:{port}")
+        .replace("${EVENTS_FILE:./events.log}", "{dir}/events.log");
+    let mut s = Sluice::start(&text).await;
+    s.wait_up().await;
+    let client = reqwest::Client::new();
+    for body in ["first", "second"] {
+        let resp = client
+            .post(s.url("/events"))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let out = s.path("events.log");
+    eventually("both lines", || read_lines(&out).len() == 2).await;
+    assert_eq!(read_lines(&out), vec!["first", "second"]);
+    s.signal("TERM");
+    assert_eq!(s.finish().await.0, 0);
+}
+
+#[test]
+fn lint_reports_a_misspelt_key_with_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "input:\n  stdin: {}\noutput:\n  file:\n    pth: x.log\n",
+    )
+    .unwrap();
+    let out = sluice().arg("lint").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("bad.yaml:5:5 (output.file.pth): unknown field `pth`"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("did you mean `path`"), "{stdout}");
+}
+
+#[test]
+fn list_shows_fields_with_defaults() {
+    let out = sluice().args(["list", "inputs"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("generate"));
+    assert!(
+        text.contains("interval") && text.contains("\"1s\""),
+        "{text}"
+    );
+    let json = sluice().args(["list", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(v["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["name"] == "http_client"));
+}
+
+#[test]
+fn lint_reports_duplicate_labels_and_clashing_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dup.yaml");
+    std::fs::write(
+        &path,
+        "input:\n  broker:\n    inputs:\n      - label: a\n        http_server: {path: /x}\n      - label: a\n        http_server: {path: /y}\noutput:\n  drop: {}\n",
+    )
+    .unwrap();
+    let out = sluice().arg("lint").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("label `a` is used twice"));
+    std::fs::write(
+        &path,
+        "input:\n  broker:\n    inputs:\n      - http_server: {path: /x}\n      - http_server: {path: /x/}\noutput:\n  drop: {}\n",
+    )
+    .unwrap();
+    let out = sluice().arg("lint").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("already served"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
