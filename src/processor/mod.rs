@@ -3,14 +3,19 @@
 
 pub mod http;
 pub mod log;
+pub mod mapping;
+pub mod mutation;
 pub mod noop;
 pub mod sleep;
 
 use crate::component::{BuildContext, BuildError, Kind, Processor};
 
 crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor -> Box<dyn Processor> {
+    "bloblang" => Bloblang(mapping::BloblangConfig),
     "http" => Http(http::HttpProcessorConfig),
     "log" => Log(log::LogConfig),
+    "mapping" => Mapping(mapping::MappingConfig),
+    "mutation" => Mutation(mutation::MutationConfig),
     "noop" => Noop(noop::NoopConfig),
     "sleep" => Sleep(sleep::SleepConfig),
 });

@@ -1,0 +1,58 @@
+//! `mutation`: edits each message in place with a mapping; what the mapping does not
+//! touch stays as it was. A failure marks the message and leaves it otherwise unchanged.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::BuildProcessor;
+use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
+use crate::config::component::Spec;
+use crate::mapping::{processors, Mapping};
+use crate::message::Batch;
+
+/// The mapping text.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct MutationConfig(pub String);
+
+impl Spec for MutationConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "mutation",
+        kind: Kind::Processor,
+        summary: "Edits each message in place with a mapping.",
+        examples: &[Example {
+            title: "Add a field, keep the rest",
+            yaml: "input:\n  stdin: {}\npipeline:\n  processors:\n    - mutation: |\n        root.received_at = now()\n        meta source = \"stdin\"\noutput:\n  stdout: {}\n",
+        }],
+    };
+}
+
+impl BuildProcessor for MutationConfig {
+    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        Ok(Box::new(Mutation(super::mapping::compile(&self.0, cx)?)))
+    }
+}
+
+pub struct Mutation(pub Mapping);
+
+#[async_trait]
+impl Processor for Mutation {
+    async fn process(&self, batch: Batch) -> Vec<Batch> {
+        processors::run_mutation(&self.0, batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mapping::Env;
+    use crate::message::Message;
+
+    #[tokio::test]
+    async fn edits_in_place() {
+        let p = Mutation(Mapping::compile("root.b = this.a + 1", &Env::default()).unwrap());
+        let out = p.process(vec![Message::new("{\"a\":1,\"c\":true}")]).await;
+        assert_eq!(&out[0][0].payload()[..], br#"{"a":1,"b":2,"c":true}"#);
+    }
+}
