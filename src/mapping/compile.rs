@@ -840,7 +840,7 @@ fn fold(node: Node) -> Node {
                 && is_lit(&m.recv)
                 && m.args_values
                     .iter()
-                    .all(|a| a.as_ref().map_or(true, is_lit))
+                    .all(|a| a.as_ref().is_none_or(is_lit))
                 && !IMPURE_METHODS.contains(&m.spec.name)
         }
         Node::Path(b, _) => is_lit(b),

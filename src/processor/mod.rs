@@ -1,23 +1,32 @@
 //! Processors: what happens to messages between input and output. One file per
 //! processor; the list below registers them.
 
+pub mod branch;
+pub mod catch;
+pub mod chain;
 pub mod http;
 pub mod log;
 pub mod mapping;
 pub mod mutation;
 pub mod noop;
 pub mod sleep;
+pub mod switch;
+pub mod try_;
 
 use crate::component::{BuildContext, BuildError, Kind, Processor};
 
 crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor -> Box<dyn Processor> {
     "bloblang" => Bloblang(mapping::BloblangConfig),
+    "branch" => Branch(branch::BranchConfig),
+    "catch" => Catch(catch::CatchConfig),
     "http" => Http(http::HttpProcessorConfig),
     "log" => Log(log::LogConfig),
     "mapping" => Mapping(mapping::MappingConfig),
     "mutation" => Mutation(mutation::MutationConfig),
     "noop" => Noop(noop::NoopConfig),
     "sleep" => Sleep(sleep::SleepConfig),
+    "switch" => Switch(switch::SwitchConfig),
+    "try" => Try(try_::TryConfig),
 });
 
 /// Implemented by every processor config.

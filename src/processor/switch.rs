@@ -1,0 +1,165 @@
+//! `switch`: sends each message through the processors of the first case whose `check`
+//! passes (a case without a check always passes). With `fallthrough`, the messages of a
+//! case go on to the next case's processors too. Messages no case takes pass on
+//! unchanged; a check that fails marks the message and passes it on.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::chain::Chain;
+use super::{BuildProcessor, ProcessorConfig};
+use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
+use crate::config::component::Spec;
+use crate::mapping::{processors, Mapping};
+use crate::message::{Batch, Message};
+
+/// The cases, tried in order.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct SwitchConfig(pub Vec<SwitchCase>);
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchCase {
+    /// A mapping that gives a bool; absent means the case always matches.
+    #[serde(default)]
+    pub check: Option<String>,
+    /// The processors for messages this case takes.
+    #[serde(default)]
+    #[schemars(with = "Vec<serde_json::Value>")]
+    pub processors: Vec<ProcessorConfig>,
+    /// Whether messages of this case also go through the next case's processors.
+    #[serde(default)]
+    pub fallthrough: bool,
+}
+
+impl Spec for SwitchConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "switch",
+        kind: Kind::Processor,
+        summary: "Routes each message to the processors of the first case whose check passes.",
+        examples: &[Example {
+            title: "Different handling per type",
+            yaml: "input:\n  stdin: {}\npipeline:\n  processors:\n    - switch:\n        - check: 'this.type == \"user\"'\n          processors:\n            - mapping: 'root.kind = \"person\"'\n        - processors:\n            - mutation: 'root.kind = \"other\"'\noutput:\n  stdout: {}\n",
+        }],
+    };
+}
+
+struct Case {
+    chain: Chain,
+    fallthrough: bool,
+}
+
+impl BuildProcessor for SwitchConfig {
+    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        let mut cases = Vec::with_capacity(self.0.len());
+        let mut checks = Vec::with_capacity(self.0.len());
+        for (i, c) in self.0.iter().enumerate() {
+            let path = format!("{}[{i}]", cx.path);
+            let check = match &c.check {
+                Some(src) => Some(super::mapping::compile(
+                    src,
+                    &cx.child(format!("{path}.check")),
+                )?),
+                None => None,
+            };
+            let chain = Chain::build(&c.processors, cx, &format!("{path}.processors"))?;
+            checks.push(check);
+            cases.push(Case {
+                chain,
+                fallthrough: c.fallthrough,
+            });
+        }
+        Ok(Box::new(Switch { checks, cases }))
+    }
+}
+
+pub struct Switch {
+    checks: Vec<Option<Mapping>>,
+    cases: Vec<Case>,
+}
+
+#[async_trait]
+impl Processor for Switch {
+    async fn process(&self, batch: Batch) -> Vec<Batch> {
+        let choice: Vec<Result<Option<usize>, String>> = (0..batch.len())
+            .map(|i| processors::switch_case(&self.checks, &batch, i).map_err(|e| e.to_string()))
+            .collect();
+        let mut per_case: Vec<Batch> = self.cases.iter().map(|_| Vec::new()).collect();
+        let mut out: Batch = Vec::new();
+        for (mut msg, pick) in batch.into_iter().zip(choice) {
+            match pick {
+                Ok(Some(i)) => per_case[i].push(msg),
+                Ok(None) => out.push(msg),
+                Err(e) => {
+                    msg.set_error(format!("switch check: {e}"));
+                    out.push(msg);
+                }
+            }
+        }
+        let mut carried: Batch = Vec::new();
+        for (case, mut mine) in self.cases.iter().zip(per_case) {
+            let mut input: Batch = std::mem::take(&mut carried);
+            input.append(&mut mine);
+            if input.is_empty() {
+                continue;
+            }
+            let done: Vec<Message> = case.chain.run_flat(input).await;
+            if case.fallthrough {
+                carried = done;
+            } else {
+                out.extend(done);
+            }
+        }
+        out.extend(carried);
+        if out.is_empty() {
+            Vec::new()
+        } else {
+            vec![out]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::component::BuildContext;
+
+    fn build(yaml: &str) -> Box<dyn Processor> {
+        let cfg: SwitchConfig = serde_yaml::from_str(yaml).unwrap();
+        let cx = BuildContext::new("test", Default::default(), Default::default());
+        cfg.build(&cx).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn routes_by_first_passing_check() {
+        let p = build(
+            "- check: 'this.n > 10'\n  processors:\n    - mutation: 'root.big = true'\n- check: 'this.n > 5'\n  fallthrough: true\n  processors:\n    - mutation: 'root.mid = true'\n- processors:\n    - mutation: 'root.rest = true'\n",
+        );
+        let batch = vec![
+            Message::new("{\"n\":20}"),
+            Message::new("{\"n\":7}"),
+            Message::new("{\"n\":1}"),
+            Message::new("nope"),
+        ];
+        let out = p.process(batch).await;
+        let texts: Vec<String> = out[0]
+            .iter()
+            .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
+            .collect();
+        assert!(
+            texts.contains(&r#"{"big":true,"n":20}"#.to_string()),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(&r#"{"mid":true,"n":7,"rest":true}"#.to_string()),
+            "{texts:?}"
+        );
+        assert!(
+            texts.contains(&r#"{"n":1,"rest":true}"#.to_string()),
+            "{texts:?}"
+        );
+        assert!(out[0].iter().any(|m| m.error().is_some()));
+    }
+}
