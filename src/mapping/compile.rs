@@ -838,9 +838,7 @@ fn fold(node: Node) -> Node {
         Node::Method(m) => {
             matches!(m.spec.imp, MethodImpl::Eager(_))
                 && is_lit(&m.recv)
-                && m.args_values
-                    .iter()
-                    .all(|a| a.as_ref().is_none_or(is_lit))
+                && m.args_values.iter().all(|a| a.as_ref().is_none_or(is_lit))
                 && !IMPURE_METHODS.contains(&m.spec.name)
         }
         Node::Path(b, _) => is_lit(b),
