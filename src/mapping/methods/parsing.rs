@@ -80,6 +80,35 @@ pub static SPECS: &[MethodSpec] = &[
     ),
     method("sign_jwt_hs384", CAT, "Signs an object of claims as an HS384 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs384),
     method("sign_jwt_hs512", CAT, "Signs an object of claims as an HS512 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs512),
+    method(
+        "parse_msgpack",
+        CAT,
+        "Parses MessagePack bytes into a value.",
+        &[],
+        &[ex("root = this.format_msgpack().parse_msgpack()", r#"{"a":[1,"x",true]}"#, r#"{"a":[1,"x",true]}"#)],
+        parse_msgpack,
+    ),
+    method(
+        "format_msgpack",
+        CAT,
+        "Writes the value as MessagePack bytes.",
+        &[],
+        &[ex("root = this.format_msgpack().encode(\"hex\")", r#"{"a":1}"#, "81a16101")],
+        format_msgpack,
+    ),
+    method(
+        "parse_xml",
+        CAT,
+        "Parses XML into an object: attributes become `-name` fields, text beside children or attributes becomes `#text`, repeated elements become arrays; `cast` turns numeric and bool text into numbers and bools.",
+        &[opt("cast", Default::Bool(false))],
+        &[ex(
+            "root = this.s.parse_xml()",
+            r#"{"s":"<root><title lang=\"en\">Hi</title><n>1</n><n>2</n></root>"}"#,
+            r##"{"root":{"n":["1","2"],"title":{"#text":"Hi","-lang":"en"}}}"##,
+        ),
+          ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#)],
+        parse_xml,
+    ),
 ];
 
 fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -429,4 +458,127 @@ fn sign_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
 }
 fn sign_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
     sign_jwt(v, a, "HS512").map(V::Own)
+}
+
+fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    rmp_serde::from_slice::<Value>(&raw(v)?)
+        .map(V::Own)
+        .map_err(|e| format!("failed to parse MessagePack: {e}"))
+}
+
+fn format_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    rmp_serde::to_vec_named(v)
+        .map(|b| V::Own(Value::Bytes(b.into())))
+        .map_err(|e| e.to_string())
+}
+
+fn xml_text(s: String, cast: bool) -> Value {
+    if cast {
+        match s.as_str() {
+            "true" => return Value::Bool(true),
+            "false" => return Value::Bool(false),
+            _ => {
+                if let Some(n) = super::general::parse_number(&s) {
+                    return n;
+                }
+            }
+        }
+    }
+    Value::String(s)
+}
+
+fn xml_insert(o: &mut Object, key: String, v: Value) {
+    match o.get_mut(&key) {
+        Some(Value::Array(a)) => a.push(v),
+        Some(existing) => {
+            let first = std::mem::take(existing);
+            *existing = Value::Array(vec![first, v]);
+        }
+        None => {
+            o.insert(key, v);
+        }
+    }
+}
+
+fn xml_attrs(e: &quick_xml::events::BytesStart<'_>) -> Res<Object> {
+    let mut o = Object::new();
+    for a in e.attributes() {
+        let a = a.map_err(|e| format!("bad XML attribute: {e}"))?;
+        let key = format!("-{}", String::from_utf8_lossy(a.key.as_ref()));
+        let val = a
+            .unescape_value()
+            .map_err(|e| format!("bad XML attribute: {e}"))?;
+        o.insert(key, Value::String(val.into_owned()));
+    }
+    Ok(o)
+}
+
+fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    use quick_xml::events::Event;
+    let cast = args.bool(0)?;
+    let src = text(v)?;
+    let mut reader = quick_xml::Reader::from_str(&src);
+    reader.config_mut().trim_text(true);
+    // Open elements: name, fields so far, text so far.
+    let mut stack: Vec<(String, Object, String)> = Vec::new();
+    let mut root = Object::new();
+    let finish = |fields: Object, text: String| -> Value {
+        if fields.is_empty() {
+            xml_text(text, cast)
+        } else {
+            let mut fields = fields;
+            if !text.is_empty() {
+                fields.insert("#text".into(), xml_text(text, cast));
+            }
+            Value::Object(fields)
+        }
+    };
+    loop {
+        match reader
+            .read_event()
+            .map_err(|e| format!("failed to parse XML: {e}"))?
+        {
+            Event::Start(e) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                stack.push((name, xml_attrs(&e)?, String::new()));
+            }
+            Event::Empty(e) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                let value = finish(xml_attrs(&e)?, String::new());
+                match stack.last_mut() {
+                    Some(parent) => xml_insert(&mut parent.1, name, value),
+                    None => xml_insert(&mut root, name, value),
+                }
+            }
+            Event::Text(t) => {
+                if let Some(top) = stack.last_mut() {
+                    top.2.push_str(
+                        &t.unescape()
+                            .map_err(|e| format!("failed to parse XML: {e}"))?,
+                    );
+                }
+            }
+            Event::CData(c) => {
+                if let Some(top) = stack.last_mut() {
+                    top.2.push_str(&String::from_utf8_lossy(&c.into_inner()));
+                }
+            }
+            Event::End(_) => {
+                let Some((name, fields, text)) = stack.pop() else {
+                    return Err("failed to parse XML: unbalanced end tag".into());
+                };
+                let value = finish(fields, text);
+                match stack.last_mut() {
+                    Some(parent) => xml_insert(&mut parent.1, name, value),
+                    None => xml_insert(&mut root, name, value),
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    if !stack.is_empty() {
+        return Err("failed to parse XML: unclosed element".into());
+    }
+    own(Value::Object(root))
 }
