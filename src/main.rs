@@ -32,6 +32,20 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Try a mapping: reads one message per line on standard input and writes each result.
+    Blobl {
+        /// The mapping (or use -f).
+        mapping: Option<String>,
+        /// Read the mapping from this file.
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        /// Metadata of every input message, as a JSON object.
+        #[arg(long, env = "SLUICE_BLOBL_META")]
+        meta: Option<String>,
+        /// Take all of standard input as one message.
+        #[arg(long, env = "SLUICE_BLOBL_SINGLE_MESSAGE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
+        single: bool,
+    },
     /// List the available components with their fields, types, defaults and help.
     List {
         /// Only this family.
@@ -70,6 +84,25 @@ fn main() -> ExitCode {
                     1
                 }
             }
+        }
+        Command::Blobl {
+            mapping,
+            file,
+            meta,
+            single,
+        } => {
+            if mapping.is_none() && file.is_none() {
+                eprintln!("error: give a mapping, or a file with -f");
+                return ExitCode::from(1);
+            }
+            let args = sluice::mapping::blobl::BloblArgs {
+                mapping,
+                file,
+                meta,
+                single,
+            };
+            let stdin = std::io::stdin();
+            sluice::mapping::blobl::run(args, stdin.lock(), std::io::stdout(), std::io::stderr())
         }
         Command::List { family, json } => {
             let kind = family.map(|f| match f {

@@ -135,3 +135,39 @@ fn lint_reports_duplicate_labels_and_clashing_paths() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn blobl_maps_each_line_and_reports_failures() {
+    use std::io::Write;
+    let mut child = sluice()
+        .args(["blobl", "root.b = this.a + 1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"a\":1}\nnot json\n{\"a\":41}\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed line makes the exit status 1"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"b\":2}\n{\"b\":42}\n"
+    );
+    assert!(!out.stderr.is_empty());
+    let parse = sluice().args(["blobl", "root = "]).output().unwrap();
+    assert_eq!(parse.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&parse.stderr).contains("line 1"),
+        "{}",
+        String::from_utf8_lossy(&parse.stderr)
+    );
+}

@@ -8,6 +8,7 @@
 pub mod component;
 pub mod de;
 pub mod error;
+pub mod mapped;
 pub mod yaml;
 
 use std::collections::{BTreeMap, HashSet};
@@ -17,6 +18,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 pub use error::{ConfigError, ConfigErrors, Location};
+pub use mapped::{Interp, MappingText};
 pub use yaml::{Document, Node};
 
 use crate::duration::Duration;

@@ -10,7 +10,9 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use metrics::{counter, Counter};
 
 use crate::component::{BuildContext, BuildError, ConnectorError};
+use crate::config::Interp;
 use crate::duration::Duration;
+use crate::message::Batch;
 use crate::metrics::{CONNECTION_ATTEMPTS, CONNECTION_ERRORS};
 
 /// Declares a component config holding the common client fields plus its own.
@@ -19,11 +21,11 @@ macro_rules! http_client_config {
     ($(#[$meta:meta])* pub struct $Name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
         $(#[$meta])*
         pub struct $Name {
-            /// The URL to call.
-            pub url: String,
-            /// Headers sent with every request.
+            /// The URL to call (interpolated per message).
+            pub url: $crate::config::Interp,
+            /// Headers sent with every request (values interpolated per message).
             #[serde(default)]
-            pub headers: ::std::collections::BTreeMap<String, String>,
+            pub headers: ::std::collections::BTreeMap<String, $crate::config::Interp>,
             /// Time allowed for one request, response included.
             #[serde(default = "crate::http::client::default_timeout")]
             pub timeout: $crate::duration::Duration,
@@ -88,9 +90,9 @@ pub fn default_get() -> String {
 
 #[derive(Debug, Clone)]
 pub struct ClientSettings {
-    pub url: String,
+    pub url: Interp,
     pub verb: String,
-    pub headers: BTreeMap<String, String>,
+    pub headers: BTreeMap<String, Interp>,
     pub timeout: Duration,
     pub retries: u32,
     pub retry_period: Duration,
@@ -107,11 +109,18 @@ pub struct HttpResponse {
     pub body: Bytes,
 }
 
+/// Where requests go: fixed, or rendered per message.
+enum Target {
+    Static(reqwest::Url),
+    Dynamic(Interp),
+}
+
 pub struct HttpClient {
     client: reqwest::Client,
-    url: reqwest::Url,
+    target: Target,
     method: Method,
     headers: HeaderMap,
+    dynamic_headers: Vec<(HeaderName, Interp)>,
     settings: ClientSettings,
     attempts: Counter,
     errors: Counter,
@@ -119,20 +128,25 @@ pub struct HttpClient {
 
 impl HttpClient {
     pub fn new(settings: ClientSettings, cx: &BuildContext) -> Result<Self, BuildError> {
-        let url = reqwest::Url::parse(&settings.url)
-            .map_err(|e| cx.error(format!("invalid url `{}`: {e}", settings.url)))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(cx.error(format!("url `{}` must be http or https", settings.url)));
-        }
+        let target = match settings.url.static_value() {
+            Some(url) => Target::Static(parse_url(&url).map_err(|e| cx.error(e))?),
+            None => Target::Dynamic(settings.url.clone()),
+        };
         let method = Method::from_bytes(settings.verb.to_ascii_uppercase().as_bytes())
             .map_err(|_| cx.error(format!("invalid verb `{}`", settings.verb)))?;
         let mut headers = HeaderMap::new();
+        let mut dynamic_headers = Vec::new();
         for (k, v) in &settings.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| cx.error(format!("invalid header name `{k}`")))?;
-            let value = HeaderValue::from_str(v)
-                .map_err(|_| cx.error(format!("invalid value for header `{k}`")))?;
-            headers.insert(name, value);
+            match v.static_value() {
+                Some(value) => {
+                    let value = HeaderValue::from_str(&value)
+                        .map_err(|_| cx.error(format!("invalid value for header `{k}`")))?;
+                    headers.insert(name, value);
+                }
+                None => dynamic_headers.push((name, v.clone())),
+            }
         }
         let client = reqwest::Client::builder()
             .timeout(settings.timeout.0)
@@ -142,17 +156,43 @@ impl HttpClient {
         let labels = cx.metric_labels();
         Ok(HttpClient {
             client,
-            url,
+            target,
             method,
             headers,
+            dynamic_headers,
             attempts: counter!(CONNECTION_ATTEMPTS, &labels),
             errors: counter!(CONNECTION_ERRORS, &labels),
             settings,
         })
     }
 
-    pub fn url(&self) -> &str {
-        self.url.as_str()
+    /// The URL and headers for one message (`None`: a request no message asked for).
+    fn resolve(
+        &self,
+        msg: Option<(&Batch, usize)>,
+    ) -> Result<(reqwest::Url, HeaderMap), ConnectorError> {
+        let empty = Vec::new();
+        let (batch, index) = msg.unwrap_or((&empty, 0));
+        let url = match &self.target {
+            Target::Static(u) => u.clone(),
+            Target::Dynamic(i) => {
+                let text = i.render(batch, index).map_err(|e| {
+                    ConnectorError::rejected(format!("cannot build the url `{i}`: {e}"))
+                })?;
+                parse_url(&text).map_err(ConnectorError::rejected)?
+            }
+        };
+        let mut headers = self.headers.clone();
+        for (name, value) in &self.dynamic_headers {
+            let text = value.render(batch, index).map_err(|e| {
+                ConnectorError::rejected(format!("cannot build header `{name}`: {e}"))
+            })?;
+            let value = HeaderValue::from_str(&text).map_err(|_| {
+                ConnectorError::rejected(format!("header `{name}` got an invalid value"))
+            })?;
+            headers.insert(name.clone(), value);
+        }
+        Ok((url, headers))
     }
 
     fn is_success(&self, status: StatusCode) -> bool {
@@ -161,18 +201,21 @@ impl HttpClient {
 
     /// Sends one request, retrying connection failures, 5xx and 429 with backoff. A 4xx
     /// is refused at once (sending it again cannot help).
+    /// `msg` is the message the request is for, whose values fill interpolated fields.
     pub async fn send(
         &self,
+        msg: Option<(&Batch, usize)>,
         body: Option<Bytes>,
         extra_headers: &HeaderMap,
     ) -> Result<HttpResponse, ConnectorError> {
+        let (url, headers) = self.resolve(msg)?;
         let mut wait = self.settings.retry_period.0;
         let mut attempt = 0;
         loop {
             let mut req = self
                 .client
-                .request(self.method.clone(), self.url.clone())
-                .headers(self.headers.clone());
+                .request(self.method.clone(), url.clone())
+                .headers(headers.clone());
             for (k, v) in extra_headers {
                 req = req.header(k, v);
             }
@@ -195,7 +238,7 @@ impl HttpClient {
                         Ok(body) => {
                             let text =
                                 String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-                            let e = format!("{} answered {status}: {}", self.url, text.trim());
+                            let e = format!("{} answered {status}: {}", url, text.trim());
                             if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
                                 self.errors.increment(1);
                                 return Err(ConnectorError::rejected(e));
@@ -204,17 +247,15 @@ impl HttpClient {
                         }
                         Err(e) => ConnectorError::transient(format!(
                             "{}: reading the answer failed: {e}",
-                            self.url
+                            url
                         )),
                     }
                 }
                 Err(e) if e.is_timeout() => ConnectorError::transient(format!(
                     "{}: no answer within {}",
-                    self.url, self.settings.timeout
+                    url, self.settings.timeout
                 )),
-                Err(e) => {
-                    ConnectorError::not_connected(format!("{}: {}", self.url, root_cause(&e)))
-                }
+                Err(e) => ConnectorError::not_connected(format!("{}: {}", url, root_cause(&e))),
             };
             self.errors.increment(1);
             if attempt >= self.settings.retries {
@@ -233,6 +274,14 @@ impl HttpClient {
     }
 }
 
+fn parse_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text).map_err(|e| format!("invalid url `{text}`: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("url `{text}` must be http or https"));
+    }
+    Ok(url)
+}
+
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cur = e;
     while let Some(next) = cur.source() {
@@ -247,7 +296,7 @@ mod tests {
 
     fn settings(url: &str) -> ClientSettings {
         ClientSettings {
-            url: url.into(),
+            url: Interp::parse(url).unwrap(),
             verb: "POST".into(),
             headers: BTreeMap::new(),
             timeout: Duration::from_secs(1),
@@ -271,8 +320,26 @@ mod tests {
         s.verb = "BAD VERB".into();
         assert!(HttpClient::new(s, &cx()).is_err());
         let mut s = settings("http://127.0.0.1:1/");
-        s.headers.insert("bad header".into(), "x".into());
+        s.headers
+            .insert("bad header".into(), Interp::parse("x").unwrap());
         assert!(HttpClient::new(s, &cx()).is_err());
+    }
+
+    #[tokio::test]
+    async fn interpolated_url_and_headers_follow_the_message() {
+        let mut s = settings("http://127.0.0.1:1/${! meta(\"path\") }");
+        s.headers
+            .insert("X-Id".into(), Interp::parse("${! this.id }").unwrap());
+        let c = HttpClient::new(s, &cx()).unwrap();
+        let batch = vec![crate::message::Message::new(r#"{"id":7}"#).with_meta("path", "orders")];
+        let (url, headers) = c.resolve(Some((&batch, 0))).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:1/orders");
+        assert_eq!(headers["x-id"], "7");
+        let bad = vec![crate::message::Message::new("not json")];
+        assert_eq!(
+            c.resolve(Some((&bad, 0))).unwrap_err().kind,
+            crate::component::ErrorKind::Rejected
+        );
     }
 
     #[tokio::test]
@@ -280,7 +347,7 @@ mod tests {
         // Port 1 on loopback is closed.
         let c = HttpClient::new(settings("http://127.0.0.1:1/"), &cx()).unwrap();
         let e = c
-            .send(Some(Bytes::from_static(b"x")), &HeaderMap::new())
+            .send(None, Some(Bytes::from_static(b"x")), &HeaderMap::new())
             .await
             .unwrap_err();
         assert_eq!(e.kind, crate::component::ErrorKind::NotConnected);

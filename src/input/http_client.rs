@@ -95,7 +95,7 @@ impl Input for HttpClientInput {
             }
             let resp = self
                 .client
-                .send(self.body.clone(), &HeaderMap::new())
+                .send(None, self.body.clone(), &HeaderMap::new())
                 .await?;
             if resp.body.is_empty() && self.drop_empty {
                 continue;

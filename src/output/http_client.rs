@@ -75,7 +75,7 @@ pub struct HttpClientOutput {
 #[async_trait]
 impl Output for HttpClientOutput {
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        for msg in batch {
+        for (i, msg) in batch.iter().enumerate() {
             let mut headers = HeaderMap::new();
             for (k, v) in msg.metadata() {
                 if self
@@ -92,7 +92,7 @@ impl Output for HttpClientOutput {
                 }
             }
             self.client
-                .send(Some(msg.payload().clone()), &headers)
+                .send(Some((batch, i)), Some(msg.payload().clone()), &headers)
                 .await?;
         }
         Ok(())

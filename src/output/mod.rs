@@ -10,6 +10,7 @@ pub mod http_client;
 pub mod http_server;
 pub mod retry;
 pub mod stdout;
+pub mod switch;
 pub mod websocket_server;
 
 use crate::component::{BuildContext, BuildError, Kind, Router, Writer};
@@ -23,6 +24,7 @@ crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBu
     "http_server" => HttpServer(http_server::HttpServerOutputConfig),
     "retry" => Retry(retry::RetryConfig),
     "stdout" => Stdout(stdout::StdoutConfig),
+    "switch" => Switch(switch::SwitchOutputConfig),
     "websocket_server" => WebsocketServer(websocket_server::WebsocketServerOutputConfig),
 });
 

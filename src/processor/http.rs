@@ -9,12 +9,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::BuildProcessor;
-use crate::component::{
-    BuildContext, BuildError, ComponentSpec, Example, Kind, ProcessError, Processor,
-};
+use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::component::Spec;
 use crate::http::client::HttpClient;
-use crate::message::Message;
+use crate::message::Batch;
 
 crate::http_client_config! {
     #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -57,22 +55,35 @@ pub struct HttpProcessor {
 
 #[async_trait]
 impl Processor for HttpProcessor {
-    async fn process_message(&self, msg: &mut Message) -> Result<bool, ProcessError> {
-        let body = self.body.clone().unwrap_or_else(|| msg.payload().clone());
-        let resp = self
-            .client
-            .send(Some(body), &HeaderMap::new())
-            .await
-            .map_err(|e| ProcessError::new(format!("http: {e}")))?;
-        msg.set_payload(resp.body);
-        msg.set_meta("http_status_code", resp.status.as_u16().to_string());
-        Ok(true)
+    async fn process(&self, mut batch: Batch) -> Vec<Batch> {
+        for i in 0..batch.len() {
+            let body = self
+                .body
+                .clone()
+                .unwrap_or_else(|| batch[i].payload().clone());
+            // The request is built from the message as it was (interpolated url/headers).
+            let result = self
+                .client
+                .send(Some((&batch, i)), Some(body), &HeaderMap::new())
+                .await;
+            let msg = &mut batch[i];
+            match result {
+                Ok(resp) => {
+                    msg.set_payload(resp.body);
+                    msg.set_meta("http_status_code", resp.status.as_u16().to_string());
+                }
+                // The message keeps its content and carries the error.
+                Err(e) => msg.set_error(format!("http: {e}")),
+            }
+        }
+        vec![batch]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Message;
 
     #[tokio::test]
     async fn failed_call_flags_the_message_and_keeps_it() {

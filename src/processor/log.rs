@@ -5,12 +5,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::BuildProcessor;
-use crate::component::{
-    BuildContext, BuildError, ComponentSpec, Example, Kind, ProcessError, Processor,
-};
+use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::component::Spec;
-use crate::config::LogLevel;
-use crate::message::Message;
+use crate::config::{Interp, LogLevel};
+use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -18,9 +16,9 @@ pub struct LogConfig {
     /// Level of the log line: error, warn, info, debug or trace.
     #[serde(default)]
     pub level: LogLevel,
-    /// The text of the log line.
+    /// The text of the log line (interpolated per message).
     #[serde(default)]
-    pub message: String,
+    pub message: Option<Interp>,
     /// Also log the message's payload and metadata as fields.
     #[serde(default)]
     pub include_content: bool,
@@ -51,41 +49,50 @@ pub struct Log(LogConfig);
 
 #[async_trait]
 impl Processor for Log {
-    async fn process_message(&self, msg: &mut Message) -> Result<bool, ProcessError> {
-        let text = &self.0.message;
-        let (content, meta) = if self.0.include_content {
-            (
-                String::from_utf8_lossy(msg.payload()).into_owned(),
-                serde_json::to_string(msg.metadata()).unwrap_or_default(),
-            )
-        } else {
-            (String::new(), String::new())
-        };
-        let error = msg.error().unwrap_or_default();
-        macro_rules! emit {
-            ($m:ident) => {
-                tracing::$m!(target: "sluice::log", content = %content, metadata = %meta, error = %error, "{text}")
+    async fn process(&self, batch: Batch) -> Vec<Batch> {
+        for (i, msg) in batch.iter().enumerate() {
+            let text = match &self.0.message {
+                Some(m) => m
+                    .render(&batch, i)
+                    .unwrap_or_else(|e| format!("{} (interpolation failed: {e})", m.source())),
+                None => String::new(),
             };
+            let (content, meta) = if self.0.include_content {
+                (
+                    String::from_utf8_lossy(msg.payload()).into_owned(),
+                    serde_json::to_string(msg.metadata()).unwrap_or_default(),
+                )
+            } else {
+                (String::new(), String::new())
+            };
+            let error = msg.error().unwrap_or_default();
+            macro_rules! emit {
+                ($m:ident) => {
+                    tracing::$m!(target: "sluice::log", content = %content, metadata = %meta, error = %error, "{text}")
+                };
+            }
+            match self.0.level {
+                LogLevel::Error => emit!(error),
+                LogLevel::Warn => emit!(warn),
+                LogLevel::Info => emit!(info),
+                LogLevel::Debug => emit!(debug),
+                LogLevel::Trace => emit!(trace),
+                LogLevel::Off => {}
+            }
         }
-        match self.0.level {
-            LogLevel::Error => emit!(error),
-            LogLevel::Warn => emit!(warn),
-            LogLevel::Info => emit!(info),
-            LogLevel::Debug => emit!(debug),
-            LogLevel::Trace => emit!(trace),
-            LogLevel::Off => {}
-        }
-        Ok(true)
+        vec![batch]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::message::Message;
 
     #[tokio::test]
     async fn passes_messages_unchanged() {
-        let cfg: LogConfig = serde_yaml::from_str("{message: hi, include_content: true}").unwrap();
+        let cfg: LogConfig =
+            serde_yaml::from_str("{message: 'hi ${! content() }', include_content: true}").unwrap();
         let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
         let p = cfg.build(&cx).unwrap();
         let out = p.process(vec![Message::new("a"), Message::new("b")]).await;

@@ -1,0 +1,179 @@
+//! Config fields written in the mapping language: whole mappings (`mapping:`, `check:`)
+//! and interpolated strings (`${! expr }` in URLs, paths, headers, topics). Both are
+//! compiled while the config is read, so a mistake is reported with the field's position
+//! (and the mapping's own line, column and caret) by `sluice lint` and before anything runs.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Deserializer};
+
+use crate::mapping::{Env, InterpolatedString, Mapping, MappingError};
+use crate::message::{Batch, Message};
+
+/// A mapping, compiled once when the config is read.
+#[derive(Clone)]
+pub struct MappingText {
+    source: String,
+    compiled: Arc<Mapping>,
+}
+
+impl MappingText {
+    pub fn parse(source: &str) -> Result<Self, String> {
+        let compiled = Mapping::compile(source, &Env::default())
+            .map_err(|d| format!("invalid mapping:\n{d}"))?;
+        Ok(MappingText {
+            source: source.to_owned(),
+            compiled: Arc::new(compiled),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.compiled
+    }
+
+    pub fn shared(&self) -> Arc<Mapping> {
+        self.compiled.clone()
+    }
+}
+
+impl fmt::Debug for MappingText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MappingText({:?})", self.source)
+    }
+}
+
+impl<'de> Deserialize<'de> for MappingText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        MappingText::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for MappingText {
+    fn schema_name() -> String {
+        "Mapping".into()
+    }
+    fn json_schema(_: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+        schemars::schema::SchemaObject {
+            instance_type: Some(schemars::schema::InstanceType::String.into()),
+            format: Some("mapping".into()),
+            ..Default::default()
+        }
+        .into()
+    }
+}
+
+/// A string that may vary per message through `${! expr }` blocks.
+#[derive(Clone)]
+pub struct Interp {
+    source: String,
+    compiled: Arc<InterpolatedString>,
+}
+
+impl Interp {
+    pub fn parse(source: &str) -> Result<Self, String> {
+        let compiled = InterpolatedString::parse(source, &Env::default())
+            .map_err(|d| format!("invalid interpolation in `{source}`:\n{d}"))?;
+        Ok(Interp {
+            source: source.to_owned(),
+            compiled: Arc::new(compiled),
+        })
+    }
+
+    /// The text as written.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The value when it does not depend on the message.
+    pub fn static_value(&self) -> Option<String> {
+        if !self.compiled.is_static() {
+            return None;
+        }
+        self.compiled.render(&Vec::new(), 0).ok()
+    }
+
+    pub fn is_static(&self) -> bool {
+        self.compiled.is_static()
+    }
+
+    /// The value for message `index` of `batch`.
+    pub fn render(&self, batch: &Batch, index: usize) -> Result<String, MappingError> {
+        self.compiled.render(batch, index)
+    }
+
+    pub fn render_bytes(&self, batch: &Batch, index: usize) -> Result<Bytes, MappingError> {
+        self.compiled.render_bytes(batch, index)
+    }
+
+    /// The value for a single message.
+    pub fn render_message(&self, msg: &Message) -> Result<String, MappingError> {
+        self.compiled.render(&vec![msg.clone()], 0)
+    }
+}
+
+impl fmt::Debug for Interp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Interp({:?})", self.source)
+    }
+}
+
+impl fmt::Display for Interp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.source)
+    }
+}
+
+impl PartialEq for Interp {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl<'de> Deserialize<'de> for Interp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Interp::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl schemars::JsonSchema for Interp {
+    fn schema_name() -> String {
+        "Interpolated".into()
+    }
+    fn json_schema(_: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+        schemars::schema::SchemaObject {
+            instance_type: Some(schemars::schema::InstanceType::String.into()),
+            format: Some("interpolated".into()),
+            ..Default::default()
+        }
+        .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_and_dynamic_strings() {
+        let s = Interp::parse("http://x/a").unwrap();
+        assert_eq!(s.static_value().as_deref(), Some("http://x/a"));
+        let d = Interp::parse("http://x/${! meta(\"k\") }").unwrap();
+        assert!(d.static_value().is_none());
+        let msg = Message::new("").with_meta("k", "v");
+        assert_eq!(d.render_message(&msg).unwrap(), "http://x/v");
+    }
+
+    #[test]
+    fn bad_interpolation_is_an_error() {
+        assert!(Interp::parse("${! nope_fn() }").is_err());
+        assert!(MappingText::parse("root = ").is_err());
+    }
+}
