@@ -81,6 +81,20 @@ impl Value {
         }
     }
 
+    /// Whether arrays and objects nest more than `limit` levels deep. Recursion stops at
+    /// the limit, so this is safe on any value.
+    pub fn nesting_exceeds(&self, limit: usize) -> bool {
+        let children: Box<dyn Iterator<Item = &Value>> = match self {
+            Value::Array(a) => Box::new(a.iter()),
+            Value::Object(o) => Box::new(o.values()),
+            _ => return false,
+        };
+        if limit == 0 {
+            return true;
+        }
+        children.into_iter().any(|c| c.nesting_exceeds(limit - 1))
+    }
+
     /// The name Bloblang's `type()` reports for this value.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -341,6 +355,14 @@ mod tests {
             panic!("object expected")
         };
         assert_eq!(o["b"], Value::Int(1));
+    }
+
+    #[test]
+    fn nesting_depth() {
+        let v = Value::from_json(b"[[[1]]]").unwrap();
+        assert!(!v.nesting_exceeds(3));
+        assert!(v.nesting_exceeds(2));
+        assert!(!Value::Int(1).nesting_exceeds(0));
     }
 
     #[test]

@@ -414,3 +414,23 @@ fn hostile_input_does_not_panic() {
         let _ = run(src, r#"{"a":[3,"x",1.5,{"k":1}],"s":"%d %q ∑","n":1e300}"#);
     }
 }
+
+#[test]
+fn runaway_recursion_is_an_error() {
+    let e = run(
+        "map loop {\n  root = this.apply(\"loop\")\n}\nroot = this.apply(\"loop\")",
+        "{}",
+    )
+    .unwrap_err();
+    assert!(e.contains("levels deep"), "{e}");
+    let e = run(
+        "root = range(0, 1000).fold({}, acc -> {\"a\": acc.tally})",
+        "{}",
+    )
+    .unwrap_err();
+    assert!(e.contains("deeper than"), "{e}");
+    let deep_xml = format!("root = \"{}\".parse_xml()", "<a>".repeat(300));
+    assert!(run(&deep_xml, "{}").is_err());
+    let deep_json = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    assert!(run("root = content().parse_json()", &deep_json).is_err());
+}

@@ -461,9 +461,12 @@ fn sign_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    rmp_serde::from_slice::<Value>(&raw(v)?)
-        .map(V::Own)
-        .map_err(|e| format!("failed to parse MessagePack: {e}"))
+    let out = rmp_serde::from_slice::<Value>(&raw(v)?)
+        .map_err(|e| format!("failed to parse MessagePack: {e}"))?;
+    if out.nesting_exceeds(super::lambdas::MAX_VALUE_NESTING) {
+        return Err("failed to parse MessagePack: nested too deeply".into());
+    }
+    own(out)
 }
 
 fn format_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -539,6 +542,9 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             .map_err(|e| format!("failed to parse XML: {e}"))?
         {
             Event::Start(e) => {
+                if stack.len() >= super::lambdas::MAX_VALUE_NESTING {
+                    return Err("failed to parse XML: nested too deeply".into());
+                }
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
                 stack.push((name, xml_attrs(&e)?, String::new()));
             }
