@@ -434,3 +434,24 @@ fn runaway_recursion_is_an_error() {
     let deep_json = format!("{}{}", "[".repeat(200), "]".repeat(200));
     assert!(run("root = content().parse_json()", &deep_json).is_err());
 }
+
+#[test]
+fn more_hostile_input() {
+    for src in [
+        "root = range(-9223372036854775807, 9223372036854775807)",
+        "root = range(9223372036854775806, 9223372036854775807, 10)",
+        "root = \"%.4000000000f|%999999999d\".format(1.5, 2)",
+        "root = é",
+        "root = this.é",
+        "root = \"\\ud800\"",
+    ] {
+        let _ = run(src, "{}");
+    }
+    assert_eq!(
+        ok(
+            "root = range(9223372036854775806, 9223372036854775807, 10)",
+            "{}"
+        ),
+        "[9223372036854775806]"
+    );
+}

@@ -382,6 +382,7 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
         let left = spec.starts_with('-');
         let zero = spec.trim_start_matches('-').starts_with('0');
         let spec_t = spec.trim_start_matches(['-', '+', ' ', '#', '0']);
+        // Width and precision are capped: a format string must not allocate without bound.
         let (w, prec) = match spec_t.split_once('.') {
             Some((w, p)) => (
                 w.parse::<usize>().ok(),
@@ -389,6 +390,7 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
             ),
             None => (spec_t.parse::<usize>().ok(), None),
         };
+        let (w, prec) = (w.map(|w| w.min(1024)), prec.map(|p| p.min(64)));
         if matches!(verb, 's' | 'v') && w.is_none() {
             // The common case: write the text straight in, no copy.
             match arg {
