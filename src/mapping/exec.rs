@@ -667,7 +667,8 @@ pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> 
                 Float(to_float(a).map_err(Some)? + to_float(b).map_err(Some)?)
             }
             (Value::String(a), Value::String(b)) => {
-                let mut s = String::with_capacity(a.len() + b.len());
+                // Room to spare: concatenations usually chain (`a + "-" + b`).
+                let mut s = String::with_capacity(a.len() + b.len() + 32);
                 s.push_str(a);
                 s.push_str(b);
                 Value::String(s)

@@ -349,7 +349,7 @@ fn slug<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 
 /// A small printf: the verbs mappings use, with width and precision.
 pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
-    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut out = String::with_capacity(fmt.len() + 64);
     let mut chars = fmt.chars().peekable();
     let mut next = 0usize;
     while let Some(c) = chars.next() {
@@ -454,7 +454,7 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
 
 fn format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let fmt = text(v)?;
-    let given: Vec<&Value> = (0..args.len())
+    let given: smallvec::SmallVec<[&Value; 8]> = (0..args.len())
         .filter(|i| args.given(*i))
         .map(|i| args.get(i))
         .collect();
