@@ -311,6 +311,16 @@ impl<'de> Visitor<'de> for ValueVisitor {
             .map(Value::Int)
             .unwrap_or(Value::Float(u as f64)))
     }
+    fn visit_u128<E>(self, u: u128) -> Result<Value, E> {
+        Ok(i64::try_from(u)
+            .map(Value::Int)
+            .unwrap_or(Value::Float(u as f64)))
+    }
+    fn visit_i128<E>(self, i: i128) -> Result<Value, E> {
+        Ok(i64::try_from(i)
+            .map(Value::Int)
+            .unwrap_or(Value::Float(i as f64)))
+    }
     fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
         Ok(Value::Float(x))
     }
