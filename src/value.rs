@@ -81,6 +81,20 @@ impl Value {
         }
     }
 
+    /// Whether arrays and objects nest more than `limit` levels deep. Recursion stops at
+    /// the limit, so this is safe on any value.
+    pub fn nesting_exceeds(&self, limit: usize) -> bool {
+        let children: Box<dyn Iterator<Item = &Value>> = match self {
+            Value::Array(a) => Box::new(a.iter()),
+            Value::Object(o) => Box::new(o.values()),
+            _ => return false,
+        };
+        if limit == 0 {
+            return true;
+        }
+        children.into_iter().any(|c| c.nesting_exceeds(limit - 1))
+    }
+
     /// The name Bloblang's `type()` reports for this value.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -297,6 +311,16 @@ impl<'de> Visitor<'de> for ValueVisitor {
             .map(Value::Int)
             .unwrap_or(Value::Float(u as f64)))
     }
+    fn visit_u128<E>(self, u: u128) -> Result<Value, E> {
+        Ok(i64::try_from(u)
+            .map(Value::Int)
+            .unwrap_or(Value::Float(u as f64)))
+    }
+    fn visit_i128<E>(self, i: i128) -> Result<Value, E> {
+        Ok(i64::try_from(i)
+            .map(Value::Int)
+            .unwrap_or(Value::Float(i as f64)))
+    }
     fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
         Ok(Value::Float(x))
     }
@@ -341,6 +365,14 @@ mod tests {
             panic!("object expected")
         };
         assert_eq!(o["b"], Value::Int(1));
+    }
+
+    #[test]
+    fn nesting_depth() {
+        let v = Value::from_json(b"[[[1]]]").unwrap();
+        assert!(!v.nesting_exceeds(3));
+        assert!(v.nesting_exceeds(2));
+        assert!(!Value::Int(1).nesting_exceeds(0));
     }
 
     #[test]

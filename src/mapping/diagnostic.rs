@@ -23,7 +23,15 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// Builds a diagnostic for `span` of `src`.
     pub fn at(src: &str, span: Span, code: &'static str, message: impl Into<String>) -> Self {
-        let start = span.start.min(src.len());
+        // Spans may come from byte arithmetic; keep every cut on a character boundary.
+        let floor = |mut i: usize| {
+            i = i.min(src.len());
+            while !src.is_char_boundary(i) {
+                i -= 1;
+            }
+            i
+        };
+        let start = floor(span.start);
         let line_start = src[..start].rfind('\n').map(|i| i + 1).unwrap_or(0);
         let line_end = src[start..]
             .find('\n')
@@ -31,7 +39,7 @@ impl Diagnostic {
             .unwrap_or(src.len());
         let line = src[..start].matches('\n').count() + 1;
         let col = src[line_start..start].chars().count() + 1;
-        let end = span.end.clamp(start, line_end);
+        let end = floor(span.end.clamp(start, line_end));
         let width = src[start..end].chars().count().max(1);
         Diagnostic {
             code,
@@ -107,6 +115,15 @@ impl fmt::Display for Diagnostics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_inside_a_character_do_not_panic() {
+        let src = "root = é!";
+        let d = Diagnostic::at(src, Span::new(8, 9), "E001", "x");
+        assert_eq!(d.col, 8);
+        let d = Diagnostic::at(src, Span::new(7, 8), "E001", "x");
+        assert_eq!((d.col, d.width), (8, 1));
+    }
 
     #[test]
     fn renders_line_column_and_caret() {

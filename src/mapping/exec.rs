@@ -300,7 +300,69 @@ pub fn slice_value(v: &Value, from: Option<i64>, to: Option<i64>) -> Result<Valu
 
 // ---- evaluation --------------------------------------------------------------------------
 
+/// Evaluates a node. The common cases are handled here with a small stack frame; the
+/// rest (and their larger locals) live in [`eval_other`], so deep recursion stays cheap.
 pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    match node {
+        Node::Lit(v) => Ok(V::Ref(v)),
+        Node::This => Ok(V::Ref(cx.this()?)),
+        Node::Param(slot) => {
+            let mut s = cx.scope;
+            while let Some(sc) = s {
+                if sc.slot == *slot {
+                    return Ok(V::Ref(sc.val));
+                }
+                s = sc.parent;
+            }
+            Err(ExecError::new("lambda parameter used outside its lambda"))
+        }
+        Node::Path(base, path) => match eval(base, cx)? {
+            V::Ref(mut v) => {
+                for name in path.iter() {
+                    v = field(v, name);
+                }
+                Ok(V::Ref(v))
+            }
+            V::Own(mut v) => {
+                for name in path.iter() {
+                    v = owned_field(v, name);
+                }
+                Ok(V::Own(v))
+            }
+            _ => Ok(V::Own(Value::Null)),
+        },
+        Node::Bin(b) => eval_bin(b, cx),
+        Node::Method(call) => match call.spec.imp {
+            MethodImpl::Lazy(f) => f(call, cx),
+            MethodImpl::Eager(f) => eval_eager(call, f, cx),
+        },
+        _ => eval_other(node, cx),
+    }
+}
+
+#[inline(never)]
+fn eval_eager<'a>(
+    call: &'a super::compile::MethodCall,
+    f: super::spec::EagerMethod,
+    cx: &Ctx<'a>,
+) -> Result<V<'a>, ExecError> {
+    let recv = eval(&call.recv, cx)?;
+    let vals = eval_args(&call.args_values, cx)?;
+    let args = Args {
+        vals: &vals,
+        regexes: &call.regexes,
+    };
+    let wrap = |e: String| ExecError::new(format!("{}: {e}", call.text));
+    match recv {
+        // Results borrow only from the receiver, so a borrowed receiver keeps them borrowed.
+        V::Ref(r) => f(r, &args).map_err(wrap),
+        V::Own(o) => f(&o, &args).map(V::detach).map_err(wrap),
+        V::Nothing | V::Deleted => f(&NULL, &args).map(V::detach).map_err(wrap),
+    }
+}
+
+#[inline(never)]
+fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     match node {
         Node::Lit(v) => Ok(V::Ref(v)),
         Node::This => Ok(V::Ref(cx.this()?)),
@@ -667,7 +729,8 @@ pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> 
                 Float(to_float(a).map_err(Some)? + to_float(b).map_err(Some)?)
             }
             (Value::String(a), Value::String(b)) => {
-                let mut s = String::with_capacity(a.len() + b.len());
+                // Room to spare: concatenations usually chain (`a + "-" + b`).
+                let mut s = String::with_capacity(a.len() + b.len() + 32);
                 s.push_str(a);
                 s.push_str(b);
                 Value::String(s)

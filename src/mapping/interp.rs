@@ -155,6 +155,20 @@ mod tests {
     }
 
     #[test]
+    fn braces_and_strings_inside_blocks() {
+        let i = InterpolatedString::parse(
+            r#"${! this.x.or("}") }|${!{"a": 1}.a}|${! [1,2].join(",").catch("n") }"#,
+            &Env::default(),
+        )
+        .unwrap();
+        let batch = vec![Message::new("{}")];
+        assert_eq!(i.render(&batch, 0).unwrap(), "}|1|n");
+        let i = InterpolatedString::parse("plain ${VAR} and $! text", &Env::default()).unwrap();
+        assert!(i.is_static());
+        assert_eq!(i.render(&batch, 0).unwrap(), "plain ${VAR} and $! text");
+    }
+
+    #[test]
     fn escapes_and_static() {
         let i = InterpolatedString::parse("a ${{! this.x }} b", &Env::default()).unwrap();
         assert!(i.is_static());

@@ -44,9 +44,64 @@ struct Ctx<'s> {
 
 type PResult<T> = Result<T, Diagnostic>;
 
+/// Deepest bracket nesting a mapping may use. Parsing, compiling and running all recurse
+/// over the tree, so the tree's depth is bounded before any of them starts.
+pub const MAX_NESTING: usize = 64;
+/// Longest run of operators, prefixes or `.`-steps in one expression, for the same reason.
+pub const MAX_CHAIN: usize = 256;
+
+/// Rejects input nested deeper than [`MAX_NESTING`] brackets, skipping strings and comments.
+fn check_nesting(src: &str) -> Result<(), Diagnostics> {
+    let b = src.as_bytes();
+    let (mut i, mut depth) = (0usize, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'"' if b[i..].starts_with(b"\"\"\"") => {
+                i += 3;
+                while i < b.len() && !b[i..].starts_with(b"\"\"\"") {
+                    i += 1;
+                }
+                i += 2;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' && b[i] != b'\n' {
+                    if b[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    let d = Diagnostic::at(
+                        src,
+                        Span::new(i, i + 1),
+                        "E009",
+                        format!("nesting deeper than {MAX_NESTING} levels"),
+                    )
+                    .with_hint("split the expression with `let` variables or named maps");
+                    return Err(Diagnostics::one(d));
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 /// Parses a whole mapping. A mapping that is a single bare expression (`this.foo`) means
 /// `root = this.foo`.
 pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
+    check_nesting(src)?;
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -91,6 +146,7 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
 
 /// Parses one expression (interpolations, `check` fields).
 pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
+    check_nesting(src)?;
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -113,6 +169,7 @@ pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
 
 /// Splits a string field into literal text and `${! expr }` blocks.
 pub fn parse_interpolation(src: &str) -> Result<Vec<Piece>, Diagnostics> {
+    check_nesting(src)?;
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -486,6 +543,14 @@ impl<'s> Ctx<'s> {
     }
 
     fn expr(&self, p: Pair<'_, Rule>) -> PResult<Expr> {
+        // Operators and prefixes chain without brackets; bound them too.
+        let n = p.clone().into_inner().count();
+        if n > 2 * MAX_CHAIN {
+            return Err(self.err(
+                span_of(&p),
+                format!("expression has more than {MAX_CHAIN} operators"),
+            ));
+        }
         self.pratt
             .map_primary(|t| self.term(t))
             .map_prefix(|op, rhs| {
@@ -542,6 +607,12 @@ impl<'s> Ctx<'s> {
 
     fn term(&self, p: Pair<'_, Rule>) -> PResult<Expr> {
         let span = span_of(&p);
+        if p.clone().into_inner().count() > MAX_CHAIN {
+            return Err(self.err(
+                span,
+                format!("more than {MAX_CHAIN} fields and methods in one chain"),
+            ));
+        }
         let mut inner = p.into_inner();
         let prim = inner
             .next()
@@ -901,6 +972,42 @@ if this.x { root.y = 1 } else if this.z {
         let p = parse_interpolation("id-${! this.id }-${{! not }}-${!@k}").unwrap();
         assert_eq!(p.len(), 4, "{p:?}");
         assert_eq!(p[2], Piece::Text("-${! not }-".into()));
+    }
+
+    #[test]
+    fn nesting_and_chains_are_bounded() {
+        let deep = format!(
+            "root = {}1{}",
+            "(".repeat(MAX_NESTING + 1),
+            ")".repeat(MAX_NESTING + 1)
+        );
+        let e = parse_mapping(&deep).unwrap_err();
+        assert!(e.to_string().contains("nesting deeper"), "{e}");
+        let ok = format!(
+            "root = {}1{}",
+            "(".repeat(MAX_NESTING),
+            ")".repeat(MAX_NESTING)
+        );
+        assert!(parse_mapping(&ok).is_ok());
+        // Brackets inside strings and comments do not count.
+        assert!(parse_mapping(&format!(
+            "root = \"{}\" # {}",
+            "(".repeat(500),
+            "[".repeat(500)
+        ))
+        .is_ok());
+        let long = format!("root = 1{}", " + 1".repeat(MAX_CHAIN + 1));
+        assert!(parse_mapping(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("operators"));
+        let chain = format!("root = this{}", ".a".repeat(MAX_CHAIN + 1));
+        assert!(parse_mapping(&chain)
+            .unwrap_err()
+            .to_string()
+            .contains("chain"));
+        let nots = format!("root = {}true", "!".repeat(3 * MAX_CHAIN));
+        assert!(parse_mapping(&nots).is_err());
     }
 
     #[test]

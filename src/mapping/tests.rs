@@ -414,3 +414,127 @@ fn hostile_input_does_not_panic() {
         let _ = run(src, r#"{"a":[3,"x",1.5,{"k":1}],"s":"%d %q ∑","n":1e300}"#);
     }
 }
+
+#[test]
+fn runaway_recursion_is_an_error() {
+    let e = run(
+        "map loop {\n  root = this.apply(\"loop\")\n}\nroot = this.apply(\"loop\")",
+        "{}",
+    )
+    .unwrap_err();
+    assert!(e.contains("levels deep"), "{e}");
+    let e = run(
+        "root = range(0, 1000).fold({}, acc -> {\"a\": acc.tally})",
+        "{}",
+    )
+    .unwrap_err();
+    assert!(e.contains("deeper than"), "{e}");
+    let deep_xml = format!("root = \"{}\".parse_xml()", "<a>".repeat(300));
+    assert!(run(&deep_xml, "{}").is_err());
+    let deep_json = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    assert!(run("root = content().parse_json()", &deep_json).is_err());
+}
+
+#[test]
+fn more_hostile_input() {
+    for src in [
+        "root = range(-9223372036854775807, 9223372036854775807)",
+        "root = range(9223372036854775806, 9223372036854775807, 10)",
+        "root = \"%.4000000000f|%999999999d\".format(1.5, 2)",
+        "root = é",
+        "root = this.é",
+        "root = \"\\ud800\"",
+    ] {
+        let _ = run(src, "{}");
+    }
+    assert_eq!(
+        ok(
+            "root = range(9223372036854775806, 9223372036854775807, 10)",
+            "{}"
+        ),
+        "[9223372036854775806]"
+    );
+}
+
+/// Random token soup must compile or fail with diagnostics, and what compiles must run
+/// or fail with an error: never panic.
+#[test]
+fn random_token_soup_never_panics() {
+    const TOKENS: &[&str] = &[
+        "root",
+        "this",
+        ".",
+        "a",
+        "b",
+        "=",
+        "==",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ":",
+        "\"s\"",
+        "1",
+        "2.5",
+        "-1",
+        "!",
+        "&&",
+        "||",
+        "|",
+        "if",
+        "else",
+        "match",
+        "=>",
+        "_",
+        "x",
+        "->",
+        "\n",
+        "@",
+        "$v",
+        "let v",
+        "meta",
+        "map m",
+        ".apply(\"m\")",
+        ".map_each(",
+        ".filter(",
+        ".length()",
+        ".uppercase()",
+        "deleted()",
+        "now()",
+        ".sort()",
+        ".index(",
+        ".slice(",
+        "\"\"\"r\"\"\"",
+        "é",
+        "#c\n",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let input = r#"{"a":[3,1,2],"b":{"c":"x"},"s":"hey"}"#;
+    for _ in 0..3000 {
+        let len = (next() % 24) as usize + 1;
+        let src: String = (0..len)
+            .map(|_| TOKENS[(next() % TOKENS.len() as u64) as usize])
+            .collect::<Vec<_>>()
+            .join(" ");
+        if let Ok(m) = Mapping::compile(&src, &Env::default()) {
+            let _ = m.apply(&vec![Message::new(input)], 0);
+            let mut msg = Message::new(input);
+            let _ = m.mutate(&mut msg, 0, 1);
+        }
+        let _ = InterpolatedString::parse(&format!("x ${{! {src} }}"), &Env::default());
+    }
+}

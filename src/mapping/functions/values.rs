@@ -70,7 +70,7 @@ fn range<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     if step == 0 {
         return Err("step must not be zero".into());
     }
-    let n = ((stop - start) as f64 / step as f64).ceil();
+    let n = ((stop as f64 - start as f64) / step as f64).ceil();
     if n > 1_000_000.0 {
         return Err("range would have more than a million items".into());
     }
@@ -78,7 +78,10 @@ fn range<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let mut i = start;
     while (step > 0 && i < stop) || (step < 0 && i > stop) {
         out.push(Value::Int(i));
-        i += step;
+        match i.checked_add(step) {
+            Some(next) => i = next,
+            None => break,
+        }
     }
     own(Value::Array(out))
 }

@@ -317,6 +317,35 @@ fn or<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     }
 }
 
+thread_local! {
+    /// How deep `apply` calls are nested on this thread: a map that applies itself must
+    /// fail, not overflow the stack.
+    static APPLY_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+const MAX_APPLY_DEPTH: u32 = 32;
+
+/// Counts one level of `apply` while alive.
+struct DepthGuard;
+
+impl DepthGuard {
+    fn enter() -> Option<DepthGuard> {
+        APPLY_DEPTH.with(|d| {
+            if d.get() >= MAX_APPLY_DEPTH {
+                None
+            } else {
+                d.set(d.get() + 1);
+                Some(DepthGuard)
+            }
+        })
+    }
+}
+
+impl Drop for DepthGuard {
+    fn drop(&mut self) {
+        APPLY_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
 fn apply<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     let recv = call.recv(cx)?;
     let name = call.arg(0, cx)?;
@@ -328,6 +357,11 @@ fn apply<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         .prog
         .map(name)
         .ok_or_else(|| call.err(format!("map `{name}` is not defined")))?;
+    let _guard = DepthGuard::enter().ok_or_else(|| {
+        call.err(format!(
+            "maps applied more than {MAX_APPLY_DEPTH} levels deep"
+        ))
+    })?;
     let mut fr = Frame {
         root: Slot::Nothing,
         vars: vec![None; cx.prog.n_vars],

@@ -9,6 +9,9 @@ use crate::value::{Object, Value};
 
 const CAT: &str = "Object & Array Manipulation";
 
+/// How deep a value built by a loop may nest.
+pub(crate) const MAX_VALUE_NESTING: usize = 256;
+
 const OPT_LAMBDA: Param = Param {
     name: "compare",
     kind: Kind::Lambda,
@@ -248,6 +251,13 @@ fn fold<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         o.insert("value".into(), it.clone());
         let ctx_val = Value::Object(o);
         tally = call_lambda(l, &ctx_val, cx)?.into_owned();
+        // A fold can nest its tally once per item; values that deep would overflow the
+        // stack when written out or dropped.
+        if tally.nesting_exceeds(MAX_VALUE_NESTING) {
+            return Err(call.err(format!(
+                "the tally nests deeper than {MAX_VALUE_NESTING} levels"
+            )));
+        }
     }
     Ok(V::Own(tally))
 }

@@ -4,6 +4,7 @@
 mod arrays;
 mod encoding;
 mod general;
+mod geoip;
 mod lambdas;
 mod numbers;
 mod objects;
@@ -34,6 +35,7 @@ pub fn all() -> Vec<&'static MethodSpec> {
         timestamps::SPECS,
         encoding::SPECS,
         parsing::SPECS,
+        geoip::SPECS,
     ]
     .into_iter()
     .flatten()

@@ -109,6 +109,18 @@ pub static SPECS: &[MethodSpec] = &[
           ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#)],
         parse_xml,
     ),
+    method(
+        "format_xml",
+        CAT,
+        "Writes an object as XML, the inverse of `parse_xml`: `-name` fields become attributes, `#text` the text, arrays repeated elements.",
+        &[],
+        &[ex(
+            "root = this.format_xml().string()",
+            r##"{"root":{"n":["1","2"],"title":{"#text":"Hi","-lang":"en"}}}"##,
+            r#"<root><n>1</n><n>2</n><title lang="en">Hi</title></root>"#,
+        )],
+        format_xml,
+    ),
 ];
 
 fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -461,9 +473,12 @@ fn sign_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    rmp_serde::from_slice::<Value>(&raw(v)?)
-        .map(V::Own)
-        .map_err(|e| format!("failed to parse MessagePack: {e}"))
+    let out = rmp_serde::from_slice::<Value>(&raw(v)?)
+        .map_err(|e| format!("failed to parse MessagePack: {e}"))?;
+    if out.nesting_exceeds(super::lambdas::MAX_VALUE_NESTING) {
+        return Err("failed to parse MessagePack: nested too deeply".into());
+    }
+    own(out)
 }
 
 fn format_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -539,6 +554,9 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             .map_err(|e| format!("failed to parse XML: {e}"))?
         {
             Event::Start(e) => {
+                if stack.len() >= super::lambdas::MAX_VALUE_NESTING {
+                    return Err("failed to parse XML: nested too deeply".into());
+                }
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
                 stack.push((name, xml_attrs(&e)?, String::new()));
             }
@@ -581,4 +599,69 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         return Err("failed to parse XML: unclosed element".into());
     }
     own(Value::Object(root))
+}
+
+fn xml_escape(s: &str, out: &mut String) {
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn xml_element(name: &str, v: &Value, depth: usize, out: &mut String) -> Res<()> {
+    if depth > super::lambdas::MAX_VALUE_NESTING {
+        return Err("value nests too deeply for XML".into());
+    }
+    if let Value::Array(items) = v {
+        for it in items {
+            xml_element(name, it, depth + 1, out)?;
+        }
+        return Ok(());
+    }
+    out.push('<');
+    out.push_str(name);
+    match v {
+        Value::Object(o) => {
+            for (k, a) in o.iter().filter(|(k, _)| k.starts_with('-')) {
+                out.push(' ');
+                out.push_str(&k[1..]);
+                out.push_str("=\"");
+                xml_escape(&super::general::to_string_value(a), out);
+                out.push('"');
+            }
+            out.push('>');
+            if let Some(t) = o.get("#text") {
+                xml_escape(&super::general::to_string_value(t), out);
+            }
+            for (k, child) in o
+                .iter()
+                .filter(|(k, _)| !k.starts_with('-') && k.as_str() != "#text")
+            {
+                xml_element(k, child, depth + 1, out)?;
+            }
+        }
+        Value::Null => out.push('>'),
+        other => {
+            out.push('>');
+            xml_escape(&super::general::to_string_value(other), out);
+        }
+    }
+    out.push_str("</");
+    out.push_str(name);
+    out.push('>');
+    Ok(())
+}
+
+fn format_xml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let mut out = String::new();
+    for (k, child) in super::object(v)? {
+        xml_element(k, child, 0, &mut out)?;
+    }
+    own(Value::Bytes(out.into_bytes().into()))
 }

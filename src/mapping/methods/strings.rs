@@ -349,7 +349,7 @@ fn slug<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 
 /// A small printf: the verbs mappings use, with width and precision.
 pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
-    let mut out = String::with_capacity(fmt.len() + 16);
+    let mut out = String::with_capacity(fmt.len() + 64);
     let mut chars = fmt.chars().peekable();
     let mut next = 0usize;
     while let Some(c) = chars.next() {
@@ -382,6 +382,7 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
         let left = spec.starts_with('-');
         let zero = spec.trim_start_matches('-').starts_with('0');
         let spec_t = spec.trim_start_matches(['-', '+', ' ', '#', '0']);
+        // Width and precision are capped: a format string must not allocate without bound.
         let (w, prec) = match spec_t.split_once('.') {
             Some((w, p)) => (
                 w.parse::<usize>().ok(),
@@ -389,6 +390,7 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
             ),
             None => (spec_t.parse::<usize>().ok(), None),
         };
+        let (w, prec) = (w.map(|w| w.min(1024)), prec.map(|p| p.min(64)));
         if matches!(verb, 's' | 'v') && w.is_none() {
             // The common case: write the text straight in, no copy.
             match arg {
@@ -452,7 +454,7 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
 
 fn format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let fmt = text(v)?;
-    let given: Vec<&Value> = (0..args.len())
+    let given: smallvec::SmallVec<[&Value; 8]> = (0..args.len())
         .filter(|i| args.given(*i))
         .map(|i| args.get(i))
         .collect();
