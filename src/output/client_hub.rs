@@ -284,6 +284,9 @@ struct Stored {
     at: Instant,
     /// The connection that received it (round robin), or 0 for every client (broadcast).
     conn: u64,
+    /// A resuming client took it over (and was sent it) while its first write was still
+    /// unconfirmed: that write failing later must not send it a second time.
+    taken_over: bool,
 }
 
 struct State {
@@ -428,6 +431,7 @@ impl Hub {
                     if s.conn == owner && s.event.id.is_some_and(|id| id > last) {
                         // The new connection owns them now, so a second resume finds them.
                         s.conn = conn;
+                        s.taken_over = true;
                         out.push(s.event.clone());
                     }
                 }
@@ -483,12 +487,24 @@ impl Hub {
                     event: event.clone(),
                     at: now,
                     conn,
+                    taken_over: false,
                 });
             }
             events.push(event);
         }
         self.expire(st);
         Arc::new(Chunk::new(events))
+    }
+
+    /// After a failed write: true when a resuming client already took the chunk's events
+    /// over (they were replayed to it), so they must not be sent again.
+    fn taken_over(&self, chunk: &Chunk) -> bool {
+        let st = self.state.lock();
+        chunk.events.iter().filter_map(|e| e.id).all(|id| {
+            st.replay
+                .iter()
+                .any(|s| s.event.id == Some(id) && s.taken_over)
+        })
     }
 
     /// Forgets events that were never written, so a resume does not replay them.
@@ -588,6 +604,7 @@ impl Hub {
             };
             match tokio::time::timeout(self.opts.write_timeout, written).await {
                 Ok(Ok(())) => return Ok(()),
+                Ok(Err(_)) if self.taken_over(&chunk) => return Ok(()),
                 Ok(Err(_)) => {
                     metrics.write_errors.increment(1);
                     self.unassign(&chunk);
@@ -597,6 +614,9 @@ impl Hub {
                     // delivery as withdrawn and skips it.
                     metrics.write_errors.increment(1);
                     self.evict(conn);
+                    if self.taken_over(&chunk) {
+                        return Ok(());
+                    }
                     self.unassign(&chunk);
                 }
             }

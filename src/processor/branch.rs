@@ -11,6 +11,7 @@ use super::chain::Chain;
 use super::{BuildProcessor, ProcessorConfig};
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::component::Spec;
+use crate::config::MappingText;
 use crate::mapping::processors::Branch as Maps;
 use crate::message::Batch;
 
@@ -19,14 +20,14 @@ use crate::message::Batch;
 pub struct BranchConfig {
     /// Builds what the branch processes from each message; a copy when absent.
     #[serde(default)]
-    pub request_map: Option<String>,
+    pub request_map: Option<MappingText>,
     /// The processors of the branch.
     #[serde(default)]
     #[schemars(with = "Vec<serde_json::Value>")]
     pub processors: Vec<ProcessorConfig>,
     /// Maps each result back onto its original; results are dropped when absent.
     #[serde(default)]
-    pub result_map: Option<String>,
+    pub result_map: Option<MappingText>,
 }
 
 impl Spec for BranchConfig {
@@ -43,16 +44,10 @@ impl Spec for BranchConfig {
 
 impl BuildProcessor for BranchConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        let compile = |src: &Option<String>, field: &str| match src {
-            Some(s) => {
-                super::mapping::compile(s, &cx.child(format!("{}.{field}", cx.path))).map(Some)
-            }
-            None => Ok(None),
-        };
         Ok(Box::new(BranchProcessor {
             maps: Maps {
-                request_map: compile(&self.request_map, "request_map")?,
-                result_map: compile(&self.result_map, "result_map")?,
+                request_map: self.request_map.as_ref().map(|m| m.mapping().clone()),
+                result_map: self.result_map.as_ref().map(|m| m.mapping().clone()),
             },
             chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
         }))

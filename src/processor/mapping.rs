@@ -9,18 +9,19 @@ use serde::Deserialize;
 use super::BuildProcessor;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::component::Spec;
-use crate::mapping::{processors, Env, Mapping};
+use crate::config::MappingText;
+use crate::mapping::{processors, Mapping};
 use crate::message::Batch;
 
 /// The mapping text.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(transparent)]
-pub struct MappingConfig(pub String);
+pub struct MappingConfig(pub MappingText);
 
 /// The same processor under its older name.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(transparent)]
-pub struct BloblangConfig(pub String);
+pub struct BloblangConfig(pub MappingText);
 
 impl Spec for MappingConfig {
     const SPEC: ComponentSpec = ComponentSpec {
@@ -46,20 +47,15 @@ impl Spec for BloblangConfig {
     };
 }
 
-/// Compiles a mapping for a component, turning diagnostics into a build error.
-pub(crate) fn compile(src: &str, cx: &BuildContext) -> Result<Mapping, BuildError> {
-    Mapping::compile(src, &Env::default()).map_err(|d| cx.error(format!("invalid mapping:\n{d}")))
-}
-
 impl BuildProcessor for MappingConfig {
-    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        Ok(Box::new(MappingProcessor(compile(&self.0, cx)?)))
+    fn build(&self, _cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        Ok(Box::new(MappingProcessor(self.0.mapping().clone())))
     }
 }
 
 impl BuildProcessor for BloblangConfig {
-    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        Ok(Box::new(MappingProcessor(compile(&self.0, cx)?)))
+    fn build(&self, _cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        Ok(Box::new(MappingProcessor(self.0.mapping().clone())))
     }
 }
 
@@ -82,7 +78,7 @@ mod tests {
         let p = MappingProcessor(
             Mapping::compile(
                 "root = if this.n == 0 { deleted() } else { this.n * 2 }",
-                &Env::default(),
+                &crate::mapping::Env::default(),
             )
             .unwrap(),
         );
@@ -101,6 +97,8 @@ mod tests {
     #[test]
     fn config_is_the_mapping_text() {
         let c: MappingConfig = serde_yaml::from_str("'root = this'").unwrap();
-        assert_eq!(c.0, "root = this");
+        assert_eq!(c.0.source(), "root = this");
+        // A broken mapping is refused while the config is read.
+        assert!(serde_yaml::from_str::<MappingConfig>("'root = '").is_err());
     }
 }

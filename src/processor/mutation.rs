@@ -8,13 +8,14 @@ use serde::Deserialize;
 use super::BuildProcessor;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::component::Spec;
+use crate::config::MappingText;
 use crate::mapping::{processors, Mapping};
 use crate::message::Batch;
 
 /// The mapping text.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(transparent)]
-pub struct MutationConfig(pub String);
+pub struct MutationConfig(pub MappingText);
 
 impl Spec for MutationConfig {
     const SPEC: ComponentSpec = ComponentSpec {
@@ -29,8 +30,8 @@ impl Spec for MutationConfig {
 }
 
 impl BuildProcessor for MutationConfig {
-    fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        Ok(Box::new(Mutation(super::mapping::compile(&self.0, cx)?)))
+    fn build(&self, _cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        Ok(Box::new(Mutation(self.0.mapping().clone())))
     }
 }
 

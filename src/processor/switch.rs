@@ -11,6 +11,7 @@ use super::chain::Chain;
 use super::{BuildProcessor, ProcessorConfig};
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::component::Spec;
+use crate::config::MappingText;
 use crate::mapping::{processors, Mapping};
 use crate::message::{Batch, Message};
 
@@ -24,7 +25,7 @@ pub struct SwitchConfig(pub Vec<SwitchCase>);
 pub struct SwitchCase {
     /// A mapping that gives a bool; absent means the case always matches.
     #[serde(default)]
-    pub check: Option<String>,
+    pub check: Option<MappingText>,
     /// The processors for messages this case takes.
     #[serde(default)]
     #[schemars(with = "Vec<serde_json::Value>")]
@@ -57,13 +58,7 @@ impl BuildProcessor for SwitchConfig {
         let mut checks = Vec::with_capacity(self.0.len());
         for (i, c) in self.0.iter().enumerate() {
             let path = format!("{}[{i}]", cx.path);
-            let check = match &c.check {
-                Some(src) => Some(super::mapping::compile(
-                    src,
-                    &cx.child(format!("{path}.check")),
-                )?),
-                None => None,
-            };
+            let check = c.check.as_ref().map(|m| m.mapping().clone());
             let chain = Chain::build(&c.processors, cx, &format!("{path}.processors"))?;
             checks.push(check);
             cases.push(Case {
