@@ -1,0 +1,242 @@
+//! Kafka connectors against a Kafka-API broker (tansu, started by scripts/brokers.sh; its
+//! address is in target/brokers/kafka.addr, or SLUICE_KAFKA_ADDR).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message};
+
+fn addr() -> String {
+    if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
+        return a;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/brokers/kafka.addr");
+    std::fs::read_to_string(file)
+        .map(|s| s.trim().to_owned())
+        .expect("a Kafka address: run scripts/brokers.sh")
+}
+
+async fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let res = admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    for r in res {
+        r.unwrap();
+    }
+}
+
+fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", addr())
+        .set("message.timeout.ms", "10000")
+        .create()
+        .unwrap()
+}
+
+async fn produce(topic: &str, items: &[String], key: Option<&str>) {
+    let p = producer();
+    for (i, item) in items.iter().enumerate() {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "x-seq",
+            value: Some(&i.to_string()),
+        });
+        let mut r = FutureRecord::to(topic)
+            .payload(item.as_bytes())
+            .headers(headers);
+        if let Some(k) = key {
+            r = r.key(k);
+        }
+        p.send(r, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
+fn consumer(topic: &str) -> StreamConsumer {
+    let c: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr())
+        .set("group.id", unique("check"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    c
+}
+
+#[tokio::test]
+async fn round_trip_with_keys_headers_and_metadata() {
+    let _shared = BROKER.read().await;
+    let (a, b) = (unique("in"), unique("out"));
+    create_topic(&a, 1).await;
+    create_topic(&b, 1).await;
+    let sent = payloads("k", 50);
+    produce(&a, &sent, Some("key-a")).await;
+    let stream = start(&format!(
+        "input:\n  kafka:\n    addresses: ['{addr}']\n    topics: [{a}]\n    consumer_group: {g}\noutput:\n  kafka:\n    addresses: ['{addr}']\n    topic: {b}\n    key: key-b\n    timeout: 10s\n    metadata:\n      include_patterns: ['.*']\n      exclude_patterns: ['^kafka_timestamp']\n",
+        addr = addr(),
+        g = unique("g"),
+    ));
+    let c = consumer(&b);
+    let mut got = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while got.len() < sent.len() {
+        let m = tokio::time::timeout_at(deadline, c.recv())
+            .await
+            .expect("all records")
+            .unwrap();
+        assert_eq!(m.key(), Some(&b"key-b"[..]));
+        let headers: std::collections::BTreeMap<String, String> = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(headers.get("kafka_topic"), Some(&a));
+        assert_eq!(headers.get("kafka_key").map(String::as_str), Some("key-a"));
+        assert_eq!(
+            headers.get("kafka_partition").map(String::as_str),
+            Some("0")
+        );
+        assert!(headers.contains_key("kafka_offset") && headers.contains_key("x-seq"));
+        assert!(
+            !headers.contains_key("kafka_timestamp_unix"),
+            "excluded by pattern"
+        );
+        got.insert(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+    }
+    assert_eq!(got, sent.iter().cloned().collect());
+    stream.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn offsets_are_committed_only_after_delivery() {
+    let _shared = BROKER.read().await;
+    let topic = unique("commit");
+    create_topic(&topic, 2).await;
+    let group = unique("g");
+    let first = payloads("first", 100);
+    produce(&topic, &first, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out1 = dir.path().join("1.txt");
+    let yaml = |out: &std::path::Path| {
+        format!(
+            "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {group}\n    commit_period: 100ms\noutput:\n  file:\n    path: {}\n",
+            addr(),
+            out.display()
+        )
+    };
+    let s1 = start(&yaml(&out1));
+    wait_for("the first records", Duration::from_secs(60), || {
+        read_lines(&out1).len() == first.len()
+    })
+    .await;
+    s1.stop(Duration::from_secs(10)).await;
+    // A new member of the group starts where the acknowledged offsets end.
+    let second = payloads("second", 50);
+    produce(&topic, &second, None).await;
+    let out2 = dir.path().join("2.txt");
+    let s2 = start(&yaml(&out2));
+    wait_for("the new records", Duration::from_secs(60), || {
+        read_lines(&out2).len() >= second.len()
+    })
+    .await;
+    s2.stop(Duration::from_secs(10)).await;
+    let got = read_lines(&out2);
+    assert!(second.iter().all(|s| got.contains(s)));
+    assert!(
+        got.iter().all(|s| s.starts_with("second")),
+        "committed records were not read again: {got:?}"
+    );
+}
+
+#[tokio::test]
+async fn explicit_partitions_are_read_alone() {
+    let _shared = BROKER.read().await;
+    let topic = unique("parts");
+    create_topic(&topic, 2).await;
+    let p = producer();
+    for i in 0..20 {
+        let payload = format!("p{}-{i}", i % 2);
+        p.send(
+            FutureRecord::<(), _>::to(&topic)
+                .payload(payload.as_bytes())
+                .partition(i % 2),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let s = start(&format!(
+        "input:\n  kafka:\n    addresses: ['{}']\n    topics: ['{topic}:1']\n    consumer_group: {}\noutput:\n  file:\n    path: {}\n",
+        addr(),
+        unique("g"),
+        out.display()
+    ));
+    wait_for("partition 1", Duration::from_secs(60), || {
+        read_lines(&out).len() == 10
+    })
+    .await;
+    s.stop(Duration::from_secs(5)).await;
+    assert!(read_lines(&out).iter().all(|l| l.starts_with("p1-")));
+}
+
+#[tokio::test]
+async fn group_members_share_partitions_without_loss() {
+    let _shared = BROKER.read().await;
+    let topic = unique("group");
+    create_topic(&topic, 4).await;
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let outs: Vec<_> = (0..2)
+        .map(|i| dir.path().join(format!("{i}.txt")))
+        .collect();
+    let yaml = |out: &std::path::Path| {
+        format!(
+            "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {group}\n    commit_period: 100ms\noutput:\n  file:\n    path: {}\n",
+            addr(),
+            out.display()
+        )
+    };
+    let s1 = start(&yaml(&outs[0]));
+    let sent = payloads("g", 400);
+    produce(&topic, &sent[..200], None).await;
+    // A second member joins mid-stream: the rebalance hands partitions over.
+    wait_for("the first member to read", Duration::from_secs(60), || {
+        !read_lines(&outs[0]).is_empty()
+    })
+    .await;
+    let s2 = start(&yaml(&outs[1]));
+    produce(&topic, &sent[200..], None).await;
+    wait_for("every record", Duration::from_secs(90), || {
+        let all: BTreeSet<_> = outs.iter().flat_map(|o| read_lines(o)).collect();
+        all.len() == sent.len()
+    })
+    .await;
+    s1.stop(Duration::from_secs(10)).await;
+    s2.stop(Duration::from_secs(10)).await;
+}
