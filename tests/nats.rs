@@ -152,7 +152,7 @@ async fn jetstream_round_trip_with_durable_consumer() {
     .await;
     consumer.stop(Duration::from_secs(5)).await;
     // Acked after delivery: the durable consumer has nothing left pending.
-    let mut stream = js.get_stream(&name).await.unwrap();
+    let stream = js.get_stream(&name).await.unwrap();
     let mut c: jetstream::consumer::PullConsumer = stream.get_consumer("sluice").await.unwrap();
     let ci = c.info().await.unwrap();
     assert_eq!(ci.num_ack_pending, 0);

@@ -89,11 +89,9 @@ impl BrokerGuard {
 
     /// Stops the broker by killing the process that listens on its port.
     pub fn stop(&self) {
-        // fuser names the process that owns the listening port, nothing else.
-        let status = Command::new("fuser")
-            .args(["-s", "-k", "-TERM", &format!("{}/tcp", self.port)])
-            .status();
-        assert!(status.is_ok(), "fuser is needed to stop {}", self.name);
+        for pid in listener_pids(self.port) {
+            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         while port_open(self.port) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
@@ -114,6 +112,23 @@ impl BrokerGuard {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// The processes listening on a loopback TCP port, as `ss` reports them.
+fn listener_pids(port: u16) -> Vec<u32> {
+    let out = Command::new("ss")
+        .args(["-ltnpH", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (iproute2) is needed to find a broker's process");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut pids: Vec<u32> = text
+        .split("pid=")
+        .skip(1)
+        .filter_map(|s| s.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    pids
 }
 
 impl Drop for BrokerGuard {
