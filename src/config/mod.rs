@@ -219,12 +219,16 @@ fn merge(
         }
     }
     for (stream, cfg) in file.root.streams {
-        if into.streams.contains_key(&stream) {
-            errors.push(ConfigError::new(format!(
-                "{name}: stream `{stream}` is defined twice (stream names must be unique across files)"
-            )));
-        } else {
-            into.streams.insert(stream, cfg);
+        match into.streams.entry(stream) {
+            std::collections::btree_map::Entry::Occupied(e) => {
+                errors.push(ConfigError::new(format!(
+                    "{name}: stream `{}` is defined twice (stream names must be unique across files)",
+                    e.key()
+                )));
+            }
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(cfg);
+            }
         }
     }
 }

@@ -36,10 +36,13 @@ where
     }
 }
 
+/// A mounted path's owner and handler.
+type Mounted = (String, Arc<dyn Handler>);
+
 /// The path table components mount into.
 #[derive(Default)]
 pub struct Routes {
-    table: RwLock<HashMap<String, (String, Arc<dyn Handler>)>>,
+    table: RwLock<HashMap<String, Mounted>>,
 }
 
 /// A path that is already served by another component.
