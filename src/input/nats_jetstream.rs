@@ -227,7 +227,7 @@ impl Input for JetStreamInput {
             };
             spawner.spawn(async move {
                 for acker in ackers {
-                    if let Err(e) = acker.ack_with(kind.clone()).await {
+                    if let Err(e) = acker.ack_with(kind).await {
                         // The server redelivers after `ack_wait`: a duplicate, not a loss.
                         warn!(error = %e, "JetStream ack failed.");
                     }

@@ -90,7 +90,9 @@ impl BrokerGuard {
     /// Stops the broker by killing the process that listens on its port.
     pub fn stop(&self) {
         for pid in listener_pids(self.port) {
-            let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
         }
         let deadline = Instant::now() + Duration::from_secs(30);
         while port_open(self.port) && Instant::now() < deadline {
