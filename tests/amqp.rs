@@ -167,3 +167,42 @@ async fn durable_queue_survives_a_broker_restart() {
         .queue_delete(&queue, Default::default())
         .await;
 }
+
+#[tokio::test]
+async fn example_amqp_to_file() {
+    let _shared = BROKER.read().await;
+    let queue = unique("orders");
+    let binding = format!("{queue}.#");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("orders.log");
+    let mut sluice = Sluice::run_example(
+        "amqp_to_file.yaml",
+        &[
+            ("AMQP_QUEUE", queue.clone()),
+            ("AMQP_BINDING", binding),
+            ("OUT_FILE", out.display().to_string()),
+        ],
+    );
+    let ch = channel().await;
+    // Publish until the example has declared and bound its queue.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while read_lines(&out).is_empty() {
+        assert!(sluice.still_running(), "sluice exited");
+        assert!(tokio::time::Instant::now() < deadline, "nothing arrived");
+        ch.basic_publish(
+            "amq.topic",
+            &format!("{queue}.created"),
+            Default::default(),
+            b"order-1",
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(read_lines(&out).contains("order-1"));
+    drop(sluice);
+    let _ = ch.queue_delete(&queue, Default::default()).await;
+}

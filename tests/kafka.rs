@@ -240,3 +240,47 @@ async fn group_members_share_partitions_without_loss() {
     s1.stop(Duration::from_secs(10)).await;
     s2.stop(Duration::from_secs(10)).await;
 }
+
+#[tokio::test]
+async fn example_http_to_kafka() {
+    let _shared = BROKER.read().await;
+    let topic = unique("events");
+    create_topic(&topic, 1).await;
+    let port = free_port();
+    let mut sluice = Sluice::run_example(
+        "http_to_kafka.yaml",
+        &[
+            ("KAFKA_ADDRESSES", addr()),
+            ("KAFKA_TOPIC", topic.clone()),
+            ("SLUICE_HTTP_ADDRESS", format!("127.0.0.1:{port}")),
+        ],
+    );
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(sluice.still_running(), "sluice exited");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no 200 from the example"
+        );
+        if let Ok(r) = http
+            .post(format!("http://127.0.0.1:{port}/events"))
+            .body("hello")
+            .send()
+            .await
+        {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Answered 200: the broker already has the record.
+    let c = consumer(&topic);
+    let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
+        .await
+        .expect("a record")
+        .unwrap();
+    assert_eq!(m.payload(), Some(&b"hello"[..]));
+    assert_eq!(m.key(), Some(&b"http"[..]));
+}

@@ -171,3 +171,44 @@ async fn persistent_session_survives_a_broker_restart() {
     producer.stop(Duration::from_secs(5)).await;
     consumer.stop(Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn example_mqtt_to_nats() {
+    let _shared = BROKER.read().await;
+    let (topic, subject) = (unique("sensors"), unique("sensors"));
+    let nats = async_nats::connect("nats://127.0.0.1:4222")
+        .await
+        .expect("nats-server");
+    let mut sub = nats.subscribe(subject.clone()).await.unwrap();
+    let mut sluice = Sluice::run_example(
+        "mqtt_to_nats.yaml",
+        &[
+            ("MQTT_TOPICS", format!("{topic}/#")),
+            ("MQTT_CLIENT_ID", unique("example")),
+            ("NATS_SUBJECT", subject.clone()),
+        ],
+    );
+    let p = publisher().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let msg = loop {
+        assert!(sluice.still_running(), "sluice exited");
+        assert!(tokio::time::Instant::now() < deadline, "nothing bridged");
+        p.publish(
+            format!("{topic}/kitchen/temp"),
+            QoS::AtLeastOnce,
+            false,
+            "21.5",
+        )
+        .await
+        .unwrap();
+        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+            break m;
+        }
+    };
+    assert_eq!(&msg.payload[..], b"21.5");
+    let h = msg.headers.expect("headers");
+    assert_eq!(
+        h.get("mqtt_topic").unwrap().as_str(),
+        format!("{topic}/kitchen/temp")
+    );
+}

@@ -270,3 +270,52 @@ async fn jetstream_survives_a_server_restart() {
     consumer.stop(Duration::from_secs(5)).await;
     let _ = jetstream::new(client().await).delete_stream(&name).await;
 }
+
+#[tokio::test]
+async fn example_jetstream_to_redis() {
+    let _shared = BROKER.read().await;
+    let name = unique("ORDERS").replace('-', "_");
+    let js = create_stream(&name, &format!("{name}.>")).await;
+    for i in 0..10 {
+        js.publish(format!("{name}.created"), format!("order-{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let key = unique("orders");
+    let mut sluice = Sluice::run_example(
+        "jetstream_to_redis.yaml",
+        &[("JS_STREAM", name.clone()), ("REDIS_STREAM", key.clone())],
+    );
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis on 6379");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let len: usize = redis::AsyncCommands::xlen(&mut redis, &key).await.unwrap();
+        if len == 10 {
+            break;
+        }
+        assert!(sluice.still_running(), "sluice exited");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{len} of 10 entries"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let entries: redis::streams::StreamRangeReply =
+        redis::AsyncCommands::xrange_all(&mut redis, &key)
+            .await
+            .unwrap();
+    let first = &entries.ids[0];
+    assert_eq!(
+        first.get::<String>("nats_subject").as_deref(),
+        Some(&*format!("{name}.created"))
+    );
+    drop(sluice);
+    let _: () = redis::AsyncCommands::del(&mut redis, &key).await.unwrap();
+    let _ = js.delete_stream(&name).await;
+}

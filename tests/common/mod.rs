@@ -138,3 +138,44 @@ impl Drop for BrokerGuard {
         self.restart();
     }
 }
+
+/// A `sluice run` process, killed when dropped.
+pub struct Sluice(pub std::process::Child);
+
+impl Sluice {
+    /// Runs an example from `pipelines/` with the given environment.
+    pub fn run_example(file: &str, env: &[(&str, String)]) -> Sluice {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("pipelines")
+            .join(file);
+        assert!(path.exists(), "{} exists", path.display());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.arg("run").arg(path);
+        cmd.env("SLUICE_HTTP_ADDRESS", "127.0.0.1:0");
+        cmd.env("SLUICE_LOG", "warn");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Sluice(cmd.spawn().expect("sluice runs"))
+    }
+
+    pub fn still_running(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

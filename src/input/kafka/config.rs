@@ -80,7 +80,7 @@ impl Spec for KafkaInputConfig {
             },
             Example {
                 title: "Read two partitions of a topic",
-                yaml: "input:\n  kafka:\n    addresses: [127.0.0.1:9092]\n    topics: ['orders:0-1']\n    consumer_group: sluice\n    checkpoint_limit: 512\n    sasl:\n      mechanism: SCRAM-SHA-256\n      user: sluice\n      password: ${KAFKA_PASSWORD:-secret}\noutput:\n  stdout: {}\n",
+                yaml: "input:\n  kafka:\n    addresses: [127.0.0.1:9092]\n    topics: ['orders:0-1']\n    consumer_group: sluice\n    checkpoint_limit: 512\n    sasl:\n      mechanism: SCRAM-SHA-256\n      user: sluice\n      password: ${KAFKA_PASSWORD:secret}\noutput:\n  stdout: {}\n",
             },
         ],
     };
