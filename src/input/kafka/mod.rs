@@ -264,9 +264,15 @@ fn settle(shared: &Shared, consumer: &Consumer_, acked: Vec<(PartKey, u64, Vec<i
         }
     }
     // Outside the lock: librdkafka takes its own locks, and its rebalance callback takes ours.
-    for ((topic, partition), offset) in to_store {
-        if let Err(e) = consumer.store_offset(&topic, partition, offset) {
-            debug!(error = %e, "Offset not stored (partition no longer assigned).");
+    // The list form stores the offset as given: the next one to read (the single-offset
+    // call would add one to it).
+    if !to_store.is_empty() {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), offset) in &to_store {
+            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*offset));
+        }
+        if let Err(e) = consumer.store_offsets(&tpl) {
+            debug!(error = %e, "Offsets not stored (partition no longer assigned).");
         }
     }
     shared.freed.notify_waiters();
