@@ -284,3 +284,148 @@ async fn example_http_to_kafka() {
     assert_eq!(m.payload(), Some(&b"hello"[..]));
     assert_eq!(m.key(), Some(&b"http"[..]));
 }
+
+/// The tansu binary scripts/brokers.sh installed.
+fn tansu_bin() -> String {
+    let root = std::env::var("SLUICE_TOOLS_ROOT").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice-tools",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    let cached = format!("{root}/bin/tansu");
+    if std::path::Path::new(&cached).exists() {
+        cached
+    } else {
+        "tansu".into()
+    }
+}
+
+/// A TCP relay in front of a broker: `cut` drops every connection and refuses new ones
+/// (the broker is gone for its clients), `resume` accepts again on the same port.
+struct Relay {
+    port: u16,
+    target: u16,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Relay {
+    async fn resume(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        let target = self.target;
+        self.task = Some(tokio::spawn(async move {
+            // Dropping the set (when this task is aborted) aborts every relayed connection.
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                conns.spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        }));
+    }
+
+    fn cut(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// A tansu of this test's own, killed when dropped.
+struct OwnTansu(std::process::Child);
+
+impl Drop for OwnTansu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The broker disappears mid-stream and comes back. tansu keeps its log in memory here,
+/// so stopping its process would also empty it (and change topic ids, which librdkafka
+/// does not survive): the outage is made with a relay that every client goes through
+/// (the broker advertises the relay's address), which is what clients see of a restart
+/// of a broker that keeps its log.
+#[tokio::test]
+async fn input_and_output_survive_a_broker_outage() {
+    let (relay_port, broker_port) = (free_port(), free_port());
+    let broker = format!("127.0.0.1:{relay_port}");
+    let _tansu = OwnTansu(
+        std::process::Command::new(tansu_bin())
+            .args([
+                "broker",
+                "--storage-engine",
+                "memory://tansu/",
+                "--listener-url",
+                &format!("tcp://127.0.0.1:{broker_port}"),
+                "--advertised-listener-url",
+                &format!("tcp://{broker}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tansu (run scripts/brokers.sh)"),
+    );
+    let mut relay = Relay {
+        port: relay_port,
+        target: broker_port,
+        task: None,
+    };
+    relay.resume().await;
+    wait_for("tansu", Duration::from_secs(30), || port_open(broker_port)).await;
+
+    let topic = unique("fault");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .unwrap();
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let sent = payloads("f", 400);
+    let input = lines_file(dir.path(), &sent);
+    let env = sluice::stream::StreamEnv::standalone();
+    // Producer (slowed down so that the outage falls mid-stream) and consumer.
+    let producer = start_in(&format!(
+        "input:\n  file:\n    paths: [{}]\npipeline:\n  processors:\n    - sleep: {{duration: 10ms}}\noutput:\n  kafka:\n    addresses: ['{broker}']\n    topic: {topic}\n    timeout: 5s\n",
+        input.display()
+    ), &env);
+    let consumer = start_in(&format!(
+        "input:\n  kafka:\n    addresses: ['{broker}']\n    topics: [{topic}]\n    consumer_group: {}\n    commit_period: 100ms\noutput:\n  file:\n    path: {}\n",
+        unique("g"), out.display()
+    ), &env);
+    wait_for("a third of the messages", Duration::from_secs(60), || {
+        read_lines(&out).len() >= 130
+    })
+    .await;
+    relay.cut();
+    wait_for("the stream to notice", Duration::from_secs(60), || {
+        !env.readiness.not_ready().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.resume().await;
+    wait_for(
+        "every message after the outage",
+        Duration::from_secs(120),
+        || read_lines(&out).len() == sent.len(),
+    )
+    .await;
+    assert_eq!(read_lines(&out), sent.iter().cloned().collect());
+    producer.stop(Duration::from_secs(5)).await;
+    consumer.stop(Duration::from_secs(5)).await;
+    relay.cut();
+}

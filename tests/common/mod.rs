@@ -89,6 +89,11 @@ impl BrokerGuard {
 
     /// Stops the broker by killing the process that listens on its port.
     pub fn stop(&self) {
+        self.stop_only();
+    }
+
+    /// Stops the broker; for guards whose restart is done elsewhere.
+    pub fn stop_only(&self) {
         for pid in listener_pids(self.port) {
             let _ = Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
@@ -114,6 +119,20 @@ impl BrokerGuard {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+}
+
+/// Stops the process listening on `port` (SIGTERM) and waits for the port to close.
+pub fn stop_listener(name: &str, port: u16) {
+    for pid in listener_pids(port) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while port_open(port) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!port_open(port), "{name} did not stop");
 }
 
 /// The processes listening on a loopback TCP port, as `ss` reports them.
