@@ -102,7 +102,6 @@ start_tansu() {
     if ! bin="$(tansu_bin)"; then
         log "installing tansu (takes a while the first time)"
         need_pkg cc build-essential
-        need_pkg protoc protobuf-compiler
         cargo install --quiet --root "$tools_root" tansu --locked --features dynostore
         bin="$tools_root/bin/tansu"
     fi
