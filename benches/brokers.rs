@@ -2,7 +2,7 @@
 //! on the local brokers (scripts/brokers.sh), with 100-byte messages. Prints one line per
 //! case and the ratio sluice / bare. Run with `benches/brokers.sh` (or
 //! `cargo bench --bench brokers`); `BENCH_SCALE=0.2` shortens it, `BENCH_ONLY=kafka` picks
-//! one broker.
+//! one broker, `BENCH_DEBUG=1` prints time to first message and batch sizes.
 //!
 //! Both sides do the same work: produce = every message confirmed as the connector
 //! defines it (Kafka delivery reports, NATS flush, MQTT QoS 1 PUBACK); consume = every
@@ -44,6 +44,8 @@ fn sent(handle: &metrics_exporter_prometheus::PrometheusHandle, stream: &str) ->
 }
 
 /// Runs a stream until its outputs wrote `n` messages (or it ends); returns the time.
+/// A stream with a finite input is timed until it finished (everything acknowledged);
+/// an endless one by polling its output counter.
 async fn run_sluice(yaml: &str, n: u64) -> Duration {
     let handle = sluice::metrics::install();
     let root = sluice::config::parse_str("bench.yaml", yaml).expect("bench config");
@@ -51,20 +53,47 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
     let name = unique("bench");
     let stream = Stream::build(&name, &config, &StreamEnv::standalone()).expect("builds");
     let start = Instant::now();
-    let running = stream.start();
+    let mut running = stream.start();
+    if yaml.contains("generate:") {
+        tokio::time::timeout(Duration::from_secs(300), running.finished())
+            .await
+            .expect("sluice did not finish");
+        return start.elapsed();
+    }
     let deadline = start + Duration::from_secs(300);
-    while sent(&handle, &name) < n {
+    let mut first = None;
+    loop {
+        let got = sent(&handle, &name);
+        if got > 0 && first.is_none() {
+            first = Some(start.elapsed());
+        }
+        if got >= n {
+            break;
+        }
         assert!(
             Instant::now() < deadline,
-            "sluice did not finish: {} of {n}",
-            sent(&handle, &name)
+            "sluice did not finish: {got} of {n}"
         );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(POLL).await;
+    }
+    if std::env::var("BENCH_DEBUG").is_ok() {
+        eprintln!("first message after {first:?}");
+        for l in handle
+            .render()
+            .lines()
+            .filter(|l| l.contains(&name) && l.contains("batch_size_messages_"))
+        {
+            eprintln!("{l}");
+        }
     }
     let elapsed = start.elapsed();
     running.stop(Duration::from_secs(10)).await;
     elapsed
 }
+
+/// How often a consume run looks at its counter: rendering the metrics costs CPU that
+/// the stream under test needs, so not too often; it adds at most this much to a run.
+const POLL: Duration = Duration::from_millis(10);
 
 fn report(case: &str, n: usize, bare: Duration, sluice: Duration) -> f64 {
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
@@ -164,7 +193,11 @@ mod kafka {
             .unwrap();
         c.subscribe(&[topic]).unwrap();
         let start = Instant::now();
-        for _ in 0..n {
+        c.recv().await.unwrap();
+        if std::env::var("BENCH_DEBUG").is_ok() {
+            eprintln!("bare: first message after {:?}", start.elapsed());
+        }
+        for _ in 1..n {
             c.recv().await.unwrap();
         }
         start.elapsed()
@@ -277,7 +310,7 @@ mod nats {
                 "nats consume: {} of {n}",
                 sent(&handle, &name)
             );
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(POLL).await;
         }
         let elapsed = start.elapsed();
         feeder.await.unwrap();
@@ -416,7 +449,7 @@ mod mqtt {
                 "mqtt consume: {} of {n}",
                 sent(&handle, &name)
             );
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(POLL).await;
         }
         let elapsed = start.elapsed();
         feeder.await.unwrap();

@@ -60,8 +60,8 @@ struct Shared {
     /// Woken when acknowledgements free room below `checkpoint_limit`.
     freed: Notify,
     epochs: AtomicU64,
-    /// The high watermark of each partition, from the client's statistics.
-    high: Mutex<HashMap<(String, i32), i64>>,
+    /// The high watermark of each partition by topic, from the client's statistics.
+    high: Mutex<HashMap<String, HashMap<i32, i64>>>,
 }
 
 pub struct Ctx {
@@ -72,9 +72,10 @@ impl ClientContext for Ctx {
     fn stats(&self, stats: Statistics) {
         let mut high = self.shared.high.lock();
         for (topic, t) in stats.topics {
+            let parts = high.entry(topic).or_default();
             for (p, part) in t.partitions {
                 if p >= 0 && part.hi_offset >= 0 {
-                    high.insert((topic.clone(), p), part.hi_offset);
+                    parts.insert(p, part.hi_offset);
                 }
             }
         }
@@ -187,7 +188,8 @@ impl KafkaInput {
             .shared
             .high
             .lock()
-            .get(&(m.topic().to_owned(), m.partition()))
+            .get(m.topic())
+            .and_then(|parts| parts.get(&m.partition()))
             .copied();
         if let Some(h) = high {
             msg.set_meta("kafka_lag", (h - m.offset() - 1).max(0));
