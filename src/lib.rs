@@ -10,6 +10,7 @@ pub mod cli;
 pub mod codec;
 pub mod component;
 pub mod config;
+pub mod connect;
 pub mod duration;
 pub mod http;
 pub mod input;

@@ -224,9 +224,9 @@ fn merge(
         match into.streams.entry(stream) {
             std::collections::btree_map::Entry::Occupied(e) => {
                 errors.push(ConfigError::new(format!(
-                "{name}: stream `{}` is defined twice (stream names must be unique across files)",
-                e.key()
-            )))
+                    "{name}: stream `{}` is defined twice (stream names must be unique across files)",
+                    e.key()
+                )));
             }
             std::collections::btree_map::Entry::Vacant(e) => {
                 e.insert(cfg);

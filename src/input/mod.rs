@@ -1,20 +1,34 @@
 //! Inputs: where messages come from. One file per input; the list below registers them.
 
+pub mod amqp_0_9;
 pub mod broker;
 pub mod file;
 pub mod generate;
 pub mod http_client;
 pub mod http_server;
+pub mod kafka;
+pub mod mqtt;
+pub mod nats;
+pub mod nats_jetstream;
+pub mod redis_pubsub;
+pub mod redis_streams;
 pub mod stdin;
 
 use crate::component::{BuildContext, BuildError, Input, Kind};
 
 crate::registry!(Kind::Input, InputKind, InputConfig, BuildInput -> InputBuild {
+    "amqp_0_9" => Amqp09(amqp_0_9::AmqpInputConfig),
     "broker" => Broker(broker::BrokerInputConfig),
     "file" => File(file::FileInputConfig),
     "generate" => Generate(generate::GenerateConfig),
     "http_client" => HttpClient(http_client::HttpClientInputConfig),
     "http_server" => HttpServer(http_server::HttpServerInputConfig),
+    "kafka" => Kafka(kafka::KafkaInputConfig),
+    "mqtt" => Mqtt(mqtt::MqttInputConfig),
+    "nats" => Nats(nats::NatsInputConfig),
+    "nats_jetstream" => NatsJetStream(nats_jetstream::NatsJetStreamInputConfig),
+    "redis_pubsub" => RedisPubSub(redis_pubsub::RedisPubSubInputConfig),
+    "redis_streams" => RedisStreams(redis_streams::RedisStreamsInputConfig),
     "stdin" => Stdin(stdin::StdinConfig),
 });
 

@@ -1,6 +1,7 @@
 //! Outputs: where messages go. One file per output; the list below registers them.
 //! Leaf outputs write; `broker`, `fallback` and `retry` route to child outputs.
 
+pub mod amqp_0_9;
 pub mod broker;
 pub mod client_hub;
 pub mod drop;
@@ -8,6 +9,12 @@ pub mod fallback;
 pub mod file;
 pub mod http_client;
 pub mod http_server;
+pub mod kafka;
+pub mod mqtt;
+pub mod nats;
+pub mod nats_jetstream;
+pub mod redis_pubsub;
+pub mod redis_streams;
 pub mod retry;
 pub mod stdout;
 pub mod switch;
@@ -16,12 +23,19 @@ pub mod websocket_server;
 use crate::component::{BuildContext, BuildError, Kind, Router, Writer};
 
 crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBuild {
+    "amqp_0_9" => Amqp09(amqp_0_9::AmqpOutputConfig),
     "broker" => Broker(broker::BrokerOutputConfig),
     "drop" => Drop(drop::DropConfig),
     "fallback" => Fallback(fallback::FallbackConfig),
     "file" => File(file::FileOutputConfig),
     "http_client" => HttpClient(http_client::HttpClientOutputConfig),
     "http_server" => HttpServer(http_server::HttpServerOutputConfig),
+    "kafka" => Kafka(kafka::KafkaOutputConfig),
+    "mqtt" => Mqtt(mqtt::MqttOutputConfig),
+    "nats" => Nats(nats::NatsOutputConfig),
+    "nats_jetstream" => NatsJetStream(nats_jetstream::NatsJetStreamOutputConfig),
+    "redis_pubsub" => RedisPubSub(redis_pubsub::RedisPubSubOutputConfig),
+    "redis_streams" => RedisStreams(redis_streams::RedisStreamsOutputConfig),
     "retry" => Retry(retry::RetryConfig),
     "stdout" => Stdout(stdout::StdoutConfig),
     "switch" => Switch(switch::SwitchOutputConfig),

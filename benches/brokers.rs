@@ -1,0 +1,512 @@
+//! Throughput of sluice pipelines against bare client loops written with the same crates,
+//! on the local brokers (scripts/brokers.sh), with 100-byte messages. Prints one line per
+//! case and the ratio sluice / bare. Run with `benches/brokers.sh` (or
+//! `cargo bench --bench brokers`); `BENCH_SCALE=0.2` shortens it, `BENCH_ONLY=kafka` picks
+//! one broker, `BENCH_DEBUG=1` prints time to first message and batch sizes.
+//!
+//! Both sides do the same work: produce = every message confirmed as the connector
+//! defines it (Kafka delivery reports, NATS flush, MQTT QoS 1 PUBACK); consume = every
+//! message received (and, for sluice, passed through the stream to a `drop` output).
+
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use sluice::stream::{Stream, StreamEnv};
+
+const SIZE: usize = 100;
+
+fn payload() -> String {
+    "x".repeat(SIZE)
+}
+
+fn scale(n: usize) -> usize {
+    let s: f64 = std::env::var("BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
+    ((n as f64 * s) as usize).max(1000) / 100 * 100
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// Messages the stream's outputs have written so far, from the metrics.
+fn sent(handle: &metrics_exporter_prometheus::PrometheusHandle, stream: &str) -> u64 {
+    let needle = format!("stream=\"{stream}\"");
+    handle
+        .render()
+        .lines()
+        .filter(|l| l.starts_with("sluice_component_sent_messages_total{"))
+        .filter(|l| l.contains(&needle) && l.contains("kind=\"output\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Runs a stream until its outputs wrote `n` messages (or it ends); returns the time.
+/// A stream with a finite input is timed until it finished (everything acknowledged);
+/// an endless one by polling its output counter.
+async fn run_sluice(yaml: &str, n: u64) -> Duration {
+    let handle = sluice::metrics::install();
+    let root = sluice::config::parse_str("bench.yaml", yaml).expect("bench config");
+    let (_, config) = root.streams.into_iter().next().expect("a stream");
+    let name = unique("bench");
+    let stream = Stream::build(&name, &config, &StreamEnv::standalone()).expect("builds");
+    let start = Instant::now();
+    let mut running = stream.start();
+    if yaml.contains("generate:") {
+        tokio::time::timeout(Duration::from_secs(300), running.finished())
+            .await
+            .expect("sluice did not finish");
+        return start.elapsed();
+    }
+    let deadline = start + Duration::from_secs(300);
+    let mut first = None;
+    loop {
+        let got = sent(&handle, &name);
+        if got > 0 && first.is_none() {
+            first = Some(start.elapsed());
+        }
+        if got >= n {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sluice did not finish: {got} of {n}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+    if std::env::var("BENCH_DEBUG").is_ok() {
+        eprintln!("first message after {first:?}");
+        for l in handle
+            .render()
+            .lines()
+            .filter(|l| l.contains(&name) && l.contains("batch_size_messages_"))
+        {
+            eprintln!("{l}");
+        }
+    }
+    let elapsed = start.elapsed();
+    running.stop(Duration::from_secs(10)).await;
+    elapsed
+}
+
+/// How often a consume run looks at its counter: rendering the metrics costs CPU that
+/// the stream under test needs, so not too often; it adds at most this much to a run.
+const POLL: Duration = Duration::from_millis(10);
+
+fn report(case: &str, n: usize, bare: Duration, sluice: Duration) -> f64 {
+    let rate = |d: Duration| n as f64 / d.as_secs_f64();
+    let ratio = rate(sluice) / rate(bare);
+    println!(
+        "{case:<16} n={n:<7} bare {:>10.0} msg/s   sluice {:>10.0} msg/s   ratio {:>5.1}%",
+        rate(bare),
+        rate(sluice),
+        ratio * 100.0
+    );
+    ratio
+}
+
+fn generate(n: usize) -> String {
+    format!(
+        "  generate:\n    payload: {}\n    count: {}\n    batch_size: 100\n    interval: 0s\n",
+        payload(),
+        n / 100
+    )
+}
+
+mod kafka {
+    use super::*;
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    use rdkafka::util::Timeout;
+    use rdkafka::ClientConfig;
+
+    pub fn addr() -> Option<String> {
+        std::env::var("SLUICE_KAFKA_ADDR").ok().or_else(|| {
+            std::fs::read_to_string(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/target/brokers/kafka.addr"
+            ))
+            .ok()
+            .map(|s| s.trim().to_owned())
+        })
+    }
+
+    async fn topic(addr: &str) -> String {
+        let name = unique("bench");
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", addr)
+            .create()
+            .unwrap();
+        admin
+            .create_topics(
+                &[NewTopic::new(&name, 1, TopicReplication::Fixed(1))],
+                &AdminOptions::new(),
+            )
+            .await
+            .unwrap();
+        name
+    }
+
+    /// The bare loop: windows of 100 sends, 64 windows in flight (what the output does).
+    async fn bare_produce(addr: &str, topic: &str, n: usize) -> Duration {
+        let p: FutureProducer = ClientConfig::new()
+            .set("bootstrap.servers", addr)
+            .set("linger.ms", "1")
+            .set("acks", "1")
+            .create()
+            .unwrap();
+        let body = payload();
+        let start = Instant::now();
+        let mut windows = FuturesUnordered::new();
+        for _ in 0..n / 100 {
+            if windows.len() >= 64 {
+                windows.next().await;
+            }
+            let sends: Vec<_> = (0..100)
+                .map(|_| {
+                    p.send(
+                        FutureRecord::<(), _>::to(topic).payload(body.as_bytes()),
+                        Timeout::Never,
+                    )
+                })
+                .collect();
+            windows.push(async move {
+                for r in futures::future::join_all(sends).await {
+                    r.map_err(|(e, _)| e).unwrap();
+                }
+            });
+        }
+        while windows.next().await.is_some() {}
+        start.elapsed()
+    }
+
+    async fn bare_consume(addr: &str, topic: &str, n: usize) -> Duration {
+        let c: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", addr)
+            .set("group.id", unique("bare"))
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .unwrap();
+        c.subscribe(&[topic]).unwrap();
+        let start = Instant::now();
+        c.recv().await.unwrap();
+        if std::env::var("BENCH_DEBUG").is_ok() {
+            eprintln!("bare: first message after {:?}", start.elapsed());
+        }
+        for _ in 1..n {
+            c.recv().await.unwrap();
+        }
+        start.elapsed()
+    }
+
+    pub async fn run(out: &mut Vec<(String, f64)>) {
+        let Some(addr) = addr() else {
+            println!("kafka: no broker address (run scripts/brokers.sh); skipped");
+            return;
+        };
+        let n = scale(200_000);
+        let t1 = topic(&addr).await;
+        let bare = bare_produce(&addr, &t1, n).await;
+        let t2 = topic(&addr).await;
+        let yaml = format!(
+            "input:\n{}output:\n  kafka:\n    addresses: ['{addr}']\n    topic: {t2}\n    max_in_flight: 64\n",
+            generate(n)
+        );
+        let sluice = run_sluice(&yaml, n as u64).await;
+        out.push((
+            "kafka produce".into(),
+            report("kafka produce", n, bare, sluice),
+        ));
+
+        let bare = bare_consume(&addr, &t1, n).await;
+        let yaml = format!(
+            "input:\n  kafka:\n    addresses: ['{addr}']\n    topics: [{t1}]\n    consumer_group: {}\noutput:\n  drop: {{}}\n",
+            unique("sluice")
+        );
+        let sluice = run_sluice(&yaml, n as u64).await;
+        out.push((
+            "kafka consume".into(),
+            report("kafka consume", n, bare, sluice),
+        ));
+    }
+}
+
+mod nats {
+    use super::*;
+
+    const URL: &str = "nats://127.0.0.1:4222";
+
+    async fn bare_produce(subject: &str, n: usize) -> Duration {
+        let c = async_nats::connect(URL).await.unwrap();
+        let body = bytes::Bytes::from(payload());
+        let start = Instant::now();
+        for i in 0..n {
+            c.publish(subject.to_owned(), body.clone()).await.unwrap();
+            if i % 100 == 99 {
+                c.flush().await.unwrap();
+            }
+        }
+        c.flush().await.unwrap();
+        start.elapsed()
+    }
+
+    /// Publishes `n` messages in the background, paced in bursts so that no subscriber is
+    /// cut off as a slow consumer; the consumer's time is what is measured.
+    fn feed(subject: String, n: usize) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let c = async_nats::connect(URL).await.unwrap();
+            let body = bytes::Bytes::from(payload());
+            for i in 0..n {
+                c.publish(subject.clone(), body.clone()).await.unwrap();
+                if i % 1000 == 999 {
+                    c.flush().await.unwrap();
+                }
+            }
+            c.flush().await.unwrap();
+        })
+    }
+
+    async fn bare_consume(n: usize) -> Duration {
+        let subject = unique("bench");
+        let c = async_nats::connect(URL).await.unwrap();
+        let mut sub = c.subscribe(subject.clone()).await.unwrap();
+        c.flush().await.unwrap();
+        let start = Instant::now();
+        let feeder = feed(subject, n);
+        for _ in 0..n {
+            sub.next().await.unwrap();
+        }
+        let elapsed = start.elapsed();
+        feeder.await.unwrap();
+        elapsed
+    }
+
+    async fn sluice_consume(n: usize) -> Duration {
+        let handle = sluice::metrics::install();
+        let subject = unique("bench");
+        let yaml = format!(
+            "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\noutput:\n  drop: {{}}\n"
+        );
+        let root = sluice::config::parse_str("bench.yaml", &yaml).unwrap();
+        let (_, config) = root.streams.into_iter().next().unwrap();
+        let name = unique("bench");
+        let env = StreamEnv::standalone();
+        let running = Stream::build(&name, &config, &env).unwrap().start();
+        while !env.readiness.not_ready().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The subscription is sent right after connecting; let the server register it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let start = Instant::now();
+        let feeder = feed(subject, n);
+        let deadline = start + Duration::from_secs(120);
+        while sent(&handle, &name) < n as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "nats consume: {} of {n}",
+                sent(&handle, &name)
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        let elapsed = start.elapsed();
+        feeder.await.unwrap();
+        running.stop(Duration::from_secs(5)).await;
+        elapsed
+    }
+
+    pub async fn run(out: &mut Vec<(String, f64)>) {
+        if async_nats::connect(URL).await.is_err() {
+            println!("nats: no server on 4222 (run scripts/brokers.sh); skipped");
+            return;
+        }
+        let n = scale(300_000);
+        let bare = bare_produce(&unique("bench"), n).await;
+        let yaml = format!(
+            "input:\n{}output:\n  nats:\n    urls: [{URL}]\n    subject: {}\n",
+            generate(n),
+            unique("bench")
+        );
+        let sluice = run_sluice(&yaml, n as u64).await;
+        out.push((
+            "nats produce".into(),
+            report("nats produce", n, bare, sluice),
+        ));
+        let bare = bare_consume(n).await;
+        let sluice = sluice_consume(n).await;
+        out.push((
+            "nats consume".into(),
+            report("nats consume", n, bare, sluice),
+        ));
+    }
+}
+
+mod mqtt {
+    use super::*;
+    use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+
+    fn client(id: &str) -> (AsyncClient, rumqttc::EventLoop) {
+        let mut o = MqttOptions::new(id, "127.0.0.1", 1883);
+        o.set_keep_alive(Duration::from_secs(30));
+        o.set_inflight(100);
+        AsyncClient::new(o, 10_000)
+    }
+
+    /// QoS 1: done when every PUBACK is back.
+    async fn bare_produce(topic: &str, n: usize) -> Duration {
+        let (c, mut el) = client(&unique("bare"));
+        let start = Instant::now();
+        let topic = topic.to_owned();
+        let body = payload();
+        let publisher = tokio::spawn(async move {
+            for _ in 0..n {
+                c.publish(&topic, QoS::AtLeastOnce, false, body.clone())
+                    .await
+                    .unwrap();
+            }
+            c
+        });
+        let mut acked = 0;
+        while acked < n {
+            if let Event::Incoming(Packet::PubAck(_)) = el.poll().await.unwrap() {
+                acked += 1;
+            }
+        }
+        let elapsed = start.elapsed();
+        let _ = publisher.await;
+        elapsed
+    }
+
+    /// A QoS 1 publisher in the background; returns once it is connected.
+    async fn feed(topic: String, n: usize) -> tokio::task::JoinHandle<()> {
+        let (c, mut el) = client(&unique("feed"));
+        tokio::spawn(async move {
+            let body = payload();
+            let pub_task = tokio::spawn(async move {
+                for _ in 0..n {
+                    c.publish(&topic, QoS::AtLeastOnce, false, body.clone())
+                        .await
+                        .unwrap();
+                }
+                c
+            });
+            let mut acked = 0;
+            while acked < n {
+                match el.poll().await {
+                    Ok(Event::Incoming(Packet::PubAck(_))) => acked += 1,
+                    Ok(_) => {}
+                    Err(e) => panic!("feeder: {e}"),
+                }
+            }
+            let _ = pub_task.await;
+        })
+    }
+
+    async fn bare_consume(n: usize) -> Duration {
+        let topic = unique("bench");
+        let (c, mut el) = client(&unique("bare-sub"));
+        c.subscribe(&topic, QoS::AtLeastOnce).await.unwrap();
+        loop {
+            if let Event::Incoming(Packet::SubAck(_)) = el.poll().await.unwrap() {
+                break;
+            }
+        }
+        let start = Instant::now();
+        let feeder = feed(topic, n).await;
+        let mut got = 0;
+        while got < n {
+            if let Event::Incoming(Packet::Publish(_)) = el.poll().await.unwrap() {
+                got += 1;
+            }
+        }
+        let elapsed = start.elapsed();
+        feeder.await.unwrap();
+        elapsed
+    }
+
+    async fn sluice_consume(n: usize) -> Duration {
+        let handle = sluice::metrics::install();
+        let topic = unique("bench");
+        let yaml = format!("input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [{topic}]\n    qos: 1\noutput:\n  drop: {{}}\n");
+        let root = sluice::config::parse_str("bench.yaml", &yaml).unwrap();
+        let (_, config) = root.streams.into_iter().next().unwrap();
+        let name = unique("bench");
+        let env = StreamEnv::standalone();
+        let running = Stream::build(&name, &config, &env).unwrap().start();
+        while !env.readiness.not_ready().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let start = Instant::now();
+        let feeder = feed(topic, n).await;
+        let deadline = start + Duration::from_secs(120);
+        while sent(&handle, &name) < n as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "mqtt consume: {} of {n}",
+                sent(&handle, &name)
+            );
+            tokio::time::sleep(POLL).await;
+        }
+        let elapsed = start.elapsed();
+        feeder.await.unwrap();
+        running.stop(Duration::from_secs(5)).await;
+        elapsed
+    }
+
+    pub async fn run(out: &mut Vec<(String, f64)>) {
+        if std::net::TcpStream::connect("127.0.0.1:1883").is_err() {
+            println!("mqtt: no broker on 1883 (run scripts/brokers.sh); skipped");
+            return;
+        }
+        let n = scale(50_000);
+        let bare = bare_produce(&unique("bench"), n).await;
+        let yaml = format!(
+            "input:\n{}output:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topic: {}\n    qos: 1\n",
+            generate(n),
+            unique("bench")
+        );
+        let sluice = run_sluice(&yaml, n as u64).await;
+        out.push((
+            "mqtt produce".into(),
+            report("mqtt produce", n, bare, sluice),
+        ));
+        let bare = bare_consume(n).await;
+        let sluice = sluice_consume(n).await;
+        out.push((
+            "mqtt consume".into(),
+            report("mqtt consume", n, bare, sluice),
+        ));
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let mut out = Vec::new();
+        if only.is_empty() || only == "kafka" {
+            kafka::run(&mut out).await;
+        }
+        if only.is_empty() || only == "nats" {
+            nats::run(&mut out).await;
+        }
+        if only.is_empty() || only == "mqtt" {
+            mqtt::run(&mut out).await;
+        }
+        println!();
+        for (case, ratio) in &out {
+            let target = if case.starts_with("kafka") { 0.9 } else { 0.7 };
+            let verdict = if *ratio >= target { "meets" } else { "BELOW" };
+            println!(
+                "{case:<16} {:>5.1}% of bare ({verdict} the {:.0}% target)",
+                ratio * 100.0,
+                target * 100.0
+            );
+        }
+    });
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Broker throughput: sluice pipelines vs bare client loops (same crates), 100-byte
+# messages, ratios printed at the end. Starts the local brokers first.
+#   benches/brokers.sh                 # everything
+#   BENCH_SCALE=0.2 benches/brokers.sh # shorter runs
+#   BENCH_ONLY=nats benches/brokers.sh # one broker (kafka, nats, mqtt)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/brokers.sh
+# Logs off: the bench prints its own lines.
+SLUICE_LOG=off exec cargo bench --bench brokers

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Starts the brokers the integration tests talk to, on loopback, where they are not
+# already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672, Redis 6379,
+# and a tansu Kafka-API broker on a free port. Installs what is missing (Debian packages
+# with apt-get, tansu with cargo into a cache directory). Idempotent: run it before
+# `cargo test` as often as you like.
+#
+# The tansu address is written to $SLUICE_KAFKA_ADDR_FILE (default
+# target/brokers/kafka.addr); tests read that file, or SLUICE_KAFKA_ADDR if set.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+state_dir="${SLUICE_BROKERS_DIR:-$here/target/brokers}"
+tools_root="${SLUICE_TOOLS_ROOT:-$HOME/.cache/sluice-tools}"
+kafka_addr_file="${SLUICE_KAFKA_ADDR_FILE:-$state_dir/kafka.addr}"
+mkdir -p "$state_dir"
+
+log() { echo "brokers: $*" >&2; }
+
+listening() { # port
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+wait_port() { # port name seconds
+    local deadline=$((SECONDS + $3))
+    until listening "$1"; do
+        if ((SECONDS > deadline)); then
+            log "$2 did not start listening on $1"
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+apt_updated=""
+need_pkg() { # binary package
+    command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] && return 0
+    if [ -z "$apt_updated" ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    log "installing $2"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+
+start_redis() {
+    listening 6379 && return 0
+    need_pkg redis-server redis-server
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no >/dev/null
+    wait_port 6379 redis 20
+}
+
+start_mosquitto() {
+    listening 1883 && return 0
+    need_pkg mosquitto mosquitto
+    mkdir -p /run/mosquitto /var/lib/mosquitto /var/log/mosquitto
+    chown mosquitto: /run/mosquitto /var/lib/mosquitto /var/log/mosquitto 2>/dev/null || true
+    mosquitto -d -c /etc/mosquitto/mosquitto.conf
+    wait_port 1883 mosquitto 20
+}
+
+start_nats() {
+    listening 4222 && return 0
+    need_pkg nats-server nats-server
+    mkdir -p /var/lib/nats-server
+    start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+        -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server
+    wait_port 4222 nats 20
+}
+
+start_rabbitmq() {
+    listening 5672 && return 0
+    need_pkg rabbitmq-server rabbitmq-server
+    rabbitmq-server -detached
+    # RabbitMQ takes a while to boot its Erlang node.
+    wait_port 5672 rabbitmq 120
+}
+
+tansu_bin() {
+    if command -v tansu >/dev/null 2>&1; then
+        command -v tansu
+    elif [ -x "$tools_root/bin/tansu" ]; then
+        echo "$tools_root/bin/tansu"
+    else
+        return 1
+    fi
+}
+
+free_port() {
+    local p
+    for _ in $(seq 1 50); do
+        p=$((20000 + RANDOM % 20000))
+        listening "$p" || { echo "$p"; return 0; }
+    done
+    return 1
+}
+
+start_tansu() {
+    if [ -f "$kafka_addr_file" ] && listening "$(sed 's/.*://' "$kafka_addr_file")"; then
+        return 0
+    fi
+    if ! bin="$(tansu_bin)"; then
+        log "installing tansu (takes a while the first time)"
+        need_pkg cc build-essential
+        cargo install --quiet --root "$tools_root" tansu --locked --features dynostore
+        bin="$tools_root/bin/tansu"
+    fi
+    local port
+    port="$(free_port)"
+    nohup "$bin" broker \
+        --storage-engine memory://tansu/ \
+        --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" \
+        >"$state_dir/tansu.log" 2>&1 &
+    echo $! >"$state_dir/tansu.pid"
+    wait_port "$port" tansu 30
+    echo "127.0.0.1:$port" >"$kafka_addr_file"
+}
+
+start_redis
+start_mosquitto
+start_nats
+start_rabbitmq
+if [ "${SLUICE_SKIP_KAFKA:-}" != 1 ]; then
+    start_tansu
+fi
+log "ready: redis 6379, mosquitto 1883, nats 4222, rabbitmq 5672, kafka $(cat "$kafka_addr_file" 2>/dev/null || echo skipped)"

@@ -1,0 +1,175 @@
+//! MQTT settings shared by the `mqtt` input and output, and how they become rumqttc options.
+
+use std::time::Duration as StdDuration;
+
+use rumqttc::{LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::TlsConfig;
+use crate::duration::Duration;
+
+/// A message the broker publishes on the client's behalf when it disappears.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WillConfig {
+    /// Topic of the will message.
+    pub topic: String,
+    /// Its payload.
+    #[serde(default)]
+    pub payload: String,
+    /// Its QoS (0, 1 or 2).
+    #[serde(default)]
+    pub qos: u8,
+    /// Whether the broker retains it.
+    #[serde(default)]
+    pub retained: bool,
+}
+
+/// Connection settings common to the MQTT input and output.
+#[derive(Debug, Clone)]
+pub struct MqttConnect<'a> {
+    pub urls: &'a [String],
+    pub client_id: &'a str,
+    pub clean_session: bool,
+    pub keepalive: Duration,
+    pub user: &'a str,
+    pub password: &'a str,
+    pub tls: &'a TlsConfig,
+    pub will: Option<&'a WillConfig>,
+}
+
+pub fn qos(level: u8) -> Result<QoS, String> {
+    match level {
+        0 => Ok(QoS::AtMostOnce),
+        1 => Ok(QoS::AtLeastOnce),
+        2 => Ok(QoS::ExactlyOnce),
+        n => Err(format!("QoS {n} does not exist: use 0, 1 or 2")),
+    }
+}
+
+/// Host, port and whether the scheme asks for TLS: `tcp://h:1883`, `mqtt://`, `ssl://`,
+/// `tls://`, `mqtts://`; a bare `host:port` is plain TCP.
+pub fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (s.to_ascii_lowercase(), r),
+        None => ("tcp".to_owned(), url),
+    };
+    let tls = match scheme.as_str() {
+        "tcp" | "mqtt" => false,
+        "ssl" | "tls" | "mqtts" => true,
+        other => return Err(format!("`{url}`: unsupported scheme `{other}`")),
+    };
+    let rest = rest.trim_end_matches('/');
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => (
+            h,
+            p.parse::<u16>()
+                .map_err(|_| format!("`{url}`: bad port `{p}`"))?,
+        ),
+        None => (rest, if tls { 8883 } else { 1883 }),
+    };
+    if host.is_empty() {
+        return Err(format!("`{url}`: no host"));
+    }
+    Ok((host.trim_matches(['[', ']']).to_owned(), port, tls))
+}
+
+impl MqttConnect<'_> {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.urls.is_empty() {
+            return Err("`urls` is empty".into());
+        }
+        for u in self.urls {
+            parse_url(u)?;
+        }
+        if self.client_id.is_empty() && !self.clean_session {
+            return Err("a persistent session (`clean_session: false`) needs a `client_id`".into());
+        }
+        if self.keepalive.0 < StdDuration::from_secs(1) && !self.keepalive.is_zero() {
+            return Err("`keepalive` must be at least 1s (or 0s to disable it)".into());
+        }
+        self.tls.validate()?;
+        if self.tls.skip_cert_verify {
+            return Err("`tls.skip_cert_verify` is not supported for MQTT; trust the broker's CA with `tls.root_cas_file`".into());
+        }
+        if self.tls.client_pair().is_some() && self.tls.root_cas_file.is_none() {
+            return Err("a client certificate needs `tls.root_cas_file` too".into());
+        }
+        if let Some(w) = self.will {
+            qos(w.qos)?;
+            if w.topic.is_empty() {
+                return Err("`will.topic` is empty".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Options for the `attempt`th connection: URLs are tried in turn, one per attempt.
+    pub fn options(&self, attempt: usize) -> Result<MqttOptions, String> {
+        let url = &self.urls[attempt % self.urls.len()];
+        let (host, port, url_tls) = parse_url(url)?;
+        let id = if self.client_id.is_empty() {
+            format!("sluice-{:016x}", rand::random::<u64>())
+        } else {
+            self.client_id.to_owned()
+        };
+        let mut o = MqttOptions::new(id, host, port);
+        o.set_clean_session(self.clean_session);
+        // rumqttc refuses keepalives under 1s; zero turns pings off.
+        o.set_keep_alive(self.keepalive.0);
+        o.set_manual_acks(true);
+        if !self.user.is_empty() {
+            o.set_credentials(self.user, self.password);
+        }
+        if let Some(w) = self.will {
+            o.set_last_will(LastWill::new(
+                &w.topic,
+                w.payload.clone(),
+                qos(w.qos)?,
+                w.retained,
+            ));
+        }
+        if self.tls.enabled || url_tls {
+            let transport = match &self.tls.root_cas_file {
+                Some(ca) => Transport::Tls(TlsConfiguration::Simple {
+                    ca: TlsConfig::read(ca)?,
+                    alpn: None,
+                    client_auth: match self.tls.client_pair() {
+                        Some((c, k)) => Some((TlsConfig::read(c)?, TlsConfig::read(k)?)),
+                        None => None,
+                    },
+                }),
+                None => Transport::tls_with_default_config(),
+            };
+            o.set_transport(transport);
+        }
+        Ok(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("tcp://localhost:1883").unwrap(),
+            ("localhost".into(), 1883, false)
+        );
+        assert_eq!(parse_url("ssl://b").unwrap(), ("b".into(), 8883, true));
+        assert_eq!(
+            parse_url("127.0.0.1:1").unwrap(),
+            ("127.0.0.1".into(), 1, false)
+        );
+        assert!(parse_url("http://x:1").is_err());
+        assert!(parse_url("tcp://x:port").is_err());
+    }
+
+    #[test]
+    fn qos_levels() {
+        assert_eq!(qos(1).unwrap(), QoS::AtLeastOnce);
+        assert!(qos(3).is_err());
+    }
+}

@@ -1,0 +1,162 @@
+//! The NATS connection shared by the `nats` and `nats_jetstream` connectors.
+//!
+//! async-nats reconnects by itself and keeps subscriptions across reconnects; what it does
+//! not give is a way to wait for a state change. The event callback feeds a watch channel
+//! so that a reader can notice a lost connection (and report it to the runtime, which then
+//! waits in `connect` for the client to be back) without polling.
+
+use std::time::Duration as StdDuration;
+
+use async_nats::{Client, ConnectOptions, Event};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::watch;
+
+use super::TlsConfig;
+use crate::component::ConnectorError;
+use crate::message::Message;
+
+/// How a NATS client authenticates.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsAuth {
+    /// User name (with `password`).
+    pub user: Option<String>,
+    pub password: Option<String>,
+    /// A token, instead of a user and password.
+    pub token: Option<String>,
+    /// A `.creds` file (JWT and NKey seed), as issued by an operator.
+    pub user_credentials_file: Option<String>,
+}
+
+/// Checks the settings every NATS connector shares.
+pub fn validate(urls: &[String], tls: &TlsConfig, auth: &NatsAuth) -> Result<(), String> {
+    if urls.is_empty() {
+        return Err("`urls` is empty".into());
+    }
+    for u in urls {
+        u.parse::<async_nats::ServerAddr>()
+            .map_err(|e| format!("`{u}` is not a NATS URL: {e}"))?;
+    }
+    tls.validate()?;
+    if tls.skip_cert_verify {
+        return Err("`tls.skip_cert_verify` is not supported by the NATS client; trust the server's CA with `tls.root_cas_file`".into());
+    }
+    if auth.user.is_some() != auth.password.is_some() {
+        return Err("`auth.user` and `auth.password` must be given together".into());
+    }
+    Ok(())
+}
+
+/// A connected client and a view of whether it is connected right now.
+pub struct NatsConn {
+    pub client: Client,
+    pub up: watch::Receiver<bool>,
+}
+
+impl NatsConn {
+    pub async fn connect(
+        urls: &[String],
+        tls: &TlsConfig,
+        auth: &NatsAuth,
+        name: &str,
+    ) -> Result<NatsConn, ConnectorError> {
+        let (tx, up) = watch::channel(false);
+        let mut opts = ConnectOptions::new()
+            .name(name)
+            .connection_timeout(StdDuration::from_secs(5))
+            .event_callback(move |event| {
+                let tx = tx.clone();
+                async move {
+                    match event {
+                        Event::Connected => {
+                            tx.send_replace(true);
+                        }
+                        Event::Disconnected | Event::Closed => {
+                            tx.send_replace(false);
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        if let (Some(u), Some(p)) = (&auth.user, &auth.password) {
+            opts = opts.user_and_password(u.clone(), p.clone());
+        }
+        if let Some(t) = &auth.token {
+            opts = opts.token(t.clone());
+        }
+        if let Some(f) = &auth.user_credentials_file {
+            opts = opts.credentials_file(f).await.map_err(|e| {
+                ConnectorError::rejected(format!("cannot read credentials `{f}`: {e}"))
+            })?;
+        }
+        if tls.enabled {
+            opts = opts.require_tls(true);
+        }
+        if let Some(ca) = &tls.root_cas_file {
+            opts = opts.add_root_certificates(ca.into());
+        }
+        if let Some((c, k)) = tls.client_pair() {
+            opts = opts.add_client_certificate(c.into(), k.into());
+        }
+        let client = opts.connect(urls).await.map_err(|e| {
+            ConnectorError::not_connected(format!("cannot connect to NATS: {e}")).with_source(e)
+        })?;
+        Ok(NatsConn { client, up })
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// Waits (up to `limit`) for the client's own reconnect to succeed.
+    pub async fn wait_up(&mut self, limit: StdDuration) -> Result<(), ConnectorError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !self.is_up() {
+            // The event only wakes us; the client's own state is the truth.
+            if tokio::time::timeout_at(deadline, self.up.changed())
+                .await
+                .is_err()
+            {
+                return Err(ConnectorError::not_connected("NATS server is unreachable"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves once the connection is lost. Cancel safe.
+    pub async fn lost(&mut self) {
+        while self.is_up() {
+            if self.up.changed().await.is_err() {
+                // The client is gone with its callback: it can no longer change state.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// Copies NATS headers into metadata (the first value of each header).
+pub fn headers_to_meta(headers: Option<&async_nats::HeaderMap>, msg: &mut Message) {
+    if let Some(h) = headers {
+        for (name, values) in h.iter() {
+            if let Some(v) = values.first() {
+                msg.set_meta(name.to_string(), v.as_str());
+            }
+        }
+    }
+}
+
+/// Builds the headers an output sends from a message's forwarded metadata.
+pub fn meta_to_headers(
+    filter: &super::MetadataFilter,
+    msg: &Message,
+) -> Option<async_nats::HeaderMap> {
+    if filter.is_empty() {
+        return None;
+    }
+    let mut h = async_nats::HeaderMap::new();
+    for (k, v) in filter.pairs(msg) {
+        h.insert(k, v.as_str());
+    }
+    Some(h)
+}

@@ -1,0 +1,286 @@
+//! `mqtt` input: subscribes to MQTT topics (wildcards allowed).
+//!
+//! Delivery: with QoS 1 or 2 a message is acknowledged to the broker (PUBACK / PUBCOMP)
+//! only once every output confirmed it; with `clean_session: false` and a fixed
+//! `client_id` the broker keeps unacknowledged messages across a lost connection and sends
+//! them again, so nothing is lost. QoS 0 is at most once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use rumqttc::{AsyncClient, Event, Packet, Publish, QoS};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use super::{BuildInput, InputBuild};
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
+};
+use crate::config::component::Spec;
+use crate::connect::mqtt::{qos, MqttConnect, WillConfig};
+use crate::connect::TlsConfig;
+use crate::duration::Duration;
+use crate::message::{Batch, Message, Outcome};
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MqttInputConfig {
+    /// Broker URLs (`tcp://host:1883`, `ssl://host:8883`); tried in turn on reconnect.
+    pub urls: Vec<String>,
+    /// Topic filters to subscribe to; `+` and `#` wildcards are allowed.
+    pub topics: Vec<String>,
+    /// The QoS to subscribe with: 0, 1 or 2.
+    #[serde(default = "default_qos")]
+    pub qos: u8,
+    /// The client id; required for a persistent session. Unset: a random one.
+    #[serde(default)]
+    pub client_id: String,
+    /// Start each connection with a fresh session. Set false (with a `client_id`) so that
+    /// the broker keeps the subscription and the unacknowledged messages while away.
+    #[serde(default = "default_true")]
+    pub clean_session: bool,
+    /// Interval of keep-alive pings.
+    #[serde(default = "default_keepalive")]
+    pub keepalive: Duration,
+    /// User name.
+    #[serde(default)]
+    pub user: String,
+    /// Password.
+    #[serde(default)]
+    pub password: String,
+    /// TLS settings (or use an `ssl://` URL).
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// A message the broker publishes if this client disappears.
+    #[serde(default)]
+    pub will: Option<WillConfig>,
+}
+
+pub(crate) fn default_qos() -> u8 {
+    1
+}
+pub(crate) fn default_true() -> bool {
+    true
+}
+pub(crate) fn default_keepalive() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl MqttInputConfig {
+    fn connect(&self) -> MqttConnect<'_> {
+        MqttConnect {
+            urls: &self.urls,
+            client_id: &self.client_id,
+            clean_session: self.clean_session,
+            keepalive: self.keepalive,
+            user: &self.user,
+            password: &self.password,
+            tls: &self.tls,
+            will: self.will.as_ref(),
+        }
+    }
+}
+
+impl Spec for MqttInputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "mqtt",
+        kind: Kind::Input,
+        summary: "Subscribes to MQTT topics; QoS 1/2 messages are acknowledged after delivery.",
+        examples: &[Example {
+            title: "A persistent QoS 1 subscription",
+            yaml: "input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [sensors/+/temperature]\n    qos: 1\n    client_id: sluice-sensors\n    clean_session: false\noutput:\n  stdout: {}\n",
+        }],
+    };
+}
+
+impl BuildInput for MqttInputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
+        self.connect().validate().map_err(|e| cx.error(e))?;
+        let qos = qos(self.qos).map_err(|e| cx.error(e))?;
+        if self.topics.is_empty() || self.topics.iter().any(String::is_empty) {
+            return Err(cx.error("`topics` must list at least one non-empty topic"));
+        }
+        Ok(InputBuild::Leaf(Box::new(MqttInput {
+            config: self.clone(),
+            qos,
+            attempt: AtomicUsize::new(0),
+            session: None,
+        })))
+    }
+}
+
+/// One connection: the client (to ack with), what its event loop task receives, and the
+/// task itself.
+struct Session {
+    client: AsyncClient,
+    rx: mpsc::Receiver<Result<Publish, String>>,
+    driver: JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+pub struct MqttInput {
+    config: MqttInputConfig,
+    qos: QoS,
+    attempt: AtomicUsize,
+    session: Option<Session>,
+}
+
+/// Room for messages the event loop received before the stream takes them. The broker
+/// bounds how many unacknowledged QoS 1/2 messages it sends, so this rarely fills.
+const RECEIVED_CAPACITY: usize = 1024;
+const MAX_BATCH: usize = 64;
+
+fn to_message(p: &Publish) -> Message {
+    let mut m = Message::new(p.payload.clone());
+    m.set_meta("mqtt_topic", p.topic.as_str());
+    m.set_meta("mqtt_qos", p.qos as i64);
+    m.set_meta("mqtt_retained", p.retain);
+    m.set_meta("mqtt_duplicate", p.dup);
+    m.set_meta("mqtt_message_id", p.pkid as i64);
+    m
+}
+
+#[async_trait]
+impl Input for MqttInput {
+    async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.session = None;
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed);
+        let options = self
+            .config
+            .connect()
+            .options(attempt)
+            .map_err(ConnectorError::rejected)?;
+        let (client, mut eventloop) = AsyncClient::new(options, RECEIVED_CAPACITY);
+        // Wait for the broker's CONNACK here, so that a refused or unreachable broker is a
+        // connect failure (retried with backoff) rather than a failed read.
+        loop {
+            match eventloop.poll().await {
+                Ok(Event::Incoming(Packet::ConnAck(ack))) => {
+                    if ack.code != rumqttc::ConnectReturnCode::Success {
+                        return Err(ConnectorError::not_connected(format!(
+                            "broker refused the connection: {:?}",
+                            ack.code
+                        )));
+                    }
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(ConnectorError::not_connected(format!(
+                        "cannot connect to MQTT broker: {e}"
+                    )))
+                }
+            }
+        }
+        for topic in &self.config.topics {
+            client
+                .subscribe(topic.clone(), self.qos)
+                .await
+                .map_err(|e| ConnectorError::not_connected(format!("cannot subscribe: {e}")))?;
+        }
+        let (tx, rx) = mpsc::channel(RECEIVED_CAPACITY);
+        let driver = tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        if tx.send(Ok(p)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::SubAck(ack))) => {
+                        debug!(?ack.return_codes, "Subscribed.");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        // The next connect makes a new client; this loop is done.
+                        let _ = tx.send(Err(e.to_string())).await;
+                        return;
+                    }
+                }
+            }
+        });
+        self.session = Some(Session { client, rx, driver });
+        Ok(())
+    }
+
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
+        let Some(session) = &mut self.session else {
+            return Err(ConnectorError::not_connected("not connected"));
+        };
+        let first = match session.rx.recv().await {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                self.session = None;
+                return Err(ConnectorError::not_connected(format!(
+                    "connection lost: {e}"
+                )));
+            }
+            None => {
+                self.session = None;
+                return Err(ConnectorError::not_connected("connection closed"));
+            }
+        };
+        let mut publishes = vec![first];
+        while publishes.len() < MAX_BATCH {
+            match session.rx.try_recv() {
+                Ok(Ok(p)) => publishes.push(p),
+                // An error stays for the next read: deliver what arrived before it first.
+                _ => break,
+            }
+        }
+        let batch: Batch = publishes.iter().map(to_message).collect();
+        let client = session.client.clone();
+        Ok(ReadBatch::new(batch, move |outcome: Outcome| {
+            // An errored outcome reaches here only when the stream was aborted: leave the
+            // messages unacknowledged so that the broker sends them again.
+            if matches!(outcome, Outcome::Errored(_)) {
+                return;
+            }
+            for p in publishes.iter().filter(|p| p.qos != QoS::AtMostOnce) {
+                if let Err(e) = client.try_ack(p) {
+                    // The connection that delivered it is gone; the broker redelivers.
+                    debug!(error = %e, "MQTT ack not sent.");
+                }
+            }
+        }))
+    }
+
+    async fn close(&mut self) {
+        if let Some(s) = self.session.take() {
+            let _ = s.client.try_disconnect();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cx() -> BuildContext {
+        BuildContext::new("t", crate::http::Routes::new(), Default::default())
+    }
+
+    #[test]
+    fn validation() {
+        let ok: MqttInputConfig =
+            serde_yaml::from_str("{urls: [tcp://127.0.0.1:1883], topics: [a/#]}").unwrap();
+        assert!(ok.build(&cx()).is_ok());
+        for bad in [
+            "{urls: [tcp://127.0.0.1:1883], topics: [a], qos: 3}",
+            "{urls: [tcp://127.0.0.1:1883], topics: []}",
+            "{urls: [tcp://127.0.0.1:1883], topics: [a], clean_session: false}",
+            "{urls: [http://x], topics: [a]}",
+        ] {
+            let c: MqttInputConfig = serde_yaml::from_str(bad).unwrap();
+            assert!(c.build(&cx()).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! `redis_streams` input: reads Redis streams as a member of a consumer group.
+//!
+//! Delivery: at least once. An entry is acknowledged (XACK) once every output confirmed
+//! it. After a reconnect the consumer first reads its own pending entries (delivered to
+//! it but never acknowledged) before new ones, so a lost connection loses nothing.
+
+use std::time::Duration as StdDuration;
+
+use async_trait::async_trait;
+use redis::aio::MultiplexedConnection;
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::{BuildInput, InputBuild};
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
+};
+use crate::config::component::Spec;
+use crate::connect::redis::{classify, client, connect, value_text};
+use crate::connect::AckSpawner;
+use crate::duration::Duration;
+use crate::message::{Batch, Message, Outcome};
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedisStreamsInputConfig {
+    /// Server URL (`redis://127.0.0.1:6379/0`, `rediss://` for TLS).
+    pub url: String,
+    /// The stream keys to read.
+    pub streams: Vec<String>,
+    /// The consumer group; created when missing.
+    pub consumer_group: String,
+    /// This consumer's name in the group; keep it stable so that its pending entries are
+    /// read again after a restart.
+    #[serde(default = "default_client_id")]
+    pub client_id: String,
+    /// Create missing streams along with the group.
+    #[serde(default = "default_true")]
+    pub create_streams: bool,
+    /// Where a new group starts: the oldest entry (true) or only new ones (false).
+    #[serde(default = "default_true")]
+    pub start_from_oldest: bool,
+    /// The field holding the payload; other fields become metadata.
+    #[serde(default = "default_body_key")]
+    pub body_key: String,
+    /// Entries per read, at most.
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+    /// How long one read blocks waiting for entries.
+    #[serde(default = "default_block")]
+    pub timeout: Duration,
+}
+
+fn default_client_id() -> String {
+    "sluice".into()
+}
+fn default_true() -> bool {
+    true
+}
+pub(crate) fn default_body_key() -> String {
+    "body".into()
+}
+fn default_limit() -> usize {
+    64
+}
+fn default_block() -> Duration {
+    Duration::from_secs(1)
+}
+
+impl Spec for RedisStreamsInputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "redis_streams",
+        kind: Kind::Input,
+        summary: "Reads Redis streams in a consumer group; XACKs after delivery.",
+        examples: &[Example {
+            title: "Consume a stream in a group",
+            yaml: "input:\n  redis_streams:\n    url: redis://127.0.0.1:6379\n    streams: [orders]\n    consumer_group: sluice\n    client_id: sluice-1\noutput:\n  stdout: {}\n",
+        }],
+    };
+}
+
+impl BuildInput for RedisStreamsInputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
+        client(&self.url).map_err(|e| cx.error(e))?;
+        if self.streams.is_empty() || self.streams.iter().any(String::is_empty) {
+            return Err(cx.error("`streams` must list at least one key"));
+        }
+        if self.consumer_group.is_empty() || self.client_id.is_empty() {
+            return Err(cx.error("`consumer_group` and `client_id` must not be empty"));
+        }
+        if self.limit == 0 {
+            return Err(cx.error("`limit` must be at least 1"));
+        }
+        Ok(InputBuild::Leaf(Box::new(RedisStreamsInput {
+            config: self.clone(),
+            session: None,
+        })))
+    }
+}
+
+type Entries = Vec<(String, String, Message)>;
+
+struct Session {
+    rx: mpsc::Receiver<Result<Entries, ConnectorError>>,
+    acks: MultiplexedConnection,
+    spawner: AckSpawner,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+pub struct RedisStreamsInput {
+    config: RedisStreamsInputConfig,
+    session: Option<Session>,
+}
+
+fn entries(reply: StreamReadReply, body_key: &str) -> Entries {
+    let mut out = Vec::new();
+    for key in reply.keys {
+        for entry in key.ids {
+            let mut msg = Message::default();
+            for (field, value) in &entry.map {
+                if field == body_key {
+                    if let redis::Value::BulkString(b) = value {
+                        msg.set_payload(b.clone());
+                    }
+                } else if let Some(text) = value_text(value) {
+                    msg.set_meta(field.as_str(), text);
+                }
+            }
+            msg.set_meta("redis_stream", key.key.as_str());
+            msg.set_meta("redis_stream_id", entry.id.as_str());
+            out.push((key.key.clone(), entry.id, msg));
+        }
+    }
+    out
+}
+
+/// Reads in its own task so that a cancelled `read` never drops a reply: an entry
+/// delivered by XREADGROUP is only read again by this consumer's pending scan.
+async fn reader(
+    mut conn: MultiplexedConnection,
+    config: RedisStreamsInputConfig,
+    tx: mpsc::Sender<Result<Entries, ConnectorError>>,
+) {
+    let keys = &config.streams;
+    // This consumer's pending entries first, from each key's cursor (an id read is not
+    // asked for again); then ">": new entries.
+    let mut cursors: Option<Vec<String>> = Some(vec!["0".to_owned(); keys.len()]);
+    let new_ids = vec![">".to_owned(); keys.len()];
+    loop {
+        let mut opts = StreamReadOptions::default()
+            .group(&config.consumer_group, &config.client_id)
+            .count(config.limit);
+        if cursors.is_none() {
+            opts = opts.block(config.timeout.0.as_millis() as usize);
+        }
+        let ids = cursors.as_ref().unwrap_or(&new_ids);
+        let reply: Result<StreamReadReply, _> = conn.xread_options(keys, ids, &opts).await;
+        match reply {
+            Ok(reply) => {
+                let batch = entries(reply, &config.body_key);
+                if let Some(cursors) = &mut cursors {
+                    for (key, id, _) in &batch {
+                        if let Some(i) = keys.iter().position(|k| k == key) {
+                            cursors[i] = id.clone();
+                        }
+                    }
+                }
+                if batch.is_empty() {
+                    cursors = None;
+                    continue;
+                }
+                if tx.send(Ok(batch)).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(classify(e, "XREADGROUP failed"))).await;
+                return;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Input for RedisStreamsInput {
+    async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.session = None;
+        let c = &self.config;
+        let client = client(&c.url).map_err(ConnectorError::rejected)?;
+        let read_timeout = c.timeout.0 + StdDuration::from_secs(5);
+        let mut conn = connect(&client, read_timeout).await?;
+        let acks = connect(&client, StdDuration::from_secs(5)).await?;
+        let start = if c.start_from_oldest { "0" } else { "$" };
+        for key in &c.streams {
+            let created: Result<(), _> = if c.create_streams {
+                conn.xgroup_create_mkstream(key, &c.consumer_group, start)
+                    .await
+            } else {
+                conn.xgroup_create(key, &c.consumer_group, start).await
+            };
+            if let Err(e) = created {
+                // BUSYGROUP: the group exists already, which is the usual case.
+                if e.code() != Some("BUSYGROUP") {
+                    return Err(classify(e, "cannot create consumer group"));
+                }
+            }
+        }
+        let (tx, rx) = mpsc::channel(1);
+        let reader = tokio::spawn(reader(conn, c.clone(), tx));
+        self.session = Some(Session {
+            rx,
+            acks,
+            spawner: AckSpawner::current(),
+            reader,
+        });
+        Ok(())
+    }
+
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
+        let Some(session) = &mut self.session else {
+            return Err(ConnectorError::not_connected("not connected"));
+        };
+        let entries = match session.rx.recv().await {
+            Some(Ok(e)) => e,
+            Some(Err(e)) => {
+                self.session = None;
+                return Err(e);
+            }
+            None => {
+                self.session = None;
+                return Err(ConnectorError::not_connected("reader stopped"));
+            }
+        };
+        let mut batch: Batch = Vec::with_capacity(entries.len());
+        let mut ids: Vec<(String, String)> = Vec::with_capacity(entries.len());
+        for (key, id, msg) in entries {
+            batch.push(msg);
+            ids.push((key, id));
+        }
+        let mut acks = session.acks.clone();
+        let spawner = session.spawner.clone();
+        let group = self.config.consumer_group.clone();
+        Ok(ReadBatch::new(batch, move |outcome: Outcome| {
+            // Errored reaches here only when the stream was aborted: leave the entries
+            // pending so that they are read again.
+            if matches!(outcome, Outcome::Errored(_)) {
+                return;
+            }
+            spawner.spawn(async move {
+                let mut pipe = redis::pipe();
+                for (key, id) in &ids {
+                    pipe.xack(key, &group, &[id]).ignore();
+                }
+                if let Err(e) = pipe.query_async::<()>(&mut acks).await {
+                    // Still pending: read again by this consumer after a reconnect.
+                    warn!(error = %e, "XACK failed.");
+                }
+            });
+        }))
+    }
+}

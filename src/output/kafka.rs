@@ -1,0 +1,270 @@
+//! `kafka` output: produces each message as a record.
+//!
+//! Delivery: a write succeeds once the broker confirmed every record of the batch (with
+//! `ack_replicas: true`, once all in-sync replicas have it). Records are handed to
+//! librdkafka together and confirmed together, so a batch costs one round-trip.
+
+use std::time::Duration as StdDuration;
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedHeaders;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::util::Timeout;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{BuildOutput, OutputBuild};
+use crate::batching::BatchPolicy;
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
+};
+use crate::config::component::Spec;
+use crate::connect::kafka::{client_config, validate};
+use crate::connect::{MetadataConfig, MetadataFilter, SaslConfig, TlsConfig};
+use crate::duration::Duration;
+use crate::message::{Batch, Message};
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Partitioner {
+    /// Hash of the key (as the Java client), random partition for records without a key.
+    #[default]
+    Murmur2Random,
+    /// CRC32 hash of the key, random partition for records without a key.
+    ConsistentRandom,
+    /// A random partition for every record.
+    Random,
+    /// FNV-1a hash of the key (as Sarama, the Go client), random without a key.
+    Fnv1aRandom,
+}
+
+impl Partitioner {
+    fn as_str(self) -> &'static str {
+        match self {
+            Partitioner::Murmur2Random => "murmur2_random",
+            Partitioner::ConsistentRandom => "consistent_random",
+            Partitioner::Random => "random",
+            Partitioner::Fnv1aRandom => "fnv1a_random",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaOutputConfig {
+    /// Bootstrap brokers (`host:9092`); an entry may hold several, comma-separated.
+    pub addresses: Vec<String>,
+    /// The topic to write to. (To become an interpolated field.)
+    pub topic: String,
+    /// The record key; empty: no key. (To become an interpolated field.)
+    #[serde(default)]
+    pub key: String,
+    /// How a partition is picked for a record.
+    #[serde(default)]
+    pub partitioner: Partitioner,
+    /// Write every record to this partition instead.
+    #[serde(default)]
+    pub partition: Option<i32>,
+    /// The client id brokers see.
+    #[serde(default = "crate::input::kafka::default_client_id")]
+    pub client_id: String,
+    /// `none`, `gzip`, `snappy` or `lz4`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Writes allowed at once.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// Exactly one copy of each record per write attempt, in order, even when the client
+    /// retries on its own (needs `ack_replicas`).
+    #[serde(default)]
+    pub idempotent_write: bool,
+    /// Wait for all in-sync replicas to have a record, not only the partition leader.
+    #[serde(default)]
+    pub ack_replicas: bool,
+    /// How long the client keeps trying to deliver a record before the write fails (and
+    /// the runtime sends it again).
+    #[serde(default = "default_timeout")]
+    pub timeout: Duration,
+    /// Which metadata to send as record headers.
+    #[serde(default)]
+    pub metadata: MetadataConfig,
+    /// How messages are grouped into writes.
+    #[serde(default)]
+    pub batching: BatchPolicy,
+    /// TLS settings.
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
+    #[serde(default)]
+    pub sasl: SaslConfig,
+}
+
+fn default_max_in_flight() -> usize {
+    64
+}
+fn default_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+
+impl Spec for KafkaOutputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "kafka",
+        kind: Kind::Output,
+        summary: "Produces messages to a Kafka topic; a write succeeds once the broker confirmed it.",
+        examples: &[Example {
+            title: "Keyed records with headers",
+            yaml: "input:\n  stdin: {}\noutput:\n  kafka:\n    addresses: [127.0.0.1:9092]\n    topic: orders\n    key: customer-1\n    compression: lz4\n    ack_replicas: true\n    idempotent_write: true\n    metadata:\n      include_patterns: ['.*']\n      exclude_patterns: ['^kafka_']\n    batching:\n      count: 100\n      period: 10ms\n",
+        }],
+    };
+}
+
+impl BuildOutput for KafkaOutputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        validate(&self.addresses, &self.tls, &self.sasl).map_err(|e| cx.error(e))?;
+        if self.topic.is_empty() {
+            return Err(cx.error("`topic` is empty"));
+        }
+        if self.max_in_flight == 0 {
+            return Err(cx.error("`max_in_flight` must be at least 1"));
+        }
+        if self.idempotent_write && !self.ack_replicas {
+            return Err(cx.error("`idempotent_write` needs `ack_replicas: true`"));
+        }
+        if self.partition.is_some_and(|p| p < 0) {
+            return Err(cx.error("`partition` must not be negative"));
+        }
+        let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
+        let producer = self.producer().map_err(|e| cx.error(e))?;
+        Ok(OutputBuild::Writer(Writer {
+            output: Box::new(KafkaOutput {
+                producer,
+                topic: self.topic.clone(),
+                key: self.key.clone(),
+                partition: self.partition,
+                headers,
+            }),
+            max_in_flight: self.max_in_flight,
+            batching: self.batching.clone(),
+        }))
+    }
+}
+
+impl KafkaOutputConfig {
+    fn producer(&self) -> Result<FutureProducer, String> {
+        let mut c = client_config(&self.addresses, &self.client_id, &self.tls, &self.sasl);
+        c.set("partitioner", self.partitioner.as_str())
+            .set(
+                "compression.codec",
+                match self.compression {
+                    Compression::None => "none",
+                    Compression::Gzip => "gzip",
+                    Compression::Snappy => "snappy",
+                    Compression::Lz4 => "lz4",
+                },
+            )
+            .set("acks", if self.ack_replicas { "all" } else { "1" })
+            .set("enable.idempotence", self.idempotent_write.to_string())
+            .set(
+                "message.timeout.ms",
+                self.timeout.0.as_millis().max(1).to_string(),
+            )
+            // Batches are formed by the stream; do not wait for more on top of that.
+            .set("linger.ms", "1");
+        // Creating a producer only allocates; it connects in the background.
+        c.create()
+            .map_err(|e| format!("cannot create Kafka producer: {e}"))
+    }
+}
+
+pub struct KafkaOutput {
+    producer: FutureProducer,
+    topic: String,
+    key: String,
+    partition: Option<i32>,
+    headers: MetadataFilter,
+}
+
+fn classify(e: &KafkaError) -> ConnectorError {
+    let text = format!("Kafka delivery failed: {e}");
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge)
+        | Some(RDKafkaErrorCode::InvalidMessage)
+        | Some(RDKafkaErrorCode::InvalidRecord) => ConnectorError::rejected(text),
+        Some(RDKafkaErrorCode::MessageTimedOut)
+        | Some(RDKafkaErrorCode::AllBrokersDown)
+        | Some(RDKafkaErrorCode::BrokerTransportFailure) => ConnectorError::not_connected(text),
+        _ => ConnectorError::transient(text),
+    }
+}
+
+impl KafkaOutput {
+    fn record<'a>(&'a self, msg: &'a Message) -> FutureRecord<'a, str, [u8]> {
+        let mut r = FutureRecord::to(&self.topic).payload(&msg.payload()[..]);
+        if !self.key.is_empty() {
+            r = r.key(self.key.as_str());
+        }
+        if let Some(p) = self.partition {
+            r = r.partition(p);
+        }
+        if !self.headers.is_empty() {
+            let mut h = OwnedHeaders::new();
+            for (k, v) in self.headers.pairs(msg) {
+                h = h.insert(rdkafka::message::Header {
+                    key: k,
+                    value: Some(v.as_bytes()),
+                });
+            }
+            r = r.headers(h);
+        }
+        r
+    }
+}
+
+#[async_trait]
+impl Output for KafkaOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        // The client connects by itself; this asks a broker for metadata so that the
+        // stream reports "not connected" while none answers.
+        let client = self.producer.clone();
+        tokio::task::spawn_blocking(move || {
+            client
+                .client()
+                .fetch_metadata(None, StdDuration::from_secs(3))
+                .map(|_| ())
+        })
+        .await
+        .map_err(|e| ConnectorError::transient(e.to_string()))?
+        .map_err(|e| ConnectorError::not_connected(format!("Kafka is unreachable: {e}")))
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        // Polling all sends together queues every record before waiting for any.
+        let sends = batch
+            .iter()
+            .map(|m| self.producer.send(self.record(m), Timeout::Never));
+        for result in join_all(sends).await {
+            if let Err((e, _)) = result {
+                return Err(classify(&e));
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&self) {
+        let p = self.producer.clone();
+        let _ = tokio::task::spawn_blocking(move || p.flush(StdDuration::from_secs(10))).await;
+    }
+}

@@ -1,0 +1,137 @@
+//! `nats` output: publishes each message to a core NATS subject.
+//!
+//! Delivery: a write succeeds once the client has flushed the messages to the server's
+//! connection, which is as far as core NATS goes: there is no acknowledgement, and a
+//! subject with no subscriber at that moment drops them. Use `nats_jetstream` for stored, acknowledged publishing.
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use tokio::sync::RwLock;
+
+use super::{BuildOutput, OutputBuild};
+use crate::batching::BatchPolicy;
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
+};
+use crate::config::component::Spec;
+use crate::connect::nats::{meta_to_headers, validate, NatsAuth, NatsConn};
+use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
+use crate::message::Batch;
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NatsOutputConfig {
+    /// Server URLs (`nats://host:4222`).
+    pub urls: Vec<String>,
+    /// The subject to publish to. (To become an interpolated field.)
+    pub subject: String,
+    /// Which metadata to send as NATS headers.
+    #[serde(default)]
+    pub metadata: MetadataConfig,
+    /// Writes allowed at once.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// How messages are grouped into writes.
+    #[serde(default)]
+    pub batching: BatchPolicy,
+    /// TLS settings.
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// Authentication.
+    #[serde(default)]
+    pub auth: NatsAuth,
+}
+
+pub(crate) fn default_max_in_flight() -> usize {
+    64
+}
+
+impl Spec for NatsOutputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "nats",
+        kind: Kind::Output,
+        summary: "Publishes messages to a core NATS subject.",
+        examples: &[Example {
+            title: "Publish to a subject",
+            yaml: "input:\n  stdin: {}\noutput:\n  nats:\n    urls: [nats://127.0.0.1:4222]\n    subject: events\n    metadata:\n      include_patterns: ['.*']\n",
+        }],
+    };
+}
+
+impl BuildOutput for NatsOutputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        validate(&self.urls, &self.tls, &self.auth).map_err(|e| cx.error(e))?;
+        if self.subject.is_empty() {
+            return Err(cx.error("`subject` is empty"));
+        }
+        if self.max_in_flight == 0 {
+            return Err(cx.error("`max_in_flight` must be at least 1"));
+        }
+        let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
+        Ok(OutputBuild::Writer(Writer {
+            output: Box::new(NatsOutput {
+                config: self.clone(),
+                name: cx.owner(),
+                headers,
+                client: RwLock::new(None),
+            }),
+            max_in_flight: self.max_in_flight,
+            batching: self.batching.clone(),
+        }))
+    }
+}
+
+pub struct NatsOutput {
+    config: NatsOutputConfig,
+    name: String,
+    headers: MetadataFilter,
+    client: RwLock<Option<async_nats::Client>>,
+}
+
+#[async_trait]
+impl Output for NatsOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        let mut guard = self.client.write().await;
+        if let Some(client) = guard.as_ref() {
+            if client.connection_state() == async_nats::connection::State::Connected {
+                return Ok(());
+            }
+            // The client is reconnecting by itself; report it down until it is back.
+            return Err(ConnectorError::not_connected("NATS server is unreachable"));
+        }
+        let c = &self.config;
+        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name).await?;
+        *guard = Some(conn.client);
+        Ok(())
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        let Some(client) = self.client.read().await.clone() else {
+            return Err(ConnectorError::not_connected("not connected"));
+        };
+        if client.connection_state() != async_nats::connection::State::Connected {
+            return Err(ConnectorError::not_connected("NATS server is unreachable"));
+        }
+        let lost = |e: &dyn std::fmt::Display| {
+            ConnectorError::not_connected(format!("publish failed: {e}"))
+        };
+        for msg in batch {
+            let subject = self.config.subject.clone();
+            let payload = msg.payload().clone();
+            match meta_to_headers(&self.headers, msg) {
+                Some(h) => client.publish_with_headers(subject, h, payload).await,
+                None => client.publish(subject, payload).await,
+            }
+            .map_err(|e| lost(&e))?;
+        }
+        // Without a flush the messages could still sit in the client's buffer.
+        client.flush().await.map_err(|e| lost(&e))
+    }
+
+    async fn close(&self) {
+        if let Some(client) = self.client.write().await.take() {
+            let _ = client.flush().await;
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `nats_jetstream` output: publishes each message to a JetStream subject.
+//!
+//! Delivery: a write succeeds once the server acknowledged every message of the batch as
+//! stored in its stream.
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::future::IntoFuture;
+use tokio::sync::RwLock;
+
+use super::{BuildOutput, OutputBuild};
+use crate::batching::BatchPolicy;
+use crate::component::{
+    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
+};
+use crate::config::component::Spec;
+use crate::connect::nats::{meta_to_headers, validate, NatsAuth, NatsConn};
+use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
+use crate::message::Batch;
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NatsJetStreamOutputConfig {
+    /// Server URLs (`nats://host:4222`).
+    pub urls: Vec<String>,
+    /// The subject to publish to; a stream must capture it. (To become an interpolated field.)
+    pub subject: String,
+    /// Which metadata to send as NATS headers.
+    #[serde(default)]
+    pub metadata: MetadataConfig,
+    /// Writes allowed at once.
+    #[serde(default = "super::nats::default_max_in_flight")]
+    pub max_in_flight: usize,
+    /// How messages are grouped into writes.
+    #[serde(default)]
+    pub batching: BatchPolicy,
+    /// TLS settings.
+    #[serde(default)]
+    pub tls: TlsConfig,
+    /// Authentication.
+    #[serde(default)]
+    pub auth: NatsAuth,
+}
+
+impl Spec for NatsJetStreamOutputConfig {
+    const SPEC: ComponentSpec = ComponentSpec {
+        name: "nats_jetstream",
+        kind: Kind::Output,
+        summary: "Publishes messages to JetStream; a write succeeds once the server stored them.",
+        examples: &[Example {
+            title: "Store messages in a stream",
+            yaml: "input:\n  stdin: {}\noutput:\n  nats_jetstream:\n    urls: [nats://127.0.0.1:4222]\n    subject: orders.created\n    max_in_flight: 64\n",
+        }],
+    };
+}
+
+impl BuildOutput for NatsJetStreamOutputConfig {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        validate(&self.urls, &self.tls, &self.auth).map_err(|e| cx.error(e))?;
+        if self.subject.is_empty() {
+            return Err(cx.error("`subject` is empty"));
+        }
+        if self.max_in_flight == 0 {
+            return Err(cx.error("`max_in_flight` must be at least 1"));
+        }
+        let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
+        Ok(OutputBuild::Writer(Writer {
+            output: Box::new(JetStreamOutput {
+                config: self.clone(),
+                name: cx.owner(),
+                headers,
+                js: RwLock::new(None),
+            }),
+            max_in_flight: self.max_in_flight,
+            batching: self.batching.clone(),
+        }))
+    }
+}
+
+pub struct JetStreamOutput {
+    config: NatsJetStreamOutputConfig,
+    name: String,
+    headers: MetadataFilter,
+    js: RwLock<Option<(async_nats::Client, async_nats::jetstream::Context)>>,
+}
+
+#[async_trait]
+impl Output for JetStreamOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        let mut guard = self.js.write().await;
+        if let Some((client, _)) = guard.as_ref() {
+            if client.connection_state() == async_nats::connection::State::Connected {
+                return Ok(());
+            }
+            return Err(ConnectorError::not_connected("NATS server is unreachable"));
+        }
+        let c = &self.config;
+        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name).await?;
+        let js = async_nats::jetstream::new(conn.client.clone());
+        *guard = Some((conn.client, js));
+        Ok(())
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        let Some((client, js)) = self.js.read().await.clone() else {
+            return Err(ConnectorError::not_connected("not connected"));
+        };
+        let classify = |e: &dyn std::fmt::Display| {
+            let text = format!("JetStream publish failed: {e}");
+            if client.connection_state() == async_nats::connection::State::Connected {
+                ConnectorError::transient(text)
+            } else {
+                ConnectorError::not_connected(text)
+            }
+        };
+        // Publish the whole batch first, then wait for the acks: one round-trip, not n.
+        let mut acks = Vec::with_capacity(batch.len());
+        for msg in batch {
+            let subject = self.config.subject.clone();
+            let payload = msg.payload().clone();
+            let ack = match meta_to_headers(&self.headers, msg) {
+                Some(h) => js.publish_with_headers(subject, h, payload).await,
+                None => js.publish(subject, payload).await,
+            }
+            .map_err(|e| classify(&e))?;
+            acks.push(ack.into_future());
+        }
+        try_join_all(acks).await.map_err(|e| classify(&e))?;
+        Ok(())
+    }
+}

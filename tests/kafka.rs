@@ -1,0 +1,432 @@
+//! Kafka connectors against a Kafka-API broker (tansu, started by scripts/brokers.sh; its
+//! address is in target/brokers/kafka.addr, or SLUICE_KAFKA_ADDR).
+
+#[path = "common/brokers.rs"]
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message};
+
+fn addr() -> String {
+    if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
+        return a;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/brokers/kafka.addr");
+    std::fs::read_to_string(file)
+        .map(|s| s.trim().to_owned())
+        .expect("a Kafka address: run scripts/brokers.sh")
+}
+
+async fn create_topic(name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", addr())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    let res = admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    for r in res {
+        r.unwrap();
+    }
+}
+
+fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", addr())
+        .set("message.timeout.ms", "10000")
+        .create()
+        .unwrap()
+}
+
+async fn produce(topic: &str, items: &[String], key: Option<&str>) {
+    let p = producer();
+    for (i, item) in items.iter().enumerate() {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "x-seq",
+            value: Some(&i.to_string()),
+        });
+        let mut r = FutureRecord::to(topic)
+            .payload(item.as_bytes())
+            .headers(headers);
+        if let Some(k) = key {
+            r = r.key(k);
+        }
+        p.send(r, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+}
+
+fn consumer(topic: &str) -> StreamConsumer {
+    let c: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", addr())
+        .set("group.id", unique("check"))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    c
+}
+
+#[tokio::test]
+async fn round_trip_with_keys_headers_and_metadata() {
+    let _shared = BROKER.read().await;
+    let (a, b) = (unique("in"), unique("out"));
+    create_topic(&a, 1).await;
+    create_topic(&b, 1).await;
+    let sent = payloads("k", 50);
+    produce(&a, &sent, Some("key-a")).await;
+    let stream = start(&format!(
+        "input:\n  kafka:\n    addresses: ['{addr}']\n    topics: [{a}]\n    consumer_group: {g}\noutput:\n  kafka:\n    addresses: ['{addr}']\n    topic: {b}\n    key: key-b\n    timeout: 10s\n    metadata:\n      include_patterns: ['.*']\n      exclude_patterns: ['^kafka_timestamp']\n",
+        addr = addr(),
+        g = unique("g"),
+    ));
+    let c = consumer(&b);
+    let mut got = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while got.len() < sent.len() {
+        let m = tokio::time::timeout_at(deadline, c.recv())
+            .await
+            .expect("all records")
+            .unwrap();
+        assert_eq!(m.key(), Some(&b"key-b"[..]));
+        let headers: std::collections::BTreeMap<String, String> = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(headers.get("kafka_topic"), Some(&a));
+        assert_eq!(headers.get("kafka_key").map(String::as_str), Some("key-a"));
+        assert_eq!(
+            headers.get("kafka_partition").map(String::as_str),
+            Some("0")
+        );
+        assert!(headers.contains_key("kafka_offset") && headers.contains_key("x-seq"));
+        assert!(
+            !headers.contains_key("kafka_timestamp_unix"),
+            "excluded by pattern"
+        );
+        got.insert(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+    }
+    assert_eq!(got, sent.iter().cloned().collect());
+    stream.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn offsets_are_committed_only_after_delivery() {
+    let _shared = BROKER.read().await;
+    let topic = unique("commit");
+    create_topic(&topic, 2).await;
+    let group = unique("g");
+    let first = payloads("first", 100);
+    produce(&topic, &first, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out1 = dir.path().join("1.txt");
+    let yaml = |out: &std::path::Path| {
+        format!(
+            "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {group}\n    commit_period: 100ms\noutput:\n  file:\n    path: {}\n",
+            addr(),
+            out.display()
+        )
+    };
+    let s1 = start(&yaml(&out1));
+    wait_for("the first records", Duration::from_secs(60), || {
+        read_lines(&out1).len() == first.len()
+    })
+    .await;
+    s1.stop(Duration::from_secs(10)).await;
+    // A new member of the group starts where the acknowledged offsets end.
+    let second = payloads("second", 50);
+    produce(&topic, &second, None).await;
+    let out2 = dir.path().join("2.txt");
+    let s2 = start(&yaml(&out2));
+    wait_for("the new records", Duration::from_secs(60), || {
+        read_lines(&out2).len() >= second.len()
+    })
+    .await;
+    s2.stop(Duration::from_secs(10)).await;
+    let got = read_lines(&out2);
+    assert!(second.iter().all(|s| got.contains(s)));
+    assert!(
+        got.iter().all(|s| s.starts_with("second")),
+        "committed records were not read again: {got:?}"
+    );
+}
+
+#[tokio::test]
+async fn explicit_partitions_are_read_alone() {
+    let _shared = BROKER.read().await;
+    let topic = unique("parts");
+    create_topic(&topic, 2).await;
+    let p = producer();
+    for i in 0..20 {
+        let payload = format!("p{}-{i}", i % 2);
+        p.send(
+            FutureRecord::<(), _>::to(&topic)
+                .payload(payload.as_bytes())
+                .partition(i % 2),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let s = start(&format!(
+        "input:\n  kafka:\n    addresses: ['{}']\n    topics: ['{topic}:1']\n    consumer_group: {}\noutput:\n  file:\n    path: {}\n",
+        addr(),
+        unique("g"),
+        out.display()
+    ));
+    wait_for("partition 1", Duration::from_secs(60), || {
+        read_lines(&out).len() == 10
+    })
+    .await;
+    s.stop(Duration::from_secs(5)).await;
+    assert!(read_lines(&out).iter().all(|l| l.starts_with("p1-")));
+}
+
+#[tokio::test]
+async fn group_members_share_partitions_without_loss() {
+    let _shared = BROKER.read().await;
+    let topic = unique("group");
+    create_topic(&topic, 4).await;
+    let group = unique("g");
+    let dir = tempfile::tempdir().unwrap();
+    let outs: Vec<_> = (0..2)
+        .map(|i| dir.path().join(format!("{i}.txt")))
+        .collect();
+    let yaml = |out: &std::path::Path| {
+        format!(
+            "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {group}\n    commit_period: 100ms\noutput:\n  file:\n    path: {}\n",
+            addr(),
+            out.display()
+        )
+    };
+    let s1 = start(&yaml(&outs[0]));
+    let sent = payloads("g", 400);
+    produce(&topic, &sent[..200], None).await;
+    // A second member joins mid-stream: the rebalance hands partitions over.
+    wait_for("the first member to read", Duration::from_secs(60), || {
+        !read_lines(&outs[0]).is_empty()
+    })
+    .await;
+    let s2 = start(&yaml(&outs[1]));
+    produce(&topic, &sent[200..], None).await;
+    wait_for("every record", Duration::from_secs(90), || {
+        let all: BTreeSet<_> = outs.iter().flat_map(|o| read_lines(o)).collect();
+        all.len() == sent.len()
+    })
+    .await;
+    s1.stop(Duration::from_secs(10)).await;
+    s2.stop(Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn example_http_to_kafka() {
+    let _shared = BROKER.read().await;
+    let topic = unique("events");
+    create_topic(&topic, 1).await;
+    let port = free_port();
+    let mut sluice = Sluice::run_example(
+        "http_to_kafka.yaml",
+        &[
+            ("KAFKA_ADDRESSES", addr()),
+            ("KAFKA_TOPIC", topic.clone()),
+            ("SLUICE_HTTP_ADDRESS", format!("127.0.0.1:{port}")),
+        ],
+    );
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(sluice.still_running(), "sluice exited");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no 200 from the example"
+        );
+        if let Ok(r) = http
+            .post(format!("http://127.0.0.1:{port}/events"))
+            .body("hello")
+            .send()
+            .await
+        {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Answered 200: the broker already has the record.
+    let c = consumer(&topic);
+    let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
+        .await
+        .expect("a record")
+        .unwrap();
+    assert_eq!(m.payload(), Some(&b"hello"[..]));
+    assert_eq!(m.key(), Some(&b"http"[..]));
+}
+
+/// The tansu binary scripts/brokers.sh installed.
+fn tansu_bin() -> String {
+    let root = std::env::var("SLUICE_TOOLS_ROOT").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/sluice-tools",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    let cached = format!("{root}/bin/tansu");
+    if std::path::Path::new(&cached).exists() {
+        cached
+    } else {
+        "tansu".into()
+    }
+}
+
+/// A TCP relay in front of a broker: `cut` drops every connection and refuses new ones
+/// (the broker is gone for its clients), `resume` accepts again on the same port.
+struct Relay {
+    port: u16,
+    target: u16,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Relay {
+    async fn resume(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .unwrap();
+        let target = self.target;
+        self.task = Some(tokio::spawn(async move {
+            // Dropping the set (when this task is aborted) aborts every relayed connection.
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                conns.spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        }));
+    }
+
+    fn cut(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// A tansu of this test's own, killed when dropped.
+struct OwnTansu(std::process::Child);
+
+impl Drop for OwnTansu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The broker disappears mid-stream and comes back. tansu keeps its log in memory here,
+/// so stopping its process would also empty it (and change topic ids, which librdkafka
+/// does not survive): the outage is made with a relay that every client goes through
+/// (the broker advertises the relay's address), which is what clients see of a restart
+/// of a broker that keeps its log.
+#[tokio::test]
+async fn input_and_output_survive_a_broker_outage() {
+    let (relay_port, broker_port) = (free_port(), free_port());
+    let broker = format!("127.0.0.1:{relay_port}");
+    let _tansu = OwnTansu(
+        std::process::Command::new(tansu_bin())
+            .args([
+                "broker",
+                "--storage-engine",
+                "memory://tansu/",
+                "--listener-url",
+                &format!("tcp://127.0.0.1:{broker_port}"),
+                "--advertised-listener-url",
+                &format!("tcp://{broker}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("tansu (run scripts/brokers.sh)"),
+    );
+    let mut relay = Relay {
+        port: relay_port,
+        target: broker_port,
+        task: None,
+    };
+    relay.resume().await;
+    wait_for("tansu", Duration::from_secs(30), || port_open(broker_port)).await;
+
+    let topic = unique("fault");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker)
+        .create()
+        .unwrap();
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let sent = payloads("f", 400);
+    let input = lines_file(dir.path(), &sent);
+    let env = sluice::stream::StreamEnv::standalone();
+    // Producer (slowed down so that the outage falls mid-stream) and consumer.
+    let producer = start_in(&format!(
+        "input:\n  file:\n    paths: [{}]\npipeline:\n  processors:\n    - sleep: {{duration: 10ms}}\noutput:\n  kafka:\n    addresses: ['{broker}']\n    topic: {topic}\n    timeout: 5s\n",
+        input.display()
+    ), &env);
+    let consumer = start_in(&format!(
+        "input:\n  kafka:\n    addresses: ['{broker}']\n    topics: [{topic}]\n    consumer_group: {}\n    commit_period: 100ms\noutput:\n  file:\n    path: {}\n",
+        unique("g"), out.display()
+    ), &env);
+    wait_for("a third of the messages", Duration::from_secs(60), || {
+        read_lines(&out).len() >= 130
+    })
+    .await;
+    relay.cut();
+    wait_for("the stream to notice", Duration::from_secs(60), || {
+        !env.readiness.not_ready().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    relay.resume().await;
+    wait_for(
+        "every message after the outage",
+        Duration::from_secs(120),
+        || read_lines(&out).len() == sent.len(),
+    )
+    .await;
+    assert_eq!(read_lines(&out), sent.iter().cloned().collect());
+    producer.stop(Duration::from_secs(5)).await;
+    consumer.stop(Duration::from_secs(5)).await;
+    relay.cut();
+}

@@ -1,0 +1,322 @@
+//! NATS core and JetStream connectors against a local nats-server (scripts/brokers.sh).
+
+#[path = "common/brokers.rs"]
+mod common;
+
+use std::time::Duration;
+
+use async_nats::jetstream;
+use common::*;
+use futures::StreamExt;
+
+const URL: &str = "nats://127.0.0.1:4222";
+
+async fn client() -> async_nats::Client {
+    async_nats::connect(URL)
+        .await
+        .expect("nats-server on 4222 (run scripts/brokers.sh)")
+}
+
+async fn create_stream(name: &str, subject: &str) -> jetstream::Context {
+    let js = jetstream::new(client().await);
+    js.create_stream(jetstream::stream::Config {
+        name: name.to_owned(),
+        subjects: vec![subject.to_owned()],
+        ..Default::default()
+    })
+    .await
+    .expect("create stream");
+    js
+}
+
+#[tokio::test]
+async fn core_bridge_keeps_headers_as_metadata() {
+    let _shared = BROKER.read().await;
+    let (a, b) = (unique("in"), unique("out"));
+    let c = client().await;
+    let mut out = c.subscribe(b.clone()).await.unwrap();
+    let stream = start(&format!(
+        "input:\n  nats:\n    urls: [{URL}]\n    subject: {a}\noutput:\n  nats:\n    urls: [{URL}]\n    subject: {b}\n    metadata:\n      include_patterns: ['^x-', '^nats_subject$']\n"
+    ));
+    // The subscription is made in the background: publish until the bridge is up.
+    let mut seen = std::collections::BTreeSet::new();
+    let sent = payloads("m", 20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while seen.len() < sent.len() {
+        for p in &sent {
+            if !seen.contains(p) {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("x-id", p.as_str());
+                c.publish_with_headers(a.clone(), h, p.clone().into())
+                    .await
+                    .unwrap();
+            }
+        }
+        c.flush().await.unwrap();
+        while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(300), out.next()).await {
+            let body = String::from_utf8_lossy(&m.payload).into_owned();
+            let h = m.headers.expect("headers");
+            assert_eq!(h.get("x-id").map(|v| v.as_str()), Some(body.as_str()));
+            assert_eq!(h.get("nats_subject").map(|v| v.as_str()), Some(a.as_str()));
+            seen.insert(body);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "bridge delivered {} of 20",
+            seen.len()
+        );
+    }
+    stream.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn queue_group_members_share_the_messages() {
+    let _shared = BROKER.read().await;
+    let subject = unique("q");
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<_> = (0..2)
+        .map(|i| dir.path().join(format!("out{i}.txt")))
+        .collect();
+    let env = sluice::stream::StreamEnv::standalone();
+    let streams: Vec<_> = files
+        .iter()
+        .map(|f| {
+            start_in(
+                &format!(
+                    "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\n    queue: workers\noutput:\n  file:\n    path: {}\n",
+                    f.display()
+                ),
+                &env,
+            )
+        })
+        .collect();
+    wait_for("both members subscribed", Duration::from_secs(10), || {
+        env.readiness.not_ready().is_empty()
+    })
+    .await;
+    let c = client().await;
+    let sent = payloads("q", 200);
+    for p in &sent {
+        c.publish(subject.clone(), p.clone().into()).await.unwrap();
+    }
+    c.flush().await.unwrap();
+    wait_for("all messages", Duration::from_secs(10), || {
+        files.iter().map(|f| read_lines(f).len()).sum::<usize>() >= sent.len()
+    })
+    .await;
+    let (x, y) = (read_lines(&files[0]), read_lines(&files[1]));
+    assert!(
+        x.is_disjoint(&y),
+        "a queue group delivers each message once"
+    );
+    assert_eq!(x.union(&y).count(), sent.len());
+    for s in streams {
+        s.stop(Duration::from_secs(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn jetstream_round_trip_with_durable_consumer() {
+    let _shared = BROKER.read().await;
+    let name = unique("S").replace('-', "_");
+    let subject = format!("{name}.in");
+    let js = create_stream(&name, &format!("{name}.>")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let sent = payloads("js", 500);
+    let input = lines_file(dir.path(), &sent);
+    let out = dir.path().join("out.txt");
+    let mut producer = start(&format!(
+        "input:\n  file:\n    paths: [{}]\noutput:\n  nats_jetstream:\n    urls: [{URL}]\n    subject: {subject}\n    batching: {{count: 50, period: 5ms}}\n",
+        input.display()
+    ));
+    producer.finished().await;
+    let info = js
+        .get_stream(&name)
+        .await
+        .unwrap()
+        .info()
+        .await
+        .unwrap()
+        .clone();
+    assert_eq!(
+        info.state.messages,
+        sent.len() as u64,
+        "every write was stored"
+    );
+    let consumer = start(&format!(
+        "input:\n  nats_jetstream:\n    urls: [{URL}]\n    stream: {name}\n    subject: {subject}\n    durable: sluice\noutput:\n  file:\n    path: {}\n",
+        out.display()
+    ));
+    wait_for("all messages", Duration::from_secs(20), || {
+        read_lines(&out).len() == sent.len()
+    })
+    .await;
+    consumer.stop(Duration::from_secs(5)).await;
+    // Acked after delivery: the durable consumer has nothing left pending.
+    let stream = js.get_stream(&name).await.unwrap();
+    let mut c: jetstream::consumer::PullConsumer = stream.get_consumer("sluice").await.unwrap();
+    let ci = c.info().await.unwrap();
+    assert_eq!(ci.num_ack_pending, 0);
+    assert_eq!(ci.num_pending, 0);
+    let _ = stream.delete_consumer("sluice").await;
+    let _ = js.delete_stream(&name).await;
+}
+
+#[tokio::test]
+async fn jetstream_redelivers_what_an_output_failed() {
+    let _shared = BROKER.read().await;
+    let name = unique("R").replace('-', "_");
+    let subject = format!("{name}.in");
+    let js = create_stream(&name, &subject).await;
+    js.publish(subject.clone(), "once".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    // An HTTP output to a closed port fails every write, so the message is nacked and
+    // the server redelivers it: the consumer's info counts the redeliveries.
+    let stream = start(&format!(
+        "input:\n  nats_jetstream:\n    urls: [{URL}]\n    stream: {name}\n    durable: failing\n    nak_delay: 50ms\noutput:\n  http_client:\n    url: http://127.0.0.1:1/\n    retries: 0\n"
+    ));
+    let mut delivered = 0;
+    for _ in 0..200 {
+        let mut c: jetstream::consumer::PullConsumer = match js
+            .get_stream(&name)
+            .await
+            .unwrap()
+            .get_consumer("failing")
+            .await
+        {
+            Ok(c) => c,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let info = c.info().await.unwrap();
+        delivered = info.num_redelivered + info.num_ack_pending;
+        if info.num_redelivered > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        delivered > 0,
+        "the message was redelivered after the failure"
+    );
+    stream.stop(Duration::from_secs(2)).await;
+    let _ = js.delete_stream(&name).await;
+}
+
+#[tokio::test]
+async fn jetstream_survives_a_server_restart() {
+    let _alone = BROKER.write().await;
+    let name = unique("F").replace('-', "_");
+    let subject = format!("{name}.in");
+    let js = create_stream(&name, &subject).await;
+    drop(js);
+    let dir = tempfile::tempdir().unwrap();
+    let sent = payloads("f", 600);
+    let input = lines_file(dir.path(), &sent);
+    let out = dir.path().join("out.txt");
+    let env = sluice::stream::StreamEnv::standalone();
+    // A slow producer so that the outage falls in the middle of the stream.
+    let producer = start_in(&format!(
+        "input:\n  file:\n    paths: [{}]\npipeline:\n  processors:\n    - sleep: {{duration: 5ms}}\noutput:\n  nats_jetstream:\n    urls: [{URL}]\n    subject: {subject}\n",
+        input.display()
+    ), &env);
+    let consumer = start_in(&format!(
+        "input:\n  nats_jetstream:\n    urls: [{URL}]\n    stream: {name}\n    durable: fault\n    ack_wait: 5s\noutput:\n  file:\n    path: {}\n",
+        out.display()
+    ), &env);
+    wait_for("a third of the messages", Duration::from_secs(30), || {
+        read_lines(&out).len() >= 200
+    })
+    .await;
+    let guard = BrokerGuard::new(
+        "nats-server",
+        4222,
+        &[
+            "start-stop-daemon",
+            "--start",
+            "--oknodo",
+            "--background",
+            "--exec",
+            "/usr/sbin/nats-server",
+            "--",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            "4222",
+            "-js",
+            "-sd",
+            "/var/lib/nats-server",
+        ],
+    );
+    guard.stop();
+    wait_for("the stream to notice", Duration::from_secs(10), || {
+        !env.readiness.not_ready().is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard.restart();
+    wait_for(
+        "every message after the restart",
+        Duration::from_secs(90),
+        || read_lines(&out).len() == sent.len(),
+    )
+    .await;
+    assert_eq!(read_lines(&out), sent.iter().cloned().collect());
+    producer.stop(Duration::from_secs(5)).await;
+    consumer.stop(Duration::from_secs(5)).await;
+    let _ = jetstream::new(client().await).delete_stream(&name).await;
+}
+
+#[tokio::test]
+async fn example_jetstream_to_redis() {
+    let _shared = BROKER.read().await;
+    let name = unique("ORDERS").replace('-', "_");
+    let js = create_stream(&name, &format!("{name}.>")).await;
+    for i in 0..10 {
+        js.publish(format!("{name}.created"), format!("order-{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let key = unique("orders");
+    let mut sluice = Sluice::run_example(
+        "jetstream_to_redis.yaml",
+        &[("JS_STREAM", name.clone()), ("REDIS_STREAM", key.clone())],
+    );
+    let mut redis = redis::Client::open("redis://127.0.0.1:6379")
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis on 6379");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let len: usize = redis::AsyncCommands::xlen(&mut redis, &key).await.unwrap();
+        if len == 10 {
+            break;
+        }
+        assert!(sluice.still_running(), "sluice exited");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{len} of 10 entries"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let entries: redis::streams::StreamRangeReply =
+        redis::AsyncCommands::xrange_all(&mut redis, &key)
+            .await
+            .unwrap();
+    let first = &entries.ids[0];
+    assert_eq!(
+        first.get::<String>("nats_subject").as_deref(),
+        Some(&*format!("{name}.created"))
+    );
+    drop(sluice);
+    let _: () = redis::AsyncCommands::del(&mut redis, &key).await.unwrap();
+    let _ = js.delete_stream(&name).await;
+}
