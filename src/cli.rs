@@ -156,7 +156,7 @@ pub fn list(kind: Option<Kind>, json: bool, out: &mut dyn Write) -> std::io::Res
         (Kind::Processor, ProcessorKind::specs()),
         (Kind::Output, OutputKind::specs()),
     ];
-    families.retain(|(k, _)| kind.map_or(true, |want| want == *k));
+    families.retain(|(k, _)| kind.is_none_or(|want| want == *k));
     if json {
         let doc: serde_json::Value = families
             .iter()

@@ -320,3 +320,29 @@ async fn example_jetstream_to_redis() {
     let _: () = redis::AsyncCommands::del(&mut redis, &key).await.unwrap();
     let _ = js.delete_stream(&name).await;
 }
+
+#[tokio::test]
+async fn output_subject_is_interpolated_per_message() {
+    let _shared = BROKER.read().await;
+    let base = unique("routed");
+    let c = client().await;
+    let mut evens = c.subscribe(format!("{base}.even")).await.unwrap();
+    let mut odds = c.subscribe(format!("{base}.odd")).await.unwrap();
+    c.flush().await.unwrap();
+    let stream = start(&format!(
+        "input:\n  generate:\n    mapping: 'root.n = count(\"{base}\")'\n    count: 6\n    interval: 0s\noutput:\n  nats:\n    urls: [{URL}]\n    subject: '{base}.${{! if this.n % 2 == 0 {{ \"even\" }} else {{ \"odd\" }} }}'\n"
+    ));
+    let mut got = (0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while got != (3, 3) {
+        tokio::select! {
+            Some(m) = evens.next() => {
+                assert!(String::from_utf8_lossy(&m.payload).contains(['2', '4', '6']));
+                got.0 += 1;
+            }
+            Some(_) = odds.next() => got.1 += 1,
+            _ = tokio::time::sleep_until(deadline) => panic!("received {got:?} of (3, 3)"),
+        }
+    }
+    stream.stop(Duration::from_secs(5)).await;
+}

@@ -112,6 +112,21 @@ impl Interp {
         self.compiled.render_bytes(batch, index)
     }
 
+    /// The value of this field for message `index`, or a rejection naming the field (a
+    /// message a topic or key cannot be built from cannot be sent anywhere).
+    pub fn field(
+        &self,
+        batch: &Batch,
+        index: usize,
+        name: &str,
+    ) -> Result<String, crate::component::ConnectorError> {
+        self.render(batch, index).map_err(|e| {
+            crate::component::ConnectorError::rejected(format!(
+                "cannot build `{name}` from `{self}`: {e}"
+            ))
+        })
+    }
+
     /// The value for a single message.
     pub fn render_message(&self, msg: &Message) -> Result<String, MappingError> {
         self.compiled.render(&vec![msg.clone()], 0)

@@ -20,6 +20,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::amqp::{classify, connect, header_table, validate_urls};
 use crate::connect::{MetadataConfig, MetadataFilter};
 use crate::message::Batch;
@@ -47,9 +48,9 @@ pub struct AmqpOutputConfig {
     /// Whether and how to declare the exchange.
     #[serde(default)]
     pub exchange_declare: ExchangeDeclare,
-    /// The routing key. (To become an interpolated field.)
+    /// The routing key (interpolated per message).
     #[serde(default)]
-    pub key: String,
+    pub key: Option<Interp>,
     /// Content type property of the messages.
     #[serde(default)]
     pub content_type: Option<String>,
@@ -177,8 +178,14 @@ impl Output for AmqpOutput {
             mandatory: c.mandatory,
             ..Default::default()
         };
+        let keys = (0..batch.len())
+            .map(|i| match &c.key {
+                Some(k) => k.field(batch, i, "key"),
+                None => Ok(String::new()),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut confirms = Vec::with_capacity(batch.len());
-        for msg in batch {
+        for (msg, key) in batch.iter().zip(&keys) {
             let mut props = BasicProperties::default();
             if c.persistent {
                 props = props.with_delivery_mode(2);
@@ -190,7 +197,7 @@ impl Output for AmqpOutput {
                 props = props.with_headers(header_table(self.headers.pairs(msg)));
             }
             let confirm = channel
-                .basic_publish(&c.exchange, &c.key, options, msg.payload(), props)
+                .basic_publish(&c.exchange, key, options, msg.payload(), props)
                 .await
                 .map_err(|e| classify(e, "publish failed"))?;
             confirms.push(confirm);

@@ -22,6 +22,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::kafka::{client_config, validate};
 use crate::connect::{MetadataConfig, MetadataFilter, SaslConfig, TlsConfig};
 use crate::duration::Duration;
@@ -67,11 +68,11 @@ impl Partitioner {
 pub struct KafkaOutputConfig {
     /// Bootstrap brokers (`host:9092`); an entry may hold several, comma-separated.
     pub addresses: Vec<String>,
-    /// The topic to write to. (To become an interpolated field.)
-    pub topic: String,
-    /// The record key; empty: no key. (To become an interpolated field.)
+    /// The topic to write to (interpolated per message).
+    pub topic: Interp,
+    /// The record key (interpolated per message); absent: no key.
     #[serde(default)]
-    pub key: String,
+    pub key: Option<Interp>,
     /// How a partition is picked for a record.
     #[serde(default)]
     pub partitioner: Partitioner,
@@ -134,7 +135,7 @@ impl Spec for KafkaOutputConfig {
 impl BuildOutput for KafkaOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
         validate(&self.addresses, &self.tls, &self.sasl).map_err(|e| cx.error(e))?;
-        if self.topic.is_empty() {
+        if self.topic.source().is_empty() {
             return Err(cx.error("`topic` is empty"));
         }
         if self.max_in_flight == 0 {
@@ -191,8 +192,8 @@ impl KafkaOutputConfig {
 
 pub struct KafkaOutput {
     producer: FutureProducer,
-    topic: String,
-    key: String,
+    topic: Interp,
+    key: Option<Interp>,
     partition: Option<i32>,
     headers: MetadataFilter,
 }
@@ -211,10 +212,15 @@ fn classify(e: &KafkaError) -> ConnectorError {
 }
 
 impl KafkaOutput {
-    fn record<'a>(&'a self, msg: &'a Message) -> FutureRecord<'a, str, [u8]> {
-        let mut r = FutureRecord::to(&self.topic).payload(&msg.payload()[..]);
-        if !self.key.is_empty() {
-            r = r.key(self.key.as_str());
+    fn record<'a>(
+        &'a self,
+        msg: &'a Message,
+        topic: &'a str,
+        key: Option<&'a str>,
+    ) -> FutureRecord<'a, str, [u8]> {
+        let mut r = FutureRecord::to(topic).payload(&msg.payload()[..]);
+        if let Some(key) = key {
+            r = r.key(key);
         }
         if let Some(p) = self.partition {
             r = r.partition(p);
@@ -251,10 +257,22 @@ impl Output for KafkaOutput {
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        // Topics and keys first: a message they cannot be built for fails the batch
+        // before anything is sent.
+        let mut targets = Vec::with_capacity(batch.len());
+        for i in 0..batch.len() {
+            let topic = self.topic.field(batch, i, "topic")?;
+            let key = match &self.key {
+                Some(k) => Some(k.field(batch, i, "key")?),
+                None => None,
+            };
+            targets.push((topic, key));
+        }
         // Polling all sends together queues every record before waiting for any.
-        let sends = batch
-            .iter()
-            .map(|m| self.producer.send(self.record(m), Timeout::Never));
+        let sends = batch.iter().zip(&targets).map(|(m, (topic, key))| {
+            self.producer
+                .send(self.record(m, topic, key.as_deref()), Timeout::Never)
+        });
         for result in join_all(sends).await {
             if let Err((e, _)) = result {
                 return Err(classify(&e));

@@ -22,6 +22,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::mqtt::{qos, MqttConnect, WillConfig};
 use crate::connect::TlsConfig;
 use crate::duration::Duration;
@@ -33,8 +34,8 @@ use crate::message::Batch;
 pub struct MqttOutputConfig {
     /// Broker URLs (`tcp://host:1883`, `ssl://host:8883`); tried in turn on reconnect.
     pub urls: Vec<String>,
-    /// The topic to publish to. (To become an interpolated field.)
-    pub topic: String,
+    /// The topic to publish to (interpolated per message).
+    pub topic: Interp,
     /// The QoS to publish with: 0, 1 or 2.
     #[serde(default = "default_qos")]
     pub qos: u8,
@@ -100,7 +101,7 @@ impl BuildOutput for MqttOutputConfig {
         };
         connect.validate().map_err(|e| cx.error(e))?;
         let qos = qos(self.qos).map_err(|e| cx.error(e))?;
-        if self.topic.is_empty() {
+        if self.topic.source().is_empty() {
             return Err(cx.error("`topic` is empty"));
         }
         if self.max_in_flight == 0 {
@@ -253,10 +254,13 @@ impl Output for MqttOutput {
             return Err(ConnectorError::not_connected("not connected"));
         };
         let lost = |e: String| ConnectorError::not_connected(format!("MQTT publish failed: {e}"));
+        let topics = (0..batch.len())
+            .map(|i| self.config.topic.field(batch, i, "topic"))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut confirms = Vec::with_capacity(batch.len());
         {
             let _order = session.order.lock().await;
-            for msg in batch {
+            for (msg, topic) in batch.iter().zip(topics) {
                 let (tx, rx) = oneshot::channel();
                 {
                     let mut w = session.waiters.lock();
@@ -267,12 +271,7 @@ impl Output for MqttOutput {
                 }
                 session
                     .client
-                    .publish_bytes(
-                        self.config.topic.clone(),
-                        self.qos,
-                        self.config.retained,
-                        msg.payload().clone(),
-                    )
+                    .publish_bytes(topic, self.qos, self.config.retained, msg.payload().clone())
                     .await
                     .map_err(|e| lost(e.to_string()))?;
                 confirms.push(rx);

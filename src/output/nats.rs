@@ -15,6 +15,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::nats::{meta_to_headers, validate, NatsAuth, NatsConn};
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
 use crate::message::Batch;
@@ -24,8 +25,8 @@ use crate::message::Batch;
 pub struct NatsOutputConfig {
     /// Server URLs (`nats://host:4222`).
     pub urls: Vec<String>,
-    /// The subject to publish to. (To become an interpolated field.)
-    pub subject: String,
+    /// The subject to publish to (interpolated per message).
+    pub subject: Interp,
     /// Which metadata to send as NATS headers.
     #[serde(default)]
     pub metadata: MetadataConfig,
@@ -62,7 +63,7 @@ impl Spec for NatsOutputConfig {
 impl BuildOutput for NatsOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
         validate(&self.urls, &self.tls, &self.auth).map_err(|e| cx.error(e))?;
-        if self.subject.is_empty() {
+        if self.subject.source().is_empty() {
             return Err(cx.error("`subject` is empty"));
         }
         if self.max_in_flight == 0 {
@@ -116,8 +117,10 @@ impl Output for NatsOutput {
         let lost = |e: &dyn std::fmt::Display| {
             ConnectorError::not_connected(format!("publish failed: {e}"))
         };
-        for msg in batch {
-            let subject = self.config.subject.clone();
+        let subjects = (0..batch.len())
+            .map(|i| self.config.subject.field(batch, i, "subject"))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             match meta_to_headers(&self.headers, msg) {
                 Some(h) => client.publish_with_headers(subject, h, payload).await,

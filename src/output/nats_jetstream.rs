@@ -16,6 +16,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::nats::{meta_to_headers, validate, NatsAuth, NatsConn};
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
 use crate::message::Batch;
@@ -25,8 +26,8 @@ use crate::message::Batch;
 pub struct NatsJetStreamOutputConfig {
     /// Server URLs (`nats://host:4222`).
     pub urls: Vec<String>,
-    /// The subject to publish to; a stream must capture it. (To become an interpolated field.)
-    pub subject: String,
+    /// The subject to publish to (interpolated per message).
+    pub subject: Interp,
     /// Which metadata to send as NATS headers.
     #[serde(default)]
     pub metadata: MetadataConfig,
@@ -59,7 +60,7 @@ impl Spec for NatsJetStreamOutputConfig {
 impl BuildOutput for NatsJetStreamOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
         validate(&self.urls, &self.tls, &self.auth).map_err(|e| cx.error(e))?;
-        if self.subject.is_empty() {
+        if self.subject.source().is_empty() {
             return Err(cx.error("`subject` is empty"));
         }
         if self.max_in_flight == 0 {
@@ -117,8 +118,10 @@ impl Output for JetStreamOutput {
         };
         // Publish the whole batch first, then wait for the acks: one round-trip, not n.
         let mut acks = Vec::with_capacity(batch.len());
-        for msg in batch {
-            let subject = self.config.subject.clone();
+        let subjects = (0..batch.len())
+            .map(|i| self.config.subject.field(batch, i, "subject"))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             let ack = match meta_to_headers(&self.headers, msg) {
                 Some(h) => js.publish_with_headers(subject, h, payload).await,

@@ -17,6 +17,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::redis::{classify, client, connect};
 use crate::message::Batch;
 
@@ -25,8 +26,8 @@ use crate::message::Batch;
 pub struct RedisPubSubOutputConfig {
     /// Server URL (`redis://127.0.0.1:6379`, `rediss://` for TLS).
     pub url: String,
-    /// The channel to publish to. (To become an interpolated field.)
-    pub channel: String,
+    /// The channel to write to (interpolated per message).
+    pub channel: Interp,
     /// Writes allowed at once.
     #[serde(default = "super::redis_streams::default_max_in_flight")]
     pub max_in_flight: usize,
@@ -50,7 +51,7 @@ impl Spec for RedisPubSubOutputConfig {
 impl BuildOutput for RedisPubSubOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
         client(&self.url).map_err(|e| cx.error(e))?;
-        if self.channel.is_empty() {
+        if self.channel.source().is_empty() {
             return Err(cx.error("`channel` is empty"));
         }
         if self.max_in_flight == 0 {
@@ -85,9 +86,9 @@ impl Output for RedisPubSubOutput {
             return Err(ConnectorError::not_connected("not connected"));
         };
         let mut pipe = redis::pipe();
-        for msg in batch {
+        for (i, msg) in batch.iter().enumerate() {
             pipe.cmd("PUBLISH")
-                .arg(&self.config.channel)
+                .arg(self.config.channel.field(batch, i, "channel")?)
                 .arg(&msg.payload()[..])
                 .ignore();
         }

@@ -17,6 +17,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::component::Spec;
+use crate::config::Interp;
 use crate::connect::redis::{classify, client, connect};
 use crate::connect::{MetadataConfig, MetadataFilter};
 use crate::message::Batch;
@@ -26,8 +27,8 @@ use crate::message::Batch;
 pub struct RedisStreamsOutputConfig {
     /// Server URL (`redis://127.0.0.1:6379/0`, `rediss://` for TLS).
     pub url: String,
-    /// The stream key. (To become an interpolated field.)
-    pub stream: String,
+    /// The stream to write to (interpolated per message).
+    pub stream: Interp,
     /// The field that holds the payload.
     #[serde(default = "crate::input::redis_streams::default_body_key")]
     pub body_key: String,
@@ -64,7 +65,7 @@ impl Spec for RedisStreamsOutputConfig {
 impl BuildOutput for RedisStreamsOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
         client(&self.url).map_err(|e| cx.error(e))?;
-        if self.stream.is_empty() || self.body_key.is_empty() {
+        if self.stream.source().is_empty() || self.body_key.is_empty() {
             return Err(cx.error("`stream` and `body_key` must not be empty"));
         }
         if self.max_in_flight == 0 {
@@ -103,8 +104,9 @@ impl Output for RedisStreamsOutput {
         };
         let c = &self.config;
         let mut pipe = redis::pipe();
-        for msg in batch {
-            let cmd = pipe.cmd("XADD").arg(&c.stream);
+        for (i, msg) in batch.iter().enumerate() {
+            let stream = c.stream.field(batch, i, "stream")?;
+            let cmd = pipe.cmd("XADD").arg(stream);
             if c.max_length > 0 {
                 cmd.arg("MAXLEN").arg("~").arg(c.max_length);
             }
