@@ -46,7 +46,8 @@ impl Value {
 
     /// Writes the value as compact JSON. Bytes are written as a string; timestamps as RFC 3339.
     pub fn to_json(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
+        // serde_json's to_vec starts with the same room.
+        let mut out = Vec::with_capacity(128);
         self.write_json(&mut out);
         out
     }
