@@ -203,14 +203,12 @@ impl<'a> FastParser<'a> {
             return None;
         }
         self.i += 1;
-        // Members are gathered first and the map built in one go: a bulk build from sorted
-        // entries is cheaper than inserting one by one.
-        let mut out: Vec<(String, Value)> = Vec::with_capacity(8);
+        let mut out = Object::new();
         self.ws();
         if self.b.get(self.i) == Some(&b'}') {
             self.i += 1;
             self.depth -= 1;
-            return Some(Value::Object(Object::new()));
+            return Some(Value::Object(out));
         }
         loop {
             self.ws();
@@ -221,16 +219,15 @@ impl<'a> FastParser<'a> {
             self.ws();
             self.eat(b":")?;
             let v = self.value()?;
-            out.push((k, v));
+            // A repeated key keeps its last value, as with serde_json.
+            out.insert(k, v);
             self.ws();
             match *self.b.get(self.i)? {
                 b',' => self.i += 1,
                 b'}' => {
                     self.i += 1;
                     self.depth -= 1;
-                    // The sort is stable and a repeated key keeps its last value, as
-                    // with serde_json.
-                    return Some(Value::Object(Object::from_iter(out)));
+                    return Some(Value::Object(out));
                 }
                 _ => return None,
             }
@@ -269,18 +266,20 @@ impl<'a> FastParser<'a> {
     fn string(&mut self) -> Option<String> {
         self.i += 1;
         let start = self.i;
-        // The usual string has no escapes: one copy of the bytes.
-        loop {
-            match *self.b.get(self.i)? {
-                b'"' => {
-                    let s = std::str::from_utf8(&self.b[start..self.i]).ok()?;
-                    self.i += 1;
-                    return Some(s.to_owned());
-                }
-                b'\\' => break,
-                0..=0x1f => return None,
-                _ => self.i += 1,
+        // The usual string has no escapes: one scan, one copy of the bytes.
+        let end = start
+            + self.b[start..]
+                .iter()
+                .position(|&c| NEEDS_ESCAPE[c as usize])?;
+        self.i = end;
+        match self.b[end] {
+            b'"' => {
+                let s = std::str::from_utf8(&self.b[start..end]).ok()?;
+                self.i += 1;
+                return Some(s.to_owned());
             }
+            b'\\' => {}
+            _ => return None,
         }
         let mut buf: Vec<u8> = self.b[start..self.i].to_vec();
         loop {
