@@ -32,13 +32,22 @@ pub enum Value {
 
 impl Value {
     /// Parses JSON text straight into a `Value` (no intermediate tree).
+    ///
+    /// A small parser handles the common documents; it gives up on anything it is not
+    /// sure to read exactly as serde_json does (errors, deep nesting, `\\u` surrogates),
+    /// and serde_json then parses the input again, so results and error messages are
+    /// serde_json's in every case.
     pub fn from_json(bytes: &[u8]) -> Result<Value, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        match FastParser::new(bytes).document() {
+            Some(v) => Ok(v),
+            None => serde_json::from_slice(bytes),
+        }
     }
 
     /// Writes the value as compact JSON. Bytes are written as a string; timestamps as RFC 3339.
     pub fn to_json(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
+        // serde_json's to_vec starts with the same room.
+        let mut out = Vec::with_capacity(128);
         self.write_json(&mut out);
         out
     }
@@ -135,6 +144,220 @@ impl Value {
     }
 }
 
+/// A JSON reader for the common case, faster than going through serde's visitor
+/// machinery. Every method returns `None` when the input is not something it reads
+/// exactly as serde_json would; the caller then falls back to serde_json.
+struct FastParser<'a> {
+    b: &'a [u8],
+    i: usize,
+    depth: usize,
+}
+
+/// Below serde_json's recursion limit (128), so a document accepted here is never one
+/// serde_json would refuse for its depth.
+const FAST_MAX_DEPTH: usize = 100;
+
+impl<'a> FastParser<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        FastParser { b, i: 0, depth: 0 }
+    }
+
+    fn document(mut self) -> Option<Value> {
+        let v = self.value()?;
+        self.ws();
+        (self.i == self.b.len()).then_some(v)
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, lit: &[u8]) -> Option<()> {
+        if self.b.get(self.i..self.i + lit.len())? == lit {
+            self.i += lit.len();
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    fn value(&mut self) -> Option<Value> {
+        self.ws();
+        match *self.b.get(self.i)? {
+            b'{' => self.object(),
+            b'[' => self.array(),
+            b'"' => self.string().map(Value::String),
+            b't' => self.eat(b"true").map(|_| Value::Bool(true)),
+            b'f' => self.eat(b"false").map(|_| Value::Bool(false)),
+            b'n' => self.eat(b"null").map(|_| Value::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn object(&mut self) -> Option<Value> {
+        self.depth += 1;
+        if self.depth > FAST_MAX_DEPTH {
+            return None;
+        }
+        self.i += 1;
+        let mut out = Object::new();
+        self.ws();
+        if self.b.get(self.i) == Some(&b'}') {
+            self.i += 1;
+            self.depth -= 1;
+            return Some(Value::Object(out));
+        }
+        loop {
+            self.ws();
+            if self.b.get(self.i) != Some(&b'"') {
+                return None;
+            }
+            let k = self.string()?;
+            self.ws();
+            self.eat(b":")?;
+            let v = self.value()?;
+            // A repeated key keeps its last value, as with serde_json.
+            out.insert(k, v);
+            self.ws();
+            match *self.b.get(self.i)? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    self.depth -= 1;
+                    return Some(Value::Object(out));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn array(&mut self) -> Option<Value> {
+        self.depth += 1;
+        if self.depth > FAST_MAX_DEPTH {
+            return None;
+        }
+        self.i += 1;
+        let mut out = Vec::new();
+        self.ws();
+        if self.b.get(self.i) == Some(&b']') {
+            self.i += 1;
+            self.depth -= 1;
+            return Some(Value::Array(out));
+        }
+        loop {
+            out.push(self.value()?);
+            self.ws();
+            match *self.b.get(self.i)? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    self.depth -= 1;
+                    return Some(Value::Array(out));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A string starting at the opening quote.
+    fn string(&mut self) -> Option<String> {
+        self.i += 1;
+        let start = self.i;
+        // The usual string has no escapes: one scan, one copy of the bytes.
+        let end = start
+            + self.b[start..]
+                .iter()
+                .position(|&c| NEEDS_ESCAPE[c as usize])?;
+        self.i = end;
+        match self.b[end] {
+            b'"' => {
+                let s = std::str::from_utf8(&self.b[start..end]).ok()?;
+                self.i += 1;
+                return Some(s.to_owned());
+            }
+            b'\\' => {}
+            _ => return None,
+        }
+        let mut buf: Vec<u8> = self.b[start..self.i].to_vec();
+        loop {
+            match *self.b.get(self.i)? {
+                b'"' => {
+                    self.i += 1;
+                    return String::from_utf8(buf).ok();
+                }
+                b'\\' => {
+                    let esc = *self.b.get(self.i + 1)?;
+                    self.i += 2;
+                    let c = match esc {
+                        b'"' => b'"',
+                        b'\\' => b'\\',
+                        b'/' => b'/',
+                        b'b' => 0x08,
+                        b'f' => 0x0c,
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'u' => {
+                            let hex = std::str::from_utf8(self.b.get(self.i..self.i + 4)?).ok()?;
+                            if !hex.bytes().all(|h| h.is_ascii_hexdigit()) {
+                                return None;
+                            }
+                            let n = u32::from_str_radix(hex, 16).ok()?;
+                            // Surrogate pairs (and lone surrogates) are left to serde_json.
+                            let ch = char::from_u32(n)?;
+                            self.i += 4;
+                            let mut tmp = [0u8; 4];
+                            buf.extend_from_slice(ch.encode_utf8(&mut tmp).as_bytes());
+                            continue;
+                        }
+                        _ => return None,
+                    };
+                    buf.push(c);
+                }
+                0..=0x1f => return None,
+                c => {
+                    buf.push(c);
+                    self.i += 1;
+                }
+            }
+        }
+    }
+
+    /// Integers of up to 18 digits are read here; other numbers (fractions, exponents,
+    /// long integers) go through serde_json's own number reader, token by token, so
+    /// floats round exactly as it rounds them.
+    fn number(&mut self) -> Option<Value> {
+        let start = self.i;
+        while let Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') = self.b.get(self.i) {
+            self.i += 1;
+        }
+        let tok = &self.b[start..self.i];
+        let (neg, digits) = match tok.split_first() {
+            Some((b'-', rest)) => (true, rest),
+            _ => (false, tok),
+        };
+        let plain = !digits.is_empty()
+            && digits.len() <= 18
+            && digits.iter().all(u8::is_ascii_digit)
+            && (digits[0] != b'0' || digits.len() == 1);
+        if !plain {
+            return serde_json::from_slice::<Value>(tok).ok();
+        }
+        let n = digits
+            .iter()
+            .fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0'));
+        Some(match (neg, n) {
+            // serde_json reads `-0` as a float.
+            (true, 0) => Value::Float(-0.0),
+            (true, n) => Value::Int(-n),
+            (false, n) => Value::Int(n),
+        })
+    }
+}
+
 fn write_float(f: f64, out: &mut Vec<u8>) {
     use std::io::Write as _;
     if !f.is_finite() {
@@ -162,34 +385,47 @@ fn write_float(f: f64, out: &mut Vec<u8>) {
     }
 }
 
+/// Which bytes a JSON string must escape: quote, backslash and control characters.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 fn write_str(s: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
     out.push(b'"');
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => b"",
-            _ => continue,
-        };
+    // Copy runs of plain bytes whole; a table lookup finds the few that need escaping.
+    while let Some(off) = bytes[start..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[b as usize])
+    {
+        let i = start + off;
         out.extend_from_slice(&bytes[start..i]);
-        if esc.is_empty() {
-            out.extend_from_slice(&[
+        let b = bytes[i];
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => out.extend_from_slice(&[
                 b'\\',
                 b'u',
                 b'0',
                 b'0',
                 HEX[(b >> 4) as usize],
                 HEX[(b & 15) as usize],
-            ]);
-        } else {
-            out.extend_from_slice(esc);
+            ]),
         }
         start = i + 1;
     }
@@ -413,6 +649,44 @@ mod tests {
     fn payload_of_a_string_is_raw() {
         assert_eq!(&Value::from("hi").to_payload()[..], b"hi");
         assert_eq!(&Value::Int(3).to_payload()[..], b"3");
+    }
+
+    #[test]
+    fn fast_parser_agrees_with_serde_json() {
+        let docs: &[&str] = &[
+            r#"{"b":1,"a":[1.5,true,null,"x"],"c":9223372036854775807,"c":-0}"#,
+            r#" { "k" : [ ] , "o" : { } , "e" : "a\"b\\c\/\b\f\n\r\t\u00e9\u0000" } "#,
+            r#"["\ud83d\ude00", "\ud800", -0, 0, -1, 123456789012345678, 1234567890123456789]"#,
+            r#"[18446744073709551615, 18446744073709551616, -9223372036854775808, 1e400, 2.5e-3, 0.1]"#,
+            r#"[-9223372036854775809, 1E2, 1e+2, 3.0, 1.7976931348623157e308, 5e-324]"#,
+            "\"caf\u{e9}\"",
+            "[01]",
+            "[1.]",
+            "[-]",
+            "[1,]",
+            "{\"a\" 1}",
+            "tru",
+            "[1] x",
+            "",
+            "\"\x01\"",
+            "[1.5.3]",
+            "{\"a\":1,}",
+            "\"\\x\"",
+            "[\"\\u12\"]",
+        ];
+        for d in docs {
+            let ours = Value::from_json(d.as_bytes()).map_err(|e| e.to_string());
+            let theirs = serde_json::from_slice::<Value>(d.as_bytes()).map_err(|e| e.to_string());
+            match (&ours, &theirs) {
+                // Compare bits so that -0.0 and 0.0 are told apart.
+                (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{d}"),
+                _ => assert_eq!(ours, theirs, "{d}"),
+            }
+        }
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert!(Value::from_json(deep.as_bytes()).is_err());
+        let ok = format!("{}{}", "[".repeat(110), "]".repeat(110));
+        assert!(Value::from_json(ok.as_bytes()).is_ok());
     }
 
     #[test]

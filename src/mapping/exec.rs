@@ -347,7 +347,8 @@ fn eval_eager<'a>(
     cx: &Ctx<'a>,
 ) -> Result<V<'a>, ExecError> {
     let recv = eval(&call.recv, cx)?;
-    let vals = eval_args(&call.args_values, cx)?;
+    let mut vals = ArgVec::new();
+    eval_args(&call.args_values, cx, &mut vals)?;
     let args = Args {
         vals: &vals,
         regexes: &call.regexes,
@@ -541,7 +542,8 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             Ok(V::Nothing)
         }
         Node::Func(call) => {
-            let vals = eval_args(&call.args, cx)?;
+            let mut vals = ArgVec::new();
+            eval_args(&call.args, cx, &mut vals)?;
             let args = Args {
                 vals: &vals,
                 regexes: &call.regexes,
@@ -553,7 +555,8 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             MethodImpl::Lazy(f) => f(call, cx),
             MethodImpl::Eager(f) => {
                 let recv = eval(&call.recv, cx)?;
-                let vals = eval_args(&call.args_values, cx)?;
+                let mut vals = ArgVec::new();
+                eval_args(&call.args_values, cx, &mut vals)?;
                 let args = Args {
                     vals: &vals,
                     regexes: &call.regexes,
@@ -579,15 +582,19 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
 /// Most calls take a few arguments: keep them on the stack.
 type ArgVec<'a> = smallvec::SmallVec<[V<'a>; 4]>;
 
-fn eval_args<'a>(args: &'a [Option<Node>], cx: &Ctx<'a>) -> Result<ArgVec<'a>, ExecError> {
-    let mut out = ArgVec::new();
+/// Fills `out` in place: returning the vector would copy all of its inline storage.
+fn eval_args<'a>(
+    args: &'a [Option<Node>],
+    cx: &Ctx<'a>,
+    out: &mut ArgVec<'a>,
+) -> Result<(), ExecError> {
     for a in args {
         out.push(match a {
             Some(n) => eval(n, cx)?,
             None => V::Nothing,
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Runs a lambda with `item`: bound to its parameter, or as `this` when it has none.

@@ -87,8 +87,17 @@ fn index<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 }
 fn join<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let d = args.str(0)?;
-    let mut out = String::new();
-    for (i, x) in array(v)?.iter().enumerate() {
+    let items = array(v)?;
+    // Sized up front so the result is allocated once.
+    let room: usize = items
+        .iter()
+        .map(|x| match x {
+            Value::String(s) => s.len() + d.len(),
+            _ => d.len(),
+        })
+        .sum();
+    let mut out = String::with_capacity(room);
+    for (i, x) in items.iter().enumerate() {
         if i > 0 {
             out.push_str(d);
         }

@@ -80,7 +80,8 @@ fn filter_map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, Exec
     let (test, query) = (call.lambda(0)?, call.lambda(1)?);
     match recv.get() {
         Value::Array(items) => {
-            let mut out = Vec::new();
+            // Room for every item: one allocation, where growing would take several.
+            let mut out = Vec::with_capacity(items.len());
             for it in items {
                 if !test_bool(call, call_lambda(test, it, cx)?)? {
                     continue;
@@ -216,7 +217,8 @@ fn filter<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     let l = call.lambda(0)?;
     match recv.get() {
         Value::Array(items) => {
-            let mut out = Vec::new();
+            // Room for every item: one allocation, where growing would take several.
+            let mut out = Vec::with_capacity(items.len());
             for it in items {
                 if test_bool(call, call_lambda(l, it, cx)?)? {
                     out.push(it.clone());
