@@ -267,3 +267,23 @@ async fn batching_groups_messages_by_count() {
     // 4 + 4 + the last 2 flushed by the period or at the end.
     eventually("all ten lines", || read_lines(&out).len() == 10).await;
 }
+
+#[tokio::test]
+async fn standalone_server_speaks_http1_and_http2_prior_knowledge() {
+    let config = "http: {address: 127.0.0.1:{port}}\ninput:\n  http_server: {path: /in}\noutput:\n  drop: {}\n";
+    let mut s = Sluice::start(config).await;
+    s.wait_up().await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let resp = h2.post(s.url("/in")).body("over h2").send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let h1 = reqwest::Client::builder().http1_only().build().unwrap();
+    let resp = h1.get(s.url("/ping")).send().await.unwrap();
+    assert_eq!(resp.version(), reqwest::Version::HTTP_11);
+    assert_eq!(resp.text().await.unwrap(), "pong");
+    s.signal("TERM");
+    assert_eq!(s.finish().await.0, 0);
+}
