@@ -158,6 +158,34 @@ pub async fn read_body(mut body: Body, max: usize) -> Result<Bytes, BodyError> {
     Ok(buf.freeze())
 }
 
+/// The answer to a request a stream route will not take: 503 while its stream shuts
+/// down, 405 (with `Allow`) for a method it does not accept. `None`: go on.
+pub fn refuse(
+    shutdown: &tokio_util::sync::CancellationToken,
+    verbs: &[http::Method],
+    method: &http::Method,
+) -> Option<HttpResponse> {
+    if shutdown.is_cancelled() {
+        return Some(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the stream is shutting down\n",
+        ));
+    }
+    if verbs.contains(method) {
+        return None;
+    }
+    let mut resp = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    let allow = verbs
+        .iter()
+        .map(http::Method::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if let Ok(v) = header::HeaderValue::from_str(&allow) {
+        resp.headers_mut().insert(header::ALLOW, v);
+    }
+    Some(resp)
+}
+
 pub fn text(status: StatusCode, body: impl Into<Bytes>) -> HttpResponse {
     let mut resp = Response::new(full(body));
     *resp.status_mut() = status;

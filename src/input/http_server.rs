@@ -181,24 +181,8 @@ impl BuildInput for HttpServerInputConfig {
 
 impl Handler {
     async fn handle(&self, req: HttpRequest) -> HttpResponse {
-        if self.shutdown.is_cancelled() {
-            return h::text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the stream is shutting down\n",
-            );
-        }
-        if !self.verbs.contains(req.method()) {
-            let mut resp = h::text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-            let allow = self
-                .verbs
-                .iter()
-                .map(Method::as_str)
-                .collect::<Vec<_>>()
-                .join(", ");
-            if let Ok(v) = HeaderValue::from_str(&allow) {
-                resp.headers_mut().insert(header::ALLOW, v);
-            }
-            return resp;
+        if let Some(refused) = h::refuse(&self.shutdown, &self.verbs, req.method()) {
+            return refused;
         }
         let (parts, body) = req.into_parts();
         let body = match h::read_body(body, self.max_body).await {

@@ -150,24 +150,8 @@ impl Common {
             return Some(resp);
         }
         metrics.connection_attempts.increment(1);
-        if self.shutdown.is_cancelled() {
-            return Some(h::text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the stream is shutting down\n",
-            ));
-        }
-        if !self.verbs.contains(req.method()) {
-            let mut resp = h::text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
-            let allow = self
-                .verbs
-                .iter()
-                .map(Method::as_str)
-                .collect::<Vec<_>>()
-                .join(", ");
-            if let Ok(v) = HeaderValue::from_str(&allow) {
-                resp.headers_mut().insert(header::ALLOW, v);
-            }
-            return Some(resp);
+        if let Some(refused) = h::refuse(&self.shutdown, &self.verbs, req.method()) {
+            return Some(refused);
         }
         None
     }
