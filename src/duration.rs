@@ -37,23 +37,34 @@ pub struct DurationError(pub String);
 /// Parses a Go-style duration. A leading `-` is refused: no config takes negative time.
 pub fn parse(text: &str) -> Result<StdDuration, DurationError> {
     let err = || DurationError(text.to_owned());
-    let s = text.trim();
-    if s == "0" {
-        return Ok(StdDuration::ZERO);
-    }
-    if s.is_empty() {
+    if text.trim().starts_with('-') {
         return Err(err());
     }
+    let nanos = parse_signed_nanos(text).ok_or_else(err)?;
+    Ok(StdDuration::from_nanos(nanos.unsigned_abs()))
+}
+
+/// Parses a Go duration with an optional sign (`-1.5s`, `+2h45m`) into nanoseconds;
+/// `None` when it is not one. The mapping language's `parse_duration` uses it too.
+pub fn parse_signed_nanos(text: &str) -> Option<i64> {
+    let s = text.trim();
+    let (neg, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
     let mut total = 0f64;
-    let mut rest = s;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
+        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         if num_len == 0 {
-            return Err(err());
+            return None;
         }
-        let n: f64 = rest[..num_len].parse().map_err(|_| err())?;
+        let n: f64 = rest[..num_len].parse().ok()?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -65,15 +76,16 @@ pub fn parse(text: &str) -> Result<StdDuration, DurationError> {
             "s" => 1e9,
             "m" => 60e9,
             "h" => 3600e9,
-            _ => return Err(err()),
+            _ => return None,
         };
         total += n * nanos_per;
         rest = &rest[unit_len..];
     }
-    if !total.is_finite() || total > u64::MAX as f64 {
-        return Err(err());
+    if !total.is_finite() || total > i64::MAX as f64 {
+        return None;
     }
-    Ok(StdDuration::from_nanos(total.round() as u64))
+    let nanos = total.round() as i64;
+    Some(if neg { -nanos } else { nanos })
 }
 
 /// Formats like Go: `1m30s`, `500ms`, `0s`.
@@ -164,6 +176,8 @@ mod tests {
         assert_eq!(parse("250us").unwrap(), StdDuration::from_micros(250));
         assert_eq!(parse("0").unwrap(), StdDuration::ZERO);
         assert_eq!(parse("2h45m").unwrap(), StdDuration::from_secs(9900));
+        assert_eq!(parse_signed_nanos("-1.5s"), Some(-1_500_000_000));
+        assert_eq!(parse_signed_nanos("+1ms"), Some(1_000_000));
     }
 
     #[test]

@@ -153,46 +153,7 @@ pub fn from_unix_nanos(n: i128) -> Result<DateTime<FixedOffset>, String> {
 
 /// Parses a Go duration (`1h30m`, `250ms`, `-1.5s`) into nanoseconds.
 pub fn parse_duration(s: &str) -> Result<i64, String> {
-    let bad = || format!("invalid duration {s:?}");
-    let (neg, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total: f64 = 0.0;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            return Err(bad());
-        }
-        let n: f64 = rest[..num_len].parse().map_err(|_| bad())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let mult = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total += n * mult;
-    }
-    if total > i64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(if neg { -(total as i64) } else { total as i64 })
+    crate::duration::parse_signed_nanos(s).ok_or_else(|| format!("invalid duration {s:?}"))
 }
 
 /// Parses an ISO 8601 duration (`P1DT2H3M4.5S`) into nanoseconds; years and months
