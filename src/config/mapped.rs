@@ -74,15 +74,24 @@ impl schemars::JsonSchema for MappingText {
 pub struct Interp {
     source: String,
     compiled: Arc<InterpolatedString>,
+    /// The value, when it does not depend on the message (most topics and URLs): the
+    /// hot path then borrows it instead of evaluating anything.
+    fixed: Option<String>,
 }
 
 impl Interp {
     pub fn parse(source: &str) -> Result<Self, String> {
         let compiled = InterpolatedString::parse(source, &Env::default())
             .map_err(|d| format!("invalid interpolation in `{source}`:\n{d}"))?;
+        let fixed = if compiled.is_static() {
+            compiled.render(&Vec::new(), 0).ok()
+        } else {
+            None
+        };
         Ok(Interp {
             source: source.to_owned(),
             compiled: Arc::new(compiled),
+            fixed,
         })
     }
 
@@ -93,10 +102,7 @@ impl Interp {
 
     /// The value when it does not depend on the message.
     pub fn static_value(&self) -> Option<String> {
-        if !self.compiled.is_static() {
-            return None;
-        }
-        self.compiled.render(&Vec::new(), 0).ok()
+        self.fixed.clone()
     }
 
     pub fn is_static(&self) -> bool {
@@ -119,12 +125,17 @@ impl Interp {
         batch: &Batch,
         index: usize,
         name: &str,
-    ) -> Result<String, crate::component::ConnectorError> {
-        self.render(batch, index).map_err(|e| {
-            crate::component::ConnectorError::rejected(format!(
-                "cannot build `{name}` from `{self}`: {e}"
-            ))
-        })
+    ) -> Result<std::borrow::Cow<'_, str>, crate::component::ConnectorError> {
+        if let Some(fixed) = &self.fixed {
+            return Ok(std::borrow::Cow::Borrowed(fixed));
+        }
+        self.render(batch, index)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| {
+                crate::component::ConnectorError::rejected(format!(
+                    "cannot build `{name}` from `{self}`: {e}"
+                ))
+            })
     }
 
     /// The value for a single message.

@@ -180,7 +180,7 @@ impl Output for AmqpOutput {
         };
         let keys = (0..batch.len())
             .map(|i| match &c.key {
-                Some(k) => k.field(batch, i, "key"),
+                Some(k) => k.field(batch, i, "key").map(|k| k.into_owned()),
                 None => Ok(String::new()),
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -255,7 +255,12 @@ impl Output for MqttOutput {
         };
         let lost = |e: String| ConnectorError::not_connected(format!("MQTT publish failed: {e}"));
         let topics = (0..batch.len())
-            .map(|i| self.config.topic.field(batch, i, "topic"))
+            .map(|i| {
+                self.config
+                    .topic
+                    .field(batch, i, "topic")
+                    .map(|t| t.into_owned())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut confirms = Vec::with_capacity(batch.len());
         {

@@ -118,7 +118,12 @@ impl Output for NatsOutput {
             ConnectorError::not_connected(format!("publish failed: {e}"))
         };
         let subjects = (0..batch.len())
-            .map(|i| self.config.subject.field(batch, i, "subject"))
+            .map(|i| {
+                self.config
+                    .subject
+                    .field(batch, i, "subject")
+                    .map(|s| s.into_owned())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();

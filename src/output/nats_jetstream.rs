@@ -119,7 +119,12 @@ impl Output for JetStreamOutput {
         // Publish the whole batch first, then wait for the acks: one round-trip, not n.
         let mut acks = Vec::with_capacity(batch.len());
         let subjects = (0..batch.len())
-            .map(|i| self.config.subject.field(batch, i, "subject"))
+            .map(|i| {
+                self.config
+                    .subject
+                    .field(batch, i, "subject")
+                    .map(|s| s.into_owned())
+            })
             .collect::<Result<Vec<_>, _>>()?;
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
