@@ -287,3 +287,14 @@ async fn standalone_server_speaks_http1_and_http2_prior_knowledge() {
     s.signal("TERM");
     assert_eq!(s.finish().await.0, 0);
 }
+
+#[tokio::test]
+async fn a_stream_with_nothing_left_does_not_wait_for_an_output_that_cannot_connect() {
+    // The input is empty and the output can never open its file (its directory would be
+    // below a regular file): the stream has nothing to deliver and ends at once.
+    let config = "http: {enabled: false}\ninput:\n  file: {paths: ['{dir}/empty.txt']}\noutput:\n  file: {path: '{dir}/config.yaml/out/x.log'}\n";
+    let mut s = Sluice::start(config).await;
+    std::fs::write(s.path("empty.txt"), "").unwrap();
+    let (code, _, stderr) = s.finish().await;
+    assert_eq!(code, 0, "{stderr}");
+}

@@ -40,7 +40,10 @@ impl WriterNode {
         let output: Arc<dyn Output> = Arc::from(writer.output);
         let policy = writer.batching;
         let max_in_flight = writer.max_in_flight.max(1);
-        let mut connected = connect(&*output, &id, &metrics, &readiness).await;
+        let mut connected = connect(&*output, &id, &metrics, &readiness, || {
+            rx.is_closed() && rx.is_empty()
+        })
+        .await;
         let mut pending = Flush {
             batch: Vec::new(),
             acks: Vec::new(),
@@ -57,7 +60,14 @@ impl WriterNode {
                 break;
             }
             if !connected {
-                connected = connect(&*output, &id, &metrics, &readiness).await;
+                // Nothing changes `pending` or `writes` while connecting (same task).
+                let nothing_pending = pending.acks.is_empty() && writes.is_empty();
+                let idle = || nothing_pending && rx.is_closed() && rx.is_empty();
+                connected = connect(&*output, &id, &metrics, &readiness, idle).await;
+                if !connected {
+                    // Nothing left to deliver and nothing more will come.
+                    break;
+                }
             }
             tokio::select! {
                 t = rx.recv(), if open && writes.len() < max_in_flight => match t {
@@ -147,14 +157,20 @@ async fn write(output: Arc<dyn Output>, flush: Flush, metrics: NodeMetrics) -> b
 
 /// Connects with backoff until it works. Outputs wait: the stream's input is held back by
 /// the bounded channels meanwhile (backpressure), and shutdown's deadline still applies.
+/// Gives up (false) once `idle` says there is nothing left to write and the stream's
+/// upstream is gone, so a stopping stream does not wait on a broker that is down.
 async fn connect(
     output: &dyn Output,
     id: &str,
     metrics: &NodeMetrics,
     readiness: &Readiness,
+    idle: impl Fn() -> bool,
 ) -> bool {
     let mut backoff = Backoff::default();
     loop {
+        if idle() {
+            return false;
+        }
         let result: Result<(), ConnectorError> = output.connect().await;
         metrics.connection_attempt(result.is_ok());
         match result {
