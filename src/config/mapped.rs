@@ -138,6 +138,17 @@ impl Interp {
             })
     }
 
+    /// This field for every message of `batch`, owned (for clients that take `String`).
+    pub fn fields(
+        &self,
+        batch: &Batch,
+        name: &str,
+    ) -> Result<Vec<String>, crate::component::ConnectorError> {
+        (0..batch.len())
+            .map(|i| self.field(batch, i, name).map(|v| v.into_owned()))
+            .collect()
+    }
+
     /// The value for a single message.
     pub fn render_message(&self, msg: &Message) -> Result<String, MappingError> {
         self.compiled.render(&vec![msg.clone()], 0)

@@ -26,6 +26,65 @@ pub struct WillConfig {
     pub retained: bool,
 }
 
+/// Declares an MQTT component config: the connection fields every MQTT client has, plus
+/// the component's own, and `connection()` to view them as an [`MqttConnect`].
+#[macro_export]
+macro_rules! mqtt_connection_config {
+    ($(#[$meta:meta])* pub struct $Name:ident { $($(#[$fmeta:meta])* pub $field:ident : $ty:ty,)* }) => {
+        $(#[$meta])*
+        pub struct $Name {
+            /// Broker URLs (`tcp://host:1883`, `ssl://host:8883`); tried in turn on reconnect.
+            pub urls: Vec<String>,
+            /// The client id; required for a persistent session. Unset: a random one.
+            #[serde(default)]
+            pub client_id: String,
+            /// Start each connection with a fresh session. Set false (with a `client_id`) so
+            /// that the broker keeps the session (subscriptions, unacknowledged messages).
+            #[serde(default = "crate::connect::mqtt::default_true")]
+            pub clean_session: bool,
+            /// Interval of keep-alive pings.
+            #[serde(default = "crate::connect::mqtt::default_keepalive")]
+            pub keepalive: $crate::duration::Duration,
+            /// User name.
+            #[serde(default)]
+            pub user: String,
+            /// Password.
+            #[serde(default)]
+            pub password: String,
+            /// TLS settings (or use an `ssl://` URL).
+            #[serde(default)]
+            pub tls: $crate::connect::TlsConfig,
+            /// A message the broker publishes if this client disappears.
+            #[serde(default)]
+            pub will: Option<$crate::connect::mqtt::WillConfig>,
+            $($(#[$fmeta])* pub $field: $ty,)*
+        }
+
+        impl $Name {
+            pub fn connection(&self) -> $crate::connect::mqtt::MqttConnect<'_> {
+                $crate::connect::mqtt::MqttConnect {
+                    urls: &self.urls,
+                    client_id: &self.client_id,
+                    clean_session: self.clean_session,
+                    keepalive: self.keepalive,
+                    user: &self.user,
+                    password: &self.password,
+                    tls: &self.tls,
+                    will: self.will.as_ref(),
+                }
+            }
+        }
+    };
+}
+
+pub fn default_true() -> bool {
+    true
+}
+
+pub fn default_keepalive() -> Duration {
+    Duration::from_secs(30)
+}
+
 /// Connection settings common to the MQTT input and output.
 #[derive(Debug, Clone)]
 pub struct MqttConnect<'a> {

@@ -30,6 +30,24 @@ pub struct NatsAuth {
 }
 
 /// Checks the settings every NATS connector shares.
+/// The checks every NATS publishing output makes on top of [`validate`].
+pub fn validate_publisher(
+    urls: &[String],
+    tls: &TlsConfig,
+    auth: &NatsAuth,
+    subject: &crate::config::Interp,
+    max_in_flight: usize,
+) -> Result<(), String> {
+    validate(urls, tls, auth)?;
+    if subject.source().is_empty() {
+        return Err("`subject` is empty".into());
+    }
+    if max_in_flight == 0 {
+        return Err("`max_in_flight` must be at least 1".into());
+    }
+    Ok(())
+}
+
 pub fn validate(urls: &[String], tls: &TlsConfig, auth: &NatsAuth) -> Result<(), String> {
     if urls.is_empty() {
         return Err("`urls` is empty".into());

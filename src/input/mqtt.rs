@@ -20,68 +20,23 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
 use crate::config::component::Spec;
-use crate::connect::mqtt::{qos, MqttConnect, WillConfig};
-use crate::connect::TlsConfig;
-use crate::duration::Duration;
+use crate::connect::mqtt::qos;
 use crate::message::{Batch, Message, Outcome};
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MqttInputConfig {
-    /// Broker URLs (`tcp://host:1883`, `ssl://host:8883`); tried in turn on reconnect.
-    pub urls: Vec<String>,
-    /// Topic filters to subscribe to; `+` and `#` wildcards are allowed.
-    pub topics: Vec<String>,
-    /// The QoS to subscribe with: 0, 1 or 2.
-    #[serde(default = "default_qos")]
-    pub qos: u8,
-    /// The client id; required for a persistent session. Unset: a random one.
-    #[serde(default)]
-    pub client_id: String,
-    /// Start each connection with a fresh session. Set false (with a `client_id`) so that
-    /// the broker keeps the subscription and the unacknowledged messages while away.
-    #[serde(default = "default_true")]
-    pub clean_session: bool,
-    /// Interval of keep-alive pings.
-    #[serde(default = "default_keepalive")]
-    pub keepalive: Duration,
-    /// User name.
-    #[serde(default)]
-    pub user: String,
-    /// Password.
-    #[serde(default)]
-    pub password: String,
-    /// TLS settings (or use an `ssl://` URL).
-    #[serde(default)]
-    pub tls: TlsConfig,
-    /// A message the broker publishes if this client disappears.
-    #[serde(default)]
-    pub will: Option<WillConfig>,
+crate::mqtt_connection_config! {
+    #[derive(Debug, Clone, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct MqttInputConfig {
+        /// Topic filters to subscribe to; `+` and `#` wildcards are allowed.
+        pub topics: Vec<String>,
+        /// The QoS to subscribe with: 0, 1 or 2.
+        #[serde(default = "default_qos")]
+        pub qos: u8,
+    }
 }
 
 pub(crate) fn default_qos() -> u8 {
     1
-}
-pub(crate) fn default_true() -> bool {
-    true
-}
-pub(crate) fn default_keepalive() -> Duration {
-    Duration::from_secs(30)
-}
-
-impl MqttInputConfig {
-    fn connect(&self) -> MqttConnect<'_> {
-        MqttConnect {
-            urls: &self.urls,
-            client_id: &self.client_id,
-            clean_session: self.clean_session,
-            keepalive: self.keepalive,
-            user: &self.user,
-            password: &self.password,
-            tls: &self.tls,
-            will: self.will.as_ref(),
-        }
-    }
 }
 
 impl Spec for MqttInputConfig {
@@ -98,7 +53,7 @@ impl Spec for MqttInputConfig {
 
 impl BuildInput for MqttInputConfig {
     fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
-        self.connect().validate().map_err(|e| cx.error(e))?;
+        self.connection().validate().map_err(|e| cx.error(e))?;
         let qos = qos(self.qos).map_err(|e| cx.error(e))?;
         if self.topics.is_empty() || self.topics.iter().any(String::is_empty) {
             return Err(cx.error("`topics` must list at least one non-empty topic"));
@@ -155,7 +110,7 @@ impl Input for MqttInput {
         let attempt = self.attempt.fetch_add(1, Ordering::Relaxed);
         let options = self
             .config
-            .connect()
+            .connection()
             .options(attempt)
             .map_err(ConnectorError::rejected)?;
         let (client, mut eventloop) = AsyncClient::new(options, RECEIVED_CAPACITY);

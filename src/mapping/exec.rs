@@ -365,34 +365,14 @@ fn eval_eager<'a>(
 #[inline(never)]
 fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     match node {
-        Node::Lit(v) => Ok(V::Ref(v)),
-        Node::This => Ok(V::Ref(cx.this()?)),
+        // Handled by `eval`, which calls here only for the other nodes.
+        Node::Lit(_)
+        | Node::This
+        | Node::Param(_)
+        | Node::Path(..)
+        | Node::Bin(_)
+        | Node::Method(_) => eval(node, cx),
         Node::Root => Ok(V::Ref(cx.root.unwrap_or(&NULL))),
-        Node::Param(slot) => {
-            let mut s = cx.scope;
-            while let Some(sc) = s {
-                if sc.slot == *slot {
-                    return Ok(V::Ref(sc.val));
-                }
-                s = sc.parent;
-            }
-            Err(ExecError::new("lambda parameter used outside its lambda"))
-        }
-        Node::Path(base, path) => match eval(base, cx)? {
-            V::Ref(mut v) => {
-                for name in path.iter() {
-                    v = field(v, name);
-                }
-                Ok(V::Ref(v))
-            }
-            V::Own(mut v) => {
-                for name in path.iter() {
-                    v = owned_field(v, name);
-                }
-                Ok(V::Own(v))
-            }
-            _ => Ok(V::Own(Value::Null)),
-        },
         Node::Index(ix) => {
             let target = eval(&ix.target, cx)?;
             let i = eval(&ix.index, cx)?;
@@ -500,7 +480,6 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 type_err("number", other)
             ))),
         },
-        Node::Bin(b) => eval_bin(b, cx),
         Node::If(branches, otherwise) => {
             for (cond, body) in branches.iter() {
                 if truthy(cond, cx)? {
@@ -551,25 +530,6 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             (call.spec.imp)(call, &args, cx)
                 .map_err(|e| ExecError::new(format!("{}: {e}", call.text)))
         }
-        Node::Method(call) => match call.spec.imp {
-            MethodImpl::Lazy(f) => f(call, cx),
-            MethodImpl::Eager(f) => {
-                let recv = eval(&call.recv, cx)?;
-                let mut vals = ArgVec::new();
-                eval_args(&call.args_values, cx, &mut vals)?;
-                let args = Args {
-                    vals: &vals,
-                    regexes: &call.regexes,
-                };
-                let wrap = |e: String| ExecError::new(format!("{}: {e}", call.text));
-                match recv {
-                    // Results borrow only from the receiver, so a borrowed receiver keeps them borrowed.
-                    V::Ref(r) => f(r, &args).map_err(wrap),
-                    V::Own(o) => f(&o, &args).map(V::detach).map_err(wrap),
-                    V::Nothing | V::Deleted => f(&NULL, &args).map(V::detach).map_err(wrap),
-                }
-            }
-        },
         Node::Context(c) => {
             let recv = eval(&c.0, cx)?;
             call_lambda(&c.1, recv.get(), cx).map(V::detach)

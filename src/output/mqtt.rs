@@ -23,52 +23,29 @@ use crate::component::{
 };
 use crate::config::component::Spec;
 use crate::config::Interp;
-use crate::connect::mqtt::{qos, MqttConnect, WillConfig};
-use crate::connect::TlsConfig;
-use crate::duration::Duration;
-use crate::input::mqtt::{default_keepalive, default_qos, default_true};
+use crate::connect::mqtt::qos;
+use crate::input::mqtt::default_qos;
 use crate::message::Batch;
 
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MqttOutputConfig {
-    /// Broker URLs (`tcp://host:1883`, `ssl://host:8883`); tried in turn on reconnect.
-    pub urls: Vec<String>,
-    /// The topic to publish to (interpolated per message).
-    pub topic: Interp,
-    /// The QoS to publish with: 0, 1 or 2.
-    #[serde(default = "default_qos")]
-    pub qos: u8,
-    /// Ask the broker to retain the last message of the topic.
-    #[serde(default)]
-    pub retained: bool,
-    /// The client id. Unset: a random one.
-    #[serde(default)]
-    pub client_id: String,
-    /// Start each connection with a fresh session.
-    #[serde(default = "default_true")]
-    pub clean_session: bool,
-    /// Interval of keep-alive pings.
-    #[serde(default = "default_keepalive")]
-    pub keepalive: Duration,
-    /// User name.
-    #[serde(default)]
-    pub user: String,
-    /// Password.
-    #[serde(default)]
-    pub password: String,
-    /// TLS settings (or use an `ssl://` URL).
-    #[serde(default)]
-    pub tls: TlsConfig,
-    /// A message the broker publishes if this client disappears.
-    #[serde(default)]
-    pub will: Option<WillConfig>,
-    /// Writes allowed at once.
-    #[serde(default = "default_max_in_flight")]
-    pub max_in_flight: usize,
-    /// How messages are grouped into writes.
-    #[serde(default)]
-    pub batching: BatchPolicy,
+crate::mqtt_connection_config! {
+    #[derive(Debug, Clone, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    pub struct MqttOutputConfig {
+        /// The topic to publish to (interpolated per message).
+        pub topic: Interp,
+        /// The QoS to publish with: 0, 1 or 2.
+        #[serde(default = "default_qos")]
+        pub qos: u8,
+        /// Ask the broker to retain the last message of the topic.
+        #[serde(default)]
+        pub retained: bool,
+        /// Writes allowed at once.
+        #[serde(default = "default_max_in_flight")]
+        pub max_in_flight: usize,
+        /// How messages are grouped into writes.
+        #[serde(default)]
+        pub batching: BatchPolicy,
+    }
 }
 
 fn default_max_in_flight() -> usize {
@@ -89,16 +66,7 @@ impl Spec for MqttOutputConfig {
 
 impl BuildOutput for MqttOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
-        let connect = MqttConnect {
-            urls: &self.urls,
-            client_id: &self.client_id,
-            clean_session: self.clean_session,
-            keepalive: self.keepalive,
-            user: &self.user,
-            password: &self.password,
-            tls: &self.tls,
-            will: self.will.as_ref(),
-        };
+        let connect = self.connection();
         connect.validate().map_err(|e| cx.error(e))?;
         let qos = qos(self.qos).map_err(|e| cx.error(e))?;
         if self.topic.source().is_empty() {
@@ -203,16 +171,7 @@ fn drive(mut eventloop: rumqttc::EventLoop, waiters: Arc<Mutex<Waiters>>) -> Joi
 impl Output for MqttOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
         let c = &self.config;
-        let connect = MqttConnect {
-            urls: &c.urls,
-            client_id: &c.client_id,
-            clean_session: c.clean_session,
-            keepalive: c.keepalive,
-            user: &c.user,
-            password: &c.password,
-            tls: &c.tls,
-            will: c.will.as_ref(),
-        };
+        let connect = c.connection();
         let options = connect
             .options(self.attempt.fetch_add(1, Ordering::Relaxed))
             .map_err(ConnectorError::rejected)?;
@@ -254,14 +213,7 @@ impl Output for MqttOutput {
             return Err(ConnectorError::not_connected("not connected"));
         };
         let lost = |e: String| ConnectorError::not_connected(format!("MQTT publish failed: {e}"));
-        let topics = (0..batch.len())
-            .map(|i| {
-                self.config
-                    .topic
-                    .field(batch, i, "topic")
-                    .map(|t| t.into_owned())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let topics = self.config.topic.fields(batch, "topic")?;
         let mut confirms = Vec::with_capacity(batch.len());
         {
             let _order = session.order.lock().await;

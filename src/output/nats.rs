@@ -16,7 +16,7 @@ use crate::component::{
 };
 use crate::config::component::Spec;
 use crate::config::Interp;
-use crate::connect::nats::{meta_to_headers, validate, NatsAuth, NatsConn};
+use crate::connect::nats::{meta_to_headers, validate_publisher, NatsAuth, NatsConn};
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
 use crate::message::Batch;
 
@@ -62,13 +62,14 @@ impl Spec for NatsOutputConfig {
 
 impl BuildOutput for NatsOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
-        validate(&self.urls, &self.tls, &self.auth).map_err(|e| cx.error(e))?;
-        if self.subject.source().is_empty() {
-            return Err(cx.error("`subject` is empty"));
-        }
-        if self.max_in_flight == 0 {
-            return Err(cx.error("`max_in_flight` must be at least 1"));
-        }
+        validate_publisher(
+            &self.urls,
+            &self.tls,
+            &self.auth,
+            &self.subject,
+            self.max_in_flight,
+        )
+        .map_err(|e| cx.error(e))?;
         let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(NatsOutput {
@@ -117,14 +118,7 @@ impl Output for NatsOutput {
         let lost = |e: &dyn std::fmt::Display| {
             ConnectorError::not_connected(format!("publish failed: {e}"))
         };
-        let subjects = (0..batch.len())
-            .map(|i| {
-                self.config
-                    .subject
-                    .field(batch, i, "subject")
-                    .map(|s| s.into_owned())
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let subjects = self.config.subject.fields(batch, "subject")?;
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             match meta_to_headers(&self.headers, msg) {
