@@ -243,6 +243,33 @@ async fn group_members_share_partitions_without_loss() {
 }
 
 #[tokio::test]
+async fn every_compression_codec_round_trips() {
+    let _shared = BROKER.read().await;
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        let topic = unique(codec);
+        create_topic(&topic, 1).await;
+        let mut stream = start(&format!(
+            "input:\n  generate:\n    mapping: 'root = \"{codec}-\" + count(\"{topic}\").string()'\n    count: 2\n    interval: 0s\n    batch_size: 10\noutput:\n  kafka:\n    addresses: ['{}']\n    topic: {topic}\n    compression: {codec}\n    timeout: 10s\n",
+            addr()
+        ));
+        tokio::time::timeout(Duration::from_secs(60), stream.finished())
+            .await
+            .unwrap_or_else(|_| panic!("{codec}: the stream did not finish"));
+        let c = consumer(&topic);
+        let mut got = BTreeSet::new();
+        while got.len() < 20 {
+            let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
+                .await
+                .unwrap_or_else(|_| panic!("{codec}: only {} of 20 records", got.len()))
+                .unwrap();
+            got.insert(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
+        }
+        let want: BTreeSet<_> = (1..=20).map(|i| format!("{codec}-{i}")).collect();
+        assert_eq!(got, want, "{codec}");
+    }
+}
+
+#[tokio::test]
 async fn example_http_to_kafka() {
     let _shared = BROKER.read().await;
     let topic = unique("events");

@@ -36,6 +36,7 @@ pub enum Compression {
     Gzip,
     Snappy,
     Lz4,
+    Zstd,
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -82,7 +83,7 @@ pub struct KafkaOutputConfig {
     /// The client id brokers see.
     #[serde(default = "crate::input::kafka::default_client_id")]
     pub client_id: String,
-    /// `none`, `gzip`, `snappy` or `lz4`.
+    /// `none`, `gzip`, `snappy`, `lz4` or `zstd`.
     #[serde(default)]
     pub compression: Compression,
     /// Writes allowed at once.
@@ -174,6 +175,7 @@ impl KafkaOutputConfig {
                     Compression::Gzip => "gzip",
                     Compression::Snappy => "snappy",
                     Compression::Lz4 => "lz4",
+                    Compression::Zstd => "zstd",
                 },
             )
             .set("acks", if self.ack_replicas { "all" } else { "1" })
@@ -244,11 +246,14 @@ impl Output for KafkaOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
         // The client connects by itself; this asks a broker for metadata so that the
         // stream reports "not connected" while none answers.
+        // Asking about the one fixed topic is cheaper than about all of them, and warms
+        // the client's cache for the first write.
         let client = self.producer.clone();
+        let topic = self.topic.static_value();
         tokio::task::spawn_blocking(move || {
             client
                 .client()
-                .fetch_metadata(None, StdDuration::from_secs(3))
+                .fetch_metadata(topic.as_deref(), StdDuration::from_secs(3))
                 .map(|_| ())
         })
         .await

@@ -14,7 +14,8 @@ pub static SPECS: &[MethodSpec] = &[
     method("lowercase", CAT, "The string in lower case.", &[],
         &[ex("root.a = this.a.lowercase()", r#"{"a":"HeLLo"}"#, r#"{"a":"hello"}"#)], lowercase),
     method("capitalize", CAT, "The string with the first letter of each word in upper case.", &[],
-        &[ex("root.a = this.a.capitalize()", r#"{"a":"the foo bar"}"#, r#"{"a":"The Foo Bar"}"#)], capitalize),
+        &[ex("root.a = this.a.capitalize()", r#"{"a":"the foo bar"}"#, r#"{"a":"The Foo Bar"}"#),
+          ex("root.a = this.a.capitalize()", r#"{"a":"snake_case.dotted-dash 9lives"}"#, r#"{"a":"Snake_case.Dotted-Dash 9lives"}"#)], capitalize),
     method("trim", CAT, "The string without leading and trailing whitespace, or the given characters.",
         &[opt("cutset", Default::Absent)],
         &[ex("root.a = this.a.trim()", r#"{"a":"  hi \n"}"#, r#"{"a":"hi"}"#),
@@ -107,14 +108,20 @@ fn lowercase<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 fn capitalize<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
     let mut out = String::with_capacity(s.len());
-    let mut start = true;
+    // A word starts after a separator, as in the reference: ASCII punctuation and
+    // whitespace separate words; letters, digits and `_` do not.
+    let mut after_separator = true;
     for c in s.chars() {
-        if start && c.is_alphanumeric() {
+        if after_separator {
             out.extend(c.to_uppercase());
         } else {
             out.push(c);
         }
-        start = c.is_whitespace() || c == '-' || c == '_';
+        after_separator = if c.is_ascii() {
+            !(c.is_ascii_alphanumeric() || c == '_')
+        } else {
+            !c.is_alphanumeric() && c.is_whitespace()
+        };
     }
     s_own(out)
 }
