@@ -2,6 +2,7 @@
 //! [`MethodSpec`](super::spec::MethodSpec) whose examples run as tests.
 
 mod arrays;
+mod crypto;
 mod encoding;
 mod general;
 mod geoip;
@@ -34,6 +35,7 @@ pub fn all() -> Vec<&'static MethodSpec> {
         objects::SPECS,
         timestamps::SPECS,
         encoding::SPECS,
+        crypto::SPECS,
         parsing::SPECS,
         geoip::SPECS,
     ]
