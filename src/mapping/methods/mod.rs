@@ -6,6 +6,7 @@ mod crypto;
 mod encoding;
 mod general;
 mod geoip;
+mod jwt;
 mod lambdas;
 mod numbers;
 mod objects;
@@ -37,6 +38,7 @@ pub fn all() -> Vec<&'static MethodSpec> {
         encoding::SPECS,
         crypto::SPECS,
         parsing::SPECS,
+        jwt::SPECS,
         geoip::SPECS,
     ]
     .into_iter()

@@ -52,35 +52,6 @@ pub static SPECS: &[MethodSpec] = &[
         format_logfmt,
     ),
     method(
-        "parse_jwt_hs256",
-        CAT,
-        "Verifies an HS256-signed JWT with the secret and gives its claims.",
-        &[crate::mapping::spec::p("signing_secret")],
-        &[ex(
-            r#"root = {"sub": "u1"}.sign_jwt_hs256("secret").parse_jwt_hs256("secret")"#,
-            "{}",
-            r#"{"sub":"u1"}"#,
-        ),
-          ex(
-            r#"root = {"sub": "u1"}.sign_jwt_hs256("secret").parse_jwt_hs256("wrong")"#,
-            "{}",
-            "error:signature does not match",
-        )],
-        parse_jwt_hs256,
-    ),
-    method("parse_jwt_hs384", CAT, "Verifies an HS384-signed JWT and gives its claims.", &[crate::mapping::spec::p("signing_secret")], &[], parse_jwt_hs384),
-    method("parse_jwt_hs512", CAT, "Verifies an HS512-signed JWT and gives its claims.", &[crate::mapping::spec::p("signing_secret")], &[], parse_jwt_hs512),
-    method(
-        "sign_jwt_hs256",
-        CAT,
-        "Signs an object of claims as an HS256 JWT.",
-        &[crate::mapping::spec::p("signing_secret")],
-        &[ex(r#"root = {"a": 1}.sign_jwt_hs256("k").split(".").length()"#, "{}", "3")],
-        sign_jwt_hs256,
-    ),
-    method("sign_jwt_hs384", CAT, "Signs an object of claims as an HS384 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs384),
-    method("sign_jwt_hs512", CAT, "Signs an object of claims as an HS512 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs512),
-    method(
         "parse_msgpack",
         CAT,
         "Parses MessagePack bytes into a value.",
@@ -388,88 +359,6 @@ fn format_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         })
         .collect();
     own(parts.join(" "))
-}
-
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
-type HmacSha384 = hmac::Hmac<sha2::Sha384>;
-type HmacSha512 = hmac::Hmac<sha2::Sha512>;
-
-fn jwt_mac(alg: &str, key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
-    use hmac::Mac;
-    fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
-        let mut m = <M as Mac>::new_from_slice(key).map_err(|e| e.to_string())?;
-        m.update(data);
-        Ok(m.finalize().into_bytes().to_vec())
-    }
-    match alg {
-        "HS256" => run::<HmacSha256>(key, data),
-        "HS384" => run::<HmacSha384>(key, data),
-        "HS512" => run::<HmacSha512>(key, data),
-        other => Err(format!("unsupported JWT algorithm {other}")),
-    }
-}
-
-fn parse_jwt(v: &Value, args: &Args<'_>, alg: &str) -> Res<Value> {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let token = text(v)?;
-    let parts: Vec<&str> = token.split('.').collect();
-    let [head, body, sig] = parts[..] else {
-        return Err("a JWT has three dot-separated parts".into());
-    };
-    let header = Value::from_json(
-        &b64.decode(head)
-            .map_err(|e| format!("bad JWT header: {e}"))?,
-    )
-    .map_err(|e| format!("bad JWT header: {e}"))?;
-    if crate::mapping::exec::field(&header, "alg").as_str() != Some(alg) {
-        return Err(format!("JWT is not signed with {alg}"));
-    }
-    let want = jwt_mac(alg, &raw(args.get(0))?, format!("{head}.{body}").as_bytes())?;
-    let got = b64
-        .decode(sig)
-        .map_err(|e| format!("bad JWT signature: {e}"))?;
-    if got != want {
-        return Err("JWT signature does not match".into());
-    }
-    Value::from_json(
-        &b64.decode(body)
-            .map_err(|e| format!("bad JWT claims: {e}"))?,
-    )
-    .map_err(|e| format!("bad JWT claims: {e}"))
-}
-
-fn sign_jwt(v: &Value, args: &Args<'_>, alg: &str) -> Res<Value> {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    super::object(v)?;
-    let head = b64.encode(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#));
-    let body = b64.encode(v.to_json());
-    let sig = b64.encode(jwt_mac(
-        alg,
-        &raw(args.get(0))?,
-        format!("{head}.{body}").as_bytes(),
-    )?);
-    Ok(Value::String(format!("{head}.{body}.{sig}")))
-}
-
-fn parse_jwt_hs256<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    parse_jwt(v, a, "HS256").map(V::Own)
-}
-fn parse_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    parse_jwt(v, a, "HS384").map(V::Own)
-}
-fn parse_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    parse_jwt(v, a, "HS512").map(V::Own)
-}
-fn sign_jwt_hs256<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    sign_jwt(v, a, "HS256").map(V::Own)
-}
-fn sign_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    sign_jwt(v, a, "HS384").map(V::Own)
-}
-fn sign_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    sign_jwt(v, a, "HS512").map(V::Own)
 }
 
 fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
