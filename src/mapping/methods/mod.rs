@@ -13,6 +13,7 @@ mod objects;
 mod parsing;
 mod regexes;
 mod strings;
+mod structured;
 mod timestamps;
 
 use std::borrow::Cow;
@@ -34,6 +35,7 @@ pub fn all() -> Vec<&'static MethodSpec> {
         arrays::SPECS,
         lambdas::SPECS,
         objects::SPECS,
+        structured::SPECS,
         timestamps::SPECS,
         encoding::SPECS,
         crypto::SPECS,
