@@ -291,6 +291,9 @@ impl<'e> Compiler<'e> {
     }
 
     fn import(&mut self, path: &str) -> Result<Vec<MapDef>, String> {
+        if !self.env.imports {
+            return Err("imports are not allowed in this mapping".into());
+        }
         if self.import_depth > 8 {
             return Err("imports nest too deeply".into());
         }
