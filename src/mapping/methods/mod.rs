@@ -19,6 +19,7 @@ mod timestamps;
 use std::borrow::Cow;
 
 pub use lambdas::FILTER_MAP_EACH;
+pub(crate) use timestamps::to_ts;
 
 use super::compile::{Lambda, MethodCall};
 use super::exec::{eval, Ctx, ExecError, V};
