@@ -155,6 +155,8 @@ pub struct Program {
     pub stmts: Vec<CStmt>,
     pub maps: Vec<MapDef>,
     pub n_vars: usize,
+    /// Variable names by slot, for `var("name")`.
+    pub var_names: Vec<String>,
     /// Reads `this` at the top level: the payload must parse.
     pub reads_this: bool,
     /// Reads or writes the document at all.
@@ -284,6 +286,10 @@ impl<'e> Compiler<'e> {
         }
         prog.stmts = out;
         prog.n_vars = self.vars.len();
+        prog.var_names = vec![String::new(); self.vars.len()];
+        for (name, slot) in &self.vars {
+            prog.var_names[*slot] = name.clone();
+        }
         prog.reads_this = self.reads_this;
         prog.touches_root = self.touches_root || self.reads_this;
         prog.reads_content = self.reads_content;
@@ -291,6 +297,9 @@ impl<'e> Compiler<'e> {
     }
 
     fn import(&mut self, path: &str) -> Result<Vec<MapDef>, String> {
+        if !self.env.imports {
+            return Err("imports are not allowed in this mapping".into());
+        }
         if self.import_depth > 8 {
             return Err("imports nest too deeply".into());
         }

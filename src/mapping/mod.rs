@@ -72,6 +72,8 @@ pub struct Env {
     import_dir: Option<PathBuf>,
     /// Functions left out of this environment.
     without: Arc<Vec<&'static str>>,
+    /// Whether `import` may read files (not for mappings that arrive with the data).
+    imports: bool,
 }
 
 impl Default for Env {
@@ -79,6 +81,7 @@ impl Default for Env {
         Env {
             import_dir: None,
             without: Arc::new(Vec::new()),
+            imports: true,
         }
     }
 }
@@ -88,6 +91,7 @@ impl std::fmt::Debug for Env {
         f.debug_struct("Env")
             .field("import_dir", &self.import_dir)
             .field("without", &self.without)
+            .field("imports", &self.imports)
             .finish()
     }
 }
@@ -135,6 +139,14 @@ impl Env {
         without.extend_from_slice(names);
         Env {
             without: Arc::new(without),
+            ..self.clone()
+        }
+    }
+
+    /// Refuses `import`, so a mapping cannot read files.
+    pub fn without_imports(&self) -> Self {
+        Env {
+            imports: false,
             ..self.clone()
         }
     }

@@ -34,7 +34,12 @@ const fn gen(
 
 pub static SPECS: &[FunctionSpec] = &[
     gen("uuid_v4", "A random (version 4) UUID.", &[], uuid_v4),
-    gen("uuid_v7", "A time-ordered (version 7) UUID.", &[], uuid_v7),
+    gen(
+        "uuid_v7",
+        "A time-ordered (version 7) UUID; `time` (a timestamp, or a value `timestamp()` accepts) sets its time part instead of now.",
+        &[opt("time", Default::Absent)],
+        uuid_v7,
+    ),
     gen(
         "nanoid",
         "A random URL-safe id; `length` defaults to 21, `alphabet` to the URL-safe set.",
@@ -46,8 +51,11 @@ pub static SPECS: &[FunctionSpec] = &[
     ),
     gen(
         "ulid",
-        "A ULID: a time-ordered, lexicographically sortable id.",
-        &[],
+        "A ULID: a time-ordered, lexicographically sortable id, in Crockford base 32 or, with `encoding: \"hex\"`, 32 hex digits. `random_source` (`secure_random` or `fast_random`) is accepted; both draw from a cryptographically secure generator.",
+        &[
+            opt("encoding", Default::Str("crockford")),
+            opt("random_source", Default::Str("secure_random")),
+        ],
         ulid,
     ),
     gen(
@@ -125,8 +133,14 @@ fn uuid_v4<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     own(uuid::Uuid::new_v4().to_string())
 }
 
-fn uuid_v7<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
-    own(uuid::Uuid::now_v7().to_string())
+fn uuid_v7<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    if !args.given(0) || matches!(args.get(0), Value::Null) {
+        return own(uuid::Uuid::now_v7().to_string());
+    }
+    let t = crate::mapping::methods::to_ts(args.get(0)).map_err(|e| format!("time: {e}"))?;
+    let secs = u64::try_from(t.timestamp()).map_err(|_| format!("time: {t} is before 1970"))?;
+    let ts = uuid::Timestamp::from_unix(uuid::NoContext, secs, t.timestamp_subsec_nanos());
+    own(uuid::Uuid::new_v7(ts).to_string())
 }
 
 const URL_ALPHABET: &str = "_-0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
@@ -147,11 +161,31 @@ fn nanoid<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
         .collect::<String>())
 }
 
-fn ulid<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+fn ulid<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let hex = match args.str(0)? {
+        "crockford" => false,
+        "hex" => true,
+        other => {
+            return Err(format!(
+                "unknown encoding {other:?}: expected crockford or hex"
+            ))
+        }
+    };
+    match args.str(1)? {
+        "secure_random" | "fast_random" => {}
+        other => {
+            return Err(format!(
+                "unknown random_source {other:?}: expected secure_random or fast_random"
+            ))
+        }
+    }
     const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
     let ms = chrono::Utc::now().timestamp_millis().max(0) as u128;
     let rand: u128 = rand::thread_rng().gen::<u128>() & ((1u128 << 80) - 1);
     let n = (ms << 80) | rand;
+    if hex {
+        return own(format!("{n:032x}"));
+    }
     let s: String = (0..26)
         .rev()
         .map(|i| CROCKFORD[((n >> (i * 5)) & 31) as usize] as char)
@@ -308,6 +342,18 @@ mod tests {
             Value::Bool(true)
         );
         assert_eq!(run("ulid().length()"), Value::Int(26));
+        assert_eq!(
+            run("ulid(\"hex\").re_match(\"^[0-9a-f]{32}$\")"),
+            Value::Bool(true)
+        );
+        assert!(Mapping::compile("ulid(\"base64\")", &Env::default())
+            .unwrap()
+            .query_value(&Value::Null)
+            .is_err());
+        assert_eq!(
+            run("uuid_v7(\"2024-01-02T03:04:05Z\".ts_parse(\"2006-01-02T15:04:05Z07:00\")).slice(0, 13)"),
+            Value::from(format!("{:08x}-{:04x}", 1_704_164_645_000u64 >> 16, 1_704_164_645_000u64 & 0xffff))
+        );
         assert_eq!(run("ksuid().length()"), Value::Int(27));
         assert_eq!(run("snowflake_id() > 0"), Value::Bool(true));
         assert_eq!(run("random_int(min: 3, max: 3)"), Value::Int(3));

@@ -2,6 +2,7 @@
 //! [`FunctionSpec`](super::spec::FunctionSpec) whose examples run as tests.
 
 mod environment;
+mod fake_data;
 mod generators;
 mod message;
 mod values;
@@ -15,6 +16,7 @@ pub fn all() -> Vec<&'static FunctionSpec> {
         generators::SPECS,
         environment::SPECS,
         values::SPECS,
+        fake_data::SPECS,
     ]
     .into_iter()
     .flatten()

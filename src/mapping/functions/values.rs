@@ -1,5 +1,5 @@
 //! Functions that build values or control the result: `range`, `throw`, `deleted`,
-//! `nothing`.
+//! `nothing`, constants and byte buffers, and reading a variable by name.
 
 use crate::mapping::compile::FuncCall;
 use crate::mapping::exec::{own, Ctx, V};
@@ -63,7 +63,95 @@ pub static SPECS: &[FunctionSpec] = &[
         needs_message: false,
         imp: marker,
     },
+    FunctionSpec {
+        name: "pi",
+        category: "General",
+        description: "The number π.",
+        params: &[],
+        examples: &[
+            ex("root.radians = this.degrees * (pi() / 180)", r#"{"degrees":45}"#, r#"{"radians":0.7853981633974483}"#),
+            ex("root.degrees = this.radians * (180 / pi())", r#"{"radians":0.78540}"#, r#"{"degrees":45.00010522957486}"#),
+        ],
+        pure: true,
+        needs_message: false,
+        imp: pi,
+    },
+    FunctionSpec {
+        name: "bytes",
+        category: "General",
+        description: "A byte array of `length` zero bytes.",
+        params: &[p("length")],
+        examples: &[
+            ex("root.data = bytes(3).encode(\"hex\")", "{}", r#"{"data":"000000"}"#),
+            ex("root.data = bytes(-1)", "{}", "error:length must be"),
+        ],
+        pure: true,
+        needs_message: false,
+        imp: zero_bytes,
+    },
+    FunctionSpec {
+        name: "with_schema_registry_header",
+        category: "General",
+        description: "The message bytes behind a Confluent Schema Registry header: a zero magic byte and the schema id as four big-endian bytes.",
+        params: &[p("schema_id"), p("message")],
+        examples: &[
+            ex("root = with_schema_registry_header(123, \"hi\").encode(\"hex\")", "{}", "000000007b6869"),
+            ex("root = with_schema_registry_header(4294967296, \"hi\")", "{}", "error:schema_id must be"),
+        ],
+        pure: true,
+        needs_message: false,
+        imp: with_schema_registry_header,
+    },
+    FunctionSpec {
+        name: "var",
+        category: "General",
+        description: "The value of the variable named by the argument, as `$name` reads it; an error when it is not set.",
+        params: &[p("name")],
+        examples: &[
+            ex("let who = \"world\"\nroot.greeting = \"hello \" + var(\"who\")", "{}", r#"{"greeting":"hello world"}"#),
+            ex("root.v = var(\"nope\")", "{}", "error:variable `$nope` is undefined"),
+        ],
+        pure: false,
+        needs_message: false,
+        imp: var,
+    },
 ];
+
+fn pi<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(std::f64::consts::PI)
+}
+
+/// Buffers larger than this are refused, so a stray argument cannot exhaust memory.
+const MAX_BYTES: i64 = 256 << 20;
+
+fn zero_bytes<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let n = args.int(0)?;
+    if !(0..=MAX_BYTES).contains(&n) {
+        return Err(format!("length must be between 0 and {MAX_BYTES}, got {n}"));
+    }
+    own(Value::Bytes(vec![0u8; n as usize].into()))
+}
+
+fn with_schema_registry_header<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let id = args.int(0)?;
+    let id = u32::try_from(id)
+        .map_err(|_| format!("schema_id must be between 0 and 4294967295, got {id}"))?;
+    let body = crate::mapping::methods::raw(args.get(1)).map_err(|e| format!("message: {e}"))?;
+    let mut out = Vec::with_capacity(body.len() + 5);
+    out.push(0);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&body);
+    own(Value::Bytes(out.into()))
+}
+
+fn var<'a>(_: &'a FuncCall, args: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
+    let name = args.str(0)?;
+    let slot = cx.prog.var_names.iter().position(|n| n == name);
+    match slot.and_then(|s| cx.vars.get(s)) {
+        Some(Some(v)) => Ok(V::Ref(v)),
+        _ => Err(format!("variable `${name}` is undefined")),
+    }
+}
 
 fn range<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let (start, stop, step) = (args.int(0)?, args.int(1)?, args.int(2)?);

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use crate::mapping::compile::MethodCall;
 use crate::mapping::exec::{self, own, Ctx, ExecError, Frame, MsgView, Slot, This, V};
 use crate::mapping::spec::{
-    describe, ex, lazy_method, method, opt, p, type_err, Args, Default, MethodSpec, Res,
+    describe, ex, lambda, lazy_method, method, opt, p, type_err, Args, Default, MethodSpec, Res,
 };
 use crate::value::Value;
 
@@ -168,7 +168,73 @@ pub static SPECS: &[MethodSpec] = &[
         )],
         apply,
     ),
+    lazy_method(
+        "map",
+        "Mapping",
+        "Runs the query with `this` bound to the value (or the lambda with the value as its parameter) and gives the result.",
+        &[lambda("query")],
+        &[
+            ex("root.total = this.order.map(o -> o.price * o.qty)", r#"{"order":{"price":2.5,"qty":4}}"#, r#"{"total":10}"#),
+            ex("root.name = this.user.map(this.first + \" \" + this.last)", r#"{"user":{"first":"Ada","last":"Lovelace"}}"#, r#"{"name":"Ada Lovelace"}"#),
+        ],
+        map,
+    ),
+    method(
+        "bloblang",
+        "Mapping",
+        "Runs a mapping given as a string with the value as its input and gives the document it builds. The mapping may not import files or call functions that read the environment (`env`, `file`) or the message (`content`, `meta`, `json`).",
+        &[p("mapping")],
+        &[
+            ex("root.body = this.body.bloblang(this.mapping)", r#"{"body":{"foo":"hello world"},"mapping":"root.foo = this.foo.uppercase()"}"#,
+               r#"{"body":{"foo":"HELLO WORLD"}}"#),
+            ex("root.body = this.body.bloblang(this.mapping)", r#"{"body":{"foo":"hello world 2"},"mapping":"root.foo = this.foo.capitalize()"}"#,
+               r#"{"body":{"foo":"Hello World 2"}}"#),
+            ex(r#"root = this.bloblang("root.home = env(\"HOME\")")"#, "{}", "error:unknown function"),
+            ex(r#"root = this.bloblang("root = ")"#, "{}", "error:failed to parse mapping"),
+        ],
+        bloblang,
+    ),
 ];
+
+/// Dynamic mappings compiled from their text, so one arriving with every message is
+/// compiled once. Cleared when full.
+static DYNAMIC: std::sync::LazyLock<
+    parking_lot::Mutex<std::collections::HashMap<String, crate::mapping::Mapping>>,
+> = std::sync::LazyLock::new(std::default::Default::default);
+
+fn bloblang<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    use crate::mapping::{Env, Mapping};
+    let src = args.str(0)?;
+    let cached = DYNAMIC.lock().get(src).cloned();
+    let mapping = match cached {
+        Some(m) => m,
+        None => {
+            let env = Env::default()
+                .no_message()
+                .without(&["env", "file", "file_rel"])
+                .without_imports();
+            let m =
+                Mapping::compile(src, &env).map_err(|d| format!("failed to parse mapping: {d}"))?;
+            let mut cache = DYNAMIC.lock();
+            if cache.len() >= 64 {
+                cache.clear();
+            }
+            cache.insert(src.to_string(), m.clone());
+            m
+        }
+    };
+    mapping
+        .query_value(v)
+        .map(V::Own)
+        .map_err(|e| e.to_string())
+}
+
+fn map<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    let recv = call.recv(cx)?;
+    let query = call.lambda(0)?;
+    let out = exec::call_lambda(query, recv.get(), cx)?;
+    Ok(out.detach())
+}
 
 fn type_<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(v.type_name())

@@ -2,20 +2,24 @@
 //! [`MethodSpec`](super::spec::MethodSpec) whose examples run as tests.
 
 mod arrays;
+mod crypto;
 mod encoding;
 mod general;
 mod geoip;
+mod jwt;
 mod lambdas;
 mod numbers;
 mod objects;
 mod parsing;
 mod regexes;
 mod strings;
+mod structured;
 mod timestamps;
 
 use std::borrow::Cow;
 
 pub use lambdas::FILTER_MAP_EACH;
+pub(crate) use timestamps::to_ts;
 
 use super::compile::{Lambda, MethodCall};
 use super::exec::{eval, Ctx, ExecError, V};
@@ -32,9 +36,12 @@ pub fn all() -> Vec<&'static MethodSpec> {
         arrays::SPECS,
         lambdas::SPECS,
         objects::SPECS,
+        structured::SPECS,
         timestamps::SPECS,
         encoding::SPECS,
+        crypto::SPECS,
         parsing::SPECS,
+        jwt::SPECS,
         geoip::SPECS,
     ]
     .into_iter()

@@ -11,10 +11,15 @@ pub static SPECS: &[MethodSpec] = &[
     method("parse_json", CAT, "Parses JSON text into a value.", &[opt("use_number", Default::Bool(false))],
         &[ex("root.d = this.s.parse_json()", r#"{"s":"{\"a\":[1,2]}"}"#, r#"{"d":{"a":[1,2]}}"#),
           ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse")], parse_json),
-    method("format_json", CAT, "Writes the value as JSON text; indented unless `no_indent`.",
-        &[opt("indent", Default::Str("    ")), opt("no_indent", Default::Bool(false))],
+    method("format_json", CAT, "Writes the value as JSON text; indented unless `no_indent`. `<`, `>` and `&` in strings are written as `\\u003c`, `\\u003e` and `\\u0026` unless `escape_html` is false.",
+        &[opt("indent", Default::Str("    ")), opt("no_indent", Default::Bool(false)), opt("escape_html", Default::Bool(true))],
         &[ex(r#"root.s = this.format_json(no_indent: true).string()"#, r#"{"a":1}"#, r#"{"s":"{\"a\":1}"}"#),
-          ex(r#"root = this.format_json("  ")"#, r#"{"a":1}"#, "{\n  \"a\": 1\n}")], format_json),
+          ex(r#"root = this.format_json("  ")"#, r#"{"a":1}"#, "{\n  \"a\": 1\n}"),
+          ex("root = this.doc.format_json()", r#"{"doc":{"email":"foo&bar@benthos.dev","name":"foo>bar"}}"#,
+             "{\n    \"email\": \"foo\\u0026bar@benthos.dev\",\n    \"name\": \"foo\\u003ebar\"\n}"),
+          ex("root.s = this.format_json(no_indent: true).string()", r#"{"a":"<&>"}"#, r#"{"s":"{\"a\":\"\\u003c\\u0026\\u003e\"}"}"#),
+          ex("root = this.doc.format_json(escape_html: false)", r#"{"doc":{"email":"foo&bar@benthos.dev","name":"foo>bar"}}"#,
+             "{\n    \"email\": \"foo&bar@benthos.dev\",\n    \"name\": \"foo>bar\"\n}")], format_json),
     method("parse_yaml", CAT, "Parses YAML text into a value.", &[],
         &[ex("root.d = this.s.parse_yaml()", r#"{"s":"a: [1, x]\nb: true\n"}"#, r#"{"d":{"a":[1,"x"],"b":true}}"#)], parse_yaml),
     method("format_yaml", CAT, "Writes the value as YAML text.", &[],
@@ -52,35 +57,6 @@ pub static SPECS: &[MethodSpec] = &[
         format_logfmt,
     ),
     method(
-        "parse_jwt_hs256",
-        CAT,
-        "Verifies an HS256-signed JWT with the secret and gives its claims.",
-        &[crate::mapping::spec::p("signing_secret")],
-        &[ex(
-            r#"root = {"sub": "u1"}.sign_jwt_hs256("secret").parse_jwt_hs256("secret")"#,
-            "{}",
-            r#"{"sub":"u1"}"#,
-        ),
-          ex(
-            r#"root = {"sub": "u1"}.sign_jwt_hs256("secret").parse_jwt_hs256("wrong")"#,
-            "{}",
-            "error:signature does not match",
-        )],
-        parse_jwt_hs256,
-    ),
-    method("parse_jwt_hs384", CAT, "Verifies an HS384-signed JWT and gives its claims.", &[crate::mapping::spec::p("signing_secret")], &[], parse_jwt_hs384),
-    method("parse_jwt_hs512", CAT, "Verifies an HS512-signed JWT and gives its claims.", &[crate::mapping::spec::p("signing_secret")], &[], parse_jwt_hs512),
-    method(
-        "sign_jwt_hs256",
-        CAT,
-        "Signs an object of claims as an HS256 JWT.",
-        &[crate::mapping::spec::p("signing_secret")],
-        &[ex(r#"root = {"a": 1}.sign_jwt_hs256("k").split(".").length()"#, "{}", "3")],
-        sign_jwt_hs256,
-    ),
-    method("sign_jwt_hs384", CAT, "Signs an object of claims as an HS384 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs384),
-    method("sign_jwt_hs512", CAT, "Signs an object of claims as an HS512 JWT.", &[crate::mapping::spec::p("signing_secret")], &[], sign_jwt_hs512),
-    method(
         "parse_msgpack",
         CAT,
         "Parses MessagePack bytes into a value.",
@@ -112,13 +88,17 @@ pub static SPECS: &[MethodSpec] = &[
     method(
         "format_xml",
         CAT,
-        "Writes an object as XML, the inverse of `parse_xml`: `-name` fields become attributes, `#text` the text, arrays repeated elements.",
-        &[],
+        "Writes an object as XML, the inverse of `parse_xml`: `-name` fields become attributes, `#text` the text, arrays repeated elements. Each element starts a line indented by `indent` per level, unless `no_indent`.",
+        &[opt("indent", Default::Str("    ")), opt("no_indent", Default::Bool(false))],
         &[ex(
-            "root = this.format_xml().string()",
+            "root = this.format_xml(no_indent: true).string()",
             r##"{"root":{"n":["1","2"],"title":{"#text":"Hi","-lang":"en"}}}"##,
             r#"<root><n>1</n><n>2</n><title lang="en">Hi</title></root>"#,
-        )],
+        ),
+          ex("root = this.format_xml()", r#"{"foo":{"bar":{"baz":"foo bar baz"}}}"#,
+             "<foo>\n    <bar>\n        <baz>foo bar baz</baz>\n    </bar>\n</foo>"),
+          ex("root.doc = this.format_xml(\"\").string()", r#"{"foo":{"bar":{"baz":"foo bar baz"}}}"#,
+             r#"{"doc":"<foo>\n<bar>\n<baz>foo bar baz</baz>\n</bar>\n</foo>"}"#)],
         format_xml,
     ),
 ];
@@ -130,15 +110,52 @@ fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn format_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    if args.bool(1)? {
-        return own(Value::Bytes(v.to_json().into()));
+    let out = if args.bool(1)? {
+        v.to_json()
+    } else {
+        let indent = args.str(0)?;
+        let mut out = Vec::new();
+        let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
+        let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+        serde::Serialize::serialize(v, &mut ser).map_err(|e| e.to_string())?;
+        out
+    };
+    if args.bool(2)? {
+        return own(Value::Bytes(escape_json_html(out).into()));
     }
-    let indent = args.str(0)?;
-    let mut out = Vec::new();
-    let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    serde::Serialize::serialize(v, &mut ser).map_err(|e| e.to_string())?;
     own(Value::Bytes(out.into()))
+}
+
+/// Escapes `<`, `>`, `&`, U+2028 and U+2029 as Go's JSON encoder does by default. In JSON
+/// text these occur only inside strings, so a plain byte scan is enough.
+fn escape_json_html(json: Vec<u8>) -> Vec<u8> {
+    let special = |w: &[u8]| {
+        matches!(
+            w,
+            [b'<', ..] | [b'>', ..] | [b'&', ..] | [0xe2, 0x80, 0xa8 | 0xa9, ..]
+        )
+    };
+    if !(0..json.len()).any(|i| special(&json[i..])) {
+        return json;
+    }
+    let mut out = Vec::with_capacity(json.len() + 16);
+    let mut i = 0;
+    while i < json.len() {
+        match &json[i..] {
+            [b'<', ..] => out.extend_from_slice(b"\\u003c"),
+            [b'>', ..] => out.extend_from_slice(b"\\u003e"),
+            [b'&', ..] => out.extend_from_slice(b"\\u0026"),
+            [0xe2, 0x80, c @ (0xa8 | 0xa9), ..] => {
+                out.extend_from_slice(if *c == 0xa8 { b"\\u2028" } else { b"\\u2029" });
+                i += 3;
+                continue;
+            }
+            [b, ..] => out.push(*b),
+            [] => break,
+        }
+        i += 1;
+    }
+    out
 }
 
 fn yaml_to_value(y: serde_yaml::Value) -> Value {
@@ -390,88 +407,6 @@ fn format_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(parts.join(" "))
 }
 
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
-type HmacSha384 = hmac::Hmac<sha2::Sha384>;
-type HmacSha512 = hmac::Hmac<sha2::Sha512>;
-
-fn jwt_mac(alg: &str, key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
-    use hmac::Mac;
-    fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
-        let mut m = <M as Mac>::new_from_slice(key).map_err(|e| e.to_string())?;
-        m.update(data);
-        Ok(m.finalize().into_bytes().to_vec())
-    }
-    match alg {
-        "HS256" => run::<HmacSha256>(key, data),
-        "HS384" => run::<HmacSha384>(key, data),
-        "HS512" => run::<HmacSha512>(key, data),
-        other => Err(format!("unsupported JWT algorithm {other}")),
-    }
-}
-
-fn parse_jwt(v: &Value, args: &Args<'_>, alg: &str) -> Res<Value> {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let token = text(v)?;
-    let parts: Vec<&str> = token.split('.').collect();
-    let [head, body, sig] = parts[..] else {
-        return Err("a JWT has three dot-separated parts".into());
-    };
-    let header = Value::from_json(
-        &b64.decode(head)
-            .map_err(|e| format!("bad JWT header: {e}"))?,
-    )
-    .map_err(|e| format!("bad JWT header: {e}"))?;
-    if crate::mapping::exec::field(&header, "alg").as_str() != Some(alg) {
-        return Err(format!("JWT is not signed with {alg}"));
-    }
-    let want = jwt_mac(alg, &raw(args.get(0))?, format!("{head}.{body}").as_bytes())?;
-    let got = b64
-        .decode(sig)
-        .map_err(|e| format!("bad JWT signature: {e}"))?;
-    if got != want {
-        return Err("JWT signature does not match".into());
-    }
-    Value::from_json(
-        &b64.decode(body)
-            .map_err(|e| format!("bad JWT claims: {e}"))?,
-    )
-    .map_err(|e| format!("bad JWT claims: {e}"))
-}
-
-fn sign_jwt(v: &Value, args: &Args<'_>, alg: &str) -> Res<Value> {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    super::object(v)?;
-    let head = b64.encode(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#));
-    let body = b64.encode(v.to_json());
-    let sig = b64.encode(jwt_mac(
-        alg,
-        &raw(args.get(0))?,
-        format!("{head}.{body}").as_bytes(),
-    )?);
-    Ok(Value::String(format!("{head}.{body}.{sig}")))
-}
-
-fn parse_jwt_hs256<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    parse_jwt(v, a, "HS256").map(V::Own)
-}
-fn parse_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    parse_jwt(v, a, "HS384").map(V::Own)
-}
-fn parse_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    parse_jwt(v, a, "HS512").map(V::Own)
-}
-fn sign_jwt_hs256<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    sign_jwt(v, a, "HS256").map(V::Own)
-}
-fn sign_jwt_hs384<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    sign_jwt(v, a, "HS384").map(V::Own)
-}
-fn sign_jwt_hs512<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
-    sign_jwt(v, a, "HS512").map(V::Own)
-}
-
 fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let out = rmp_serde::from_slice::<Value>(&raw(v)?)
         .map_err(|e| format!("failed to parse MessagePack: {e}"))?;
@@ -614,16 +549,37 @@ fn xml_escape(s: &str, out: &mut String) {
     }
 }
 
-fn xml_element(name: &str, v: &Value, depth: usize, out: &mut String) -> Res<()> {
+/// Writes the line break and indentation before an element at `depth`, when indenting.
+fn xml_break(indent: Option<&str>, depth: usize, out: &mut String) {
+    if let Some(ind) = indent {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        for _ in 0..depth {
+            out.push_str(ind);
+        }
+    }
+}
+
+/// Writes one element; `level` is its indentation, `depth` its nesting (arrays count).
+fn xml_element(
+    name: &str,
+    v: &Value,
+    (level, depth): (usize, usize),
+    indent: Option<&str>,
+    out: &mut String,
+) -> Res<()> {
     if depth > super::lambdas::MAX_VALUE_NESTING {
         return Err("value nests too deeply for XML".into());
     }
     if let Value::Array(items) = v {
+        // Items of an array sit at their array's level.
         for it in items {
-            xml_element(name, it, depth + 1, out)?;
+            xml_element(name, it, (level, depth + 1), indent, out)?;
         }
         return Ok(());
     }
+    xml_break(indent, level, out);
     out.push('<');
     out.push_str(name);
     match v {
@@ -639,11 +595,16 @@ fn xml_element(name: &str, v: &Value, depth: usize, out: &mut String) -> Res<()>
             if let Some(t) = o.get("#text") {
                 xml_escape(&super::general::to_string_value(t), out);
             }
+            let mut children = false;
             for (k, child) in o
                 .iter()
                 .filter(|(k, _)| !k.starts_with('-') && k.as_str() != "#text")
             {
-                xml_element(k, child, depth + 1, out)?;
+                children = true;
+                xml_element(k, child, (level + 1, depth + 1), indent, out)?;
+            }
+            if children {
+                xml_break(indent, level, out);
             }
         }
         Value::Null => out.push('>'),
@@ -658,10 +619,15 @@ fn xml_element(name: &str, v: &Value, depth: usize, out: &mut String) -> Res<()>
     Ok(())
 }
 
-fn format_xml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+fn format_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let indent = if args.bool(1)? {
+        None
+    } else {
+        Some(args.str(0)?)
+    };
     let mut out = String::new();
     for (k, child) in super::object(v)? {
-        xml_element(k, child, 0, &mut out)?;
+        xml_element(k, child, (0, 0), indent, &mut out)?;
     }
     own(Value::Bytes(out.into_bytes().into()))
 }
