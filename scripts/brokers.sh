@@ -2,8 +2,9 @@
 # Starts the brokers the integration tests talk to, on loopback, where they are not
 # already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672, Redis 6379,
 # and a tansu Kafka-API broker on a free port. Installs what is missing (Debian packages
-# with apt-get, tansu with cargo into a cache directory). Idempotent: run it before
-# `cargo test` as often as you like.
+# with apt-get, tansu with cargo into a cache directory), including the broker binaries
+# that the TLS tests run privately. Idempotent: run it before `cargo test` as often as
+# you like.
 #
 # The tansu address is written to $SLUICE_KAFKA_ADDR_FILE (default
 # target/brokers/kafka.addr); tests read that file, or SLUICE_KAFKA_ADDR if set.
@@ -117,6 +118,18 @@ start_tansu() {
     echo "127.0.0.1:$port" >"$kafka_addr_file"
 }
 
+# The TLS and authentication tests start private brokers of their own from these
+# binaries, so they must be installed even where the shared brokers already listen
+# (started by something else).
+ensure_binaries() {
+    need_pkg redis-server redis-server
+    need_pkg mosquitto mosquitto
+    need_pkg mosquitto_passwd mosquitto
+    need_pkg nats-server nats-server
+    need_pkg rabbitmq-server rabbitmq-server
+}
+
+ensure_binaries
 start_redis
 start_mosquitto
 start_nats

@@ -2,6 +2,8 @@
 
 #[path = "common/brokers.rs"]
 mod common;
+#[path = "common/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
@@ -212,4 +214,132 @@ async fn example_mqtt_to_nats() {
         h.get("mqtt_topic").unwrap().as_str(),
         format!("{topic}/kitchen/temp")
     );
+}
+
+/// A Mosquitto of the test's own with one listener on a free port; `settings` are the
+/// listener's (TLS files, `require_certificate`, `allow_anonymous`, `password_file`).
+/// None when Mosquitto is not installed.
+fn private_mosquitto(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls::Broker> {
+    let bin = tls::require_bin("mosquitto", test)?;
+    let port = tls::free_port();
+    let conf = dir.join(format!("mosquitto-{port}.conf"));
+    // `user root`: when started as root, Mosquitto otherwise switches to its own user,
+    // which cannot read the test's private files. It does nothing for other users.
+    std::fs::write(
+        &conf,
+        format!("user root\npersistence false\nlistener {port} 127.0.0.1\n{settings}\n"),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("-c").arg(&conf);
+    let log = dir.join(format!("mosquitto-{port}.log"));
+    Some(tls::Broker::start(cmd, port, &log, Duration::from_secs(20)))
+}
+
+fn tls_listener(pki: &tls::Pki, require_certificate: bool) -> String {
+    format!(
+        "cafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate {require_certificate}\nallow_anonymous true",
+        pki.path("ca.pem"),
+        pki.path("server.pem"),
+        pki.path("server.key"),
+    )
+}
+
+/// The MQTT output and input of a round trip through `port` on `topic`; `extra` is added
+/// to both (a `tls` block, credentials).
+fn mqtt_pair(port: u16, topic: &str, extra: &str) -> (String, String) {
+    let url = format!("tcp://127.0.0.1:{port}");
+    (
+        format!("{{mqtt: {{urls: ['{url}'], topic: '{topic}', qos: 1{extra}}}}}"),
+        format!("{{mqtt: {{urls: ['{url}'], topics: ['{topic}'], qos: 1{extra}}}}}"),
+    )
+}
+
+#[tokio::test]
+async fn tls_with_a_custom_ca() {
+    let pki = tls::Pki::new();
+    let Some(broker) = private_mosquitto(
+        pki.dir.path(),
+        &tls_listener(&pki, false),
+        "tls_with_a_custom_ca",
+    ) else {
+        return;
+    };
+    // The broker speaks only TLS on this port: plain MQTT would not get a CONNACK.
+    let topic = unique("tls");
+    let (output, input) = mqtt_pair(
+        broker.port,
+        &topic,
+        &format!(", tls: {}", pki.tls_block(false)),
+    );
+    tls::round_trip(&output, &input).await;
+
+    // A CA that did not sign the broker's certificate is not trusted.
+    let untrusted = format!(
+        "{{mqtt: {{urls: ['tcp://127.0.0.1:{}'], topics: ['{topic}'], tls: {{enabled: true, root_cas_file: '{}'}}}}}}",
+        broker.port,
+        pki.path("other-ca.pem")
+    );
+    tls::refused(&untrusted, "UnknownIssuer").await;
+}
+
+#[tokio::test]
+async fn mutual_tls_with_a_client_certificate() {
+    let pki = tls::Pki::new();
+    let Some(broker) = private_mosquitto(
+        pki.dir.path(),
+        &tls_listener(&pki, true),
+        "mutual_tls_with_a_client_certificate",
+    ) else {
+        return;
+    };
+    let topic = unique("mtls");
+    let (output, input) = mqtt_pair(
+        broker.port,
+        &topic,
+        &format!(", tls: {}", pki.tls_block(true)),
+    );
+    tls::round_trip(&output, &input).await;
+
+    // The broker requires a certificate: the same client without one is turned away.
+    let (_, no_cert) = mqtt_pair(
+        broker.port,
+        &topic,
+        &format!(", tls: {}", pki.tls_block(false)),
+    );
+    tls::refused(&no_cert, "CertificateRequired").await;
+}
+
+#[tokio::test]
+async fn user_and_password() {
+    let test = "user_and_password";
+    let Some(passwd) = tls::require_bin("mosquitto_passwd", test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("passwords");
+    let status = std::process::Command::new(passwd)
+        .arg("-c")
+        .arg("-b")
+        .arg(&file)
+        .args(["sluice", "s3cret pass"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "mosquitto_passwd");
+    let settings = format!("allow_anonymous false\npassword_file {}", file.display());
+    let Some(broker) = private_mosquitto(dir.path(), &settings, test) else {
+        return;
+    };
+    let topic = unique("auth");
+    let (output, input) = mqtt_pair(
+        broker.port,
+        &topic,
+        ", user: sluice, password: 's3cret pass'",
+    );
+    tls::round_trip(&output, &input).await;
+
+    let (_, wrong) = mqtt_pair(broker.port, &topic, ", user: sluice, password: wrong");
+    tls::refused(&wrong, "NotAuthorized").await;
+    let (_, anonymous) = mqtt_pair(broker.port, &topic, "");
+    tls::refused(&anonymous, "NotAuthorized").await;
 }

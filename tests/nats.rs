@@ -2,6 +2,8 @@
 
 #[path = "common/brokers.rs"]
 mod common;
+#[path = "common/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
@@ -345,4 +347,89 @@ async fn output_subject_is_interpolated_per_message() {
         }
     }
     stream.stop(Duration::from_secs(5)).await;
+}
+
+/// A nats-server of the test's own on a free port; `settings` go into its config file.
+/// None when nats-server is not installed.
+fn private_nats(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls::Broker> {
+    let bin = tls::require_bin("nats-server", test)?;
+    let port = tls::free_port();
+    let conf = dir.join(format!("nats-{port}.conf"));
+    std::fs::write(&conf, format!("listen: \"127.0.0.1:{port}\"\n{settings}\n")).unwrap();
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("-c").arg(&conf);
+    let log = dir.join(format!("nats-{port}.log"));
+    Some(tls::Broker::start(cmd, port, &log, Duration::from_secs(20)))
+}
+
+/// The NATS output and input of a round trip through `port` on `subject`; `extra` is
+/// added to both (a `tls` block, an `auth` block).
+fn nats_pair(port: u16, subject: &str, extra: &str) -> (String, String) {
+    let url = format!("nats://127.0.0.1:{port}");
+    (
+        format!("{{nats: {{urls: ['{url}'], subject: '{subject}'{extra}}}}}"),
+        format!("{{nats: {{urls: ['{url}'], subject: '{subject}'{extra}}}}}"),
+    )
+}
+
+#[tokio::test]
+async fn tls_with_a_client_certificate() {
+    let pki = tls::Pki::new();
+    // `verify: true`: the server requires and checks a client certificate; it has no
+    // plain listener.
+    let settings = format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n}}",
+        pki.path("server.pem"),
+        pki.path("server.key"),
+        pki.path("ca.pem"),
+    );
+    let Some(broker) = private_nats(pki.dir.path(), &settings, "tls_with_a_client_certificate")
+    else {
+        return;
+    };
+    let subject = unique("tls");
+    let (output, input) = nats_pair(
+        broker.port,
+        &subject,
+        &format!(", tls: {}", pki.tls_block(true)),
+    );
+    tls::round_trip(&output, &input).await;
+
+    let (_, no_cert) = nats_pair(
+        broker.port,
+        &subject,
+        &format!(", tls: {}", pki.tls_block(false)),
+    );
+    tls::refused(&no_cert, "BadCertificate").await;
+    let untrusted = format!(
+        ", tls: {{enabled: true, root_cas_file: '{}', client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("other-ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client.key"),
+    );
+    let (_, untrusted) = nats_pair(broker.port, &subject, &untrusted);
+    tls::refused(&untrusted, "UnknownIssuer").await;
+}
+
+#[tokio::test]
+async fn user_and_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = "authorization {\n  user: \"sluice\"\n  password: \"s3cret pass\"\n}";
+    let Some(broker) = private_nats(dir.path(), settings, "user_and_password") else {
+        return;
+    };
+    let subject = unique("auth");
+    let (output, input) = nats_pair(
+        broker.port,
+        &subject,
+        ", auth: {user: sluice, password: 's3cret pass'}",
+    );
+    tls::round_trip(&output, &input).await;
+
+    let (_, wrong) = nats_pair(
+        broker.port,
+        &subject,
+        ", auth: {user: sluice, password: wrong}",
+    );
+    tls::refused(&wrong, "authorization violation").await;
 }

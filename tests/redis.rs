@@ -2,6 +2,8 @@
 
 #[path = "common/brokers.rs"]
 mod common;
+#[path = "common/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
@@ -150,4 +152,72 @@ async fn streams_input_reconnects_after_a_restart() {
     .await;
     consumer.stop(Duration::from_secs(5)).await;
     let _: () = c.del(&key).await.unwrap();
+}
+
+/// The outputs and inputs of the TLS round trips: a stream and a pub/sub channel.
+fn redis_pairs(url: &str, key: &str, tls: &str) -> [(String, String); 2] {
+    [
+        (
+            format!("{{redis_streams: {{url: '{url}', stream: '{key}', tls: {tls}}}}}"),
+            format!(
+                "{{redis_streams: {{url: '{url}', streams: ['{key}'], consumer_group: g, tls: {tls}}}}}"
+            ),
+        ),
+        (
+            format!("{{redis_pubsub: {{url: '{url}', channel: '{key}', tls: {tls}}}}}"),
+            format!("{{redis_pubsub: {{url: '{url}', channels: ['{key}'], tls: {tls}}}}}"),
+        ),
+    ]
+}
+
+/// A redis-server of the test's own with only a TLS port, which requires a client
+/// certificate signed by the test CA.
+#[tokio::test]
+async fn tls_with_a_client_certificate() {
+    let test = "tls_with_a_client_certificate";
+    let Some(bin) = tls::require_bin("redis-server", test) else {
+        return;
+    };
+    let pki = tls::Pki::new();
+    let port = tls::free_port();
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(["--port", "0", "--tls-port", &port.to_string()])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--tls-cert-file", &pki.path("server.pem")])
+        .args(["--tls-key-file", &pki.path("server.key")])
+        .args(["--tls-ca-cert-file", &pki.path("ca.pem")])
+        .args(["--tls-auth-clients", "yes"]);
+    let log = pki.dir.path().join("redis.log");
+    let _broker = tls::Broker::start(cmd, port, &log, Duration::from_secs(20));
+
+    // TLS switched on by the block, on a `redis://` URL.
+    let url = format!("redis://127.0.0.1:{port}");
+    for (output, input) in redis_pairs(&url, &unique("tls"), &pki.tls_block(true)) {
+        tls::round_trip(&output, &input).await;
+    }
+    // A `rediss://` URL, and no check of the server certificate (the system's CAs do
+    // not know the test CA, so this connects only if verification is really off).
+    let url = format!("rediss://127.0.0.1:{port}");
+    let skip = format!(
+        "{{skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("client.pem"),
+        pki.path("client.key")
+    );
+    for (output, input) in redis_pairs(&url, &unique("skip"), &skip) {
+        tls::round_trip(&output, &input).await;
+    }
+
+    let input = |tls: &str| {
+        format!("{{redis_streams: {{url: '{url}', streams: [k], consumer_group: g, tls: {tls}}}}}")
+    };
+    // Without a client certificate the server refuses the handshake.
+    tls::refused(&input(&pki.tls_block(false)), "CertificateRequired").await;
+    // A CA that did not sign the server's certificate is not trusted.
+    let untrusted = format!(
+        "{{root_cas_file: '{}', client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("other-ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client.key")
+    );
+    tls::refused(&input(&untrusted), "UnknownIssuer").await;
 }

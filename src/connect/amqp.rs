@@ -1,16 +1,43 @@
 //! AMQP 0.9.1 pieces shared by the `amqp_0_9` input and output.
 
+use std::time::Duration as StdDuration;
+
+use lapin::tcp::{HandshakeResult, RustlsConnector, TcpStream};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Connection, ConnectionProperties};
 
+use super::TlsConfig;
 use crate::component::ConnectorError;
 use crate::message::Message;
 
-/// Connects to the first URL that answers.
-pub async fn connect(urls: &[String]) -> Result<Connection, ConnectorError> {
+/// Connects to the first URL that answers. TLS is on for `amqps://` URLs and for every
+/// URL when `tls.enabled` is set; the `tls` block then says what to trust and which
+/// client certificate to show.
+// The socket opener's result type is lapin's, large error and all.
+#[allow(clippy::result_large_err)]
+pub async fn connect(urls: &[String], tls: &TlsConfig) -> Result<Connection, ConnectorError> {
+    // Built on first use only, so that plain connections never read certificate files.
+    let mut connector: Option<RustlsConnector> = None;
     let mut last = String::from("no URL");
     for url in urls {
-        match Connection::connect(url, ConnectionProperties::default()).await {
+        let uri: AMQPUri = url
+            .parse()
+            .map_err(|e| ConnectorError::rejected(format!("`urls`: `{url}`: {e}")))?;
+        let use_tls = tls.enabled || matches!(uri.scheme, AMQPScheme::AMQPS);
+        let stream_tls = if use_tls {
+            if connector.is_none() {
+                let config = tls
+                    .rustls_client_config()
+                    .map_err(ConnectorError::rejected)?;
+                connector = Some(RustlsConnector::from(config));
+            }
+            connector.clone()
+        } else {
+            None
+        };
+        let open = Box::new(move |uri: &AMQPUri| open_stream(uri, stream_tls));
+        match Connection::connector(uri, open, ConnectionProperties::default()).await {
             Ok(c) => return Ok(c),
             Err(e) => last = e.to_string(),
         }
@@ -20,7 +47,26 @@ pub async fn connect(urls: &[String]) -> Result<Connection, ConnectorError> {
     )))
 }
 
-pub fn validate_urls(urls: &[String]) -> Result<(), String> {
+/// Opens the socket lapin talks over (it runs this on a blocking thread), as lapin's own
+/// connector does, but with our TLS configuration: lapin's takes a client certificate
+/// only as PKCS#12 and has no way to skip verification.
+#[allow(clippy::result_large_err)]
+fn open_stream(uri: &AMQPUri, tls: Option<RustlsConnector>) -> HandshakeResult {
+    let addr = (uri.authority.host.as_str(), uri.authority.port);
+    let stream = match uri.query.connection_timeout {
+        Some(ms) => TcpStream::connect_timeout(addr, StdDuration::from_millis(ms)),
+        None => TcpStream::connect(addr),
+    }?;
+    let stream = match tls {
+        Some(c) => stream.into_rustls(&c, &uri.authority.host)?,
+        None => stream,
+    };
+    stream.set_nonblocking(true)?;
+    Ok(stream)
+}
+
+/// Checks the URLs and the `tls` block.
+pub fn validate(urls: &[String], tls: &TlsConfig) -> Result<(), String> {
     if urls.is_empty() {
         return Err("`urls` is empty".into());
     }
@@ -28,8 +74,10 @@ pub fn validate_urls(urls: &[String]) -> Result<(), String> {
         if !(u.starts_with("amqp://") || u.starts_with("amqps://")) {
             return Err(format!("`{u}` is not an `amqp://` or `amqps://` URL"));
         }
+        u.parse::<AMQPUri>()
+            .map_err(|e| format!("`urls`: `{u}`: {e}"))?;
     }
-    Ok(())
+    tls.validate()
 }
 
 /// A lapin error as the runtime sees it: a broken connection or channel is NotConnected.
@@ -74,4 +122,39 @@ pub fn header_table<'a>(pairs: impl Iterator<Item = (&'a str, String)>) -> Field
         );
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_tls_block_are_checked() {
+        let ok = vec!["amqps://u:p@127.0.0.1:5671/%2f".to_owned()];
+        assert!(validate(&ok, &TlsConfig::default()).is_ok());
+        let e = validate(&["http://h".to_owned()], &TlsConfig::default()).unwrap_err();
+        assert!(e.contains("http://h"), "{e}");
+        let e = validate(&["amqp://h:port".to_owned()], &TlsConfig::default()).unwrap_err();
+        assert!(e.contains("`urls`"), "{e}");
+        let half = TlsConfig {
+            enabled: true,
+            client_key_file: Some("k.pem".into()),
+            ..TlsConfig::default()
+        };
+        let e = validate(&ok, &half).unwrap_err();
+        assert!(e.contains("tls.client_cert_file"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn unreadable_certificates_are_reported_when_connecting() {
+        let tls = TlsConfig {
+            enabled: true,
+            root_cas_file: Some("/nonexistent/ca.pem".into()),
+            ..TlsConfig::default()
+        };
+        let e = connect(&["amqp://127.0.0.1:1".to_owned()], &tls)
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("`tls.root_cas_file`"), "{}", e.message);
+    }
 }

@@ -1,8 +1,34 @@
 //! The TLS settings every broker connector accepts, mapped by each connector onto its
 //! client library.
 
+use std::sync::{Arc, Once};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+/// Makes ring the process's rustls crypto provider. The client libraries bring rustls in
+/// with two providers (ring and aws-lc-rs), and rustls then will not choose one by
+/// itself: without this, the first TLS connection panics. Call before any client builds
+/// a TLS configuration; later calls do nothing.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // An error means a provider is installed already, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    install_crypto_provider();
+    CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()))
+}
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -42,6 +68,122 @@ impl TlsConfig {
             _ => None,
         }
     }
+
+    /// A rustls client configuration: the CAs of `root_cas_file` (else the system's), the
+    /// client certificate if any, and no server check at all with `skip_cert_verify`.
+    /// Files are read now; errors name the field.
+    pub fn rustls_client_config(&self) -> Result<ClientConfig, String> {
+        let provider = provider();
+        let builder = ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS: {e}"))?;
+        let builder = if self.skip_cert_verify {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+        } else {
+            builder.with_root_certificates(self.root_store()?)
+        };
+        match self.client_pair() {
+            Some((cert, key)) => {
+                let chain = pem_certs(cert, "tls.client_cert_file")?;
+                let key = PrivateKeyDer::from_pem_slice(&Self::read(key)?).map_err(|e| {
+                    format!("`tls.client_key_file`: no private key in `{key}`: {e}")
+                })?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("`tls.client_key_file`: {e}"))
+            }
+            None => Ok(builder.with_no_client_auth()),
+        }
+    }
+
+    fn root_store(&self) -> Result<RootCertStore, String> {
+        let mut roots = RootCertStore::empty();
+        match &self.root_cas_file {
+            Some(path) => {
+                for cert in pem_certs(path, "tls.root_cas_file")? {
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("`tls.root_cas_file`: `{path}`: {e}"))?;
+                }
+            }
+            None => {
+                // Certificates the system store holds but rustls cannot parse are skipped,
+                // as every TLS client does with such stores.
+                let found = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(found.certs);
+                if roots.is_empty() {
+                    return Err(
+                        "TLS: the system has no CA certificates; set `tls.root_cas_file`".into(),
+                    );
+                }
+            }
+        }
+        Ok(roots)
+    }
+}
+
+/// The certificates of a PEM file; an error names the field when there are none.
+fn pem_certs(path: &str, field: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let bytes = TlsConfig::read(path).map_err(|e| format!("`{field}`: {e}"))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("`{field}`: `{path}`: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("`{field}`: no PEM certificate in `{path}`"));
+    }
+    Ok(certs)
+}
+
+/// `skip_cert_verify`: any server certificate is taken. The handshake signatures are still
+/// checked, so the peer must hold the key of the certificate it sent.
+#[derive(Debug)]
+struct AnyServerCert(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 #[cfg(test)]
@@ -54,5 +196,74 @@ mod tests {
             serde_yaml::from_str("{enabled: true, client_cert_file: c.pem}").unwrap();
         assert!(t.validate().is_err());
         assert!(TlsConfig::default().validate().is_ok());
+    }
+
+    fn write(dir: &std::path::Path, name: &str, text: &str) -> Option<String> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        Some(path.display().to_string())
+    }
+
+    #[test]
+    fn rustls_config_from_pem_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["client".to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca, &ca_key)
+            .unwrap();
+        let t = TlsConfig {
+            enabled: true,
+            root_cas_file: write(dir.path(), "ca.pem", &ca.pem()),
+            client_cert_file: write(dir.path(), "c.pem", &cert.pem()),
+            client_key_file: write(dir.path(), "c.key", &key.serialize_pem()),
+            ..TlsConfig::default()
+        };
+        let config = t.rustls_client_config().unwrap();
+        assert!(config.client_auth_cert_resolver.has_certs());
+
+        let skip = TlsConfig {
+            enabled: true,
+            skip_cert_verify: true,
+            ..TlsConfig::default()
+        };
+        assert!(skip.rustls_client_config().is_ok());
+    }
+
+    #[test]
+    fn bad_pem_files_name_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = TlsConfig {
+            enabled: true,
+            root_cas_file: write(dir.path(), "ca.pem", "not a certificate"),
+            ..TlsConfig::default()
+        };
+        let e = t.rustls_client_config().unwrap_err();
+        assert!(e.contains("`tls.root_cas_file`"), "{e}");
+
+        let t = TlsConfig {
+            enabled: true,
+            root_cas_file: Some(dir.path().join("missing.pem").display().to_string()),
+            ..TlsConfig::default()
+        };
+        let e = t.rustls_client_config().unwrap_err();
+        assert!(
+            e.contains("`tls.root_cas_file`") && e.contains("missing.pem"),
+            "{e}"
+        );
+
+        let t = TlsConfig {
+            enabled: true,
+            skip_cert_verify: true,
+            client_cert_file: write(dir.path(), "c.pem", "nothing"),
+            client_key_file: write(dir.path(), "c.key", "nothing"),
+            ..TlsConfig::default()
+        };
+        let e = t.rustls_client_config().unwrap_err();
+        assert!(e.contains("`tls.client_cert_file`"), "{e}");
     }
 }

@@ -26,8 +26,8 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
 use crate::config::component::Spec;
-use crate::connect::amqp::{classify, connect, headers_to_meta, validate_urls};
-use crate::connect::AckSpawner;
+use crate::connect::amqp::{classify, connect, headers_to_meta, validate};
+use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
 use crate::message::{Batch, Message, Outcome};
 
@@ -55,8 +55,12 @@ pub struct Binding {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AmqpInputConfig {
-    /// Broker URLs (`amqp://user:pass@host:5672/vhost`); the first that answers is used.
+    /// Broker URLs (`amqp://user:pass@host:5672/vhost`, `amqps://` for TLS); the first
+    /// that answers is used.
     pub urls: Vec<String>,
+    /// TLS settings (on for `amqps://` URLs, or for all with `enabled`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The queue to consume.
     pub queue: String,
     /// Whether and how to declare the queue.
@@ -97,7 +101,7 @@ impl Spec for AmqpInputConfig {
 
 impl BuildInput for AmqpInputConfig {
     fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
-        validate_urls(&self.urls).map_err(|e| cx.error(e))?;
+        validate(&self.urls, &self.tls).map_err(|e| cx.error(e))?;
         if self.queue.is_empty() {
             return Err(cx.error("`queue` is empty"));
         }
@@ -143,7 +147,7 @@ impl Input for AmqpInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
         self.session = None;
         let c = &self.config;
-        let conn = connect(&c.urls).await?;
+        let conn = connect(&c.urls, &c.tls).await?;
         let channel = conn
             .create_channel()
             .await

@@ -13,7 +13,8 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
 use crate::config::component::Spec;
-use crate::connect::redis::{classify, client};
+use crate::connect::redis::{classify, client, validate};
+use crate::connect::TlsConfig;
 use crate::message::{Batch, Message};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -21,6 +22,9 @@ use crate::message::{Batch, Message};
 pub struct RedisPubSubInputConfig {
     /// Server URL (`redis://127.0.0.1:6379`, `rediss://` for TLS).
     pub url: String,
+    /// TLS settings (on for a `rediss://` URL, or with `enabled`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// Channels to subscribe to.
     pub channels: Vec<String>,
     /// Treat `channels` as glob patterns (PSUBSCRIBE).
@@ -42,7 +46,7 @@ impl Spec for RedisPubSubInputConfig {
 
 impl BuildInput for RedisPubSubInputConfig {
     fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
-        client(&self.url).map_err(|e| cx.error(e))?;
+        validate(&self.url, &self.tls).map_err(|e| cx.error(e))?;
         if self.channels.is_empty() || self.channels.iter().any(String::is_empty) {
             return Err(cx.error("`channels` must list at least one channel"));
         }
@@ -73,7 +77,8 @@ fn to_message(m: &redis::Msg) -> Message {
 impl Input for RedisPubSubInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
         self.stream = None;
-        let client = client(&self.config.url).map_err(ConnectorError::rejected)?;
+        let client =
+            client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
         let mut pubsub = client
             .get_async_pubsub()
             .await

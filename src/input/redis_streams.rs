@@ -21,8 +21,8 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
 use crate::config::component::Spec;
-use crate::connect::redis::{classify, client, connect, value_text};
-use crate::connect::AckSpawner;
+use crate::connect::redis::{classify, client, connect, validate, value_text};
+use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
 use crate::message::{Batch, Message, Outcome};
 
@@ -31,6 +31,9 @@ use crate::message::{Batch, Message, Outcome};
 pub struct RedisStreamsInputConfig {
     /// Server URL (`redis://127.0.0.1:6379/0`, `rediss://` for TLS).
     pub url: String,
+    /// TLS settings (on for a `rediss://` URL, or with `enabled`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The stream keys to read.
     pub streams: Vec<String>,
     /// The consumer group; created when missing.
@@ -86,7 +89,7 @@ impl Spec for RedisStreamsInputConfig {
 
 impl BuildInput for RedisStreamsInputConfig {
     fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
-        client(&self.url).map_err(|e| cx.error(e))?;
+        validate(&self.url, &self.tls).map_err(|e| cx.error(e))?;
         if self.streams.is_empty() || self.streams.iter().any(String::is_empty) {
             return Err(cx.error("`streams` must list at least one key"));
         }
@@ -197,7 +200,7 @@ impl Input for RedisStreamsInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
         self.session = None;
         let c = &self.config;
-        let client = client(&c.url).map_err(ConnectorError::rejected)?;
+        let client = client(&c.url, &c.tls).map_err(ConnectorError::rejected)?;
         let read_timeout = c.timeout.0 + StdDuration::from_secs(5);
         let mut conn = connect(&client, read_timeout).await?;
         let acks = connect(&client, StdDuration::from_secs(5)).await?;

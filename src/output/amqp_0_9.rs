@@ -21,8 +21,8 @@ use crate::component::{
 };
 use crate::config::component::Spec;
 use crate::config::Interp;
-use crate::connect::amqp::{classify, connect, header_table, validate_urls};
-use crate::connect::{MetadataConfig, MetadataFilter};
+use crate::connect::amqp::{classify, connect, header_table, validate};
+use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema, PartialEq)]
@@ -40,8 +40,12 @@ pub struct ExchangeDeclare {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AmqpOutputConfig {
-    /// Broker URLs (`amqp://user:pass@host:5672/vhost`); the first that answers is used.
+    /// Broker URLs (`amqp://user:pass@host:5672/vhost`, `amqps://` for TLS); the first
+    /// that answers is used.
     pub urls: Vec<String>,
+    /// TLS settings (on for `amqps://` URLs, or for all with `enabled`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The exchange to publish to; empty: the default exchange (the key names a queue).
     #[serde(default)]
     pub exchange: String,
@@ -106,7 +110,7 @@ fn exchange_kind(kind: Option<&str>) -> Result<ExchangeKind, String> {
 
 impl BuildOutput for AmqpOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
-        validate_urls(&self.urls).map_err(|e| cx.error(e))?;
+        validate(&self.urls, &self.tls).map_err(|e| cx.error(e))?;
         exchange_kind(self.exchange_declare.kind.as_deref()).map_err(|e| cx.error(e))?;
         if self.exchange_declare.enabled && self.exchange.is_empty() {
             return Err(cx.error("`exchange_declare` needs an `exchange`"));
@@ -137,7 +141,7 @@ pub struct AmqpOutput {
 impl Output for AmqpOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
         let c = &self.config;
-        let conn = connect(&c.urls).await?;
+        let conn = connect(&c.urls, &c.tls).await?;
         let channel = conn
             .create_channel()
             .await

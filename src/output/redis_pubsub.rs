@@ -18,7 +18,8 @@ use crate::component::{
 };
 use crate::config::component::Spec;
 use crate::config::Interp;
-use crate::connect::redis::{classify, client, connect};
+use crate::connect::redis::{classify, client, connect, validate};
+use crate::connect::TlsConfig;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -26,6 +27,9 @@ use crate::message::Batch;
 pub struct RedisPubSubOutputConfig {
     /// Server URL (`redis://127.0.0.1:6379`, `rediss://` for TLS).
     pub url: String,
+    /// TLS settings (on for a `rediss://` URL, or with `enabled`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The channel to write to (interpolated per message).
     pub channel: Interp,
     /// Writes allowed at once.
@@ -50,7 +54,7 @@ impl Spec for RedisPubSubOutputConfig {
 
 impl BuildOutput for RedisPubSubOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
-        client(&self.url).map_err(|e| cx.error(e))?;
+        validate(&self.url, &self.tls).map_err(|e| cx.error(e))?;
         if self.channel.source().is_empty() {
             return Err(cx.error("`channel` is empty"));
         }
@@ -76,7 +80,8 @@ pub struct RedisPubSubOutput {
 #[async_trait]
 impl Output for RedisPubSubOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
-        let client = client(&self.config.url).map_err(ConnectorError::rejected)?;
+        let client =
+            client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
         *self.conn.write().await = Some(connect(&client, StdDuration::from_secs(10)).await?);
         Ok(())
     }

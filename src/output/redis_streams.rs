@@ -18,8 +18,8 @@ use crate::component::{
 };
 use crate::config::component::Spec;
 use crate::config::Interp;
-use crate::connect::redis::{classify, client, connect};
-use crate::connect::{MetadataConfig, MetadataFilter};
+use crate::connect::redis::{classify, client, connect, validate};
+use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -27,6 +27,9 @@ use crate::message::Batch;
 pub struct RedisStreamsOutputConfig {
     /// Server URL (`redis://127.0.0.1:6379/0`, `rediss://` for TLS).
     pub url: String,
+    /// TLS settings (on for a `rediss://` URL, or with `enabled`).
+    #[serde(default)]
+    pub tls: TlsConfig,
     /// The stream to write to (interpolated per message).
     pub stream: Interp,
     /// The field that holds the payload.
@@ -64,7 +67,7 @@ impl Spec for RedisStreamsOutputConfig {
 
 impl BuildOutput for RedisStreamsOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
-        client(&self.url).map_err(|e| cx.error(e))?;
+        validate(&self.url, &self.tls).map_err(|e| cx.error(e))?;
         if self.stream.source().is_empty() || self.body_key.is_empty() {
             return Err(cx.error("`stream` and `body_key` must not be empty"));
         }
@@ -93,7 +96,8 @@ pub struct RedisStreamsOutput {
 #[async_trait]
 impl Output for RedisStreamsOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
-        let client = client(&self.config.url).map_err(ConnectorError::rejected)?;
+        let client =
+            client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
         *self.conn.write().await = Some(connect(&client, StdDuration::from_secs(10)).await?);
         Ok(())
     }
