@@ -51,6 +51,41 @@ async fn streams_round_trip_and_ack() {
 }
 
 #[tokio::test]
+async fn entries_a_dead_consumer_left_pending_are_claimed() {
+    let _shared = BROKER.read().await;
+    let key = unique("stream");
+    let mut c = conn().await;
+    let sent = payloads("d", 30);
+    for p in &sent {
+        let _: String = c.xadd(&key, "*", &[("body", p)]).await.unwrap();
+    }
+    // A consumer of the group takes every entry and dies without acknowledging any.
+    let _: () = c.xgroup_create(&key, "g", "0").await.unwrap();
+    let opts = redis::streams::StreamReadOptions::default()
+        .group("g", "dead")
+        .count(100);
+    let taken: redis::streams::StreamReadReply =
+        c.xread_options(&[&key], &[">"], &opts).await.unwrap();
+    assert_eq!(taken.keys[0].ids.len(), sent.len());
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let consumer = start(&format!(
+        "input:\n  redis_streams:\n    url: {URL}\n    streams: [{key}]\n    consumer_group: g\n    client_id: alive\n    limit: 7\n    timeout: 100ms\n    claim_idle_after: 300ms\noutput:\n  file:\n    path: {}\n",
+        out.display()
+    ));
+    wait_for("the stranded entries", Duration::from_secs(20), || {
+        read_lines(&out).len() == sent.len()
+    })
+    .await;
+    consumer.stop(Duration::from_secs(5)).await;
+    assert_eq!(read_lines(&out), sent.iter().cloned().collect());
+    let pending: redis::streams::StreamPendingReply = c.xpending(&key, "g").await.unwrap();
+    assert_eq!(pending.count(), 0, "claimed entries were acknowledged");
+    let _: () = c.del(&key).await.unwrap();
+}
+
+#[tokio::test]
 async fn pubsub_round_trip() {
     let _shared = BROKER.read().await;
     let channel = unique("chan");

@@ -8,7 +8,9 @@ use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
 use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamReadOptions, StreamReadReply};
+use redis::streams::{
+    StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
+};
 use redis::AsyncCommands;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -57,6 +59,13 @@ pub struct RedisStreamsInputConfig {
     /// How long one read blocks waiting for entries.
     #[serde(default = "default_block")]
     pub timeout: Duration,
+    /// Take over entries that another consumer of the group received but left
+    /// unacknowledged for at least this long (XAUTOCLAIM), so that a consumer which died
+    /// for good does not strand them. Keep it well above the time a delivery takes: an
+    /// entry still in flight for longer is taken and delivered again. Absent: only this
+    /// consumer's own pending entries are read again.
+    #[serde(default)]
+    pub claim_idle_after: Option<Duration>,
 }
 
 fn default_client_id() -> String {
@@ -99,6 +108,11 @@ impl BuildInput for RedisStreamsInputConfig {
         if self.limit == 0 {
             return Err(cx.error("`limit` must be at least 1"));
         }
+        if self.claim_idle_after.is_some_and(|d| d.0.is_zero()) {
+            return Err(cx.error(
+                "`claim_idle_after` must be above zero: it would take entries other consumers are still working on",
+            ));
+        }
         Ok(InputBuild::Leaf(Box::new(RedisStreamsInput {
             config: self.clone(),
             session: None,
@@ -129,23 +143,69 @@ pub struct RedisStreamsInput {
 fn entries(reply: StreamReadReply, body_key: &str) -> Entries {
     let mut out = Vec::new();
     for key in reply.keys {
-        for entry in key.ids {
-            let mut msg = Message::default();
-            for (field, value) in &entry.map {
-                if field == body_key {
-                    if let redis::Value::BulkString(b) = value {
-                        msg.set_payload(b.clone());
-                    }
-                } else if let Some(text) = value_text(value) {
-                    msg.set_meta(field.as_str(), text);
-                }
-            }
-            msg.set_meta("redis_stream", key.key.as_str());
-            msg.set_meta("redis_stream_id", entry.id.as_str());
-            out.push((key.key.clone(), entry.id, msg));
-        }
+        push_entries(&mut out, &key.key, key.ids, body_key);
     }
     out
+}
+
+fn push_entries(out: &mut Entries, key: &str, ids: Vec<StreamId>, body_key: &str) {
+    for entry in ids {
+        let mut msg = Message::default();
+        for (field, value) in &entry.map {
+            if field == body_key {
+                if let redis::Value::BulkString(b) = value {
+                    msg.set_payload(b.clone());
+                }
+            } else if let Some(text) = value_text(value) {
+                msg.set_meta(field.as_str(), text);
+            }
+        }
+        msg.set_meta("redis_stream", key);
+        msg.set_meta("redis_stream_id", entry.id.as_str());
+        out.push((key.to_owned(), entry.id, msg));
+    }
+}
+
+/// Claims, for this consumer, every entry of `key` that has been pending with another
+/// consumer for at least `idle`, and hands them on in batches of `limit`.
+async fn claim_stale(
+    conn: &mut MultiplexedConnection,
+    config: &RedisStreamsInputConfig,
+    key: &str,
+    idle: StdDuration,
+    tx: &mpsc::Sender<Result<Entries, ConnectorError>>,
+) -> Result<(), ()> {
+    let mut start = "0-0".to_owned();
+    loop {
+        let opts = StreamAutoClaimOptions::default().count(config.limit);
+        let reply: Result<StreamAutoClaimReply, _> = conn
+            .xautoclaim_options(
+                key,
+                &config.consumer_group,
+                &config.client_id,
+                idle.as_millis() as u64,
+                &start,
+                opts,
+            )
+            .await;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = tx.send(Err(classify(e, "XAUTOCLAIM failed"))).await;
+                return Err(());
+            }
+        };
+        let mut batch = Vec::new();
+        push_entries(&mut batch, key, reply.claimed, &config.body_key);
+        if !batch.is_empty() && tx.send(Ok(batch)).await.is_err() {
+            return Err(());
+        }
+        // "0-0": the scan went round the whole pending list.
+        if reply.next_stream_id == "0-0" {
+            return Ok(());
+        }
+        start = reply.next_stream_id;
+    }
 }
 
 /// Reads in its own task so that a cancelled `read` never drops a reply: an entry
@@ -160,7 +220,24 @@ async fn reader(
     // asked for again); then ">": new entries.
     let mut cursors: Option<Vec<String>> = Some(vec!["0".to_owned(); keys.len()]);
     let new_ids = vec![">".to_owned(); keys.len()];
+    let claim_idle = config.claim_idle_after.map(|d| d.0);
+    // Scans for stale entries at most once per idle period: an entry cannot become
+    // claimable sooner than that after the previous scan.
+    let mut last_claim: Option<tokio::time::Instant> = None;
     loop {
+        if let (Some(idle), None) = (claim_idle, &cursors) {
+            if last_claim.is_none_or(|t| t.elapsed() >= idle) {
+                for key in keys {
+                    if claim_stale(&mut conn, &config, key, idle, &tx)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                last_claim = Some(tokio::time::Instant::now());
+            }
+        }
         let mut opts = StreamReadOptions::default()
             .group(&config.consumer_group, &config.client_id)
             .count(config.limit);
