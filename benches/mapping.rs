@@ -225,8 +225,8 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Median time per call over several timed rounds.
-fn per_call(f: &dyn Fn() -> usize) -> Duration {
+/// Calls per timed round, so that one round lasts about 20 ms.
+fn calls_per_round(f: &dyn Fn() -> usize) -> u32 {
     let mut n = 1u32;
     loop {
         let t = Instant::now();
@@ -234,21 +234,38 @@ fn per_call(f: &dyn Fn() -> usize) -> Duration {
             black_box(f());
         }
         if t.elapsed() > Duration::from_millis(20) {
-            break;
+            return n;
         }
         n *= 2;
     }
-    let mut rounds: Vec<Duration> = (0..15)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..n {
-                black_box(f());
-            }
-            t.elapsed() / n
-        })
-        .collect();
-    rounds.sort();
-    rounds[rounds.len() / 2]
+}
+
+fn round(f: &dyn Fn() -> usize, n: u32) -> Duration {
+    let t = Instant::now();
+    for _ in 0..n {
+        black_box(f());
+    }
+    t.elapsed() / n
+}
+
+/// Times both sides in alternating rounds, so that a burst of load from elsewhere on
+/// the machine falls on both alike; returns the median time per call of each and the
+/// median of the per-round ratios.
+fn paired(a: &dyn Fn() -> usize, b: &dyn Fn() -> usize) -> (Duration, Duration, f64) {
+    let (na, nb) = (calls_per_round(a), calls_per_round(b));
+    let mut ta = Vec::new();
+    let mut tb = Vec::new();
+    let mut ratios = Vec::new();
+    for _ in 0..31 {
+        let (x, y) = (round(a, na), round(b, nb));
+        ratios.push(x.as_secs_f64() / y.as_secs_f64());
+        ta.push(x);
+        tb.push(y);
+    }
+    ta.sort();
+    tb.sort();
+    ratios.sort_by(f64::total_cmp);
+    (ta[ta.len() / 2], tb[tb.len() / 2], ratios[ratios.len() / 2])
 }
 
 fn main() {
@@ -270,8 +287,7 @@ fn main() {
 
     println!("\nmapping / hand-written (target <= 1.20):");
     for case in &cases {
-        let (m, h) = (per_call(&*case.mapping), per_call(&*case.hand));
-        let ratio = m.as_secs_f64() / h.as_secs_f64();
+        let (m, h, ratio) = paired(&*case.mapping, &*case.hand);
         println!(
             "  {:<24} mapping {:>9.2?}  hand {:>9.2?}  ratio {:.2}",
             case.name, m, h, ratio
