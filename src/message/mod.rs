@@ -7,7 +7,10 @@
 mod ack;
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+// once_cell builds a cell that is already set without going through its
+// initialisation lock, which std's OnceLock cannot: every message is created (and,
+// for sources that cannot take a nack, copied) with its payload set.
+use once_cell::sync::OnceCell;
 
 use bytes::Bytes;
 
@@ -26,9 +29,9 @@ pub struct ParseError(String);
 #[derive(Debug, Clone, Default)]
 pub struct Message {
     /// The payload bytes; unset only while the structured value is newer.
-    raw: OnceLock<Bytes>,
+    raw: OnceCell<Bytes>,
     /// The parsed payload (or why it did not parse), set on first use.
-    structured: OnceLock<Result<Value, ParseError>>,
+    structured: OnceCell<Result<Value, ParseError>>,
     metadata: Metadata,
     /// Set when a processor failed on this message; cleared by `catch`.
     error: Option<String>,
@@ -37,7 +40,7 @@ pub struct Message {
 impl Message {
     pub fn new(payload: impl Into<Bytes>) -> Self {
         Message {
-            raw: OnceLock::from(payload.into()),
+            raw: OnceCell::from(payload.into()),
             ..Default::default()
         }
     }
@@ -45,7 +48,7 @@ impl Message {
     /// A message whose content is a structured value.
     pub fn from_value(value: Value) -> Self {
         Message {
-            structured: OnceLock::from(Ok(value)),
+            structured: OnceCell::from(Ok(value)),
             ..Default::default()
         }
     }
@@ -64,8 +67,8 @@ impl Message {
     }
 
     pub fn set_payload(&mut self, payload: impl Into<Bytes>) {
-        self.raw = OnceLock::from(payload.into());
-        self.structured = OnceLock::new();
+        self.raw = OnceCell::from(payload.into());
+        self.structured = OnceCell::new();
     }
 
     /// The payload parsed as JSON, parsed once and cached.
@@ -83,7 +86,7 @@ impl Message {
     pub fn take_structured(&mut self) -> Result<Value, ParseError> {
         self.structured().map_err(Clone::clone)?;
         let taken = self.structured.take();
-        self.raw = OnceLock::new();
+        self.raw = OnceCell::new();
         match taken {
             Some(Ok(v)) => Ok(v),
             Some(Err(e)) => Err(e),
@@ -92,8 +95,8 @@ impl Message {
     }
 
     pub fn set_structured(&mut self, value: Value) {
-        self.structured = OnceLock::from(Ok(value));
-        self.raw = OnceLock::new();
+        self.structured = OnceCell::from(Ok(value));
+        self.raw = OnceCell::new();
     }
 
     pub fn metadata(&self) -> &Metadata {

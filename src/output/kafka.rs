@@ -3,16 +3,22 @@
 //! Delivery: a write succeeds once the broker confirmed every record of the batch (with
 //! `ack_replicas: true`, once all in-sync replicas have it). Records are handed to
 //! librdkafka together and confirmed together, so a batch costs one round-trip.
+//!
+//! Every record of a write shares one counter that librdkafka's delivery reports count
+//! down; the write waits once for the batch, not once per record (no channel and future
+//! per record).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
-use futures::future::join_all;
+use rdkafka::client::ClientContext;
+use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::util::Timeout;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -165,7 +171,7 @@ impl BuildOutput for KafkaOutputConfig {
 }
 
 impl KafkaOutputConfig {
-    fn producer(&self) -> Result<FutureProducer, String> {
+    fn producer(&self) -> Result<ThreadedProducer<Deliveries>, String> {
         let mut c = client_config(&self.addresses, &self.client_id, &self.tls, &self.sasl);
         c.set("partitioner", self.partitioner.as_str())
             .set(
@@ -187,13 +193,68 @@ impl KafkaOutputConfig {
             // Batches are formed by the stream; do not wait for more on top of that.
             .set("linger.ms", "1");
         // Creating a producer only allocates; it connects in the background.
-        c.create()
+        ThreadedProducer::from_config_and_context(&c, Deliveries)
             .map_err(|e| format!("cannot create Kafka producer: {e}"))
     }
 }
 
-pub struct KafkaOutput {
-    producer: FutureProducer,
+/// The outcome of one write: records still unconfirmed (plus one held by the writer
+/// while it is still handing records over) and the first failure seen.
+struct BatchDelivery {
+    remaining: AtomicUsize,
+    failure: Mutex<Option<ConnectorError>>,
+    done: tokio::sync::Notify,
+}
+
+impl BatchDelivery {
+    fn new(records: usize) -> Arc<Self> {
+        Arc::new(BatchDelivery {
+            remaining: AtomicUsize::new(records + 1),
+            failure: Mutex::new(None),
+            done: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Settles one record (or the writer's hold).
+    fn settle(&self, failure: Option<ConnectorError>) {
+        if let Some(f) = failure {
+            let mut first = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert(f);
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // A stored permit: the writer wakes even if it is not waiting yet.
+            self.done.notify_one();
+        }
+    }
+
+    fn result(&self) -> Result<(), ConnectorError> {
+        match self
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Routes librdkafka's delivery reports to the write they belong to.
+struct Deliveries;
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = Arc<BatchDelivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, batch: Arc<BatchDelivery>) {
+        batch.settle(result.as_ref().err().map(|(e, _)| classify(e)));
+    }
+}
+
+struct KafkaOutput {
+    producer: ThreadedProducer<Deliveries>,
     topic: Interp,
     key: Option<Interp>,
     partition: Option<i32>,
@@ -219,8 +280,9 @@ impl KafkaOutput {
         msg: &'a Message,
         topic: &'a str,
         key: Option<&'a str>,
-    ) -> FutureRecord<'a, str, [u8]> {
-        let mut r = FutureRecord::to(topic).payload(&msg.payload()[..]);
+        batch: &Arc<BatchDelivery>,
+    ) -> BaseRecord<'a, str, [u8], Arc<BatchDelivery>> {
+        let mut r = BaseRecord::with_opaque_to(topic, batch.clone()).payload(&msg.payload()[..]);
         if let Some(key) = key {
             r = r.key(key);
         }
@@ -238,6 +300,25 @@ impl KafkaOutput {
             r = r.headers(h);
         }
         r
+    }
+
+    /// Hands one record to librdkafka, waiting while its local queue is full.
+    async fn enqueue(&self, mut record: BaseRecord<'_, str, [u8], Arc<BatchDelivery>>) {
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    // The polling thread drains the queue as reports come back.
+                    tokio::time::sleep(StdDuration::from_millis(2)).await;
+                }
+                Err((e, back)) => {
+                    // Not queued, so no report will come: settle it here.
+                    back.delivery_opaque.settle(Some(classify(&e)));
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -273,17 +354,15 @@ impl Output for KafkaOutput {
             };
             targets.push((topic, key));
         }
-        // Polling all sends together queues every record before waiting for any.
-        let sends = batch.iter().zip(&targets).map(|(m, (topic, key))| {
-            self.producer
-                .send(self.record(m, topic, key.as_deref()), Timeout::Never)
-        });
-        for result in join_all(sends).await {
-            if let Err((e, _)) = result {
-                return Err(classify(&e));
-            }
+        let delivery = BatchDelivery::new(batch.len());
+        for (m, (topic, key)) in batch.iter().zip(&targets) {
+            self.enqueue(self.record(m, topic, key.as_deref(), &delivery))
+                .await;
         }
-        Ok(())
+        // Every record is queued: give up the writer's hold and wait for the reports.
+        delivery.settle(None);
+        delivery.done.notified().await;
+        delivery.result()
     }
 
     async fn close(&self) {

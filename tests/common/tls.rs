@@ -298,7 +298,7 @@ pub async fn refused(input: &str, reason: &str) {
     let mut run = Run::start(&config);
     // The reason may be logged by the client library just after the failed connect.
     let what = format!("a connection refused with `{reason}`");
-    run.wait(&what, Duration::from_secs(20), |r| {
+    run.wait(&what, Duration::from_secs(60), |r| {
         let log = r.log();
         log.contains("Input failed to connect") && log.contains(reason)
     })
