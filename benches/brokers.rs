@@ -89,6 +89,32 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
 /// the stream under test needs, so not too often; it adds at most this much to a run.
 const POLL: Duration = Duration::from_millis(10);
 
+/// Starts a consuming stream, waits until it is subscribed, then starts `feed` (which
+/// publishes `n` messages) and times how long the stream takes to pass them on.
+async fn sluice_consume(
+    yaml: &str,
+    n: usize,
+    case: &str,
+    feed: impl std::future::Future<Output = tokio::task::JoinHandle<()>>,
+) -> Duration {
+    let handle = sluice::metrics::install();
+    let root = sluice::config::parse_str("bench.yaml", yaml).unwrap();
+    let (_, config) = root.streams.into_iter().next().unwrap();
+    let name = unique("bench");
+    let env = StreamEnv::standalone();
+    let running = Stream::build(&name, &config, &env).unwrap().start();
+    while !env.readiness.not_ready().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The subscription is sent right after connecting; let the server register it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let feeder = feed.await;
+    let elapsed = wait_consumed(&handle, &name, n as u64, case).await;
+    feeder.await.unwrap();
+    running.stop(Duration::from_secs(5)).await;
+    elapsed
+}
+
 /// Waits until a consuming stream wrote `n` messages and returns the time. A broker
 /// that drops messages for a slow consumer (core NATS; Mosquitto past its queue limit)
 /// can leave fewer: once nothing arrived for two seconds the run ends, says how many
@@ -361,7 +387,7 @@ mod nats {
 
     /// Publishes `n` messages in the background, paced in bursts so that no subscriber is
     /// cut off as a slow consumer; the consumer's time is what is measured.
-    fn feed(subject: String, n: usize) -> tokio::task::JoinHandle<()> {
+    async fn feed(subject: String, n: usize) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let c = async_nats::connect(URL).await.unwrap();
             let body = bytes::Bytes::from(payload());
@@ -381,35 +407,12 @@ mod nats {
         let mut sub = c.subscribe(subject.clone()).await.unwrap();
         c.flush().await.unwrap();
         let start = Instant::now();
-        let feeder = feed(subject, n);
+        let feeder = feed(subject, n).await;
         for _ in 0..n {
             sub.next().await.unwrap();
         }
         let elapsed = start.elapsed();
         feeder.await.unwrap();
-        elapsed
-    }
-
-    async fn sluice_consume(n: usize) -> Duration {
-        let handle = sluice::metrics::install();
-        let subject = unique("bench");
-        let yaml = format!(
-            "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\noutput:\n  drop: {{}}\n"
-        );
-        let root = sluice::config::parse_str("bench.yaml", &yaml).unwrap();
-        let (_, config) = root.streams.into_iter().next().unwrap();
-        let name = unique("bench");
-        let env = StreamEnv::standalone();
-        let running = Stream::build(&name, &config, &env).unwrap().start();
-        while !env.readiness.not_ready().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        // The subscription is sent right after connecting; let the server register it.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let feeder = feed(subject, n);
-        let elapsed = wait_consumed(&handle, &name, n as u64, "nats consume").await;
-        feeder.await.unwrap();
-        running.stop(Duration::from_secs(5)).await;
         elapsed
     }
 
@@ -431,7 +434,11 @@ mod nats {
             report("nats produce", n, bare, sluice),
         ));
         let bare = bare_consume(n).await;
-        let sluice = sluice_consume(n).await;
+        let subject = unique("bench");
+        let yaml = format!(
+            "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\noutput:\n  drop: {{}}\n"
+        );
+        let sluice = sluice_consume(&yaml, n, "nats consume", feed(subject, n)).await;
         out.push((
             "nats consume".into(),
             report("nats consume", n, bare, sluice),
@@ -522,26 +529,6 @@ mod mqtt {
         elapsed
     }
 
-    async fn sluice_consume(n: usize) -> Duration {
-        let handle = sluice::metrics::install();
-        let topic = unique("bench");
-        let yaml = format!("input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [{topic}]\n    qos: 1\noutput:\n  drop: {{}}\n");
-        let root = sluice::config::parse_str("bench.yaml", &yaml).unwrap();
-        let (_, config) = root.streams.into_iter().next().unwrap();
-        let name = unique("bench");
-        let env = StreamEnv::standalone();
-        let running = Stream::build(&name, &config, &env).unwrap().start();
-        while !env.readiness.not_ready().is_empty() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let feeder = feed(topic, n).await;
-        let elapsed = wait_consumed(&handle, &name, n as u64, "mqtt consume").await;
-        feeder.await.unwrap();
-        running.stop(Duration::from_secs(5)).await;
-        elapsed
-    }
-
     pub async fn run(out: &mut Vec<(String, f64)>) {
         if std::net::TcpStream::connect("127.0.0.1:1883").is_err() {
             println!("mqtt: no broker on 1883 (run scripts/brokers.sh); skipped");
@@ -560,7 +547,9 @@ mod mqtt {
             report("mqtt produce", n, bare, sluice),
         ));
         let bare = bare_consume(n).await;
-        let sluice = sluice_consume(n).await;
+        let topic = unique("bench");
+        let yaml = format!("input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [{topic}]\n    qos: 1\noutput:\n  drop: {{}}\n");
+        let sluice = sluice_consume(&yaml, n, "mqtt consume", feed(topic, n)).await;
         out.push((
             "mqtt consume".into(),
             report("mqtt consume", n, bare, sluice),

@@ -190,7 +190,6 @@ impl MqttConnect<'_> {
             ));
         }
         if self.tls.enabled || url_tls {
-            super::tls::install_crypto_provider();
             let transport = match &self.tls.root_cas_file {
                 Some(ca) => Transport::Tls(TlsConfiguration::Simple {
                     ca: TlsConfig::read(ca)?,

@@ -108,9 +108,6 @@ impl NatsConn {
                 ConnectorError::rejected(format!("cannot read credentials `{f}`: {e}"))
             })?;
         }
-        // async-nats upgrades to TLS whenever the server asks, so the provider is needed
-        // even without a `tls` block.
-        super::tls::install_crypto_provider();
         if tls.enabled {
             opts = opts.require_tls(true);
         }

@@ -29,8 +29,6 @@ pub fn client(url: &str, tls: &TlsConfig) -> Result<Client, String> {
     if !matches!(info.addr, ConnectionAddr::TcpTls { .. }) {
         return Client::open(info).map_err(|e| format!("`url`: {e}"));
     }
-    // The redis crate builds its rustls configuration with the process's provider.
-    super::tls::install_crypto_provider();
     if tls.root_cas_file.is_none() && tls.client_pair().is_none() {
         return Client::open(info).map_err(|e| format!("`url`: {e}"));
     }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 
 /// Makes ring the process's rustls crypto provider. The client libraries bring rustls in
 /// with two providers (ring and aws-lc-rs), and rustls then will not choose one by
-/// itself: without this, the first TLS connection panics. Call before any client builds
-/// a TLS configuration; later calls do nothing.
+/// itself: without this, the first TLS connection panics. `Stream::build` calls it before
+/// any client exists; later calls do nothing.
 pub fn install_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {

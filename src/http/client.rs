@@ -132,8 +132,8 @@ impl HttpClient {
             Some(url) => Target::Static(parse_url(&url).map_err(|e| cx.error(e))?),
             None => Target::Dynamic(settings.url.clone()),
         };
-        let method = Method::from_bytes(settings.verb.to_ascii_uppercase().as_bytes())
-            .map_err(|_| cx.error(format!("invalid verb `{}`", settings.verb)))?;
+        let method =
+            super::parse_method(&settings.verb).map_err(|e| cx.error(format!("`verb`: {e}")))?;
         let mut headers = HeaderMap::new();
         let mut dynamic_headers = Vec::new();
         for (k, v) in &settings.headers {

@@ -158,6 +158,20 @@ pub async fn read_body(mut body: Body, max: usize) -> Result<Bytes, BodyError> {
     Ok(buf.freeze())
 }
 
+/// An HTTP method as written in a config (any case), or an error naming it.
+pub fn parse_method(verb: &str) -> Result<http::Method, String> {
+    http::Method::from_bytes(verb.to_ascii_uppercase().as_bytes())
+        .map_err(|_| format!("`{verb}` is not an HTTP method"))
+}
+
+/// A route's `allowed_verbs`: at least one, each a method.
+pub fn parse_verbs(verbs: &[String]) -> Result<Vec<http::Method>, String> {
+    if verbs.is_empty() {
+        return Err("`allowed_verbs` is empty".into());
+    }
+    verbs.iter().map(|v| parse_method(v)).collect()
+}
+
 /// The answer to a request a stream route will not take: 503 while its stream shuts
 /// down, 405 (with `Allow`) for a method it does not accept. `None`: go on.
 pub fn refuse(

@@ -114,17 +114,7 @@ struct Handler {
 
 impl BuildInput for HttpServerInputConfig {
     fn build(&self, cx: &BuildContext) -> Result<InputBuild, BuildError> {
-        let verbs = self
-            .allowed_verbs
-            .iter()
-            .map(|v| {
-                Method::from_bytes(v.to_ascii_uppercase().as_bytes())
-                    .map_err(|_| cx.error(format!("`{v}` is not an HTTP method")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if verbs.is_empty() {
-            return Err(cx.error("`allowed_verbs` is empty"));
-        }
+        let verbs = h::parse_verbs(&self.allowed_verbs).map_err(|e| cx.error(e))?;
         let sync = match &self.sync_response {
             None => None,
             Some(s) => {

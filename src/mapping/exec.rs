@@ -792,6 +792,42 @@ pub struct StmtError {
     pub msg: String,
 }
 
+impl Frame<'_> {
+    /// A context over the frame as it stands: in a mutation, `this` is the document
+    /// being built.
+    fn ctx<'c>(&'c self, prog: &'c Program, this: This<'c>, msg: MsgView<'c>) -> Ctx<'c> {
+        let root = self.root.as_value();
+        Ctx {
+            this: if self.this_is_root {
+                This::Val(root.unwrap_or(&NULL))
+            } else {
+                this
+            },
+            root,
+            vars: &self.vars,
+            scope: None,
+            meta: &self.meta,
+            msg,
+            prog,
+        }
+    }
+
+    /// Evaluates `value`, detached from the frame so that the frame can then change.
+    fn eval_detached(
+        &self,
+        prog: &Program,
+        this: This<'_>,
+        msg: MsgView<'_>,
+        value: &Node,
+    ) -> Result<V<'static>, ExecError> {
+        eval(value, &self.ctx(prog, this, msg)).map(V::detach)
+    }
+}
+
+fn stmt_err(line: usize, what: &'static str) -> impl Fn(String) -> StmtError {
+    move |msg| StmtError { line, what, msg }
+}
+
 pub fn run<'m>(
     prog: &Program,
     stmts: &[CStmt],
@@ -806,57 +842,16 @@ pub fn run<'m>(
                 value,
                 line,
             } => {
-                let v = {
-                    let root = fr.root.as_value();
-                    let cx = Ctx {
-                        this: if fr.this_is_root {
-                            This::Val(root.unwrap_or(&NULL))
-                        } else {
-                            this
-                        },
-                        root,
-                        vars: &fr.vars,
-                        scope: None,
-                        meta: &fr.meta,
-                        msg,
-                        prog,
-                    };
-                    eval(value, &cx).map(V::detach::<'static>)
-                };
-                let v = v.map_err(|e| StmtError {
-                    line: *line,
-                    what: "assignment",
-                    msg: e.msg,
-                })?;
-                assign(&mut fr.root, target, v).map_err(|m| StmtError {
-                    line: *line,
-                    what: "assignment",
-                    msg: m,
-                })?;
+                let err = stmt_err(*line, "assignment");
+                let v = fr
+                    .eval_detached(prog, this, msg, value)
+                    .map_err(|e| err(e.msg))?;
+                assign(&mut fr.root, target, v).map_err(err)?;
             }
             CStmt::Let { slot, value, line } => {
-                let v = {
-                    let root = fr.root.as_value();
-                    let cx = Ctx {
-                        this: if fr.this_is_root {
-                            This::Val(root.unwrap_or(&NULL))
-                        } else {
-                            this
-                        },
-                        root,
-                        vars: &fr.vars,
-                        scope: None,
-                        meta: &fr.meta,
-                        msg,
-                        prog,
-                    };
-                    eval(value, &cx).map(V::detach::<'static>)
-                };
-                let v = v.map_err(|e| StmtError {
-                    line: *line,
-                    what: "assignment",
-                    msg: e.msg,
-                })?;
+                let v = fr
+                    .eval_detached(prog, this, msg, value)
+                    .map_err(|e| stmt_err(*line, "assignment")(e.msg))?;
                 match v {
                     V::Nothing => {}
                     V::Deleted => fr.vars[*slot] = None,
@@ -864,33 +859,10 @@ pub fn run<'m>(
                 }
             }
             CStmt::Meta { key, value, line } => {
-                let v = {
-                    let root = fr.root.as_value();
-                    let cx = Ctx {
-                        this: if fr.this_is_root {
-                            This::Val(root.unwrap_or(&NULL))
-                        } else {
-                            this
-                        },
-                        root,
-                        vars: &fr.vars,
-                        scope: None,
-                        meta: &fr.meta,
-                        msg,
-                        prog,
-                    };
-                    eval(value, &cx).map(V::detach::<'static>)
-                };
-                let v = v.map_err(|e| StmtError {
-                    line: *line,
-                    what: "assignment",
-                    msg: e.msg,
-                })?;
-                let err = |m: String| StmtError {
-                    line: *line,
-                    what: "assignment",
-                    msg: m,
-                };
+                let err = stmt_err(*line, "assignment");
+                let v = fr
+                    .eval_detached(prog, this, msg, value)
+                    .map_err(|e| err(e.msg))?;
                 match (key, v) {
                     (_, V::Nothing) => {}
                     (Some(k), V::Deleted) => {
@@ -914,28 +886,9 @@ pub fn run<'m>(
             } => {
                 let mut chosen = None;
                 for (cond, body) in branches {
-                    let hit = {
-                        let root = fr.root.as_value();
-                        let cx = Ctx {
-                            this: if fr.this_is_root {
-                                This::Val(root.unwrap_or(&NULL))
-                            } else {
-                                this
-                            },
-                            root,
-                            vars: &fr.vars,
-                            scope: None,
-                            meta: &fr.meta,
-                            msg,
-                            prog,
-                        };
-                        truthy(cond, &cx)
-                    };
-                    if hit.map_err(|e| StmtError {
-                        line: *line,
-                        what: "if statement",
-                        msg: e.msg,
-                    })? {
+                    let hit = truthy(cond, &fr.ctx(prog, this, msg))
+                        .map_err(|e| stmt_err(*line, "if statement")(e.msg))?;
+                    if hit {
                         chosen = Some(body);
                         break;
                     }

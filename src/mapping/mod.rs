@@ -204,9 +204,12 @@ impl Mapping {
         }
     }
 
-    /// The `mapping` processor: builds a new message from message `index` of `batch`.
-    /// `None` means the mapping deleted it. Metadata carries over unless changed.
-    pub fn apply(&self, batch: &Batch, index: usize) -> Result<Option<Message>, MappingError> {
+    /// Runs the mapping against message `index` of `batch`, from an empty root.
+    fn run_on<'b>(
+        &self,
+        batch: &'b [Message],
+        index: usize,
+    ) -> Result<(&'b Message, Frame<'b>), MappingError> {
         let msg = batch.get(index).ok_or(MappingError::NoMessage {
             index,
             size: batch.len(),
@@ -219,6 +222,26 @@ impl Mapping {
             This::Msg(msg),
             MsgView::of(batch, index),
         )?;
+        Ok((msg, fr))
+    }
+
+    /// Runs the mapping with `this` bound to a bare value: no message, no metadata.
+    fn run_on_value(&self, this: &Value) -> Result<Frame<'static>, MappingError> {
+        let mut fr = self.frame(Cow::Owned(crate::message::Metadata::new()), false);
+        exec::run(
+            &self.prog,
+            &self.prog.stmts,
+            &mut fr,
+            This::Val(this),
+            MsgView::NONE,
+        )?;
+        Ok(fr)
+    }
+
+    /// The `mapping` processor: builds a new message from message `index` of `batch`.
+    /// `None` means the mapping deleted it. Metadata carries over unless changed.
+    pub fn apply(&self, batch: &Batch, index: usize) -> Result<Option<Message>, MappingError> {
+        let (msg, fr) = self.run_on(batch, index)?;
         let mut out = match fr.root {
             Slot::Deleted => return Ok(None),
             Slot::Nothing => Message::new(msg.payload().clone()),
@@ -233,15 +256,7 @@ impl Mapping {
 
     /// Runs the mapping with no input message (the `generate` input): `this` is null.
     pub fn generate(&self) -> Result<Option<Message>, MappingError> {
-        let empty = crate::message::Metadata::new();
-        let mut fr = self.frame(Cow::Borrowed(&empty), false);
-        exec::run(
-            &self.prog,
-            &self.prog.stmts,
-            &mut fr,
-            This::Val(&exec::NULL),
-            MsgView::NONE,
-        )?;
+        let fr = self.run_on_value(&exec::NULL)?;
         let mut out = match fr.root {
             Slot::Deleted => return Ok(None),
             Slot::Nothing => Message::new(Bytes::new()),
@@ -289,13 +304,7 @@ impl Mapping {
             size,
         };
         let res = exec::run(prog, &prog.stmts, &mut fr, This::Val(&exec::NULL), view);
-        *msg.metadata_mut() = fr.meta.into_owned();
-        let kept = !matches!(fr.root, Slot::Deleted);
-        match fr.root {
-            Slot::Val(v) => msg.set_structured(v),
-            Slot::Nothing if took => msg.set_structured(Value::Null),
-            _ => {}
-        }
+        let kept = write_back(fr, msg, took);
         res?;
         Ok(kept)
     }
@@ -314,12 +323,7 @@ impl Mapping {
     /// writes go to `target`.
     pub fn apply_onto(&self, target: &mut Message, source: &Message) -> Result<bool, MappingError> {
         let prog = &*self.prog;
-        let mut fr = Frame {
-            root: Slot::Nothing,
-            vars: vec![None; prog.n_vars],
-            meta: Cow::Owned(std::mem::take(target.metadata_mut())),
-            this_is_root: false,
-        };
+        let mut fr = self.frame(Cow::Owned(std::mem::take(target.metadata_mut())), false);
         let mut took = false;
         if prog.touches_root {
             if let Ok(v) = target.take_structured() {
@@ -335,13 +339,7 @@ impl Mapping {
             This::Msg(source),
             MsgView::of(batch, 0),
         );
-        *target.metadata_mut() = fr.meta.into_owned();
-        let kept = !matches!(fr.root, Slot::Deleted);
-        match fr.root {
-            Slot::Val(v) => target.set_structured(v),
-            Slot::Nothing if took => target.set_structured(Value::Null),
-            _ => {}
-        }
+        let kept = write_back(fr, target, took);
         res?;
         Ok(kept)
     }
@@ -354,18 +352,7 @@ impl Mapping {
 
     /// Like [`Mapping::query`], with the message's place in its batch.
     pub fn query_in(&self, batch: &[Message], index: usize) -> Result<Value, MappingError> {
-        let msg = batch.get(index).ok_or(MappingError::NoMessage {
-            index,
-            size: batch.len(),
-        })?;
-        let mut fr = self.frame(Cow::Borrowed(msg.metadata()), false);
-        exec::run(
-            &self.prog,
-            &self.prog.stmts,
-            &mut fr,
-            This::Msg(msg),
-            MsgView::of(batch, index),
-        )?;
+        let (_, fr) = self.run_on(batch, index)?;
         Ok(match fr.root {
             Slot::Val(v) => v,
             _ => Value::Null,
@@ -374,19 +361,31 @@ impl Mapping {
 
     /// Runs the mapping over a bare value (no message): tests and tools.
     pub fn query_value(&self, value: &Value) -> Result<Value, MappingError> {
-        let empty = crate::message::Metadata::new();
-        let mut fr = self.frame(Cow::Borrowed(&empty), false);
-        exec::run(
-            &self.prog,
-            &self.prog.stmts,
-            &mut fr,
-            This::Val(value),
-            MsgView::NONE,
-        )?;
+        let fr = self.run_on_value(value)?;
         Ok(match fr.root {
             Slot::Val(v) => v,
             _ => Value::Null,
         })
+    }
+}
+
+/// Puts what a frame built back into `target` (document and metadata); false when the
+/// mapping deleted the message. `took`: the document was moved into the frame, so a root
+/// left unset means null.
+fn write_back(fr: Frame<'_>, target: &mut Message, took: bool) -> bool {
+    *target.metadata_mut() = fr.meta.into_owned();
+    match fr.root {
+        Slot::Deleted => false,
+        Slot::Val(v) => {
+            target.set_structured(v);
+            true
+        }
+        Slot::Nothing => {
+            if took {
+                target.set_structured(Value::Null);
+            }
+            true
+        }
     }
 }
 

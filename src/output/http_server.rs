@@ -159,17 +159,7 @@ impl Common {
 
 impl BuildOutput for HttpServerOutputConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
-        let verbs = self
-            .allowed_verbs
-            .iter()
-            .map(|v| {
-                Method::from_bytes(v.to_ascii_uppercase().as_bytes())
-                    .map_err(|_| cx.error(format!("`{v}` is not an HTTP method")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if verbs.is_empty() {
-            return Err(cx.error("`allowed_verbs` is empty"));
-        }
+        let verbs = h::parse_verbs(&self.allowed_verbs).map_err(|e| cx.error(e))?;
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }

@@ -79,6 +79,9 @@ fn node_id(stream: &str, path: &str) -> String {
 impl Stream {
     /// Builds every component; nothing runs and nothing is mounted if any fails.
     pub fn build(name: &str, config: &StreamConfig, env: &StreamEnv) -> Result<Stream, BuildError> {
+        // Every client that may speak TLS (brokers, HTTP) is built below: settle the
+        // process's rustls provider once, before any of them.
+        crate::connect::tls::install_crypto_provider();
         let cancel = env.shutdown.child_token();
         let cx = BuildContext::new(name, env.routes.clone(), cancel.clone());
         let result = Self::build_inner(name, config, env, &cx, cancel);

@@ -1,6 +1,6 @@
 //! Methods that run a lambda (or a query with `this` bound) per item.
 
-use crate::mapping::compile::MethodCall;
+use crate::mapping::compile::{Lambda, MethodCall};
 use crate::mapping::exec::{call_lambda, compare, values_eq, Ctx, ExecError, V};
 use crate::mapping::spec::{
     describe, ex, lambda, lazy_method, p, Default, Kind, MethodSpec, Param,
@@ -76,20 +76,40 @@ pub static FILTER_MAP_EACH: MethodSpec = lazy_method(
 );
 
 fn filter_map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    map_items(call, cx, Some(call.lambda(0)?), call.lambda(1)?)
+}
+
+fn map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    map_items(call, cx, None, call.lambda(0)?)
+}
+
+/// Each item (or `{key, value}` entry) that passes `test` through `query`: `deleted()`
+/// drops it, `nothing()` keeps it as it was.
+fn map_items<'a>(
+    call: &'a MethodCall,
+    cx: &Ctx<'a>,
+    test: Option<&'a Lambda>,
+    query: &'a Lambda,
+) -> Result<V<'a>, ExecError> {
     let recv = call.recv(cx)?;
-    let (test, query) = (call.lambda(0)?, call.lambda(1)?);
+    let passes = |item: &Value| match test {
+        Some(t) => test_bool(call, call_lambda(t, item, cx)?),
+        None => Ok(true),
+    };
+    let mapped = |item: &Value, original: &Value| {
+        Ok::<_, ExecError>(match call_lambda(query, item, cx)? {
+            V::Deleted => None,
+            V::Nothing => Some(original.clone()),
+            r => Some(r.into_owned()),
+        })
+    };
     match recv.get() {
         Value::Array(items) => {
             // Room for every item: one allocation, where growing would take several.
             let mut out = Vec::with_capacity(items.len());
             for it in items {
-                if !test_bool(call, call_lambda(test, it, cx)?)? {
-                    continue;
-                }
-                match call_lambda(query, it, cx)? {
-                    V::Deleted => {}
-                    V::Nothing => out.push(it.clone()),
-                    v => out.push(v.into_owned()),
+                if passes(it)? {
+                    out.extend(mapped(it, it)?);
                 }
             }
             Ok(V::Own(Value::Array(out)))
@@ -98,16 +118,9 @@ fn filter_map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, Exec
             let mut out = Object::new();
             for (k, v) in o {
                 let entry = kv(k, v);
-                if !test_bool(call, call_lambda(test, &entry, cx)?)? {
-                    continue;
-                }
-                match call_lambda(query, &entry, cx)? {
-                    V::Deleted => {}
-                    V::Nothing => {
-                        out.insert(k.clone(), v.clone());
-                    }
-                    r => {
-                        out.insert(k.clone(), r.into_owned());
+                if passes(&entry)? {
+                    if let Some(r) = mapped(&entry, v)? {
+                        out.insert(k.clone(), r);
                     }
                 }
             }
@@ -139,44 +152,6 @@ fn test_bool(call: &MethodCall, v: V<'_>) -> Result<bool, ExecError> {
         Value::Bool(b) => Ok(*b),
         other => Err(call.err(format!(
             "expected the query to give a bool, got {}",
-            describe(other)
-        ))),
-    }
-}
-
-fn map_each<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
-    let recv = call.recv(cx)?;
-    let l = call.lambda(0)?;
-    match recv.get() {
-        Value::Array(items) => {
-            let mut out = Vec::with_capacity(items.len());
-            for it in items {
-                match call_lambda(l, it, cx)? {
-                    V::Deleted => {}
-                    V::Nothing => out.push(it.clone()),
-                    v => out.push(v.into_owned()),
-                }
-            }
-            Ok(V::Own(Value::Array(out)))
-        }
-        Value::Object(o) => {
-            let mut out = Object::new();
-            for (k, v) in o {
-                let ctx_val = kv(k, v);
-                match call_lambda(l, &ctx_val, cx)? {
-                    V::Deleted => {}
-                    V::Nothing => {
-                        out.insert(k.clone(), v.clone());
-                    }
-                    r => {
-                        out.insert(k.clone(), r.into_owned());
-                    }
-                }
-            }
-            Ok(V::Own(Value::Object(out)))
-        }
-        other => Err(call.err(format!(
-            "expected array or object value, got {}",
             describe(other)
         ))),
     }

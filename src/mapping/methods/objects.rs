@@ -130,12 +130,14 @@ fn with<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(out)
 }
 
-fn merge_values(a: Value, b: Value) -> Value {
+/// Objects combine key by key, recursively, and arrays concatenate; `clash` decides
+/// the rest (where `merge` and `assign` differ).
+fn combine(a: Value, b: Value, clash: fn(Value, Value) -> Value) -> Value {
     match (a, b) {
         (Value::Object(mut x), Value::Object(y)) => {
             for (k, v) in y {
                 let merged = match x.remove(&k) {
-                    Some(old) => merge_values(old, v),
+                    Some(old) => combine(old, v, clash),
                     None => v,
                 };
                 x.insert(k, merged);
@@ -146,6 +148,13 @@ fn merge_values(a: Value, b: Value) -> Value {
             x.extend(y);
             Value::Array(x)
         }
+        (a, b) => clash(a, b),
+    }
+}
+
+/// `merge` keeps both values of a clash, in an array.
+fn merge_values(a: Value, b: Value) -> Value {
+    combine(a, b, |a, b| match (a, b) {
         (Value::Array(mut x), other) => {
             x.push(other);
             Value::Array(x)
@@ -156,31 +165,16 @@ fn merge_values(a: Value, b: Value) -> Value {
             Value::Array(out)
         }
         (x, y) => Value::Array(vec![x, y]),
-    }
+    })
 }
 
 fn merge<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(merge_values(v.clone(), args.get(0).clone()))
 }
 
+/// `assign` lets the second value win a clash.
 fn assign_values(a: Value, b: Value) -> Value {
-    match (a, b) {
-        (Value::Object(mut x), Value::Object(y)) => {
-            for (k, v) in y {
-                let merged = match x.remove(&k) {
-                    Some(old) => assign_values(old, v),
-                    None => v,
-                };
-                x.insert(k, merged);
-            }
-            Value::Object(x)
-        }
-        (Value::Array(mut x), Value::Array(y)) => {
-            x.extend(y);
-            Value::Array(x)
-        }
-        (_, y) => y,
-    }
+    combine(a, b, |_, b| b)
 }
 
 fn assign<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
