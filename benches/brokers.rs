@@ -8,6 +8,8 @@
 //! defines it (Kafka delivery reports, NATS flush, MQTT QoS 1 PUBACK); consume = every
 //! message received (and, for sluice, passed through the stream to a `drop` output).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -73,28 +75,56 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
     let elapsed = start.elapsed();
     if std::env::var("BENCH_DEBUG").is_ok() {
         eprintln!("first message after {first:?}");
-        for l in handle
-            .render()
-            .lines()
-            .filter(|l| l.contains(&name) && l.contains("batch_size_messages_"))
-        {
-            eprintln!("{l}");
-        }
+        print_batch_sizes(&handle, &name);
     }
     running.stop(Duration::from_secs(10)).await;
     elapsed
+}
+
+/// With BENCH_DEBUG: the mean batch size each node of the stream saw.
+fn print_batch_sizes(handle: &metrics_exporter_prometheus::PrometheusHandle, stream: &str) {
+    let text = handle.render();
+    let value = |metric: &str, component: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(metric) && l.contains(stream))
+            .filter(|l| l.contains(&format!("component=\"{component}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let mut components: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("sluice_component_batch_size_messages_count") && l.contains(stream)
+        })
+        .filter_map(|l| l.split("component=\"").nth(1)?.split('"').next())
+        .collect();
+    components.dedup();
+    for c in components {
+        let sum = value("sluice_component_batch_size_messages_sum", c);
+        let count = value("sluice_component_batch_size_messages_count", c);
+        eprintln!(
+            "{c}: {count} batches, mean {:.1} messages",
+            sum / count.max(1.0)
+        );
+    }
 }
 
 /// How often a run looks at its counter: rendering the metrics costs CPU that
 /// the stream under test needs, so not too often; it adds at most this much to a run.
 const POLL: Duration = Duration::from_millis(10);
 
+/// How many messages a consumer under test has passed on, as last seen; a feeder that
+/// must not run too far ahead of it reads this.
+type Progress = Arc<AtomicU64>;
+
 /// Starts a consuming stream, waits until it is subscribed, then starts `feed` (which
-/// publishes `n` messages) and times how long the stream takes to pass them on.
+/// publishes `n` messages) and times how long the stream takes to pass them on. `progress`
+/// follows the stream's count as the run polls it.
 async fn sluice_consume(
     yaml: &str,
     n: usize,
     case: &str,
+    progress: Progress,
     feed: impl std::future::Future<Output = tokio::task::JoinHandle<()>>,
 ) -> Duration {
     let handle = sluice::metrics::install();
@@ -109,7 +139,10 @@ async fn sluice_consume(
     // The subscription is sent right after connecting; let the server register it.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let feeder = feed.await;
-    let elapsed = wait_consumed(&handle, &name, n as u64, case).await;
+    let elapsed = wait_consumed(&handle, &name, n as u64, case, &progress).await;
+    if std::env::var("BENCH_DEBUG").is_ok() {
+        print_batch_sizes(&handle, &name);
+    }
     feeder.await.unwrap();
     running.stop(Duration::from_secs(5)).await;
     elapsed
@@ -124,12 +157,14 @@ async fn wait_consumed(
     name: &str,
     n: u64,
     case: &str,
+    progress: &Progress,
 ) -> Duration {
     let start = Instant::now();
     let (mut got, mut last_progress) = (0, start);
     while got < n {
         tokio::time::sleep(POLL).await;
         let now = sent(handle, name);
+        progress.store(now, Ordering::Release);
         if now > got {
             (got, last_progress) = (now, Instant::now());
         } else if last_progress.elapsed() > Duration::from_secs(2) {
@@ -178,8 +213,7 @@ mod kafka {
     use rdkafka::types::RDKafkaErrorCode;
     use rdkafka::util::Timeout;
     use rdkafka::ClientConfig;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::AtomicUsize;
 
     pub fn addr() -> Option<String> {
         std::env::var("SLUICE_KAFKA_ADDR").ok().or_else(|| {
@@ -385,13 +419,25 @@ mod nats {
         start.elapsed()
     }
 
-    /// Publishes `n` messages in the background, paced in bursts so that no subscriber is
-    /// cut off as a slow consumer; the consumer's time is what is measured.
-    async fn feed(subject: String, n: usize) -> tokio::task::JoinHandle<()> {
+    /// Messages the feeder may publish beyond what the consumer has passed on. Core NATS
+    /// drops messages for a consumer that falls too far behind (the client's 65536-message
+    /// subscription buffer, the server's pending limit); a feeder that outruns the consumer
+    /// would measure those drops, not the consumer. Far more than a consumer takes between
+    /// two looks at its progress, so it never waits for want of messages.
+    const AHEAD: u64 = 40_000;
+
+    /// Publishes `n` messages in the background, in bursts of 1000, never more than
+    /// `AHEAD` past the consumer's `progress`; the consumer's time is what is measured.
+    async fn feed(subject: String, n: usize, progress: Progress) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let c = async_nats::connect(URL).await.unwrap();
             let body = bytes::Bytes::from(payload());
-            for i in 0..n {
+            for i in 0..n as u64 {
+                if i % 1000 == 0 {
+                    while i.saturating_sub(progress.load(Ordering::Acquire)) > AHEAD {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
                 c.publish(subject.clone(), body.clone()).await.unwrap();
                 if i % 1000 == 999 {
                     c.flush().await.unwrap();
@@ -406,10 +452,14 @@ mod nats {
         let c = async_nats::connect(URL).await.unwrap();
         let mut sub = c.subscribe(subject.clone()).await.unwrap();
         c.flush().await.unwrap();
+        let progress = Progress::default();
         let start = Instant::now();
-        let feeder = feed(subject, n).await;
-        for _ in 0..n {
+        let feeder = feed(subject, n, progress.clone()).await;
+        for got in 1..=n as u64 {
             sub.next().await.unwrap();
+            if got % 1000 == 0 {
+                progress.store(got, Ordering::Release);
+            }
         }
         let elapsed = start.elapsed();
         feeder.await.unwrap();
@@ -438,7 +488,9 @@ mod nats {
         let yaml = format!(
             "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\noutput:\n  drop: {{}}\n"
         );
-        let sluice = sluice_consume(&yaml, n, "nats consume", feed(subject, n)).await;
+        let progress = Progress::default();
+        let feeder = feed(subject, n, progress.clone());
+        let sluice = sluice_consume(&yaml, n, "nats consume", progress, feeder).await;
         out.push((
             "nats consume".into(),
             report("nats consume", n, bare, sluice),
@@ -549,7 +601,9 @@ mod mqtt {
         let bare = bare_consume(n).await;
         let topic = unique("bench");
         let yaml = format!("input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [{topic}]\n    qos: 1\noutput:\n  drop: {{}}\n");
-        let sluice = sluice_consume(&yaml, n, "mqtt consume", feed(topic, n)).await;
+        // QoS 1 paces the feeder by itself: no progress to follow.
+        let progress = Progress::default();
+        let sluice = sluice_consume(&yaml, n, "mqtt consume", progress, feed(topic, n)).await;
         out.push((
             "mqtt consume".into(),
             report("mqtt consume", n, bare, sluice),

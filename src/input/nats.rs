@@ -5,6 +5,8 @@
 //! published while this input is disconnected is not kept for it. Use `nats_jetstream`
 //! when messages must survive an outage.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 use schemars::JsonSchema;
@@ -17,7 +19,7 @@ use crate::component::{
 use crate::config::component::Spec;
 use crate::connect::nats::{headers_to_meta, validate, NatsAuth, NatsConn};
 use crate::connect::TlsConfig;
-use crate::message::{Batch, Message};
+use crate::message::{Batch, Message, Metadata};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +72,7 @@ impl BuildInput for NatsInputConfig {
             name: cx.owner(),
             conn: None,
             sub: None,
+            convert: Convert::default(),
         })))
     }
 }
@@ -79,16 +82,38 @@ pub struct NatsInput {
     name: String,
     conn: Option<NatsConn>,
     sub: Option<async_nats::Subscriber>,
+    convert: Convert,
 }
 
-fn to_message(m: async_nats::Message) -> Message {
-    let mut msg = Message::new(m.payload);
-    headers_to_meta(m.headers.as_ref(), &mut msg);
-    msg.set_meta("nats_subject", m.subject.as_str());
-    if let Some(reply) = &m.reply {
-        msg.set_meta("nats_reply_subject", reply.as_str());
+/// Turns NATS messages into stream messages. Messages of one subject with neither
+/// headers nor a reply subject all carry the same metadata, so they share one map
+/// (copied only if a processor changes it) instead of building a map each.
+#[derive(Default)]
+struct Convert {
+    last: Option<(async_nats::Subject, Arc<Metadata>)>,
+}
+
+impl Convert {
+    fn message(&mut self, m: async_nats::Message) -> Message {
+        let plain = m.headers.is_none() && m.reply.is_none();
+        if plain {
+            if let Some((subject, meta)) = &self.last {
+                if *subject == m.subject {
+                    return Message::new(m.payload).with_shared_metadata(meta.clone());
+                }
+            }
+        }
+        let mut msg = Message::new(m.payload);
+        headers_to_meta(m.headers.as_ref(), &mut msg);
+        msg.set_meta("nats_subject", m.subject.as_str());
+        if let Some(reply) = &m.reply {
+            msg.set_meta("nats_reply_subject", reply.as_str());
+        }
+        if plain {
+            self.last = msg.shared_metadata().map(|meta| (m.subject, meta.clone()));
+        }
+        msg
     }
-    msg
 }
 
 #[async_trait]
@@ -128,10 +153,11 @@ impl Input for NatsInput {
             self.conn = None;
             return Err(ConnectorError::not_connected("subscription closed"));
         };
-        let mut batch: Batch = vec![to_message(first)];
+        let convert = &mut self.convert;
+        let mut batch: Batch = vec![convert.message(first)];
         while batch.len() < self.config.max_batch {
             match sub.next().now_or_never() {
-                Some(Some(m)) => batch.push(to_message(m)),
+                Some(Some(m)) => batch.push(convert.message(m)),
                 _ => break,
             }
         }
@@ -154,6 +180,36 @@ mod tests {
 
     fn cx() -> BuildContext {
         BuildContext::new("t", crate::http::Routes::new(), Default::default())
+    }
+
+    fn nats_message(subject: &str, reply: Option<&str>) -> async_nats::Message {
+        async_nats::Message {
+            subject: subject.into(),
+            reply: reply.map(Into::into),
+            payload: "p".into(),
+            headers: None,
+            status: None,
+            description: None,
+            length: 1,
+        }
+    }
+
+    #[test]
+    fn messages_of_one_subject_share_their_metadata() {
+        let mut c = Convert::default();
+        let a = c.message(nats_message("a.b", None));
+        let b = c.message(nats_message("a.b", None));
+        assert!(std::ptr::eq(a.metadata(), b.metadata()));
+        let other = c.message(nats_message("a.c", None));
+        assert_eq!(other.meta_str("nats_subject").as_deref(), Some("a.c"));
+        let reply = c.message(nats_message("a.c", Some("inbox.1")));
+        assert_eq!(
+            reply.meta_str("nats_reply_subject").as_deref(),
+            Some("inbox.1")
+        );
+        let after = c.message(nats_message("a.c", None));
+        assert!(after.meta("nats_reply_subject").is_none());
+        assert!(std::ptr::eq(other.metadata(), after.metadata()));
     }
 
     #[test]

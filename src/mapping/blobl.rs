@@ -87,7 +87,7 @@ pub fn run(
     let mut failed = false;
     let mut one = |payload: Vec<u8>, stdout: &mut dyn Write, stderr: &mut dyn Write| {
         let mut msg = Message::new(payload);
-        *msg.metadata_mut() = meta.clone();
+        msg.set_metadata(meta.clone());
         let batch = vec![msg];
         match mapping.apply(&batch, 0) {
             Ok(Some(out)) => {

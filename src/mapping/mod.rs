@@ -247,7 +247,11 @@ impl Mapping {
             Slot::Nothing => Message::new(msg.payload().clone()),
             Slot::Val(v) => Message::from_value(v),
         };
-        *out.metadata_mut() = fr.meta.into_owned();
+        match fr.meta {
+            // Unchanged: share the input's metadata rather than copy it.
+            Cow::Borrowed(_) => out.share_metadata(msg),
+            Cow::Owned(meta) => out.set_metadata(meta),
+        }
         if let Some(e) = msg.error() {
             out.set_error(e);
         }
@@ -262,7 +266,7 @@ impl Mapping {
             Slot::Nothing => Message::new(Bytes::new()),
             Slot::Val(v) => Message::from_value(v),
         };
-        *out.metadata_mut() = fr.meta.into_owned();
+        out.set_metadata(fr.meta.into_owned());
         Ok(Some(out))
     }
 
@@ -277,7 +281,7 @@ impl Mapping {
         let prog = &*self.prog;
         let payload = prog.reads_content.then(|| msg.payload().clone());
         let error = msg.error().map(str::to_owned);
-        let mut fr = self.frame(Cow::Owned(std::mem::take(msg.metadata_mut())), true);
+        let mut fr = self.frame(Cow::Owned(msg.take_metadata()), true);
         let mut took = false;
         if prog.touches_root {
             match msg.take_structured() {
@@ -286,7 +290,7 @@ impl Mapping {
                     took = true;
                 }
                 Err(e) if prog.reads_this => {
-                    *msg.metadata_mut() = fr.meta.into_owned();
+                    msg.set_metadata(fr.meta.into_owned());
                     return Err(MappingError::Query(format!(
                         "unable to reference `this`: {e}"
                     )));
@@ -323,7 +327,7 @@ impl Mapping {
     /// writes go to `target`.
     pub fn apply_onto(&self, target: &mut Message, source: &Message) -> Result<bool, MappingError> {
         let prog = &*self.prog;
-        let mut fr = self.frame(Cow::Owned(std::mem::take(target.metadata_mut())), false);
+        let mut fr = self.frame(Cow::Owned(target.take_metadata()), false);
         let mut took = false;
         if prog.touches_root {
             if let Ok(v) = target.take_structured() {
@@ -373,7 +377,7 @@ impl Mapping {
 /// mapping deleted the message. `took`: the document was moved into the frame, so a root
 /// left unset means null.
 fn write_back(fr: Frame<'_>, target: &mut Message, took: bool) -> bool {
-    *target.metadata_mut() = fr.meta.into_owned();
+    target.set_metadata(fr.meta.into_owned());
     match fr.root {
         Slot::Deleted => false,
         Slot::Val(v) => {

@@ -7,6 +7,7 @@
 mod ack;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 // once_cell builds a cell that is already set without going through its
 // initialisation lock, which std's OnceLock cannot: every message is created (and,
 // for sources that cannot take a nack, copied) with its payload set.
@@ -21,6 +22,9 @@ use crate::value::Value;
 /// Metadata of a message: sorted keys, typed values (strings unless a mapping set others).
 pub type Metadata = BTreeMap<String, Value>;
 
+/// What `metadata()` lends for a message that has none.
+static NO_METADATA: Metadata = BTreeMap::new();
+
 /// Why a payload has no structured form.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("payload is not valid JSON: {0}")]
@@ -32,7 +36,10 @@ pub struct Message {
     raw: OnceCell<Bytes>,
     /// The parsed payload (or why it did not parse), set on first use.
     structured: OnceCell<Result<Value, ParseError>>,
-    metadata: Metadata,
+    /// Shared between copies until one of them changes it: inputs that cannot take a
+    /// nack keep a copy of every batch for sending it again, and copying a map of
+    /// strings per message cost more than the rest of the copy. `None`: no metadata.
+    metadata: Option<Arc<Metadata>>,
     /// Set when a processor failed on this message; cleared by `catch`.
     error: Option<String>,
 }
@@ -100,24 +107,55 @@ impl Message {
     }
 
     pub fn metadata(&self) -> &Metadata {
-        &self.metadata
+        self.metadata.as_deref().unwrap_or(&NO_METADATA)
     }
 
+    /// The metadata for editing; copied first if another copy of the message shares it.
     pub fn metadata_mut(&mut self) -> &mut Metadata {
-        &mut self.metadata
+        Arc::make_mut(self.metadata.get_or_insert_with(Default::default))
+    }
+
+    /// Takes the metadata out, leaving none.
+    pub fn take_metadata(&mut self) -> Metadata {
+        match self.metadata.take() {
+            Some(shared) => Arc::unwrap_or_clone(shared),
+            None => Metadata::new(),
+        }
+    }
+
+    /// Replaces all metadata.
+    pub fn set_metadata(&mut self, metadata: Metadata) {
+        self.metadata = (!metadata.is_empty()).then(|| Arc::new(metadata));
+    }
+
+    /// Gives this message the same metadata as `other`, shared until either changes it.
+    pub fn share_metadata(&mut self, other: &Message) {
+        self.metadata = other.metadata.clone();
+    }
+
+    /// The metadata in its shared form (none if empty), for an input to hand to the next
+    /// messages that carry the same.
+    pub fn shared_metadata(&self) -> Option<&Arc<Metadata>> {
+        self.metadata.as_ref()
+    }
+
+    /// Sets metadata another message shares (see [`Message::shared_metadata`]).
+    pub fn with_shared_metadata(mut self, metadata: Arc<Metadata>) -> Self {
+        self.metadata = Some(metadata);
+        self
     }
 
     pub fn meta(&self, key: &str) -> Option<&Value> {
-        self.metadata.get(key)
+        self.metadata().get(key)
     }
 
     /// Metadata as text, the form connectors write into headers.
     pub fn meta_str(&self, key: &str) -> Option<String> {
-        self.metadata.get(key).map(Value::to_text)
+        self.meta(key).map(Value::to_text)
     }
 
     pub fn set_meta(&mut self, key: impl Into<String>, value: impl Into<Value>) {
-        self.metadata.insert(key.into(), value.into());
+        self.metadata_mut().insert(key.into(), value.into());
     }
 
     pub fn with_meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
@@ -183,6 +221,20 @@ mod tests {
         let m = Message::new("not json");
         assert!(m.structured().is_err());
         assert_eq!(&m.payload()[..], b"not json");
+    }
+
+    #[test]
+    fn copies_share_metadata_until_one_changes_it() {
+        let mut a = Message::new("").with_meta("k", "v");
+        let b = a.clone();
+        assert!(std::ptr::eq(a.metadata(), b.metadata()));
+        a.set_meta("k", "changed");
+        assert_eq!(b.meta_str("k").as_deref(), Some("v"));
+        assert_eq!(a.meta_str("k").as_deref(), Some("changed"));
+        assert_eq!(a.take_metadata().len(), 1);
+        assert!(a.metadata().is_empty());
+        a.set_metadata(b.metadata().clone());
+        assert_eq!(a.meta_str("k").as_deref(), Some("v"));
     }
 
     #[test]

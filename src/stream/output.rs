@@ -37,7 +37,7 @@ impl WriterNode {
             writer,
             metrics,
         } = self;
-        let output: Arc<dyn Output> = Arc::from(writer.output);
+        let output = writer.output;
         let policy = writer.batching;
         let max_in_flight = writer.max_in_flight.max(1);
         let mut connected = connect(&*output, &id, &metrics, &readiness, || {
@@ -74,7 +74,12 @@ impl WriterNode {
                     Some(Transaction { batch, ack }) => {
                         let start = pending.batch.len();
                         pending_bytes += batch_bytes(&batch);
-                        pending.batch.extend(batch);
+                        if start == 0 {
+                            // The usual case: the batch is the flush, no copy.
+                            pending.batch = batch;
+                        } else {
+                            pending.batch.extend(batch);
+                        }
                         pending.acks.push((ack, start..pending.batch.len()));
                         if deadline.is_none() {
                             deadline = policy.period.map(|p| TokioInstant::now() + p.0);
@@ -83,18 +88,18 @@ impl WriterNode {
                             }
                         }
                         if policy.is_full(pending.batch.len(), pending_bytes) {
-                            writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
+                            writes.push(write(&*output, take(&mut pending, &mut pending_bytes, &mut deadline), &metrics));
                         }
                     }
                     None => {
                         open = false;
                         if !pending.acks.is_empty() {
-                            writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
+                            writes.push(write(&*output, take(&mut pending, &mut pending_bytes, &mut deadline), &metrics));
                         }
                     }
                 },
                 _ = &mut timer, if deadline.is_some() && writes.len() < max_in_flight => {
-                    writes.push(write(output.clone(), take(&mut pending, &mut pending_bytes, &mut deadline), metrics.clone()));
+                    writes.push(write(&*output, take(&mut pending, &mut pending_bytes, &mut deadline), &metrics));
                 }
                 Some(lost) = writes.next(), if !writes.is_empty() => {
                     if lost {
@@ -124,7 +129,7 @@ fn take(pending: &mut Flush, bytes: &mut usize, deadline: &mut Option<TokioInsta
 }
 
 /// Writes one flush and settles its acks. Returns true if the connection was lost.
-async fn write(output: Arc<dyn Output>, flush: Flush, metrics: NodeMetrics) -> bool {
+async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics) -> bool {
     let n = flush.batch.len();
     let bytes = batch_bytes(&flush.batch);
     metrics.received_messages.increment(n as u64);
