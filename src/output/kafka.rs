@@ -160,6 +160,7 @@ impl BuildOutput for KafkaOutputConfig {
             output: Box::new(KafkaOutput {
                 producer,
                 topic: self.topic.clone(),
+                fixed_topic: self.topic.static_value(),
                 key: self.key.clone(),
                 partition: self.partition,
                 headers,
@@ -256,6 +257,8 @@ impl ProducerContext for Deliveries {
 struct KafkaOutput {
     producer: ThreadedProducer<Deliveries>,
     topic: Interp,
+    /// The topic when it is the same for every message.
+    fixed_topic: Option<String>,
     key: Option<Interp>,
     partition: Option<i32>,
     headers: MetadataFilter,
@@ -302,6 +305,14 @@ impl KafkaOutput {
         r
     }
 
+    /// Every record of a write is queued: gives up the writer's hold and waits for the
+    /// delivery reports.
+    async fn settled(&self, delivery: Arc<BatchDelivery>) -> Result<(), ConnectorError> {
+        delivery.settle(None);
+        delivery.done.notified().await;
+        delivery.result()
+    }
+
     /// Hands one record to librdkafka, waiting while its local queue is full.
     async fn enqueue(&self, mut record: BaseRecord<'_, str, [u8], Arc<BatchDelivery>>) {
         loop {
@@ -343,6 +354,14 @@ impl Output for KafkaOutput {
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        let delivery = BatchDelivery::new(batch.len());
+        if let (Some(topic), None) = (&self.fixed_topic, &self.key) {
+            // The common case needs nothing built per message.
+            for m in batch {
+                self.enqueue(self.record(m, topic, None, &delivery)).await;
+            }
+            return self.settled(delivery).await;
+        }
         // Topics and keys first: a message they cannot be built for fails the batch
         // before anything is sent.
         let mut targets = Vec::with_capacity(batch.len());
@@ -354,15 +373,11 @@ impl Output for KafkaOutput {
             };
             targets.push((topic, key));
         }
-        let delivery = BatchDelivery::new(batch.len());
         for (m, (topic, key)) in batch.iter().zip(&targets) {
             self.enqueue(self.record(m, topic, key.as_deref(), &delivery))
                 .await;
         }
-        // Every record is queued: give up the writer's hold and wait for the reports.
-        delivery.settle(None);
-        delivery.done.notified().await;
-        delivery.result()
+        self.settled(delivery).await
     }
 
     async fn close(&self) {
