@@ -220,6 +220,23 @@ impl Case {
     }
 }
 
+/// Runs `bare` and `sluice` alternately, `rounds()` pairs, and returns the case's median
+/// ratio.
+async fn paired(
+    name: &'static str,
+    n: usize,
+    mut bare: impl AsyncFnMut() -> Duration,
+    mut sluice: impl AsyncFnMut() -> Duration,
+) -> (String, f64) {
+    let mut case = Case::new(name, n);
+    for _ in 0..rounds() {
+        let b = bare().await;
+        let s = sluice().await;
+        case.pair(b, s);
+    }
+    case.median()
+}
+
 /// Pairs per case (`BENCH_ROUNDS`, default 3).
 fn rounds() -> usize {
     std::env::var("BENCH_ROUNDS")
@@ -407,45 +424,50 @@ mod kafka {
         // Consuming is several times slower; it reads the first `n` of them.
         let (produced, n) = (scale(1_000_000), scale(200_000));
         let t1 = topic(&addr).await;
-        let (mut produce, mut consume) = (
-            Case::new("kafka produce", produced),
-            Case::new("kafka consume", n),
-        );
-        for round in 0..rounds() {
-            // Against the faster of two bare loops: per-record futures (the usual way to
-            // use the crate) and counted delivery callbacks (what the output does). The
-            // first round also fills `t1` for the consume runs.
-            let first = if round == 0 {
-                t1.clone()
-            } else {
-                topic(&addr).await
-            };
-            let futures = bare_produce(&addr, &first, produced).await;
-            let callbacks = bare_produce_callbacks(&addr, &topic(&addr).await, produced).await;
-            println!(
-                "kafka produce    bare with a future per record {:.0} msg/s, with callbacks {:.0} msg/s",
-                produced as f64 / futures.as_secs_f64(),
-                produced as f64 / callbacks.as_secs_f64()
-            );
-            let yaml = format!(
-                "input:\n{}output:\n  kafka:\n    addresses: ['{addr}']\n    topic: {}\n    max_in_flight: 64\n",
-                generate(produced),
-                topic(&addr).await
-            );
-            let sluice = run_sluice(&yaml, produced as u64).await;
-            produce.pair(futures.min(callbacks), sluice);
-        }
-        for _ in 0..rounds() {
-            let bare = bare_consume(&addr, &t1, n).await;
-            let yaml = format!(
-                "input:\n  kafka:\n    addresses: ['{addr}']\n    topics: [{t1}]\n    consumer_group: {}\noutput:\n  drop: {{}}\n",
-                unique("sluice")
-            );
-            let sluice = run_sluice(&yaml, n as u64).await;
-            consume.pair(bare, sluice);
-        }
-        out.push(produce.median());
-        out.push(consume.median());
+        let mut filled = false;
+        let produce = paired(
+            "kafka produce",
+            produced,
+            async || {
+                // Against the faster of two bare loops: per-record futures (the usual way
+                // to use the crate) and counted delivery callbacks (what the output does).
+                // The first run also fills `t1` for the consume runs.
+                let first = if filled { topic(&addr).await } else { t1.clone() };
+                filled = true;
+                let futures = bare_produce(&addr, &first, produced).await;
+                let callbacks = bare_produce_callbacks(&addr, &topic(&addr).await, produced).await;
+                println!(
+                    "kafka produce    bare with a future per record {:.0} msg/s, with callbacks {:.0} msg/s",
+                    produced as f64 / futures.as_secs_f64(),
+                    produced as f64 / callbacks.as_secs_f64()
+                );
+                futures.min(callbacks)
+            },
+            async || {
+                let yaml = format!(
+                    "input:\n{}output:\n  kafka:\n    addresses: ['{addr}']\n    topic: {}\n    max_in_flight: 64\n",
+                    generate(produced),
+                    topic(&addr).await
+                );
+                run_sluice(&yaml, produced as u64).await
+            },
+        )
+        .await;
+        let consume = paired(
+            "kafka consume",
+            n,
+            async || bare_consume(&addr, &t1, n).await,
+            async || {
+                let yaml = format!(
+                    "input:\n  kafka:\n    addresses: ['{addr}']\n    topics: [{t1}]\n    consumer_group: {}\noutput:\n  drop: {{}}\n",
+                    unique("sluice")
+                );
+                run_sluice(&yaml, n as u64).await
+            },
+        )
+        .await;
+        out.push(produce);
+        out.push(consume);
     }
 }
 
@@ -521,31 +543,37 @@ mod nats {
             return;
         }
         let n = scale(300_000);
-        let (mut produce, mut consume) =
-            (Case::new("nats produce", n), Case::new("nats consume", n));
-        for _ in 0..rounds() {
-            let bare = bare_produce(&unique("bench"), n).await;
-            let yaml = format!(
-                "input:\n{}output:\n  nats:\n    urls: [{URL}]\n    subject: {}\n",
-                generate(n),
-                unique("bench")
-            );
-            let sluice = run_sluice(&yaml, n as u64).await;
-            produce.pair(bare, sluice);
-        }
-        for _ in 0..rounds() {
-            let bare = bare_consume(n).await;
-            let subject = unique("bench");
-            let yaml = format!(
-                "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\noutput:\n  drop: {{}}\n"
-            );
-            let progress = Progress::default();
-            let feeder = feed(subject, n, progress.clone());
-            let sluice = sluice_consume(&yaml, n, "nats consume", progress, feeder).await;
-            consume.pair(bare, sluice);
-        }
-        out.push(produce.median());
-        out.push(consume.median());
+        let produce = paired(
+            "nats produce",
+            n,
+            async || bare_produce(&unique("bench"), n).await,
+            async || {
+                let yaml = format!(
+                    "input:\n{}output:\n  nats:\n    urls: [{URL}]\n    subject: {}\n",
+                    generate(n),
+                    unique("bench")
+                );
+                run_sluice(&yaml, n as u64).await
+            },
+        )
+        .await;
+        let consume = paired(
+            "nats consume",
+            n,
+            async || bare_consume(n).await,
+            async || {
+                let subject = unique("bench");
+                let yaml = format!(
+                    "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\noutput:\n  drop: {{}}\n"
+                );
+                let progress = Progress::default();
+                let feeder = feed(subject, n, progress.clone());
+                sluice_consume(&yaml, n, "nats consume", progress, feeder).await
+            },
+        )
+        .await;
+        out.push(produce);
+        out.push(consume);
     }
 }
 
@@ -638,29 +666,35 @@ mod mqtt {
             return;
         }
         let n = scale(50_000);
-        let (mut produce, mut consume) =
-            (Case::new("mqtt produce", n), Case::new("mqtt consume", n));
-        for _ in 0..rounds() {
-            let bare = bare_produce(&unique("bench"), n).await;
-            let yaml = format!(
-                "input:\n{}output:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topic: {}\n    qos: 1\n",
-                generate(n),
-                unique("bench")
-            );
-            let sluice = run_sluice(&yaml, n as u64).await;
-            produce.pair(bare, sluice);
-        }
-        for _ in 0..rounds() {
-            let bare = bare_consume(n).await;
-            let topic = unique("bench");
-            let yaml = format!("input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [{topic}]\n    qos: 1\noutput:\n  drop: {{}}\n");
-            // QoS 1 paces the feeder by itself: no progress to follow.
-            let progress = Progress::default();
-            let sluice = sluice_consume(&yaml, n, "mqtt consume", progress, feed(topic, n)).await;
-            consume.pair(bare, sluice);
-        }
-        out.push(produce.median());
-        out.push(consume.median());
+        let produce = paired(
+            "mqtt produce",
+            n,
+            async || bare_produce(&unique("bench"), n).await,
+            async || {
+                let yaml = format!(
+                    "input:\n{}output:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topic: {}\n    qos: 1\n",
+                    generate(n),
+                    unique("bench")
+                );
+                run_sluice(&yaml, n as u64).await
+            },
+        )
+        .await;
+        let consume = paired(
+            "mqtt consume",
+            n,
+            async || bare_consume(n).await,
+            async || {
+                let topic = unique("bench");
+                let yaml = format!("input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topics: [{topic}]\n    qos: 1\noutput:\n  drop: {{}}\n");
+                // QoS 1 paces the feeder by itself: no progress to follow.
+                let progress = Progress::default();
+                sluice_consume(&yaml, n, "mqtt consume", progress, feed(topic, n)).await
+            },
+        )
+        .await;
+        out.push(produce);
+        out.push(consume);
     }
 }
 
