@@ -281,6 +281,14 @@ async fn tls_with_a_custom_ca() {
         pki.path("other-ca.pem")
     );
     tls::refused(&untrusted, "UnknownIssuer").await;
+
+    // `skip_cert_verify` takes the broker's certificate without knowing its CA.
+    let (output, input) = mqtt_pair(
+        broker.port,
+        &unique("tls-skip"),
+        ", tls: {enabled: true, skip_cert_verify: true}",
+    );
+    tls::round_trip(&output, &input).await;
 }
 
 #[tokio::test]
@@ -308,6 +316,15 @@ async fn mutual_tls_with_a_client_certificate() {
         &format!(", tls: {}", pki.tls_block(false)),
     );
     tls::refused(&no_cert, "CertificateRequired").await;
+
+    // A client certificate with `skip_cert_verify` and no CA of the broker's.
+    let skip = format!(
+        ", tls: {{enabled: true, skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("client.pem"),
+        pki.path("client.key"),
+    );
+    let (output, input) = mqtt_pair(broker.port, &unique("mtls-skip"), &skip);
+    tls::round_trip(&output, &input).await;
 }
 
 #[tokio::test]

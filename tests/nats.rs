@@ -409,6 +409,15 @@ async fn tls_with_a_client_certificate() {
     );
     let (_, untrusted) = nats_pair(broker.port, &subject, &untrusted);
     tls::refused(&untrusted, "UnknownIssuer").await;
+
+    // `skip_cert_verify` takes the server's certificate without knowing its CA.
+    let skip = format!(
+        ", tls: {{enabled: true, skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("client.pem"),
+        pki.path("client.key"),
+    );
+    let (output, input) = nats_pair(broker.port, &unique("tls-skip"), &skip);
+    tls::round_trip(&output, &input).await;
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! MQTT settings shared by the `mqtt` input and output, and how they become rumqttc options.
 
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use rumqttc::{LastWill, MqttOptions, QoS, TlsConfiguration, Transport};
@@ -149,12 +150,6 @@ impl MqttConnect<'_> {
             return Err("`keepalive` must be at least 1s (or 0s to disable it)".into());
         }
         self.tls.validate()?;
-        if self.tls.skip_cert_verify {
-            return Err("`tls.skip_cert_verify` is not supported for MQTT; trust the broker's CA with `tls.root_cas_file`".into());
-        }
-        if self.tls.client_pair().is_some() && self.tls.root_cas_file.is_none() {
-            return Err("a client certificate needs `tls.root_cas_file` too".into());
-        }
         if let Some(w) = self.will {
             qos(w.qos)?;
             if w.topic.is_empty() {
@@ -190,17 +185,10 @@ impl MqttConnect<'_> {
             ));
         }
         if self.tls.enabled || url_tls {
-            let transport = match &self.tls.root_cas_file {
-                Some(ca) => Transport::Tls(TlsConfiguration::Simple {
-                    ca: TlsConfig::read(ca)?,
-                    alpn: None,
-                    client_auth: match self.tls.client_pair() {
-                        Some((c, k)) => Some((TlsConfig::read(c)?, TlsConfig::read(k)?)),
-                        None => None,
-                    },
-                }),
-                None => Transport::tls_with_default_config(),
-            };
+            // One rustls set-up for every TLS client: the configured CA (else the
+            // system's), a client certificate, or no server check with `skip_cert_verify`.
+            let config = self.tls.rustls_client_config()?;
+            let transport = Transport::Tls(TlsConfiguration::Rustls(Arc::new(config)));
             o.set_transport(transport);
         }
         Ok(o)

@@ -57,9 +57,6 @@ pub fn validate(urls: &[String], tls: &TlsConfig, auth: &NatsAuth) -> Result<(),
             .map_err(|e| format!("`{u}` is not a NATS URL: {e}"))?;
     }
     tls.validate()?;
-    if tls.skip_cert_verify {
-        return Err("`tls.skip_cert_verify` is not supported by the NATS client; trust the server's CA with `tls.root_cas_file`".into());
-    }
     if auth.user.is_some() != auth.password.is_some() {
         return Err("`auth.user` and `auth.password` must be given together".into());
     }
@@ -111,11 +108,13 @@ impl NatsConn {
         if tls.enabled {
             opts = opts.require_tls(true);
         }
-        if let Some(ca) = &tls.root_cas_file {
-            opts = opts.add_root_certificates(ca.into());
-        }
-        if let Some((c, k)) = tls.client_pair() {
-            opts = opts.add_client_certificate(c.into(), k.into());
+        if tls.enabled || tls.root_cas_file.is_some() || tls.client_pair().is_some() {
+            // The same rustls set-up as the other connectors, so that `skip_cert_verify`
+            // works here too; used whenever the server asks for TLS.
+            let config = tls
+                .rustls_client_config()
+                .map_err(ConnectorError::rejected)?;
+            opts = opts.tls_client_config(config);
         }
         let client = opts.connect(urls).await.map_err(|e| {
             ConnectorError::not_connected(format!("cannot connect to NATS: {e}")).with_source(e)
