@@ -318,11 +318,7 @@ async fn mutual_tls_with_a_client_certificate() {
     tls::refused(&no_cert, "CertificateRequired").await;
 
     // A client certificate with `skip_cert_verify` and no CA of the broker's.
-    let skip = format!(
-        ", tls: {{enabled: true, skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
-        pki.path("client.pem"),
-        pki.path("client.key"),
-    );
+    let skip = format!(", tls: {}", pki.skip_verify_block());
     let (output, input) = mqtt_pair(broker.port, &unique("mtls-skip"), &skip);
     tls::round_trip(&output, &input).await;
 }

@@ -411,11 +411,7 @@ async fn tls_with_a_client_certificate() {
     tls::refused(&untrusted, "UnknownIssuer").await;
 
     // `skip_cert_verify` takes the server's certificate without knowing its CA.
-    let skip = format!(
-        ", tls: {{enabled: true, skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
-        pki.path("client.pem"),
-        pki.path("client.key"),
-    );
+    let skip = format!(", tls: {}", pki.skip_verify_block());
     let (output, input) = nats_pair(broker.port, &unique("tls-skip"), &skip);
     tls::round_trip(&output, &input).await;
 }

@@ -104,6 +104,16 @@ impl Pki {
         }
         b + "}"
     }
+
+    /// A `tls` block with the client certificate and `skip_cert_verify`, no CA: the
+    /// server's certificate is taken without checking who signed it.
+    pub fn skip_verify_block(&self) -> String {
+        format!(
+            "{{enabled: true, skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
+            self.path("client.pem"),
+            self.path("client.key")
+        )
+    }
 }
 
 /// Where a broker binary is installed: on PATH or in an sbin directory (Debian puts
