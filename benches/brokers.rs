@@ -250,7 +250,7 @@ fn generate(n: usize) -> String {
     format!(
         "  generate:\n    payload: {}\n    count: {}\n    batch_size: 100\n    interval: 0s\n",
         payload(),
-        n / 100
+        n
     )
 }
 

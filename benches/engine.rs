@@ -17,9 +17,8 @@ use sluice::stream::{Stream, StreamEnv};
 const MESSAGES: u64 = 200_000;
 
 fn pipeline_config(batch_size: u64) -> sluice::config::StreamConfig {
-    let count = MESSAGES / batch_size;
     let yaml = format!(
-        "input:\n  generate:\n    payload: '{{\"id\":1,\"name\":\"benchmark\"}}'\n    interval: 0s\n    count: {count}\n    batch_size: {batch_size}\npipeline:\n  processors:\n    - noop: {{}}\n    - noop: {{}}\n    - noop: {{}}\noutput:\n  drop: {{}}\n"
+        "input:\n  generate:\n    payload: '{{\"id\":1,\"name\":\"benchmark\"}}'\n    interval: 0s\n    count: {MESSAGES}\n    batch_size: {batch_size}\npipeline:\n  processors:\n    - noop: {{}}\n    - noop: {{}}\n    - noop: {{}}\noutput:\n  drop: {{}}\n"
     );
     let mut root = parse_str("bench.yaml", &yaml).expect("valid bench config");
     root.streams.remove("bench").expect("one stream")

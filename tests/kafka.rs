@@ -251,7 +251,7 @@ async fn every_compression_codec_round_trips() {
         let topic = unique(codec);
         create_topic(&topic, 1).await;
         let mut stream = start(&format!(
-            "input:\n  generate:\n    mapping: 'root = \"{codec}-\" + count(\"{topic}\").string()'\n    count: 2\n    interval: 0s\n    batch_size: 10\noutput:\n  kafka:\n    addresses: ['{}']\n    topic: {topic}\n    compression: {codec}\n    timeout: 10s\n",
+            "input:\n  generate:\n    mapping: 'root = \"{codec}-\" + count(\"{topic}\").string()'\n    count: 20\n    interval: 0s\n    batch_size: 10\noutput:\n  kafka:\n    addresses: ['{}']\n    topic: {topic}\n    compression: {codec}\n    timeout: 10s\n",
             addr()
         ));
         tokio::time::timeout(Duration::from_secs(60), stream.finished())

@@ -29,7 +29,8 @@ pub struct GenerateConfig {
     /// A fixed content for every message, instead of a mapping.
     #[serde(default)]
     pub payload: Option<String>,
-    /// How many batches to create; 0 means no end.
+    /// How many messages to create, then stop (the last batch may be smaller than
+    /// `batch_size`); 0 means no end. A message a mapping deletes counts too.
     #[serde(default)]
     pub count: u64,
     /// Wait between two batches; `0s` creates them as fast as the stream takes them.
@@ -117,11 +118,17 @@ impl Input for Generate {
             });
             ticker.tick().await;
         }
-        if let Some(n) = &mut self.remaining {
-            *n -= 1;
-        }
-        let mut batch = Vec::with_capacity(self.batch_size);
-        for _ in 0..self.batch_size {
+        // With a `count`, the last batch holds only what is left of it.
+        let size = match &mut self.remaining {
+            Some(left) => {
+                let size = (*left).min(self.batch_size as u64);
+                *left -= size;
+                size as usize
+            }
+            None => self.batch_size,
+        };
+        let mut batch = Vec::with_capacity(size);
+        for _ in 0..size {
             match &self.content {
                 Content::Payload(p) => batch.push(Message::new(p.clone())),
                 Content::Mapping(m) => match m.mapping().generate() {
@@ -155,11 +162,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn stops_after_count() {
-        let mut g = build("{payload: hi, count: 2, interval: 0s, batch_size: 3}");
-        for _ in 0..2 {
+    async fn stops_after_count_messages() {
+        let mut g = build("{payload: hi, count: 7, interval: 0s, batch_size: 3}");
+        for want in [3, 3, 1] {
             let r = g.read().await.unwrap();
-            assert_eq!(r.batch.len(), 3);
+            assert_eq!(r.batch.len(), want);
             assert_eq!(&r.batch[0].payload()[..], b"hi");
         }
         assert_eq!(
