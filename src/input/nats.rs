@@ -110,7 +110,10 @@ impl Convert {
             msg.set_meta("nats_reply_subject", reply.as_str());
         }
         if plain {
-            self.last = msg.shared_metadata().map(|meta| (m.subject, meta.clone()));
+            // A copy of the subject: the received one may hold on to the client's read
+            // buffer for as long as it is kept.
+            let subject = async_nats::Subject::from(m.subject.as_str());
+            self.last = msg.shared_metadata().map(|meta| (subject, meta.clone()));
         }
         msg
     }
