@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
+use metrics_exporter_prometheus::PrometheusHandle;
 use sluice::stream::{Stream, StreamEnv};
 
 const SIZE: usize = 100;
@@ -36,7 +37,7 @@ fn unique(prefix: &str) -> String {
 }
 
 /// Messages the stream's outputs have written so far, from the metrics.
-fn sent(handle: &metrics_exporter_prometheus::PrometheusHandle, stream: &str) -> u64 {
+fn sent(handle: &PrometheusHandle, stream: &str) -> u64 {
     let needle = format!("stream=\"{stream}\"");
     handle
         .render()
@@ -51,11 +52,7 @@ fn sent(handle: &metrics_exporter_prometheus::PrometheusHandle, stream: &str) ->
 /// loops, the clock stops at the last confirmed write: stopping the stream (and closing
 /// its clients) comes after.
 async fn run_sluice(yaml: &str, n: u64) -> Duration {
-    let handle = sluice::metrics::install();
-    let root = sluice::config::parse_str("bench.yaml", yaml).expect("bench config");
-    let (_, config) = root.streams.into_iter().next().expect("a stream");
-    let name = unique("bench");
-    let stream = Stream::build(&name, &config, &StreamEnv::standalone()).expect("builds");
+    let (handle, name, stream, _) = build(yaml);
     let start = Instant::now();
     let running = stream.start();
     let deadline = start + Duration::from_secs(300);
@@ -83,8 +80,19 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
     elapsed
 }
 
+/// The metrics, a unique name, the stream of a one-stream config and its environment.
+fn build(yaml: &str) -> (PrometheusHandle, String, Stream, StreamEnv) {
+    let handle = sluice::metrics::install();
+    let root = sluice::config::parse_str("bench.yaml", yaml).expect("bench config");
+    let (_, config) = root.streams.into_iter().next().expect("a stream");
+    let name = unique("bench");
+    let env = StreamEnv::standalone();
+    let stream = Stream::build(&name, &config, &env).expect("builds");
+    (handle, name, stream, env)
+}
+
 /// With BENCH_DEBUG: the mean batch size each node of the stream saw.
-fn print_batch_sizes(handle: &metrics_exporter_prometheus::PrometheusHandle, stream: &str) {
+fn print_batch_sizes(handle: &PrometheusHandle, stream: &str) {
     let text = handle.render();
     let value = |metric: &str, component: &str| -> f64 {
         text.lines()
@@ -129,12 +137,8 @@ async fn sluice_consume(
     progress: Progress,
     feed: impl std::future::Future<Output = tokio::task::JoinHandle<()>>,
 ) -> Duration {
-    let handle = sluice::metrics::install();
-    let root = sluice::config::parse_str("bench.yaml", yaml).unwrap();
-    let (_, config) = root.streams.into_iter().next().unwrap();
-    let name = unique("bench");
-    let env = StreamEnv::standalone();
-    let running = Stream::build(&name, &config, &env).unwrap().start();
+    let (handle, name, stream, env) = build(yaml);
+    let running = stream.start();
     while !env.readiness.not_ready().is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -155,7 +159,7 @@ async fn sluice_consume(
 /// can leave fewer: once nothing arrived for two seconds the run ends, says how many
 /// were lost, and returns the time `n` would take at the rate seen.
 async fn wait_consumed(
-    handle: &metrics_exporter_prometheus::PrometheusHandle,
+    handle: &PrometheusHandle,
     name: &str,
     n: u64,
     case: &str,
@@ -181,60 +185,28 @@ async fn wait_consumed(
     last_progress - start
 }
 
-/// Paired runs of one case. The machine's speed drifts from one second to the next (the
-/// brokers share its two cores), so a bare run and a sluice run made back to back, which
-/// see about the same machine, give one ratio each; the case reports their median.
-struct Case {
-    name: &'static str,
-    n: usize,
-    ratios: Vec<f64>,
-}
-
-impl Case {
-    fn new(name: &'static str, n: usize) -> Self {
-        Case {
-            name,
-            n,
-            ratios: Vec::new(),
-        }
-    }
-
-    /// Prints one pair and keeps its ratio.
-    fn pair(&mut self, bare: Duration, sluice: Duration) {
-        let rate = |d: Duration| self.n as f64 / d.as_secs_f64();
-        let ratio = rate(sluice) / rate(bare);
-        println!(
-            "{:<16} n={:<7} bare {:>10.0} msg/s   sluice {:>10.0} msg/s   ratio {:>5.1}%",
-            self.name,
-            self.n,
-            rate(bare),
-            rate(sluice),
-            ratio * 100.0
-        );
-        self.ratios.push(ratio);
-    }
-
-    fn median(mut self) -> (String, f64) {
-        self.ratios.sort_by(f64::total_cmp);
-        (self.name.into(), self.ratios[self.ratios.len() / 2])
-    }
-}
-
-/// Runs `bare` and `sluice` alternately, `rounds()` pairs, and returns the case's median
-/// ratio.
+/// Runs `bare` and `sluice` alternately, `rounds()` pairs, prints each pair and returns
+/// the case's median ratio. The machine's speed drifts from one second to the next (the
+/// brokers share its two cores); a bare run and a sluice run made back to back see about
+/// the same machine.
 async fn paired(
     name: &'static str,
     n: usize,
     mut bare: impl AsyncFnMut() -> Duration,
     mut sluice: impl AsyncFnMut() -> Duration,
 ) -> (String, f64) {
-    let mut case = Case::new(name, n);
+    let rate = |d: Duration| n as f64 / d.as_secs_f64();
+    let mut ratios = Vec::new();
     for _ in 0..rounds() {
-        let b = bare().await;
-        let s = sluice().await;
-        case.pair(b, s);
+        let (b, s) = (rate(bare().await), rate(sluice().await));
+        println!(
+            "{name:<16} n={n:<7} bare {b:>10.0} msg/s   sluice {s:>10.0} msg/s   ratio {:>5.1}%",
+            s / b * 100.0
+        );
+        ratios.push(s / b);
     }
-    case.median()
+    ratios.sort_by(f64::total_cmp);
+    (name.into(), ratios[ratios.len() / 2])
 }
 
 /// Pairs per case (`BENCH_ROUNDS`, default 3).
@@ -331,6 +303,7 @@ mod kafka {
     }
 
     /// Counts delivery reports for the callback loop.
+    #[derive(Default)]
     struct Reports {
         done: AtomicUsize,
         failed: AtomicUsize,
@@ -355,11 +328,7 @@ mod kafka {
     /// The leaner bare loop: librdkafka's delivery callbacks counted, no future per
     /// record, at most 64 x 100 records unconfirmed (what the output allows).
     async fn bare_produce_callbacks(addr: &str, topic: &str, n: usize) -> Duration {
-        let reports = Arc::new(Reports {
-            done: AtomicUsize::new(0),
-            failed: AtomicUsize::new(0),
-            wake: tokio::sync::Notify::new(),
-        });
+        let reports = Arc::new(Reports::default());
         let p: ThreadedProducer<Counting> = ThreadedProducer::from_config_and_context(
             ClientConfig::new()
                 .set("bootstrap.servers", addr)
@@ -588,29 +557,11 @@ mod mqtt {
         AsyncClient::new(o, 10_000)
     }
 
-    /// QoS 1: done when every PUBACK is back.
+    /// QoS 1: done when every PUBACK is back (the consume runs' feeder, timed).
     async fn bare_produce(topic: &str, n: usize) -> Duration {
-        let (c, mut el) = client(&unique("bare"));
         let start = Instant::now();
-        let topic = topic.to_owned();
-        let body = payload();
-        let publisher = tokio::spawn(async move {
-            for _ in 0..n {
-                c.publish(&topic, QoS::AtLeastOnce, false, body.clone())
-                    .await
-                    .unwrap();
-            }
-            c
-        });
-        let mut acked = 0;
-        while acked < n {
-            if let Event::Incoming(Packet::PubAck(_)) = el.poll().await.unwrap() {
-                acked += 1;
-            }
-        }
-        let elapsed = start.elapsed();
-        let _ = publisher.await;
-        elapsed
+        feed(topic.to_owned(), n).await.await.unwrap();
+        start.elapsed()
     }
 
     /// A QoS 1 publisher in the background; returns once it is connected.

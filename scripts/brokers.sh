@@ -46,14 +46,12 @@ need_pkg() { # binary package
 
 start_redis() {
     listening 6379 && return 0
-    need_pkg redis-server redis-server
     redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no >/dev/null
     wait_port 6379 redis 20
 }
 
 start_mosquitto() {
     listening 1883 && return 0
-    need_pkg mosquitto mosquitto
     mkdir -p /run/mosquitto /var/lib/mosquitto /var/log/mosquitto
     chown mosquitto: /run/mosquitto /var/lib/mosquitto /var/log/mosquitto 2>/dev/null || true
     mosquitto -d -c /etc/mosquitto/mosquitto.conf
@@ -62,7 +60,6 @@ start_mosquitto() {
 
 start_nats() {
     listening 4222 && return 0
-    need_pkg nats-server nats-server
     mkdir -p /var/lib/nats-server
     start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
         -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server
@@ -71,7 +68,6 @@ start_nats() {
 
 start_rabbitmq() {
     listening 5672 && return 0
-    need_pkg rabbitmq-server rabbitmq-server
     rabbitmq-server -detached
     # RabbitMQ takes a while to boot its Erlang node.
     wait_port 5672 rabbitmq 120
@@ -118,9 +114,8 @@ start_tansu() {
     echo "127.0.0.1:$port" >"$kafka_addr_file"
 }
 
-# The TLS and authentication tests start private brokers of their own from these
-# binaries, so they must be installed even where the shared brokers already listen
-# (started by something else).
+# The broker binaries, for the shared brokers started below and for the private ones the
+# TLS and authentication tests start (so even where the shared brokers already listen).
 ensure_binaries() {
     need_pkg redis-server redis-server
     need_pkg mosquitto mosquitto

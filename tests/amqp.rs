@@ -217,17 +217,10 @@ const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 /// A RabbitMQ node of the test's own, with a TLS listener only, requiring a client
 /// certificate signed by the test CA. Booting it takes some seconds.
 fn private_rabbitmq(pki: &tls::Pki) -> Option<tls::Broker> {
-    if !std::path::Path::new(RABBITMQ_SERVER).is_file() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED tls_with_a_client_certificate: `{RABBITMQ_SERVER}` is not installed (scripts/brokers.sh installs it)"
-        );
-        return None;
-    }
+    let bin = tls::require_bin(RABBITMQ_SERVER, "tls_with_a_client_certificate")?;
     let dir = pki.dir.path().join("rabbitmq");
     std::fs::create_dir_all(&dir).unwrap();
-    let (port, dist_port) = (tls::free_port(), tls::free_port());
+    let (port, dist_port) = (free_port(), free_port());
     let conf = dir.join("rabbitmq.conf");
     std::fs::write(
         &conf,
@@ -240,7 +233,7 @@ fn private_rabbitmq(pki: &tls::Pki) -> Option<tls::Broker> {
     )
     .unwrap();
     std::fs::write(dir.join("enabled_plugins"), "[].\n").unwrap();
-    let mut cmd = std::process::Command::new(RABBITMQ_SERVER);
+    let mut cmd = std::process::Command::new(bin);
     let path = |name: &str| dir.join(name).display().to_string();
     cmd.env(
         "RABBITMQ_NODENAME",

@@ -474,11 +474,8 @@ fn private_tansu(
     authentication: bool,
     test: &str,
 ) -> Option<tls::Broker> {
-    let bin = tansu_bin();
-    if !std::path::Path::new(&bin).is_file() && tls::find_bin(&bin).is_none() {
-        tls::require_bin("tansu", test);
-        return None;
-    }
+    // An absolute path or a name on PATH: `require_bin` finds both.
+    let bin = tls::require_bin(&tansu_bin(), test)?;
     let mut cmd = std::process::Command::new(bin);
     cmd.args(["broker", "--storage-engine", "memory://tansu/"])
         .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
@@ -603,7 +600,7 @@ fn kafka_pair(addr: &str, topic: &str, extra: &str) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
-    let (relay_port, broker_port) = (tls::free_port(), tls::free_port());
+    let (relay_port, broker_port) = (free_port(), free_port());
     let addr = format!("127.0.0.1:{relay_port}");
     let Some(_tansu) = private_tansu(
         pki.dir.path(),
@@ -624,12 +621,7 @@ async fn mutual_tls_with_a_client_certificate() {
     let (_, no_cert) = kafka_pair(&addr, &topic, &format!(", tls: {}", pki.tls_block(false)));
     tls::refused(&no_cert, "Kafka is unreachable").await;
     handshake_failed(&errors, "peer sent no certificates").await;
-    let untrusted = format!(
-        ", tls: {{enabled: true, root_cas_file: '{}', client_cert_file: '{}', client_key_file: '{}'}}",
-        pki.path("other-ca.pem"),
-        pki.path("client.pem"),
-        pki.path("client.key"),
-    );
+    let untrusted = format!(", tls: {}", pki.untrusted_block(true));
     let (_, untrusted) = kafka_pair(&addr, &topic, &untrusted);
     tls::refused(&untrusted, "Kafka is unreachable").await;
     handshake_failed(&errors, "UnknownCA").await;
@@ -645,7 +637,7 @@ async fn mutual_tls_with_a_client_certificate() {
 #[tokio::test]
 async fn sasl_scram_reaches_the_user_check() {
     let dir = tempfile::tempdir().unwrap();
-    let port = tls::free_port();
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let Some(_tansu) = private_tansu(
         dir.path(),

@@ -221,7 +221,7 @@ async fn example_mqtt_to_nats() {
 /// None when Mosquitto is not installed.
 fn private_mosquitto(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls::Broker> {
     let bin = tls::require_bin("mosquitto", test)?;
-    let port = tls::free_port();
+    let port = free_port();
     let conf = dir.join(format!("mosquitto-{port}.conf"));
     // `user root`: when started as root, Mosquitto otherwise switches to its own user,
     // which cannot read the test's private files. It does nothing for other users.
@@ -275,11 +275,8 @@ async fn tls_with_a_custom_ca() {
     tls::round_trip(&output, &input).await;
 
     // A CA that did not sign the broker's certificate is not trusted.
-    let untrusted = format!(
-        "{{mqtt: {{urls: ['tcp://127.0.0.1:{}'], topics: ['{topic}'], tls: {{enabled: true, root_cas_file: '{}'}}}}}}",
-        broker.port,
-        pki.path("other-ca.pem")
-    );
+    let untrusted = format!(", tls: {}", pki.untrusted_block(false));
+    let (_, untrusted) = mqtt_pair(broker.port, &topic, &untrusted);
     tls::refused(&untrusted, "UnknownIssuer").await;
 
     // `skip_cert_verify` takes the broker's certificate without knowing its CA.

@@ -353,7 +353,7 @@ async fn output_subject_is_interpolated_per_message() {
 /// None when nats-server is not installed.
 fn private_nats(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls::Broker> {
     let bin = tls::require_bin("nats-server", test)?;
-    let port = tls::free_port();
+    let port = free_port();
     let conf = dir.join(format!("nats-{port}.conf"));
     std::fs::write(&conf, format!("listen: \"127.0.0.1:{port}\"\n{settings}\n")).unwrap();
     let mut cmd = std::process::Command::new(bin);
@@ -365,11 +365,10 @@ fn private_nats(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls
 /// The NATS output and input of a round trip through `port` on `subject`; `extra` is
 /// added to both (a `tls` block, an `auth` block).
 fn nats_pair(port: u16, subject: &str, extra: &str) -> (String, String) {
-    let url = format!("nats://127.0.0.1:{port}");
-    (
-        format!("{{nats: {{urls: ['{url}'], subject: '{subject}'{extra}}}}}"),
-        format!("{{nats: {{urls: ['{url}'], subject: '{subject}'{extra}}}}}"),
-    )
+    // Input and output take the same fields.
+    let both =
+        format!("{{nats: {{urls: ['nats://127.0.0.1:{port}'], subject: '{subject}'{extra}}}}}");
+    (both.clone(), both)
 }
 
 #[tokio::test]
@@ -401,12 +400,7 @@ async fn tls_with_a_client_certificate() {
         &format!(", tls: {}", pki.tls_block(false)),
     );
     tls::refused(&no_cert, "BadCertificate").await;
-    let untrusted = format!(
-        ", tls: {{enabled: true, root_cas_file: '{}', client_cert_file: '{}', client_key_file: '{}'}}",
-        pki.path("other-ca.pem"),
-        pki.path("client.pem"),
-        pki.path("client.key"),
-    );
+    let untrusted = format!(", tls: {}", pki.untrusted_block(true));
     let (_, untrusted) = nats_pair(broker.port, &subject, &untrusted);
     tls::refused(&untrusted, "UnknownIssuer").await;
 

@@ -214,7 +214,7 @@ async fn tls_with_a_client_certificate() {
         return;
     };
     let pki = tls::Pki::new();
-    let port = tls::free_port();
+    let port = free_port();
     let mut cmd = std::process::Command::new(bin);
     cmd.args(["--port", "0", "--tls-port", &port.to_string()])
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])

@@ -101,8 +101,8 @@ impl Interp {
     }
 
     /// The value when it does not depend on the message.
-    pub fn static_value(&self) -> Option<String> {
-        self.fixed.clone()
+    pub fn static_value(&self) -> Option<&str> {
+        self.fixed.as_deref()
     }
 
     pub fn is_static(&self) -> bool {
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn static_and_dynamic_strings() {
         let s = Interp::parse("http://x/a").unwrap();
-        assert_eq!(s.static_value().as_deref(), Some("http://x/a"));
+        assert_eq!(s.static_value(), Some("http://x/a"));
         let d = Interp::parse("http://x/${! meta(\"k\") }").unwrap();
         assert!(d.static_value().is_none());
         let msg = Message::new("").with_meta("k", "v");

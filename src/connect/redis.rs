@@ -26,23 +26,19 @@ pub fn client(url: &str, tls: &TlsConfig) -> Result<Client, String> {
             .map_err(|e| format!("`url`: {e}"))?,
         tls,
     )?;
-    if !matches!(info.addr, ConnectionAddr::TcpTls { .. }) {
+    let plain = !matches!(info.addr, ConnectionAddr::TcpTls { .. });
+    if plain || (tls.root_cas_file.is_none() && tls.client_pair().is_none()) {
         return Client::open(info).map_err(|e| format!("`url`: {e}"));
     }
-    if tls.root_cas_file.is_none() && tls.client_pair().is_none() {
-        return Client::open(info).map_err(|e| format!("`url`: {e}"));
-    }
-    let read =
-        |path: &str, field: &str| TlsConfig::read(path).map_err(|e| format!("`tls.{field}`: {e}"));
     let client_tls = match tls.client_pair() {
         Some((cert, key)) => Some(ClientTlsConfig {
-            client_cert: read(cert, "client_cert_file")?,
-            client_key: read(key, "client_key_file")?,
+            client_cert: TlsConfig::read_field(cert, "tls.client_cert_file")?,
+            client_key: TlsConfig::read_field(key, "tls.client_key_file")?,
         }),
         None => None,
     };
     let root_cert = match &tls.root_cas_file {
-        Some(path) => Some(read(path, "root_cas_file")?),
+        Some(path) => Some(TlsConfig::read_field(path, "tls.root_cas_file")?),
         None => None,
     };
     let certs = TlsCertificates {

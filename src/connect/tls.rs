@@ -61,6 +61,11 @@ impl TlsConfig {
         std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))
     }
 
+    /// [`TlsConfig::read`] with the field the path came from named in the error.
+    pub fn read_field(path: &str, field: &str) -> Result<Vec<u8>, String> {
+        Self::read(path).map_err(|e| format!("`{field}`: {e}"))
+    }
+
     /// The client certificate and key, when both are set.
     pub fn client_pair(&self) -> Option<(&str, &str)> {
         match (&self.client_cert_file, &self.client_key_file) {
@@ -126,7 +131,7 @@ impl TlsConfig {
 
 /// The certificates of a PEM file; an error names the field when there are none.
 fn pem_certs(path: &str, field: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = TlsConfig::read(path).map_err(|e| format!("`{field}`: {e}"))?;
+    let bytes = TlsConfig::read_field(path, field)?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("`{field}`: `{path}`: {e}"))?;

@@ -129,7 +129,7 @@ pub struct HttpClient {
 impl HttpClient {
     pub fn new(settings: ClientSettings, cx: &BuildContext) -> Result<Self, BuildError> {
         let target = match settings.url.static_value() {
-            Some(url) => Target::Static(parse_url(&url).map_err(|e| cx.error(e))?),
+            Some(url) => Target::Static(parse_url(url).map_err(|e| cx.error(e))?),
             None => Target::Dynamic(settings.url.clone()),
         };
         let method =
@@ -141,7 +141,7 @@ impl HttpClient {
                 .map_err(|_| cx.error(format!("invalid header name `{k}`")))?;
             match v.static_value() {
                 Some(value) => {
-                    let value = HeaderValue::from_str(&value)
+                    let value = HeaderValue::from_str(value)
                         .map_err(|_| cx.error(format!("invalid value for header `{k}`")))?;
                     headers.insert(name, value);
                 }

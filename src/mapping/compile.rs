@@ -154,7 +154,6 @@ pub struct MapDef {
 pub struct Program {
     pub stmts: Vec<CStmt>,
     pub maps: Vec<MapDef>,
-    pub n_vars: usize,
     /// Variable names by slot, for `var("name")`.
     pub var_names: Vec<String>,
     /// Reads `this` at the top level: the payload must parse.
@@ -285,7 +284,6 @@ impl<'e> Compiler<'e> {
             return Err(Diagnostics(self.diags));
         }
         prog.stmts = out;
-        prog.n_vars = self.vars.len();
         prog.var_names = vec![String::new(); self.vars.len()];
         for (name, slot) in &self.vars {
             prog.var_names[*slot] = name.clone();

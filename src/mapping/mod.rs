@@ -133,19 +133,13 @@ impl Env {
         }
     }
 
-    /// Leaves out the named functions.
-    pub fn without(&self, names: &[&'static str]) -> Self {
+    /// For a mapping that arrives as data: no function that reads the host (every one of
+    /// the environment family, so one added there is kept out too) and no `import`.
+    pub fn sandboxed(&self) -> Self {
         let mut without: Vec<&'static str> = (*self.without).clone();
-        without.extend_from_slice(names);
+        without.extend(functions::host());
         Env {
             without: Arc::new(without),
-            ..self.clone()
-        }
-    }
-
-    /// Refuses `import`, so a mapping cannot read files.
-    pub fn without_imports(&self) -> Self {
-        Env {
             imports: false,
             ..self.clone()
         }
@@ -198,7 +192,7 @@ impl Mapping {
     fn frame<'m>(&self, meta: Cow<'m, crate::message::Metadata>, this_is_root: bool) -> Frame<'m> {
         Frame {
             root: Slot::Nothing,
-            vars: vec![None; self.prog.n_vars],
+            vars: vec![None; self.prog.var_names.len()],
             meta,
             this_is_root,
         }

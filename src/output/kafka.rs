@@ -160,7 +160,6 @@ impl BuildOutput for KafkaOutputConfig {
             output: Box::new(KafkaOutput {
                 producer,
                 topic: self.topic.clone(),
-                fixed_topic: self.topic.static_value(),
                 key: self.key.clone(),
                 partition: self.partition,
                 headers,
@@ -228,16 +227,17 @@ impl BatchDelivery {
         }
     }
 
-    fn result(&self) -> Result<(), ConnectorError> {
-        match self
+    /// Every record of the write is queued: gives up the writer's hold and waits for
+    /// the delivery reports.
+    async fn wait(&self) -> Result<(), ConnectorError> {
+        self.settle(None);
+        self.done.notified().await;
+        let failure = self
             .failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+            .take();
+        failure.map_or(Ok(()), Err)
     }
 }
 
@@ -257,8 +257,6 @@ impl ProducerContext for Deliveries {
 struct KafkaOutput {
     producer: ThreadedProducer<Deliveries>,
     topic: Interp,
-    /// The topic when it is the same for every message.
-    fixed_topic: Option<String>,
     key: Option<Interp>,
     partition: Option<i32>,
     headers: MetadataFilter,
@@ -305,14 +303,6 @@ impl KafkaOutput {
         r
     }
 
-    /// Every record of a write is queued: gives up the writer's hold and waits for the
-    /// delivery reports.
-    async fn settled(&self, delivery: Arc<BatchDelivery>) -> Result<(), ConnectorError> {
-        delivery.settle(None);
-        delivery.done.notified().await;
-        delivery.result()
-    }
-
     /// Hands one record to librdkafka, waiting while its local queue is full.
     async fn enqueue(&self, mut record: BaseRecord<'_, str, [u8], Arc<BatchDelivery>>) {
         loop {
@@ -341,7 +331,7 @@ impl Output for KafkaOutput {
         // Asking about the one fixed topic is cheaper than about all of them, and warms
         // the client's cache for the first write.
         let client = self.producer.clone();
-        let topic = self.topic.static_value();
+        let topic = self.topic.static_value().map(str::to_owned);
         tokio::task::spawn_blocking(move || {
             client
                 .client()
@@ -354,14 +344,6 @@ impl Output for KafkaOutput {
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        let delivery = BatchDelivery::new(batch.len());
-        if let (Some(topic), None) = (&self.fixed_topic, &self.key) {
-            // The common case needs nothing built per message.
-            for m in batch {
-                self.enqueue(self.record(m, topic, None, &delivery)).await;
-            }
-            return self.settled(delivery).await;
-        }
         // Topics and keys first: a message they cannot be built for fails the batch
         // before anything is sent.
         let mut targets = Vec::with_capacity(batch.len());
@@ -373,11 +355,12 @@ impl Output for KafkaOutput {
             };
             targets.push((topic, key));
         }
+        let delivery = BatchDelivery::new(batch.len());
         for (m, (topic, key)) in batch.iter().zip(&targets) {
             self.enqueue(self.record(m, topic, key.as_deref(), &delivery))
                 .await;
         }
-        self.settled(delivery).await
+        delivery.wait().await
     }
 
     async fn close(&self) {

@@ -24,10 +24,13 @@ pub struct WriterNode {
 }
 
 /// A batch being written and the acks it settles: one per transaction in it, with the
-/// range of its messages (to hand each synchronous source its own reply).
+/// range of its messages (to hand each synchronous source its own reply), and its size
+/// in bytes (counted as transactions join it, for `byte_size` and the metrics).
+#[derive(Default)]
 struct Flush {
     batch: Batch,
     acks: Vec<(Ack, std::ops::Range<usize>)>,
+    bytes: usize,
 }
 
 impl WriterNode {
@@ -44,11 +47,7 @@ impl WriterNode {
             rx.is_closed() && rx.is_empty()
         })
         .await;
-        let mut pending = Flush {
-            batch: Vec::new(),
-            acks: Vec::new(),
-        };
-        let mut pending_bytes = 0usize;
+        let mut pending = Flush::default();
         let mut deadline: Option<TokioInstant> = None;
         // One timer, re-armed when a batch starts waiting, rather than a new one per turn.
         let timer = tokio::time::sleep(std::time::Duration::from_secs(3600));
@@ -73,7 +72,7 @@ impl WriterNode {
                 t = rx.recv(), if open && writes.len() < max_in_flight => match t {
                     Some(Transaction { batch, ack }) => {
                         let start = pending.batch.len();
-                        pending_bytes += batch_bytes(&batch);
+                        pending.bytes += batch_bytes(&batch);
                         if start == 0 {
                             // The usual case: the batch is the flush, no copy.
                             pending.batch = batch;
@@ -87,19 +86,19 @@ impl WriterNode {
                                 timer.as_mut().reset(d);
                             }
                         }
-                        if policy.is_full(pending.batch.len(), pending_bytes) {
-                            writes.push(write(&*output, take(&mut pending, &mut pending_bytes, &mut deadline), &metrics));
+                        if policy.is_full(pending.batch.len(), pending.bytes) {
+                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
                         }
                     }
                     None => {
                         open = false;
                         if !pending.acks.is_empty() {
-                            writes.push(write(&*output, take(&mut pending, &mut pending_bytes, &mut deadline), &metrics));
+                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
                         }
                     }
                 },
                 _ = &mut timer, if deadline.is_some() && writes.len() < max_in_flight => {
-                    writes.push(write(&*output, take(&mut pending, &mut pending_bytes, &mut deadline), &metrics));
+                    writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
                 }
                 Some(lost) = writes.next(), if !writes.is_empty() => {
                     if lost {
@@ -116,22 +115,14 @@ impl WriterNode {
     }
 }
 
-fn take(pending: &mut Flush, bytes: &mut usize, deadline: &mut Option<TokioInstant>) -> Flush {
-    *bytes = 0;
+fn take(pending: &mut Flush, deadline: &mut Option<TokioInstant>) -> Flush {
     *deadline = None;
-    std::mem::replace(
-        pending,
-        Flush {
-            batch: Vec::new(),
-            acks: Vec::new(),
-        },
-    )
+    std::mem::take(pending)
 }
 
 /// Writes one flush and settles its acks. Returns true if the connection was lost.
 async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics) -> bool {
-    let n = flush.batch.len();
-    let bytes = batch_bytes(&flush.batch);
+    let (n, bytes) = (flush.batch.len(), flush.bytes);
     metrics.received_messages.increment(n as u64);
     metrics.received_bytes.increment(bytes as u64);
     metrics.batch_size.record(n as f64);

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// Every test crate that includes this file includes `brokers.rs` as `common` too.
+use super::common::{port_open, unique};
 use rcgen::{
     date_time_ymd, BasicConstraints, Certificate, CertificateParams, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
@@ -94,7 +96,17 @@ impl Pki {
 
     /// A `tls` block trusting this CA, with the client certificate when `client`.
     pub fn tls_block(&self, client: bool) -> String {
-        let mut b = format!("{{enabled: true, root_cas_file: '{}'", self.path("ca.pem"));
+        self.block_trusting("ca.pem", client)
+    }
+
+    /// Like [`Pki::tls_block`], trusting the CA that signed nothing here: the broker's
+    /// certificate must be refused.
+    pub fn untrusted_block(&self, client: bool) -> String {
+        self.block_trusting("other-ca.pem", client)
+    }
+
+    fn block_trusting(&self, ca: &str, client: bool) -> String {
+        let mut b = format!("{{enabled: true, root_cas_file: '{}'", self.path(ca));
         if client {
             b += &format!(
                 ", client_cert_file: '{}', client_key_file: '{}'",
@@ -137,22 +149,6 @@ pub fn require_bin(name: &str, test: &str) -> Option<PathBuf> {
         );
     }
     found
-}
-
-fn port_open(port: u16) -> bool {
-    std::net::TcpStream::connect_timeout(
-        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
-        Duration::from_millis(200),
-    )
-    .is_ok()
-}
-
-/// A free loopback port (bound and released; good enough for tests).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 /// A broker process of the test's own, killed with its whole process group when
@@ -271,17 +267,12 @@ impl Drop for Run {
     }
 }
 
-/// A unique payload for one test.
-pub fn marker(prefix: &str) -> String {
-    format!("{prefix}-{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff)
-}
-
 /// Runs one sluice with two streams: `generate` (a unique payload every 50ms) into
 /// `output`, and `input` into a file; both components are YAML flow mappings. Returns
 /// once the payload came back through the broker a few times (the producer keeps
 /// sending, so a subscription made after the first messages still sees some).
 pub async fn round_trip(output: &str, input: &str) {
-    let payload = marker("tls");
+    let payload = unique("tls");
     let config = format!(
         "http: {{enabled: false}}\nlogger: {{level: warn}}\nstreams:\n  to_broker:\n    input: {{generate: {{payload: '{payload}', interval: 50ms}}}}\n    output: {output}\n  from_broker:\n    input: {input}\n    output: {{file: {{path: '{{dir}}/out.txt'}}}}\n"
     );

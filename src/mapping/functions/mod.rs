@@ -9,6 +9,12 @@ mod values;
 
 use super::spec::FunctionSpec;
 
+/// The functions that read the host (environment variables, files): what a mapping that
+/// arrives as data must not reach.
+pub fn host() -> impl Iterator<Item = &'static str> {
+    environment::SPECS.iter().map(|f| f.name)
+}
+
 /// Every function, in one explicit list.
 pub fn all() -> Vec<&'static FunctionSpec> {
     [

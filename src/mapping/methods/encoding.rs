@@ -120,7 +120,7 @@ fn decode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(Value::Bytes(out.into()))
 }
 
-fn hmac_of<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
+pub(super) fn hmac_of<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
     let mut m = <M as Mac>::new_from_slice(key).map_err(|e| e.to_string())?;
     m.update(data);
     Ok(m.finalize().into_bytes().to_vec())
@@ -383,16 +383,7 @@ fn uuid_v5<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             uuid::Uuid::parse_str(other).map_err(|e| format!("invalid namespace {other:?}: {e}"))?
         }
     };
-    let mut h = Sha1::new();
-    h.update(ns.as_bytes());
-    h.update(&name);
-    let digest = h.finalize();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest[..16]);
-    own(uuid::Builder::from_sha1_bytes(bytes)
-        .into_uuid()
-        .hyphenated()
-        .to_string())
+    own(uuid::Uuid::new_v5(&ns, &name).hyphenated().to_string())
 }
 
 /// FNV-1 (32-bit), the variant Go's `hash/fnv.New32` computes.

@@ -197,32 +197,16 @@ pub static SPECS: &[MethodSpec] = &[
 ];
 
 /// Dynamic mappings compiled from their text, so one arriving with every message is
-/// compiled once. Cleared when full.
-static DYNAMIC: std::sync::LazyLock<
-    parking_lot::Mutex<std::collections::HashMap<String, crate::mapping::Mapping>>,
-> = std::sync::LazyLock::new(std::default::Default::default);
+/// compiled once.
+static DYNAMIC: super::Memo<crate::mapping::Mapping> = super::Memo::new();
 
 fn bloblang<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     use crate::mapping::{Env, Mapping};
     let src = args.str(0)?;
-    let cached = DYNAMIC.lock().get(src).cloned();
-    let mapping = match cached {
-        Some(m) => m,
-        None => {
-            let env = Env::default()
-                .no_message()
-                .without(&["env", "file", "file_rel"])
-                .without_imports();
-            let m =
-                Mapping::compile(src, &env).map_err(|d| format!("failed to parse mapping: {d}"))?;
-            let mut cache = DYNAMIC.lock();
-            if cache.len() >= 64 {
-                cache.clear();
-            }
-            cache.insert(src.to_string(), m.clone());
-            m
-        }
-    };
+    let mapping = DYNAMIC.get(src, || {
+        let env = Env::default().no_message().sandboxed();
+        Mapping::compile(src, &env).map_err(|d| format!("failed to parse mapping: {d}"))
+    })?;
     mapping
         .query_value(v)
         .map(V::Own)
@@ -430,7 +414,7 @@ fn apply<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     })?;
     let mut fr = Frame {
         root: Slot::Nothing,
-        vars: vec![None; cx.prog.n_vars],
+        vars: vec![None; cx.prog.var_names.len()],
         meta: Cow::Borrowed(cx.meta),
         this_is_root: false,
     };

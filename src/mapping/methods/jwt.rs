@@ -7,9 +7,10 @@
 use aws_lc_rs::signature::{self, EcdsaKeyPair, RsaKeyPair};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use hmac::{Hmac, Mac};
+use hmac::Hmac;
 
-use super::{raw, text};
+use super::encoding::hmac_of;
+use super::{raw, text, Memo};
 use crate::mapping::exec::V;
 use crate::mapping::spec::{ex, method, p, Args, MethodSpec, Res};
 use crate::value::Value;
@@ -231,15 +232,10 @@ fn pem_der(text: &str) -> Res<Vec<u8>> {
 }
 
 fn hmac_sign(bits: u16, key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
-    fn run<M: Mac + hmac::digest::KeyInit>(key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
-        let mut m = <M as Mac>::new_from_slice(key).map_err(|e| e.to_string())?;
-        m.update(data);
-        Ok(m.finalize().into_bytes().to_vec())
-    }
     match bits {
-        256 => run::<Hmac<sha2::Sha256>>(key, data),
-        384 => run::<Hmac<sha2::Sha384>>(key, data),
-        _ => run::<Hmac<sha2::Sha512>>(key, data),
+        256 => hmac_of::<Hmac<sha2::Sha256>>(key, data),
+        384 => hmac_of::<Hmac<sha2::Sha384>>(key, data),
+        _ => hmac_of::<Hmac<sha2::Sha512>>(key, data),
     }
 }
 
@@ -271,24 +267,41 @@ fn verification(alg: Alg) -> &'static dyn signature::VerificationAlgorithm {
     }
 }
 
+/// Parsed keys, as the key is nearly always a literal and parsing (RSA especially) costs
+/// far more than signing a small token. Keyed by algorithm too, since the curve or hash
+/// is fixed at parse time. Failed parses are not kept, so they error every time.
+static RSA_PRIVATE: Memo<RsaKeyPair> = Memo::new();
+static EC_PRIVATE: Memo<EcdsaKeyPair> = Memo::new();
+static PUBLIC: Memo<signature::ParsedPublicKey> = Memo::new();
+
+/// The memo key: the algorithm name, a space (never in a name) and the key text as the
+/// parse reads it.
+fn memo_key(alg: Alg, key: &[u8]) -> String {
+    format!("{} {}", alg.name(), String::from_utf8_lossy(key))
+}
+
 fn sign_bytes(alg: Alg, key: &[u8], data: &[u8]) -> Res<Vec<u8>> {
     let rng = aws_lc_rs::rand::SystemRandom::new();
     match alg.0 {
         Family::Hmac => hmac_sign(alg.1, key, data),
         Family::Rsa => {
-            let der = pem_der(&String::from_utf8_lossy(key))?;
-            let pair = RsaKeyPair::from_der(&der)
-                .or_else(|_| RsaKeyPair::from_pkcs8(&der))
-                .map_err(|e| format!("not a valid RSA private key: {e}"))?;
+            let pair = RSA_PRIVATE.get(&memo_key(alg, key), || {
+                let der = pem_der(&String::from_utf8_lossy(key))?;
+                RsaKeyPair::from_der(&der)
+                    .or_else(|_| RsaKeyPair::from_pkcs8(&der))
+                    .map_err(|e| format!("not a valid RSA private key: {e}"))
+            })?;
             let mut sig = vec![0; pair.public_modulus_len()];
             pair.sign(rsa_signing(alg.1), &rng, data, &mut sig)
                 .map_err(|_| "RSA signing failed".to_string())?;
             Ok(sig)
         }
         Family::Ecdsa => {
-            let der = pem_der(&String::from_utf8_lossy(key))?;
-            let pair = EcdsaKeyPair::from_private_key_der(ecdsa_signing(alg.1), &der)
-                .map_err(|e| format!("not a valid {} private key: {e}", alg.name()))?;
+            let pair = EC_PRIVATE.get(&memo_key(alg, key), || {
+                let der = pem_der(&String::from_utf8_lossy(key))?;
+                EcdsaKeyPair::from_private_key_der(ecdsa_signing(alg.1), &der)
+                    .map_err(|e| format!("not a valid {} private key: {e}", alg.name()))
+            })?;
             pair.sign(&rng, data)
                 .map(|s| s.as_ref().to_vec())
                 .map_err(|_| "ECDSA signing failed".to_string())
@@ -307,10 +320,12 @@ fn verify_bytes(alg: Alg, key: &[u8], data: &[u8], sig: &[u8]) -> Res<()> {
             same.then_some(()).ok_or_else(|| MISMATCH.to_string())
         }
         Family::Rsa | Family::Ecdsa => {
-            let der = pem_der(&String::from_utf8_lossy(key))?;
-            // A key of the wrong kind or curve is reported as such, not as a bad signature.
-            let public = signature::ParsedPublicKey::new(verification(alg), &der)
-                .map_err(|e| format!("not a valid {} public key: {e}", alg.name()))?;
+            let public = PUBLIC.get(&memo_key(alg, key), || {
+                let der = pem_der(&String::from_utf8_lossy(key))?;
+                // A key of the wrong kind or curve is reported as such, not as a bad signature.
+                signature::ParsedPublicKey::new(verification(alg), &der)
+                    .map_err(|e| format!("not a valid {} public key: {e}", alg.name()))
+            })?;
             public
                 .verify_sig(data, sig)
                 .map_err(|_| MISMATCH.to_string())
@@ -342,7 +357,8 @@ fn parse_jwt(v: &Value, args: &Args<'_>, alg: Alg) -> Res<Value> {
     verify_bytes(
         alg,
         &raw(args.get(0))?,
-        format!("{head}.{body}").as_bytes(),
+        // The token split into exactly three parts, so this is `head.body` as it came.
+        token[..head.len() + 1 + body.len()].as_bytes(),
         &sig,
     )?;
     Value::from_json(

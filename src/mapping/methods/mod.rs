@@ -17,6 +17,10 @@ mod structured;
 mod timestamps;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use parking_lot::Mutex;
 
 pub use lambdas::FILTER_MAP_EACH;
 pub(crate) use timestamps::to_ts;
@@ -68,6 +72,30 @@ impl MethodCall {
             Some(Some(l)) => Ok(l),
             _ => Err(self.err("missing lambda argument")),
         }
+    }
+}
+
+/// Values compiled or parsed from text (queries, schemas, mappings, keys), by that text,
+/// so a literal argument is handled once rather than per message. Only successes are
+/// kept, so an error is reported again each time. Cleared when full: a mapping with a
+/// varying argument is rare.
+pub(super) struct Memo<T>(LazyLock<Mutex<HashMap<String, Arc<T>>>>);
+
+impl<T> Memo<T> {
+    pub(super) const fn new() -> Self {
+        Memo(LazyLock::new(|| Mutex::new(HashMap::new())))
+    }
+    pub(super) fn get(&self, key: &str, make: impl FnOnce() -> Res<T>) -> Res<Arc<T>> {
+        if let Some(v) = self.0.lock().get(key) {
+            return Ok(v.clone());
+        }
+        let made = Arc::new(make()?);
+        let mut map = self.0.lock();
+        if map.len() >= 64 {
+            map.clear();
+        }
+        map.insert(key.to_string(), made.clone());
+        Ok(made)
     }
 }
 

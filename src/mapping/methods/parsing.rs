@@ -129,13 +129,8 @@ fn format_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 /// Escapes `<`, `>`, `&`, U+2028 and U+2029 as Go's JSON encoder does by default. In JSON
 /// text these occur only inside strings, so a plain byte scan is enough.
 fn escape_json_html(json: Vec<u8>) -> Vec<u8> {
-    let special = |w: &[u8]| {
-        matches!(
-            w,
-            [b'<', ..] | [b'>', ..] | [b'&', ..] | [0xe2, 0x80, 0xa8 | 0xa9, ..]
-        )
-    };
-    if !(0..json.len()).any(|i| special(&json[i..])) {
+    // 0xe2 leads U+2028 and U+2029 (and other characters, which the loop below keeps).
+    if !json.iter().any(|&b| matches!(b, b'<' | b'>' | b'&' | 0xe2)) {
         return json;
     }
     let mut out = Vec::with_capacity(json.len() + 16);

@@ -120,7 +120,7 @@ fn capitalize<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         after_separator = if c.is_ascii() {
             !(c.is_ascii_alphanumeric() || c == '_')
         } else {
-            !c.is_alphanumeric() && c.is_whitespace()
+            c.is_whitespace()
         };
     }
     s_own(out)

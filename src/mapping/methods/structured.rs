@@ -1,12 +1,7 @@
 //! Querying and checking whole documents: JSONPath, JSON Schema, and changelogs
 //! (`diff` to compute one, `patch` to apply one).
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
-
-use parking_lot::Mutex;
-
-use super::{array, text};
+use super::{array, text, Memo};
 use crate::mapping::exec::{own, values_eq, V};
 use crate::mapping::spec::{describe, ex, method, p, Args, MethodSpec, Res};
 use crate::value::{Object, Value};
@@ -98,28 +93,6 @@ pub static SPECS: &[MethodSpec] = &[
         patch,
     ),
 ];
-
-/// Compiled queries and schemas by their text, so a literal argument is compiled once
-/// rather than per message. Cleared when full: a mapping with a varying argument is rare.
-struct Memo<T>(LazyLock<Mutex<HashMap<String, Arc<T>>>>);
-
-impl<T> Memo<T> {
-    const fn new() -> Self {
-        Memo(LazyLock::new(|| Mutex::new(HashMap::new())))
-    }
-    fn get(&self, key: &str, make: impl FnOnce() -> Res<T>) -> Res<Arc<T>> {
-        if let Some(v) = self.0.lock().get(key) {
-            return Ok(v.clone());
-        }
-        let made = Arc::new(make()?);
-        let mut map = self.0.lock();
-        if map.len() >= 64 {
-            map.clear();
-        }
-        map.insert(key.to_string(), made.clone());
-        Ok(made)
-    }
-}
 
 static PATHS: Memo<(serde_json_path::JsonPath, bool)> = Memo::new();
 static SCHEMAS: Memo<jsonschema::Validator> = Memo::new();
