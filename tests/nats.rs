@@ -411,6 +411,28 @@ async fn tls_with_a_client_certificate() {
 }
 
 #[tokio::test]
+async fn tls_url_with_skip_cert_verify() {
+    let pki = tls::Pki::new();
+    // TLS required, no client certificate asked for.
+    let settings = format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n}}",
+        pki.path("server.pem"),
+        pki.path("server.key"),
+    );
+    let Some(broker) = private_nats(pki.dir.path(), &settings, "tls_url_with_skip_cert_verify")
+    else {
+        return;
+    };
+    // TLS comes from the `tls://` URL alone; the server's CA is unknown to the system.
+    let subject = unique("tls-url");
+    let both = format!(
+        "{{nats: {{urls: ['tls://127.0.0.1:{}'], subject: '{subject}', tls: {{skip_cert_verify: true}}}}}}",
+        broker.port
+    );
+    tls::round_trip(&both, &both).await;
+}
+
+#[tokio::test]
 async fn user_and_password() {
     let dir = tempfile::tempdir().unwrap();
     let settings = "authorization {\n  user: \"sluice\"\n  password: \"s3cret pass\"\n}";

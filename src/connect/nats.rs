@@ -108,9 +108,10 @@ impl NatsConn {
         if tls.enabled {
             opts = opts.require_tls(true);
         }
-        if tls.enabled || tls.root_cas_file.is_some() || tls.client_pair().is_some() {
+        if *tls != TlsConfig::default() {
             // The same rustls set-up as the other connectors, so that `skip_cert_verify`
-            // works here too; used whenever the server asks for TLS.
+            // works here too (also for a `tls://` URL without `enabled`); used whenever
+            // the server asks for TLS.
             let config = tls
                 .rustls_client_config()
                 .map_err(ConnectorError::rejected)?;
