@@ -59,6 +59,25 @@ async fn nacked_batches_are_sent_again_by_the_input() {
 }
 
 #[tokio::test]
+async fn batches_sent_again_are_the_input_messages_not_the_processed_ones() {
+    // A processor changes every message: after a failed write the input sends what it
+    // read, so each message is processed once more from the start, never twice over.
+    let sink = Sink::start(vec![2, 3]).await;
+    let config = format!(
+        "http: {{enabled: false}}\ninput:\n  stdin: {{}}\npipeline:\n  processors:\n    - mapping: 'root = content().string() + \"!\"'\noutput:\n  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
+        sink.url()
+    );
+    let mut s = Sluice::start_with(&config, Stdio::piped()).await;
+    feed(&mut s, &lines(6)).await;
+    let (code, _, stderr) = s.finish().await;
+    assert_eq!(code, 0, "{stderr}");
+    let mut got = sink.bodies();
+    got.sort_by_key(|b| b.trim_end_matches('!').parse::<u32>().unwrap_or(0));
+    let expected: Vec<String> = (1..=6).map(|i| format!("{i}!")).collect();
+    assert_eq!(got, expected, "every message once, processed once");
+}
+
+#[tokio::test]
 async fn http_producer_gets_502_when_the_output_fails_and_200_once_delivered() {
     let sink = Sink::start(vec![1]).await;
     let config = format!(

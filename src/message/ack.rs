@@ -57,11 +57,18 @@ impl Outcome {
     }
 }
 
-type Callback = Box<dyn FnOnce(Outcome) + Send>;
+/// Called once with the merged outcome and the messages a failed writer handed back.
+type Callback = Box<dyn FnOnce(Outcome, Option<Batch>) + Send>;
 
 struct Shared {
-    state: Mutex<(Option<Outcome>, Option<Callback>)>,
+    state: Mutex<State>,
     reply: Option<ReplySlot>,
+}
+
+struct State {
+    outcome: Option<Outcome>,
+    callback: Option<Callback>,
+    returned: Option<Batch>,
 }
 
 /// Where a synchronous source (an HTTP request waiting for its answer) receives the
@@ -88,15 +95,29 @@ impl ReplySlot {
 }
 
 impl Shared {
-    fn merge(&self, outcome: Outcome) {
+    fn new(callback: Callback, reply: Option<ReplySlot>) -> Arc<Self> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                outcome: None,
+                callback: Some(callback),
+                returned: None,
+            }),
+            reply,
+        })
+    }
+
+    fn merge(&self, outcome: Outcome, returned: Option<Batch>) {
         let mut state = self.state.lock();
-        let worse = match &state.0 {
+        let worse = match &state.outcome {
             None => true,
             // A delivery anywhere outranks a filter elsewhere: the message did go out.
             Some(cur) => outcome.severity() > cur.severity(),
         };
         if worse {
-            state.0 = Some(outcome);
+            state.outcome = Some(outcome);
+        }
+        if state.returned.is_none() {
+            state.returned = returned;
         }
     }
 }
@@ -104,8 +125,9 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let state = self.state.get_mut();
-        if let Some(callback) = state.1.take() {
-            callback(state.0.take().unwrap_or(Outcome::Delivered));
+        if let Some(callback) = state.callback.take() {
+            let outcome = state.outcome.take().unwrap_or(Outcome::Delivered);
+            callback(outcome, state.returned.take());
         }
     }
 }
@@ -119,20 +141,26 @@ impl Ack {
     /// An ack whose last resolution calls `callback` once with the merged outcome.
     pub fn new(callback: impl FnOnce(Outcome) + Send + 'static) -> Self {
         Ack {
-            shared: Some(Arc::new(Shared {
-                state: Mutex::new((None, Some(Box::new(callback)))),
-                reply: None,
-            })),
+            shared: Some(Shared::new(Box::new(move |o, _| callback(o)), None)),
         }
     }
 
     /// An ack that also collects the delivered messages into `slot`.
     pub fn with_reply(callback: impl FnOnce(Outcome) + Send + 'static, slot: ReplySlot) -> Self {
         Ack {
-            shared: Some(Arc::new(Shared {
-                state: Mutex::new((None, Some(Box::new(callback)))),
-                reply: Some(slot),
-            })),
+            shared: Some(Shared::new(Box::new(move |o, _| callback(o)), Some(slot))),
+        }
+    }
+
+    /// An ack whose callback also receives the messages a writer handed back with a
+    /// failure ([`Ack::resolve_returning`]), so that a source that sends failed messages
+    /// again need not keep a copy. `reply` as in [`Ack::with_reply`].
+    pub fn returning(
+        callback: impl FnOnce(Outcome, Option<Batch>) + Send + 'static,
+        reply: Option<ReplySlot>,
+    ) -> Self {
+        Ack {
+            shared: Some(Shared::new(Box::new(callback), reply)),
         }
     }
 
@@ -163,7 +191,15 @@ impl Ack {
     /// Resolves this holder. The input hears the worst outcome once every holder resolved.
     pub fn resolve(mut self, outcome: Outcome) {
         if let Some(shared) = self.shared.take() {
-            shared.merge(outcome);
+            shared.merge(outcome, None);
+        }
+    }
+
+    /// Resolves this holder with a failure and hands back the messages it carried, as
+    /// they came (only a writer that received them unchanged from the input may).
+    pub fn resolve_returning(mut self, outcome: Outcome, messages: Batch) {
+        if let Some(shared) = self.shared.take() {
+            shared.merge(outcome, Some(messages));
         }
     }
 }
@@ -179,7 +215,10 @@ impl Clone for Ack {
 impl Drop for Ack {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            shared.merge(Outcome::errored("message dropped before it was delivered"));
+            shared.merge(
+                Outcome::errored("message dropped before it was delivered"),
+                None,
+            );
         }
     }
 }
@@ -235,6 +274,37 @@ mod tests {
         a2.resolve(Outcome::errored("boom"));
         a3.resolve(Outcome::Delivered);
         assert_eq!(rx.await.unwrap(), Outcome::errored("boom"));
+    }
+
+    #[test]
+    fn a_failed_writer_hands_the_messages_back() {
+        let got = Arc::new(Mutex::new(None));
+        let seen = got.clone();
+        let ack = Ack::returning(move |o, back| *seen.lock() = Some((o, back)), None);
+        let other = ack.clone();
+        ack.resolve_returning(
+            Outcome::errored("down"),
+            vec![super::super::Message::new("a")],
+        );
+        // A later holder's messages do not replace the first ones.
+        other.resolve_returning(
+            Outcome::errored("down"),
+            vec![super::super::Message::new("b")],
+        );
+        let (outcome, back) = got.lock().take().expect("callback ran");
+        assert_eq!(outcome, Outcome::errored("down"));
+        assert_eq!(&back.expect("messages back")[0].payload()[..], b"a");
+    }
+
+    #[test]
+    fn plain_resolutions_hand_nothing_back() {
+        let got = Arc::new(Mutex::new(None));
+        let seen = got.clone();
+        let ack = Ack::returning(move |o, back| *seen.lock() = Some((o, back)), None);
+        ack.resolve(Outcome::errored("down"));
+        let (outcome, back) = got.lock().take().expect("callback ran");
+        assert_eq!(outcome, Outcome::errored("down"));
+        assert!(back.is_none());
     }
 
     #[tokio::test]

@@ -69,6 +69,9 @@ pub struct InputNode {
     pub input: Box<dyn Input>,
     pub metrics: NodeMetrics,
     pub inflight: Arc<InFlight>,
+    /// The stream is a straight line to one writer (no processors, no router): a failed
+    /// write hands the messages back unchanged, so no copy is kept for sending again.
+    pub originals_return: bool,
 }
 
 impl InputNode {
@@ -195,38 +198,40 @@ impl InputNode {
             ack(outcome);
             inflight.dec();
         };
-        let callback: Box<dyn FnOnce(Outcome) + Send> = if handles_nacks {
-            Box::new(move |outcome| settle(source_ack, outcome))
+        let callback: Box<dyn FnOnce(Outcome, Option<Batch>) + Send> = if handles_nacks {
+            Box::new(move |outcome, _| settle(source_ack, outcome))
         } else {
-            let copy = batch.clone();
+            let copy = (!self.originals_return).then(|| batch.clone());
+            let n = batch.len();
             let retry_tx = retry_tx.clone();
             let retry_reply = reply.clone();
-            Box::new(move |outcome| match outcome {
-                Outcome::Errored(ref reason) => {
-                    debug!(%reason, attempt, "Delivery failed; the batch will be sent again.");
-                    let retry = Retry {
-                        batch: copy,
-                        ack: source_ack,
-                        reply: retry_reply,
-                        attempt: attempt + 1,
-                    };
-                    if let Err(mpsc::error::SendError(retry)) = retry_tx.send(retry) {
-                        // The input node is gone (the stream was aborted): report the loss.
-                        settle(retry.ack, outcome);
+            Box::new(move |outcome, returned| match outcome {
+                Outcome::Errored(ref reason) => match copy.or(returned) {
+                    Some(batch) => {
+                        debug!(%reason, attempt, "Delivery failed; the batch will be sent again.");
+                        let retry = Retry {
+                            batch,
+                            ack: source_ack,
+                            reply: retry_reply,
+                            attempt: attempt + 1,
+                        };
+                        if let Err(mpsc::error::SendError(retry)) = retry_tx.send(retry) {
+                            // The input node is gone (the stream was aborted): report the loss.
+                            settle(retry.ack, outcome);
+                        }
                     }
-                }
+                    // Dropped before any write (the stream was aborted): nothing to send.
+                    None => settle(source_ack, outcome),
+                },
                 Outcome::Rejected(ref reason) => {
-                    error!(%reason, messages = copy.len(), "Messages rejected by the output and not retried.");
-                    metrics.discarded("rejected", copy.len() as u64);
+                    error!(%reason, messages = n, "Messages rejected by the output and not retried.");
+                    metrics.discarded("rejected", n as u64);
                     settle(source_ack, outcome);
                 }
                 _ => settle(source_ack, outcome),
             })
         };
-        let ack = match reply {
-            Some(slot) => Ack::with_reply(callback, slot),
-            None => Ack::new(callback),
-        };
+        let ack = Ack::returning(callback, reply);
         Transaction::new(batch, ack)
     }
 }

@@ -106,13 +106,17 @@ impl Stream {
             let path = format!("pipeline.processors[{i}]");
             processors.push(build_processor(p, &path, cx)?);
         }
-        let output = build_output(&config.output, "output", cx, env);
+        let output = build_output(&config.output, "output", cx, env)?;
+        let straight = processors.is_empty() && matches!(output, OutputTree::Writer(_));
+        for input in &mut inputs {
+            input.originals_return = straight;
+        }
         Ok(Stream {
             name: name.into(),
             inputs,
             processors,
             threads: config.pipeline.threads.max(1),
-            output: output?,
+            output,
             capacity: config.channel_capacity.max(1),
             readiness: env.readiness.clone(),
             cancel,
@@ -194,6 +198,8 @@ fn build_inputs(
                 id,
                 input,
                 inflight: Arc::new(InFlight::default()),
+                // Set once the whole graph is known.
+                originals_return: false,
             });
         }
         InputBuild::Merge(children) => {

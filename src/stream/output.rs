@@ -143,8 +143,17 @@ async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics) -> bool
             metrics.error(Stage::Write);
             warn!(error = %e, messages = n, "Write failed.");
             let outcome = e.outcome();
-            for (ack, _) in flush.acks {
-                ack.resolve(outcome.clone());
+            // Each transaction's messages go back with its ack, unchanged: an input that
+            // sends failures again needs no copy of its own (ranges are in order, so
+            // taking them from the end leaves each one whole).
+            let mut batch = flush.batch;
+            for (ack, range) in flush.acks.into_iter().rev() {
+                let messages = if range.start == 0 {
+                    std::mem::take(&mut batch)
+                } else {
+                    batch.split_off(range.start)
+                };
+                ack.resolve_returning(outcome.clone(), messages);
             }
             e.kind == ErrorKind::NotConnected
         }
