@@ -57,7 +57,16 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
     let running = stream.start();
     let deadline = start + Duration::from_secs(300);
     let mut first = None;
+    let mut rendered = start;
     loop {
+        tokio::time::sleep(POLL).await;
+        // Rendering the metrics costs CPU the stream under test needs: look at the count
+        // when nothing is in flight (the end of a run shows as that) or now and then.
+        let since = rendered.elapsed();
+        if !(running.in_flight() == 0 && since >= 2 * POLL || since >= RENDER) {
+            continue;
+        }
+        rendered = Instant::now();
         let got = sent(&handle, &name);
         if got > 0 && first.is_none() {
             first = Some(start.elapsed());
@@ -69,11 +78,10 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
             Instant::now() < deadline,
             "sluice did not finish: {got} of {n}"
         );
-        tokio::time::sleep(POLL).await;
     }
     let elapsed = start.elapsed();
     if std::env::var("BENCH_DEBUG").is_ok() {
-        eprintln!("first message after {first:?}");
+        eprintln!("first message seen after {first:?}");
         print_batch_sizes(&handle, &name);
     }
     running.stop(Duration::from_secs(10)).await;
@@ -119,9 +127,15 @@ fn print_batch_sizes(handle: &PrometheusHandle, stream: &str) {
     }
 }
 
-/// How often a run looks at its counter: rendering the metrics costs CPU that
-/// the stream under test needs, so not too often; it adds at most this much to a run.
-const POLL: Duration = Duration::from_millis(10);
+/// How often a run looks whether it is done, which costs next to nothing; it adds at
+/// most this much to a run.
+const POLL: Duration = Duration::from_millis(1);
+
+/// How often a run renders the metrics while messages are in flight.
+const RENDER: Duration = Duration::from_millis(50);
+
+/// How often a consume run reads the count: its feeder waits on it.
+const PROGRESS: Duration = Duration::from_millis(10);
 
 /// How many messages a consumer under test has passed on, as last seen; a feeder that
 /// must not run too far ahead of it reads this.
@@ -168,7 +182,7 @@ async fn wait_consumed(
     let start = Instant::now();
     let (mut got, mut last_progress) = (0, start);
     while got < n {
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(PROGRESS).await;
         let now = sent(handle, name);
         progress.store(now, Ordering::Release);
         if now > got {
@@ -253,13 +267,25 @@ mod kafka {
         })
     }
 
-    async fn topic(addr: &str) -> String {
-        let name = unique("bench");
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+    fn admin(addr: &str) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new()
             .set("bootstrap.servers", addr)
             .create()
+            .unwrap()
+    }
+
+    /// Deletes a topic once its runs are over: the broker keeps records in memory, and a
+    /// bench writes gigabytes.
+    async fn delete(addr: &str, name: &str) {
+        admin(addr)
+            .delete_topics(&[name], &AdminOptions::new())
+            .await
             .unwrap();
-        admin
+    }
+
+    async fn topic(addr: &str) -> String {
+        let name = unique("bench");
+        admin(addr)
             .create_topics(
                 &[NewTopic::new(&name, 1, TopicReplication::Fixed(1))],
                 &AdminOptions::new(),
@@ -404,7 +430,12 @@ mod kafka {
                 let first = if filled { topic(&addr).await } else { t1.clone() };
                 filled = true;
                 let futures = bare_produce(&addr, &first, produced).await;
-                let callbacks = bare_produce_callbacks(&addr, &topic(&addr).await, produced).await;
+                if first != t1 {
+                    delete(&addr, &first).await;
+                }
+                let t = topic(&addr).await;
+                let callbacks = bare_produce_callbacks(&addr, &t, produced).await;
+                delete(&addr, &t).await;
                 println!(
                     "kafka produce    bare with a future per record {:.0} msg/s, with callbacks {:.0} msg/s",
                     produced as f64 / futures.as_secs_f64(),
@@ -413,12 +444,14 @@ mod kafka {
                 futures.min(callbacks)
             },
             async || {
+                let t = topic(&addr).await;
                 let yaml = format!(
-                    "input:\n{}output:\n  kafka:\n    addresses: ['{addr}']\n    topic: {}\n    max_in_flight: 64\n",
-                    generate(produced),
-                    topic(&addr).await
+                    "input:\n{}output:\n  kafka:\n    addresses: ['{addr}']\n    topic: {t}\n    max_in_flight: 64\n",
+                    generate(produced)
                 );
-                run_sluice(&yaml, produced as u64).await
+                let elapsed = run_sluice(&yaml, produced as u64).await;
+                delete(&addr, &t).await;
+                elapsed
             },
         )
         .await;
@@ -435,6 +468,7 @@ mod kafka {
             },
         )
         .await;
+        delete(&addr, &t1).await;
         out.push(produce);
         out.push(consume);
     }

@@ -8,6 +8,7 @@
 //! down; the write waits once for the batch, not once per record (no channel and future
 //! per record).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
@@ -191,7 +192,12 @@ impl KafkaOutputConfig {
                 self.timeout.0.as_millis().max(1).to_string(),
             )
             // Batches are formed by the stream; do not wait for more on top of that.
-            .set("linger.ms", "1");
+            .set("linger.ms", "1")
+            // Connect to every broker of the cluster up front. With sparse connections
+            // librdkafka spaces out connections to brokers nothing needs yet (50 ms at the
+            // default reconnect backoff), and the start-up check below waited that long
+            // for a broker to ask; a producer talks to most brokers anyway.
+            .set("enable.sparse.connections", "false");
         // Creating a producer only allocates; it connects in the background.
         ThreadedProducer::from_config_and_context(&c, Deliveries)
             .map_err(|e| format!("cannot create Kafka producer: {e}"))
@@ -254,6 +260,9 @@ impl ProducerContext for Deliveries {
     }
 }
 
+/// Where one record goes: its topic and key.
+type Target<'a> = (Cow<'a, str>, Option<Cow<'a, str>>);
+
 struct KafkaOutput {
     producer: ThreadedProducer<Deliveries>,
     topic: Interp,
@@ -303,23 +312,36 @@ impl KafkaOutput {
         r
     }
 
-    /// Hands one record to librdkafka, waiting while its local queue is full.
-    async fn enqueue(&self, mut record: BaseRecord<'_, str, [u8], Arc<BatchDelivery>>) {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    // The polling thread drains the queue as reports come back.
-                    tokio::time::sleep(StdDuration::from_millis(2)).await;
-                }
-                Err((e, back)) => {
-                    // Not queued, so no report will come: settle it here.
-                    back.delivery_opaque.settle(Some(classify(&e)));
-                    return;
-                }
+    /// Hands one record to librdkafka; gives it back when librdkafka's local queue is
+    /// full. Not async: the usual case costs no future per record.
+    fn try_enqueue<'a>(
+        &self,
+        record: BaseRecord<'a, str, [u8], Arc<BatchDelivery>>,
+    ) -> Option<BaseRecord<'a, str, [u8], Arc<BatchDelivery>>> {
+        match self.producer.send(record) {
+            Ok(()) => None,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => Some(back),
+            Err((e, back)) => {
+                // Not queued, so no report will come: settle it here.
+                back.delivery_opaque.settle(Some(classify(&e)));
+                None
             }
         }
+    }
+
+    /// Topic and key of every message, built before anything is sent: a message they
+    /// cannot be built for fails the batch.
+    fn targets<'a>(&'a self, batch: &Batch) -> Result<Vec<Target<'a>>, ConnectorError> {
+        (0..batch.len())
+            .map(|i| {
+                let topic = self.topic.field(batch, i, "topic")?;
+                let key = match &self.key {
+                    Some(k) => Some(k.field(batch, i, "key")?),
+                    None => None,
+                };
+                Ok((topic, key))
+            })
+            .collect()
     }
 }
 
@@ -344,21 +366,24 @@ impl Output for KafkaOutput {
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        // Topics and keys first: a message they cannot be built for fails the batch
-        // before anything is sent.
-        let mut targets = Vec::with_capacity(batch.len());
-        for i in 0..batch.len() {
-            let topic = self.topic.field(batch, i, "topic")?;
-            let key = match &self.key {
-                Some(k) => Some(k.field(batch, i, "key")?),
-                None => None,
-            };
-            targets.push((topic, key));
-        }
+        // A fixed topic without key (the common case) needs nothing built per message.
+        let fixed = self.topic.static_value().filter(|_| self.key.is_none());
+        let targets = match fixed {
+            Some(_) => Vec::new(),
+            None => self.targets(batch)?,
+        };
         let delivery = BatchDelivery::new(batch.len());
-        for (m, (topic, key)) in batch.iter().zip(&targets) {
-            self.enqueue(self.record(m, topic, key.as_deref(), &delivery))
-                .await;
+        for (i, m) in batch.iter().enumerate() {
+            let (topic, key) = match fixed {
+                Some(topic) => (topic, None),
+                None => (&*targets[i].0, targets[i].1.as_deref()),
+            };
+            let mut pending = self.try_enqueue(self.record(m, topic, key, &delivery));
+            while let Some(record) = pending {
+                // The polling thread drains the queue as reports come back.
+                tokio::time::sleep(StdDuration::from_millis(2)).await;
+                pending = self.try_enqueue(record);
+            }
         }
         delivery.wait().await
     }
