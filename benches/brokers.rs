@@ -232,6 +232,13 @@ fn rounds() -> usize {
         .max(1)
 }
 
+/// Times a stream of `n` generated messages into `output` (its YAML, indented as under
+/// `output:`), as [`run_sluice`] does.
+async fn sluice_produce(output: &str, n: usize) -> Duration {
+    let yaml = format!("input:\n{}output:\n{output}", generate(n));
+    run_sluice(&yaml, n as u64).await
+}
+
 fn generate(n: usize) -> String {
     format!(
         "  generate:\n    payload: {}\n    count: {}\n    batch_size: 100\n    interval: 0s\n",
@@ -445,11 +452,10 @@ mod kafka {
             },
             async || {
                 let t = topic(&addr).await;
-                let yaml = format!(
-                    "input:\n{}output:\n  kafka:\n    addresses: ['{addr}']\n    topic: {t}\n    max_in_flight: 64\n",
-                    generate(produced)
+                let output = format!(
+                    "  kafka:\n    addresses: ['{addr}']\n    topic: {t}\n    max_in_flight: 64\n"
                 );
-                let elapsed = run_sluice(&yaml, produced as u64).await;
+                let elapsed = sluice_produce(&output, produced).await;
                 delete(&addr, &t).await;
                 elapsed
             },
@@ -551,12 +557,11 @@ mod nats {
             n,
             async || bare_produce(&unique("bench"), n).await,
             async || {
-                let yaml = format!(
-                    "input:\n{}output:\n  nats:\n    urls: [{URL}]\n    subject: {}\n",
-                    generate(n),
+                let output = format!(
+                    "  nats:\n    urls: [{URL}]\n    subject: {}\n",
                     unique("bench")
                 );
-                run_sluice(&yaml, n as u64).await
+                sluice_produce(&output, n).await
             },
         )
         .await;
@@ -656,12 +661,11 @@ mod mqtt {
             n,
             async || bare_produce(&unique("bench"), n).await,
             async || {
-                let yaml = format!(
-                    "input:\n{}output:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topic: {}\n    qos: 1\n",
-                    generate(n),
+                let output = format!(
+                    "  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topic: {}\n    qos: 1\n",
                     unique("bench")
                 );
-                run_sluice(&yaml, n as u64).await
+                sluice_produce(&output, n).await
             },
         )
         .await;

@@ -1,6 +1,6 @@
 //! Engine throughput: messages per second through generate -> three pass-through
-//! processors -> drop, in batches of 1 and of 64, the cost of one channel hop, and of
-//! the copy of a batch kept for sending it again.
+//! processors -> drop, in batches of 1 and of 64, the cost of one channel hop, of the
+//! copy of a batch kept for sending it again, and of a `mutation` on such a batch.
 //!
 //! Run with `cargo bench --bench engine`. Throughput is reported as elements/second;
 //! divide 1/throughput for the per-message cost.
@@ -107,18 +107,23 @@ fn channel_hop(c: &mut Criterion) {
     group.finish();
 }
 
-/// The copy an input that cannot take a nack keeps of every batch, to send it again if
-/// delivery fails: 64 messages read from a broker, each with the metadata a connector
+/// 64 messages as read from a broker, each with `payload` and the metadata a connector
 /// sets (subject, partition, offset).
-fn batch_copy(c: &mut Criterion) {
-    let batch: Vec<Message> = (0..64)
+fn broker_batch(payload: &[u8]) -> Vec<Message> {
+    (0..64)
         .map(|i| {
-            Message::new(bytes::Bytes::from(vec![b'x'; 100]))
+            Message::new(bytes::Bytes::copy_from_slice(payload))
                 .with_meta("nats_subject", "orders.created")
                 .with_meta("kafka_partition", "3")
                 .with_meta("kafka_offset", i.to_string())
         })
-        .collect();
+        .collect()
+}
+
+/// The copy an input that cannot take a nack keeps of every batch, to send it again if
+/// delivery fails.
+fn batch_copy(c: &mut Criterion) {
+    let batch = broker_batch(&[b'x'; 100]);
     let mut group = c.benchmark_group("batch_copy");
     group.throughput(Throughput::Elements(batch.len() as u64));
     group.bench_function("64_messages_3_metadata", |b| {
@@ -140,5 +145,28 @@ fn batch_copy(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, pipeline, channel_hop, batch_copy);
+/// A `mutation` that leaves the metadata alone, on 64 broker-like messages whose metadata
+/// a kept copy of the batch shares (what a stream with processors holds).
+fn mutation(c: &mut Criterion) {
+    let env = sluice::mapping::Env::default();
+    let mapping = sluice::mapping::Mapping::compile("root.seen = true", &env).expect("compiles");
+    let read = broker_batch(br#"{"id":1}"#);
+    let mut group = c.benchmark_group("mutation");
+    group.throughput(Throughput::Elements(read.len() as u64));
+    group.bench_function("64_messages_shared_metadata", |b| {
+        b.iter_batched(
+            || read.clone(),
+            |mut batch| {
+                for i in 0..batch.len() {
+                    mapping.mutate_in(&mut batch, i).expect("maps");
+                }
+                batch
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, pipeline, channel_hop, batch_copy, mutation);
 criterion_main!(benches);

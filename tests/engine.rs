@@ -39,21 +39,30 @@ async fn retry_output_delivers_each_message_once_and_in_order_through_failures()
     assert_eq!(sink.requests.load(std::sync::atomic::Ordering::SeqCst), 22);
 }
 
+/// Feeds `n` numbered lines to a sluice reading stdin, with `processors` (a YAML list,
+/// `[]` for none) and an `http_client` output without retries, one write at a time, to a
+/// sink that fails the requests numbered in `fail`. Returns what the sink took, ordered
+/// by the line number each body starts with.
+async fn through_failing_sink(fail: Vec<usize>, processors: &str, n: usize) -> Vec<String> {
+    let sink = Sink::start(fail).await;
+    let config = format!(
+        "http: {{enabled: false}}\ninput:\n  stdin: {{}}\npipeline:\n  processors: {processors}\noutput:\n  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
+        sink.url()
+    );
+    let mut s = Sluice::start_with(&config, Stdio::piped()).await;
+    feed(&mut s, &lines(n)).await;
+    let (code, _, stderr) = s.finish().await;
+    assert_eq!(code, 0, "{stderr}");
+    let mut got = sink.bodies();
+    got.sort_by_key(|b| b.trim_end_matches('!').parse::<u32>().unwrap_or(0));
+    got
+}
+
 #[tokio::test]
 async fn nacked_batches_are_sent_again_by_the_input() {
     // No retry wrapper and no client retries: the failed message goes back to the input,
     // which sends it again; nothing is lost.
-    let sink = Sink::start(vec![3, 4]).await;
-    let config = format!(
-        "http: {{enabled: false}}\ninput:\n  stdin: {{}}\noutput:\n  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
-        sink.url()
-    );
-    let mut s = Sluice::start_with(&config, Stdio::piped()).await;
-    feed(&mut s, &lines(10)).await;
-    let (code, _, stderr) = s.finish().await;
-    assert_eq!(code, 0, "{stderr}");
-    let mut got = sink.bodies();
-    got.sort_by_key(|b| b.parse::<u32>().unwrap_or(0));
+    let got = through_failing_sink(vec![3, 4], "[]", 10).await;
     let expected: Vec<String> = (1..=10).map(|i| i.to_string()).collect();
     assert_eq!(got, expected, "every message exactly once");
 }
@@ -62,17 +71,8 @@ async fn nacked_batches_are_sent_again_by_the_input() {
 async fn batches_sent_again_are_the_input_messages_not_the_processed_ones() {
     // A processor changes every message: after a failed write the input sends what it
     // read, so each message is processed once more from the start, never twice over.
-    let sink = Sink::start(vec![2, 3]).await;
-    let config = format!(
-        "http: {{enabled: false}}\ninput:\n  stdin: {{}}\npipeline:\n  processors:\n    - mapping: 'root = content().string() + \"!\"'\noutput:\n  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
-        sink.url()
-    );
-    let mut s = Sluice::start_with(&config, Stdio::piped()).await;
-    feed(&mut s, &lines(6)).await;
-    let (code, _, stderr) = s.finish().await;
-    assert_eq!(code, 0, "{stderr}");
-    let mut got = sink.bodies();
-    got.sort_by_key(|b| b.trim_end_matches('!').parse::<u32>().unwrap_or(0));
+    let processors = "[{mapping: 'root = content().string() + \"!\"'}]";
+    let got = through_failing_sink(vec![2, 3], processors, 6).await;
     let expected: Vec<String> = (1..=6).map(|i| format!("{i}!")).collect();
     assert_eq!(got, expected, "every message once, processed once");
 }

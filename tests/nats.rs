@@ -371,17 +371,25 @@ fn nats_pair(port: u16, subject: &str, extra: &str) -> (String, String) {
     (both.clone(), both)
 }
 
+/// nats-server's `tls` block: TLS only, with the test CA's server certificate; with
+/// `verify_clients`, a client certificate signed by that CA is required too.
+fn tls_settings(pki: &tls::Pki, verify_clients: bool) -> String {
+    let mut block = format!(
+        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n",
+        pki.path("server.pem"),
+        pki.path("server.key"),
+    );
+    if verify_clients {
+        block += &format!("  ca_file: \"{}\"\n  verify: true\n", pki.path("ca.pem"));
+    }
+    block + "}"
+}
+
 #[tokio::test]
 async fn tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
-    // `verify: true`: the server requires and checks a client certificate; it has no
-    // plain listener.
-    let settings = format!(
-        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n  ca_file: \"{}\"\n  verify: true\n}}",
-        pki.path("server.pem"),
-        pki.path("server.key"),
-        pki.path("ca.pem"),
-    );
+    // The server requires and checks a client certificate; it has no plain listener.
+    let settings = tls_settings(&pki, true);
     let Some(broker) = private_nats(pki.dir.path(), &settings, "tls_with_a_client_certificate")
     else {
         return;
@@ -414,11 +422,7 @@ async fn tls_with_a_client_certificate() {
 async fn tls_url_with_skip_cert_verify() {
     let pki = tls::Pki::new();
     // TLS required, no client certificate asked for.
-    let settings = format!(
-        "tls {{\n  cert_file: \"{}\"\n  key_file: \"{}\"\n}}",
-        pki.path("server.pem"),
-        pki.path("server.key"),
-    );
+    let settings = tls_settings(&pki, false);
     let Some(broker) = private_nats(pki.dir.path(), &settings, "tls_url_with_skip_cert_verify")
     else {
         return;

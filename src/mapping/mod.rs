@@ -275,7 +275,8 @@ impl Mapping {
         let prog = &*self.prog;
         let payload = prog.reads_content.then(|| msg.payload().clone());
         let error = msg.error().map(str::to_owned);
-        let mut fr = self.frame(Cow::Owned(msg.take_metadata()), true);
+        let meta = msg.shared_metadata().cloned();
+        let mut fr = self.frame(borrowed(&meta), true);
         let mut took = false;
         if prog.touches_root {
             match msg.take_structured() {
@@ -284,7 +285,6 @@ impl Mapping {
                     took = true;
                 }
                 Err(e) if prog.reads_this => {
-                    msg.set_metadata(fr.meta.into_owned());
                     return Err(MappingError::Query(format!(
                         "unable to reference `this`: {e}"
                     )));
@@ -321,7 +321,8 @@ impl Mapping {
     /// writes go to `target`.
     pub fn apply_onto(&self, target: &mut Message, source: &Message) -> Result<bool, MappingError> {
         let prog = &*self.prog;
-        let mut fr = self.frame(Cow::Owned(target.take_metadata()), false);
+        let meta = target.shared_metadata().cloned();
+        let mut fr = self.frame(borrowed(&meta), false);
         let mut took = false;
         if prog.touches_root {
             if let Ok(v) = target.take_structured() {
@@ -367,11 +368,22 @@ impl Mapping {
     }
 }
 
+/// A message's metadata for a frame that edits the message in place, borrowed from a
+/// handle of its own (the message is changed meanwhile): a mapping that leaves the
+/// metadata alone neither copies a map other copies of the message share (the one kept
+/// for sending it again) nor allocates a new one; the first write copies it.
+fn borrowed(meta: &Option<Arc<crate::message::Metadata>>) -> Cow<'_, crate::message::Metadata> {
+    Cow::Borrowed(meta.as_deref().unwrap_or(&crate::message::NO_METADATA))
+}
+
 /// Puts what a frame built back into `target` (document and metadata); false when the
 /// mapping deleted the message. `took`: the document was moved into the frame, so a root
 /// left unset means null.
 fn write_back(fr: Frame<'_>, target: &mut Message, took: bool) -> bool {
-    target.set_metadata(fr.meta.into_owned());
+    // Borrowed: the mapping left the metadata alone, and the target still holds it.
+    if let Cow::Owned(meta) = fr.meta {
+        target.set_metadata(meta);
+    }
     match fr.root {
         Slot::Deleted => false,
         Slot::Val(v) => {

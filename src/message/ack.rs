@@ -145,16 +145,10 @@ impl Ack {
         }
     }
 
-    /// An ack that also collects the delivered messages into `slot`.
-    pub fn with_reply(callback: impl FnOnce(Outcome) + Send + 'static, slot: ReplySlot) -> Self {
-        Ack {
-            shared: Some(Shared::new(Box::new(move |o, _| callback(o)), Some(slot))),
-        }
-    }
-
     /// An ack whose callback also receives the messages a writer handed back with a
     /// failure ([`Ack::resolve_returning`]), so that a source that sends failed messages
-    /// again need not keep a copy. `reply` as in [`Ack::with_reply`].
+    /// again need not keep a copy. With `reply`, it also collects the delivered messages
+    /// into that slot.
     pub fn returning(
         callback: impl FnOnce(Outcome, Option<Batch>) + Send + 'static,
         reply: Option<ReplySlot>,
@@ -252,11 +246,11 @@ mod tests {
     async fn reply_slot_keeps_the_first_offer() {
         let slot = ReplySlot::new();
         let (tx, rx) = oneshot::channel();
-        let ack = Ack::with_reply(
-            move |o| {
+        let ack = Ack::returning(
+            move |o, _| {
                 let _ = tx.send(o);
             },
-            slot.clone(),
+            Some(slot.clone()),
         );
         ack.offer_reply(&[super::super::Message::new("first")]);
         ack.offer_reply(&[super::super::Message::new("second")]);

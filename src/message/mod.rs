@@ -23,7 +23,7 @@ use crate::value::Value;
 pub type Metadata = BTreeMap<String, Value>;
 
 /// What `metadata()` lends for a message that has none.
-static NO_METADATA: Metadata = BTreeMap::new();
+pub(crate) static NO_METADATA: Metadata = BTreeMap::new();
 
 /// Why a payload has no structured form.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -113,14 +113,6 @@ impl Message {
     /// The metadata for editing; copied first if another copy of the message shares it.
     pub fn metadata_mut(&mut self) -> &mut Metadata {
         Arc::make_mut(self.metadata.get_or_insert_with(Default::default))
-    }
-
-    /// Takes the metadata out, leaving none.
-    pub fn take_metadata(&mut self) -> Metadata {
-        match self.metadata.take() {
-            Some(shared) => Arc::unwrap_or_clone(shared),
-            None => Metadata::new(),
-        }
     }
 
     /// Replaces all metadata.
@@ -231,7 +223,7 @@ mod tests {
         a.set_meta("k", "changed");
         assert_eq!(b.meta_str("k").as_deref(), Some("v"));
         assert_eq!(a.meta_str("k").as_deref(), Some("changed"));
-        assert_eq!(a.take_metadata().len(), 1);
+        a.set_metadata(Metadata::new());
         assert!(a.metadata().is_empty());
         a.set_metadata(b.metadata().clone());
         assert_eq!(a.meta_str("k").as_deref(), Some("v"));

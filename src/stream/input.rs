@@ -69,9 +69,18 @@ pub struct InputNode {
     pub input: Box<dyn Input>,
     pub metrics: NodeMetrics,
     pub inflight: Arc<InFlight>,
-    /// The stream is a straight line to one writer (no processors, no router): a failed
-    /// write hands the messages back unchanged, so no copy is kept for sending again.
-    pub originals_return: bool,
+}
+
+/// Who sends a failed batch again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// The source: it takes nacks (answers 502, redelivers).
+    Source,
+    /// The runtime, from a copy kept until the batch is settled.
+    Copy,
+    /// The runtime, from the messages the failed write hands back: the stream is a
+    /// straight line to one writer (no processors, no router), so they come back as read.
+    Returned,
 }
 
 impl InputNode {
@@ -80,9 +89,14 @@ impl InputNode {
         tx: mpsc::Sender<Transaction>,
         cancel: CancellationToken,
         readiness: Arc<Readiness>,
+        straight: bool,
     ) {
         let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<Retry>();
-        let handles_nacks = self.input.handles_nacks();
+        let resend = match (self.input.handles_nacks(), straight) {
+            (true, _) => Resend::Source,
+            (false, false) => Resend::Copy,
+            (false, true) => Resend::Returned,
+        };
         let mut reading = self.connect(&cancel, &readiness).await;
         let mut read_backoff = Backoff::default();
         loop {
@@ -100,7 +114,7 @@ impl InputNode {
                     self.metrics.retries.increment(1);
                     tokio::time::sleep(retry_delay(retry.attempt)).await;
                     debug!(attempt = retry.attempt, "Sending a failed batch again.");
-                    let t = self.transaction(retry.batch, retry.ack, retry.reply, retry.attempt, handles_nacks, &retry_tx);
+                    let t = self.transaction(retry.batch, retry.ack, retry.reply, retry.attempt, resend, &retry_tx);
                     let _ = tx.send(t).await;
                 }
                 _ = cancel.cancelled(), if reading => {
@@ -119,7 +133,7 @@ impl InputNode {
                         self.metrics.received_bytes.increment(batch_bytes(&batch) as u64);
                         self.metrics.batch_size.record(batch.len() as f64);
                         self.inflight.inc();
-                        let t = self.transaction(batch, ack, reply, 0, handles_nacks, &retry_tx);
+                        let t = self.transaction(batch, ack, reply, 0, resend, &retry_tx);
                         self.metrics.sent_messages.increment(t.batch.len() as u64);
                         if tx.send(t).await.is_err() {
                             // The rest of the graph is gone (aborted): the dropped ack nacks.
@@ -189,7 +203,7 @@ impl InputNode {
         source_ack: SourceAck,
         reply: Option<ReplySlot>,
         attempt: u32,
-        handles_nacks: bool,
+        resend: Resend,
         retry_tx: &mpsc::UnboundedSender<Retry>,
     ) -> Transaction {
         let inflight = self.inflight.clone();
@@ -198,10 +212,10 @@ impl InputNode {
             ack(outcome);
             inflight.dec();
         };
-        let callback: Box<dyn FnOnce(Outcome, Option<Batch>) + Send> = if handles_nacks {
+        let callback: Box<dyn FnOnce(Outcome, Option<Batch>) + Send> = if resend == Resend::Source {
             Box::new(move |outcome, _| settle(source_ack, outcome))
         } else {
-            let copy = (!self.originals_return).then(|| batch.clone());
+            let copy = (resend == Resend::Copy).then(|| batch.clone());
             let n = batch.len();
             let retry_tx = retry_tx.clone();
             let retry_reply = reply.clone();

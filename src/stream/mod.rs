@@ -107,10 +107,6 @@ impl Stream {
             processors.push(build_processor(p, &path, cx)?);
         }
         let output = build_output(&config.output, "output", cx, env)?;
-        let straight = processors.is_empty() && matches!(output, OutputTree::Writer(_));
-        for input in &mut inputs {
-            input.originals_return = straight;
-        }
         Ok(Stream {
             name: name.into(),
             inputs,
@@ -127,6 +123,9 @@ impl Stream {
     pub fn start(self) -> RunningStream {
         let mut tasks = JoinSet::new();
         let span = info_span!("stream", stream = %self.name);
+        // Messages reach the one writer as the input read them: a failed write can hand
+        // them back (see the input node).
+        let straight = self.processors.is_empty() && matches!(self.output, OutputTree::Writer(_));
         let (out_tx, out_rx) = mpsc::channel::<Transaction>(self.capacity);
         spawn_output(
             self.output,
@@ -151,8 +150,13 @@ impl Stream {
         for node in self.inputs {
             let node_span = info_span!(parent: &span, "node", component = %node.id, kind = "input");
             tasks.spawn(
-                node.run(proc_tx.clone(), self.cancel.clone(), self.readiness.clone())
-                    .instrument(node_span),
+                node.run(
+                    proc_tx.clone(),
+                    self.cancel.clone(),
+                    self.readiness.clone(),
+                    straight,
+                )
+                .instrument(node_span),
             );
         }
         drop(proc_tx);
@@ -198,8 +202,6 @@ fn build_inputs(
                 id,
                 input,
                 inflight: Arc::new(InFlight::default()),
-                // Set once the whole graph is known.
-                originals_return: false,
             });
         }
         InputBuild::Merge(children) => {
