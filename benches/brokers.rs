@@ -211,8 +211,16 @@ async fn paired(
 ) -> (String, f64) {
     let rate = |d: Duration| n as f64 / d.as_secs_f64();
     let mut ratios = Vec::new();
-    for _ in 0..rounds() {
-        let (b, s) = (rate(bare().await), rate(sluice().await));
+    for round in 0..rounds() {
+        // Every other pair runs sluice first: a broker that slows down as a run goes on
+        // (tansu's memory grows) would otherwise always count against the second side.
+        let (b, s) = if round % 2 == 0 {
+            let b = rate(bare().await);
+            (b, rate(sluice().await))
+        } else {
+            let s = rate(sluice().await);
+            (rate(bare().await), s)
+        };
         println!(
             "{name:<16} n={n:<7} bare {b:>10.0} msg/s   sluice {s:>10.0} msg/s   ratio {:>5.1}%",
             s / b * 100.0
