@@ -4,16 +4,16 @@
 //! `ack_replicas: true`, once all in-sync replicas have it). Records are handed to
 //! librdkafka together and confirmed together, so a batch costs one round-trip.
 //!
-//! Every record of a write shares one counter that librdkafka's delivery reports count
-//! down; the write waits once for the batch, not once per record (no channel and future
-//! per record).
+//! Every record of a write shares one counter (the write's slot) that librdkafka's
+//! delivery reports count down; the write waits once for the batch, not once per record
+//! (no channel, future or reference count per record).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use rdkafka::client::ClientContext;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::error::KafkaError;
@@ -22,6 +22,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafkaErrorCode;
 use schemars::JsonSchema;
 use serde::Deserialize;
+use tokio::sync::Notify;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
@@ -199,64 +200,137 @@ impl KafkaOutputConfig {
             // for a broker to ask; a producer talks to most brokers anyway.
             .set("enable.sparse.connections", "false");
         // Creating a producer only allocates; it connects in the background.
-        ThreadedProducer::from_config_and_context(&c, Deliveries)
+        ThreadedProducer::from_config_and_context(&c, Deliveries::new(self.max_in_flight))
             .map_err(|e| format!("cannot create Kafka producer: {e}"))
     }
 }
 
-/// The outcome of one write: records still unconfirmed (plus one held by the writer
-/// while it is still handing records over) and the first failure seen.
-struct BatchDelivery {
-    remaining: AtomicUsize,
-    failure: Mutex<Option<ConnectorError>>,
-    done: tokio::sync::Notify,
-}
-
-impl BatchDelivery {
-    fn new(records: usize) -> Arc<Self> {
-        Arc::new(BatchDelivery {
-            remaining: AtomicUsize::new(records + 1),
-            failure: Mutex::new(None),
-            done: tokio::sync::Notify::new(),
-        })
-    }
-
-    /// Settles one record (or the writer's hold).
-    fn settle(&self, failure: Option<ConnectorError>) {
-        if let Some(f) = failure {
-            let mut first = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-            first.get_or_insert(f);
-        }
-        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // A stored permit: the writer wakes even if it is not waiting yet.
-            self.done.notify_one();
-        }
-    }
-
-    /// Every record of the write is queued: gives up the writer's hold and waits for
-    /// the delivery reports.
-    async fn wait(&self) -> Result<(), ConnectorError> {
-        self.settle(None);
-        self.done.notified().await;
-        let failure = self
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        failure.map_or(Ok(()), Err)
-    }
-}
-
 /// Routes librdkafka's delivery reports to the write they belong to.
-struct Deliveries;
+///
+/// Each write in flight claims a slot, and its records carry the slot's index as their
+/// opaque: handing a record over touches no shared counter. (An `Arc` per record cost an
+/// atomic increment on a cache line the polling thread keeps writing, per message.)
+struct Deliveries {
+    slots: Box<[Slot]>,
+    free: Mutex<Vec<usize>>,
+    freed: Notify,
+}
+
+/// One write's delivery state.
+#[derive(Default)]
+struct Slot {
+    /// Records not yet settled, plus one while the write holds the slot.
+    remaining: AtomicUsize,
+    /// The first failure of the write's records.
+    failure: Mutex<Option<ConnectorError>>,
+    /// Woken when only the write's hold is left.
+    done: Notify,
+}
+
+impl Deliveries {
+    fn new(slots: usize) -> Self {
+        Deliveries {
+            slots: (0..slots).map(|_| Slot::default()).collect(),
+            free: Mutex::new((0..slots).rev().collect()),
+            freed: Notify::new(),
+        }
+    }
+
+    /// A slot for a write of `records` records; waits while every slot is taken (only
+    /// after writes were cancelled with records still unreported).
+    async fn claim(&self, records: usize) -> Claim<'_> {
+        loop {
+            // Registered before looking, so a slot freed in between is not missed.
+            let freed = self.freed.notified();
+            if let Some(slot) = self.free.lock().pop() {
+                let s = &self.slots[slot];
+                *s.failure.lock() = None;
+                s.remaining.store(records + 1, Ordering::Release);
+                return Claim {
+                    deliveries: self,
+                    slot,
+                    unsent: records,
+                };
+            }
+            freed.await;
+        }
+    }
+
+    /// Settles `count` of a slot's records (or the write's hold); the last one frees it.
+    fn settle(&self, slot: usize, count: usize, failure: Option<ConnectorError>) {
+        // Opaques come from `claim` only; an unknown one has nothing to settle.
+        let Some(s) = self.slots.get(slot) else {
+            return;
+        };
+        if let Some(f) = failure {
+            s.failure.lock().get_or_insert(f);
+        }
+        let left = s
+            .remaining
+            .fetch_sub(count, Ordering::AcqRel)
+            .saturating_sub(count);
+        if left == 0 {
+            self.free.lock().push(slot);
+            self.freed.notify_one();
+        } else if left == 1 {
+            // Only the hold is left: every record is settled. (If the write already gave
+            // up its hold, the wake-up is a stale one its successor tolerates.)
+            s.done.notify_one();
+        }
+    }
+}
+
+/// A write's hold on its slot. Dropping it (the write was cancelled) gives up the hold
+/// and the records never handed over, so the slot is freed once the others are reported.
+struct Claim<'a> {
+    deliveries: &'a Deliveries,
+    slot: usize,
+    /// Records not handed to librdkafka (nor settled) yet.
+    unsent: usize,
+}
+
+impl Claim<'_> {
+    /// The opaque of the next record handed over.
+    fn opaque(&self) -> usize {
+        self.slot
+    }
+
+    /// One more record is librdkafka's (it will be reported) or settled.
+    fn sent(&mut self) {
+        self.unsent -= 1;
+    }
+
+    /// Settles a record librdkafka did not take: no report will come for it.
+    fn fail(&mut self, failure: ConnectorError) {
+        self.sent();
+        self.deliveries.settle(self.slot, 1, Some(failure));
+    }
+
+    /// Waits until every record is reported; the first failure, if any.
+    async fn wait(self) -> Result<(), ConnectorError> {
+        let s = &self.deliveries.slots[self.slot];
+        while s.remaining.load(Ordering::Acquire) > 1 {
+            s.done.notified().await;
+        }
+        let failure = s.failure.lock().take();
+        failure.map_or(Ok(()), Err)
+        // Dropping `self` gives the slot back.
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.deliveries.settle(self.slot, self.unsent + 1, None);
+    }
+}
 
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
-    type DeliveryOpaque = Arc<BatchDelivery>;
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, batch: Arc<BatchDelivery>) {
-        batch.settle(result.as_ref().err().map(|(e, _)| classify(e)));
+    fn delivery(&self, result: &DeliveryResult<'_>, slot: usize) {
+        self.settle(slot, 1, result.as_ref().err().map(|(e, _)| classify(e)));
     }
 }
 
@@ -290,9 +364,9 @@ impl KafkaOutput {
         msg: &'a Message,
         topic: &'a str,
         key: Option<&'a str>,
-        batch: &Arc<BatchDelivery>,
-    ) -> BaseRecord<'a, str, [u8], Arc<BatchDelivery>> {
-        let mut r = BaseRecord::with_opaque_to(topic, batch.clone()).payload(&msg.payload()[..]);
+        slot: usize,
+    ) -> BaseRecord<'a, str, [u8], usize> {
+        let mut r = BaseRecord::with_opaque_to(topic, slot).payload(&msg.payload()[..]);
         if let Some(key) = key {
             r = r.key(key);
         }
@@ -316,17 +390,18 @@ impl KafkaOutput {
     /// full. Not async: the usual case costs no future per record.
     fn try_enqueue<'a>(
         &self,
-        record: BaseRecord<'a, str, [u8], Arc<BatchDelivery>>,
-    ) -> Option<BaseRecord<'a, str, [u8], Arc<BatchDelivery>>> {
+        record: BaseRecord<'a, str, [u8], usize>,
+        claim: &mut Claim<'_>,
+    ) -> Option<BaseRecord<'a, str, [u8], usize>> {
         match self.producer.send(record) {
-            Ok(()) => None,
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => Some(back),
-            Err((e, back)) => {
-                // Not queued, so no report will come: settle it here.
-                back.delivery_opaque.settle(Some(classify(&e)));
-                None
+            Ok(()) => claim.sent(),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                return Some(back)
             }
+            // Not queued, so no report will come: settled here.
+            Err((e, _)) => claim.fail(classify(&e)),
         }
+        None
     }
 
     /// Topic and key of every message, built before anything is sent: a message they
@@ -372,24 +447,107 @@ impl Output for KafkaOutput {
             Some(_) => Vec::new(),
             None => self.targets(batch)?,
         };
-        let delivery = BatchDelivery::new(batch.len());
+        let mut claim = self.producer.context().claim(batch.len()).await;
         for (i, m) in batch.iter().enumerate() {
             let (topic, key) = match fixed {
                 Some(topic) => (topic, None),
                 None => (&*targets[i].0, targets[i].1.as_deref()),
             };
-            let mut pending = self.try_enqueue(self.record(m, topic, key, &delivery));
+            let record = self.record(m, topic, key, claim.opaque());
+            let mut pending = self.try_enqueue(record, &mut claim);
             while let Some(record) = pending {
                 // The polling thread drains the queue as reports come back.
                 tokio::time::sleep(StdDuration::from_millis(2)).await;
-                pending = self.try_enqueue(record);
+                pending = self.try_enqueue(record, &mut claim);
             }
         }
-        delivery.wait().await
+        claim.wait().await
     }
 
     async fn close(&self) {
         let p = self.producer.clone();
         let _ = tokio::task::spawn_blocking(move || p.flush(StdDuration::from_secs(10))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free(d: &Deliveries) -> usize {
+        d.free.lock().len()
+    }
+
+    #[tokio::test]
+    async fn a_write_ends_when_its_records_are_reported_and_frees_its_slot() {
+        let d = Deliveries::new(2);
+        let mut claim = d.claim(3).await;
+        for _ in 0..3 {
+            claim.sent();
+        }
+        let slot = claim.opaque();
+        assert_eq!(free(&d), 1);
+        d.settle(slot, 1, None);
+        d.settle(slot, 1, None);
+        // One record still unreported: the write does not end.
+        let mut waiting = Box::pin(claim.wait());
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        d.settle(slot, 1, None);
+        assert!(waiting.await.is_ok());
+        assert_eq!(free(&d), 2);
+    }
+
+    #[tokio::test]
+    async fn the_first_failure_fails_the_write_and_a_reused_slot_starts_clean() {
+        let d = Deliveries::new(1);
+        let mut claim = d.claim(2).await;
+        let slot = claim.opaque();
+        claim.sent();
+        claim.fail(ConnectorError::rejected("first"));
+        d.settle(slot, 1, Some(ConnectorError::transient("second")));
+        let e = claim.wait().await.unwrap_err();
+        assert!(e.to_string().contains("first"), "{e}");
+        let mut claim = d.claim(1).await;
+        assert_eq!(claim.opaque(), slot);
+        claim.sent();
+        d.settle(slot, 1, None);
+        assert!(claim.wait().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_write_frees_its_slot_once_its_handed_records_are_reported() {
+        let d = Deliveries::new(1);
+        let mut claim = d.claim(5).await;
+        let slot = claim.opaque();
+        claim.sent();
+        claim.sent();
+        // Cancelled with two records in librdkafka's hands and three never handed over.
+        drop(claim);
+        assert_eq!(free(&d), 0);
+        let mut next = Box::pin(d.claim(1));
+        assert!(futures::poll!(next.as_mut()).is_pending());
+        d.settle(slot, 1, None);
+        assert!(futures::poll!(next.as_mut()).is_pending());
+        d.settle(slot, 1, None);
+        let mut claim = next.await;
+        assert_eq!(claim.opaque(), slot);
+        claim.sent();
+        d.settle(slot, 1, None);
+        assert!(claim.wait().await.is_ok());
+        assert_eq!(free(&d), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_write_ends_at_once() {
+        let d = Deliveries::new(1);
+        assert!(d.claim(0).await.wait().await.is_ok());
+        assert_eq!(free(&d), 1);
+    }
+
+    #[test]
+    fn a_report_for_an_unknown_slot_changes_nothing() {
+        let d = Deliveries::new(1);
+        d.settle(7, 1, None);
+        assert_eq!(free(&d), 1);
     }
 }
