@@ -127,39 +127,48 @@ impl Stream {
         // them back (see the input node).
         let straight = self.processors.is_empty() && matches!(self.output, OutputTree::Writer(_));
         let (out_tx, out_rx) = mpsc::channel::<Transaction>(self.capacity);
-        spawn_output(
-            self.output,
-            out_rx,
-            &mut tasks,
-            &self.readiness,
-            self.capacity,
-            &span,
-        );
-        let proc_tx = if self.processors.is_empty() {
-            out_tx
-        } else {
-            let (tx, rx) = mpsc::channel(self.capacity);
-            let nodes = Arc::new(self.processors);
-            tasks.spawn(
-                pipeline::run(nodes, rx, out_tx, self.threads)
-                    .instrument(info_span!(parent: &span, "pipeline")),
-            );
-            tx
-        };
         let inflight: Vec<_> = self.inputs.iter().map(|i| i.inflight.clone()).collect();
-        for node in self.inputs {
+        let input_task = |node: InputNode, tx: mpsc::Sender<Transaction>| {
             let node_span = info_span!(parent: &span, "node", component = %node.id, kind = "input");
-            tasks.spawn(
-                node.run(
-                    proc_tx.clone(),
-                    self.cancel.clone(),
-                    self.readiness.clone(),
-                    straight,
-                )
-                .instrument(node_span),
-            );
+            node.run(tx, self.cancel.clone(), self.readiness.clone(), straight)
+                .instrument(node_span)
+        };
+        let mut inputs = self.inputs;
+        match self.output {
+            OutputTree::Writer(node) if straight && inputs.len() == 1 => {
+                // One input writing to one output runs as one task: its batches stay on
+                // one thread instead of crossing to another core at every hand-over.
+                let output = writer_task(node, out_rx, &self.readiness, &span);
+                let input = input_task(inputs.remove(0), out_tx);
+                tasks.spawn(async move {
+                    tokio::join!(output, input);
+                });
+            }
+            output => {
+                spawn_output(
+                    output,
+                    out_rx,
+                    &mut tasks,
+                    &self.readiness,
+                    self.capacity,
+                    &span,
+                );
+                let proc_tx = if self.processors.is_empty() {
+                    out_tx
+                } else {
+                    let (tx, rx) = mpsc::channel(self.capacity);
+                    let nodes = Arc::new(self.processors);
+                    tasks.spawn(
+                        pipeline::run(nodes, rx, out_tx, self.threads)
+                            .instrument(info_span!(parent: &span, "pipeline")),
+                    );
+                    tx
+                };
+                for node in inputs {
+                    tasks.spawn(input_task(node, proc_tx.clone()));
+                }
+            }
         }
-        drop(proc_tx);
         let active = crate::metrics::stream_active(&self.name);
         active.set(1.0);
         RunningStream {
@@ -281,8 +290,7 @@ fn spawn_output(
 ) {
     match tree {
         OutputTree::Writer(node) => {
-            let node_span = info_span!(parent: span, "node", component = %node.id, kind = "output");
-            tasks.spawn(node.run(rx, readiness.clone()).instrument(node_span));
+            tasks.spawn(writer_task(node, rx, readiness, span));
         }
         OutputTree::Router(parts, children) => {
             let senders = children
@@ -301,6 +309,17 @@ fn spawn_output(
             tasks.spawn(node.run(rx).instrument(span.clone()));
         }
     }
+}
+
+/// The run of one writer node, in its span.
+fn writer_task(
+    node: WriterNode,
+    rx: mpsc::Receiver<Transaction>,
+    readiness: &Arc<Readiness>,
+    span: &tracing::Span,
+) -> impl std::future::Future<Output = ()> {
+    let node_span = info_span!(parent: span, "node", component = %node.id, kind = "output");
+    node.run(rx, readiness.clone()).instrument(node_span)
 }
 
 /// A started stream.
