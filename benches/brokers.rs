@@ -1,6 +1,6 @@
 //! Throughput of sluice pipelines against bare client loops written with the same crates,
 //! on the local brokers (scripts/brokers.sh), with 100-byte messages. Each case runs a bare
-//! loop and a sluice pipeline alternately (`BENCH_ROUNDS` pairs, default 3), prints every
+//! loop and a sluice pipeline alternately (`BENCH_ROUNDS` pairs, default 5), prints every
 //! pair and ends with the median ratio sluice / bare per case. Run with
 //! `benches/brokers.sh` (or `cargo bench --bench brokers`); `BENCH_SCALE=0.2` shortens it,
 //! `BENCH_ONLY=kafka` picks one broker, `BENCH_DEBUG=1` prints time to first message and
@@ -131,8 +131,10 @@ fn print_batch_sizes(handle: &PrometheusHandle, stream: &str) {
 /// most this much to a run.
 const POLL: Duration = Duration::from_millis(1);
 
-/// How often a run renders the metrics while messages are in flight.
-const RENDER: Duration = Duration::from_millis(50);
+/// How often a run renders the metrics while messages are in flight (the end of a run
+/// shows as nothing in flight): a render costs CPU the stream under test would otherwise
+/// have, and grows with every stream the process ran.
+const RENDER: Duration = Duration::from_millis(250);
 
 /// How often a consume run reads the count: its feeder waits on it.
 const PROGRESS: Duration = Duration::from_millis(10);
@@ -231,12 +233,13 @@ async fn paired(
     (name.into(), ratios[ratios.len() / 2])
 }
 
-/// Pairs per case (`BENCH_ROUNDS`, default 3).
+/// Pairs per case (`BENCH_ROUNDS`, default 5): single pairs swing by 10-20% on a machine
+/// the brokers share.
 fn rounds() -> usize {
     std::env::var("BENCH_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3usize)
+        .unwrap_or(5usize)
         .max(1)
 }
 

@@ -4,7 +4,7 @@
 #   benches/brokers.sh                 # everything
 #   BENCH_SCALE=0.2 benches/brokers.sh # shorter runs
 #   BENCH_ONLY=nats benches/brokers.sh # one broker (kafka, nats, mqtt)
-#   BENCH_ROUNDS=5 benches/brokers.sh  # pairs of bare and sluice runs per case
+#   BENCH_ROUNDS=9 benches/brokers.sh  # pairs of bare and sluice runs per case
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/brokers.sh
