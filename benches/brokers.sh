@@ -7,6 +7,8 @@
 #   BENCH_ROUNDS=9 benches/brokers.sh  # pairs of bare and sluice runs per case
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The same build directory as scripts/test.sh: a bench build reuses its dependencies.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 scripts/brokers.sh
 # Logs off: the bench prints its own lines.
 SLUICE_LOG=off exec cargo bench --bench brokers
