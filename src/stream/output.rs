@@ -112,6 +112,11 @@ impl WriterNode {
         output.close().await;
         readiness.set(&id, false);
         metrics.connected.set(0.0);
+        drop(writes);
+        // Some clients join threads of their own when dropped (librdkafka's producer waits
+        // up to 100 ms for its polling thread): not on a runtime worker, which the tasks of
+        // other streams share.
+        tokio::task::spawn_blocking(move || drop(output));
     }
 }
 
