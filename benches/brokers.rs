@@ -195,10 +195,15 @@ async fn wait_consumed(
                 "{case}: {} of {n} dropped by the broker (slow consumer)",
                 n - got
             );
-            return (last_progress - start).mul_f64(n as f64 / got as f64);
+            return at_rate_seen(start, last_progress, got, n);
         }
     }
     last_progress - start
+}
+
+/// The time `n` messages would take at the rate of the `got` that had arrived by `last`.
+fn at_rate_seen(start: Instant, last: Instant, got: u64, n: u64) -> Duration {
+    (last - start).mul_f64(n as f64 / got as f64)
 }
 
 /// Runs `bare` and `sluice` alternately, `rounds()` pairs, prints each pair and returns
@@ -669,7 +674,7 @@ mod mqtt {
             break;
         }
         feeder.await.unwrap();
-        (last - start).mul_f64(n as f64 / got as f64)
+        at_rate_seen(start, last, got as u64, n as u64)
     }
 
     pub async fn run(out: &mut Vec<(String, f64)>) {

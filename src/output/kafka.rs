@@ -478,6 +478,14 @@ mod tests {
         d.free.lock().len()
     }
 
+    /// A write of one record on `claim`, which must hold `slot`: reported, it ends well.
+    async fn one_record_goes_through(d: &Deliveries, mut claim: Claim<'_>, slot: usize) {
+        assert_eq!(claim.opaque(), slot);
+        claim.sent();
+        d.settle(slot, 1, None);
+        assert!(claim.wait().await.is_ok());
+    }
+
     #[tokio::test]
     async fn a_write_ends_when_its_records_are_reported_and_frees_its_slot() {
         let d = Deliveries::new(2);
@@ -507,11 +515,7 @@ mod tests {
         d.settle(slot, 1, Some(ConnectorError::transient("second")));
         let e = claim.wait().await.unwrap_err();
         assert!(e.to_string().contains("first"), "{e}");
-        let mut claim = d.claim(1).await;
-        assert_eq!(claim.opaque(), slot);
-        claim.sent();
-        d.settle(slot, 1, None);
-        assert!(claim.wait().await.is_ok());
+        one_record_goes_through(&d, d.claim(1).await, slot).await;
     }
 
     #[tokio::test]
@@ -529,11 +533,7 @@ mod tests {
         d.settle(slot, 1, None);
         assert!(futures::poll!(next.as_mut()).is_pending());
         d.settle(slot, 1, None);
-        let mut claim = next.await;
-        assert_eq!(claim.opaque(), slot);
-        claim.sent();
-        d.settle(slot, 1, None);
-        assert!(claim.wait().await.is_ok());
+        one_record_goes_through(&d, next.await, slot).await;
         assert_eq!(free(&d), 1);
     }
 
