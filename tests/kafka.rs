@@ -208,6 +208,37 @@ async fn explicit_partitions_are_read_alone() {
     assert!(read_lines(&out).iter().all(|l| l.starts_with("p1-")));
 }
 
+/// A fixed topic without headers goes to librdkafka a batch at a time: keys and the
+/// configured partition still reach every record.
+#[tokio::test]
+async fn keyed_batches_to_a_fixed_partition() {
+    let _shared = BROKER.read().await;
+    let topic = unique("keyed");
+    create_topic(&topic, 2).await;
+    let mut stream = start(&format!(
+        "input:\n  generate:\n    mapping: 'root = \"r-\" + count(\"{topic}\").string()'\n    count: 300\n    interval: 0s\n    batch_size: 100\noutput:\n  kafka:\n    addresses: ['{}']\n    topic: {topic}\n    key: 'key-${{! content() }}'\n    partition: 1\n    timeout: 10s\n",
+        addr()
+    ));
+    tokio::time::timeout(Duration::from_secs(60), stream.finished())
+        .await
+        .expect("the stream finishes");
+    let c = consumer(&topic);
+    let mut got = BTreeSet::new();
+    while got.len() < 300 {
+        let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of 300 records", got.len()))
+            .unwrap();
+        let payload = String::from_utf8_lossy(m.payload().unwrap()).into_owned();
+        assert_eq!(m.partition(), 1, "{payload}");
+        assert_eq!(m.key(), Some(format!("key-{payload}").as_bytes()));
+        assert!(m.headers().is_none(), "no metadata is configured");
+        got.insert(payload);
+    }
+    let want: BTreeSet<_> = (1..=300).map(|i| format!("r-{i}")).collect();
+    assert_eq!(got, want);
+}
+
 #[tokio::test]
 async fn group_members_share_partitions_without_loss() {
     let _shared = BROKER.read().await;

@@ -8,6 +8,8 @@
 //! delivery reports count down; the write waits once for the batch, not once per record
 //! (no channel, future or reference count per record).
 
+mod batch;
+
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration as StdDuration;
@@ -24,6 +26,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::Notify;
 
+use self::batch::{Record, TopicHandle};
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
 use crate::component::{
@@ -158,8 +161,14 @@ impl BuildOutput for KafkaOutputConfig {
         }
         let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
         let producer = self.producer().map_err(|e| cx.error(e))?;
+        // Records of one topic without headers go to librdkafka a batch at a time.
+        let batched = match self.topic.static_value() {
+            Some(topic) if headers.is_empty() => TopicHandle::new(&producer, topic),
+            _ => None,
+        };
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(KafkaOutput {
+                batched,
                 producer,
                 topic: self.topic.clone(),
                 key: self.key.clone(),
@@ -338,6 +347,8 @@ impl ProducerContext for Deliveries {
 type Target<'a> = (Cow<'a, str>, Option<Cow<'a, str>>);
 
 struct KafkaOutput {
+    /// The fixed topic, when records carry no headers (the batch call cannot set them).
+    batched: Option<TopicHandle<Deliveries>>,
     producer: ThreadedProducer<Deliveries>,
     topic: Interp,
     key: Option<Interp>,
@@ -404,6 +415,48 @@ impl KafkaOutput {
         None
     }
 
+    /// Writes a batch to one topic with librdkafka's batch call; records its queue had no
+    /// room for are handed over again as reports drain it.
+    async fn write_batched(
+        &self,
+        topic: &TopicHandle<Deliveries>,
+        batch: &Batch,
+    ) -> Result<(), ConnectorError> {
+        let keys = match &self.key {
+            Some(k) => (0..batch.len())
+                .map(|i| k.field(batch, i, "key"))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
+        let mut claim = self.producer.context().claim(batch.len()).await;
+        let mut pending: Vec<usize> = (0..batch.len()).collect();
+        while !pending.is_empty() {
+            let records: Vec<Record<'_>> = pending
+                .iter()
+                .map(|&i| Record {
+                    payload: &batch[i].payload()[..],
+                    key: keys.get(i).map(|k| k.as_bytes()),
+                })
+                .collect();
+            let outcomes = topic.produce(&records, self.partition, claim.opaque());
+            let mut full = Vec::new();
+            for (&i, outcome) in pending.iter().zip(outcomes) {
+                match outcome {
+                    None => claim.sent(),
+                    Some(RDKafkaErrorCode::QueueFull) => full.push(i),
+                    // Not queued, so no report will come: settled here.
+                    Some(code) => claim.fail(classify(&KafkaError::MessageProduction(code))),
+                }
+            }
+            pending = full;
+            if !pending.is_empty() {
+                // The polling thread drains the queue as reports come back.
+                tokio::time::sleep(StdDuration::from_millis(2)).await;
+            }
+        }
+        claim.wait().await
+    }
+
     /// Topic and key of every message, built before anything is sent: a message they
     /// cannot be built for fails the batch.
     fn targets<'a>(&'a self, batch: &Batch) -> Result<Vec<Target<'a>>, ConnectorError> {
@@ -441,6 +494,9 @@ impl Output for KafkaOutput {
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        if let Some(topic) = &self.batched {
+            return self.write_batched(topic, batch).await;
+        }
         // A fixed topic without key (the common case) needs nothing built per message.
         let fixed = self.topic.static_value().filter(|_| self.key.is_none());
         let targets = match fixed {
