@@ -1,9 +1,8 @@
 //! librdkafka's batch produce call (`rd_kafka_produce_batch`), which the rdkafka crate's
 //! safe API does not offer. Per record, the crate's `send` allocates the topic name as a
 //! C string, looks the topic up under the client's lock and reads the clock twice; the
-//! batch call does each once per batch, which is most of what a record costs on the
-//! application's side. This module is the crate's only unsafe code: a topic handle and
-//! one call, behind a safe API.
+//! batch call does each once per batch. This module is the crate's only unsafe code: a
+//! topic handle and one call, behind a safe API.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_void, CString};
@@ -199,7 +198,7 @@ mod tests {
     }
 
     #[test]
-    fn a_record_librdkafka_refuses_is_refused_alone() {
+    fn an_oversized_record_is_refused_alone() {
         let p = producer(&[("message.max.bytes", "1000")]);
         let topic = TopicHandle::new(&p, "t").unwrap();
         let payloads = vec![b"a".to_vec(), vec![b'x'; 5000], b"c".to_vec()];

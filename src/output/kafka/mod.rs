@@ -2,7 +2,9 @@
 //!
 //! Delivery: a write succeeds once the broker confirmed every record of the batch (with
 //! `ack_replicas: true`, once all in-sync replicas have it). Records are handed to
-//! librdkafka together and confirmed together, so a batch costs one round-trip.
+//! librdkafka together and confirmed together, so a batch costs one round-trip. A fixed
+//! topic without headers takes librdkafka's batch call (`batch.rs`); an interpolated topic
+//! or headers take the crate's record-by-record `send`.
 //!
 //! Every record of a write shares one counter (the write's slot) that librdkafka's
 //! delivery reports count down; the write waits once for the batch, not once per record
@@ -497,7 +499,7 @@ impl Output for KafkaOutput {
         if let Some(topic) = &self.batched {
             return self.write_batched(topic, batch).await;
         }
-        // A fixed topic without key (the common case) needs nothing built per message.
+        // A fixed topic without key needs nothing built per message.
         let fixed = self.topic.static_value().filter(|_| self.key.is_none());
         let targets = match fixed {
             Some(_) => Vec::new(),
