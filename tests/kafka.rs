@@ -13,7 +13,7 @@ use common::*;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message};
 
@@ -79,6 +79,15 @@ fn consumer(topic: &str) -> StreamConsumer {
         .unwrap();
     c.subscribe(&[topic]).unwrap();
     c
+}
+
+/// The consumer's next record; `missing` says what was still expected if none comes
+/// within 30 seconds.
+async fn next_record(c: &StreamConsumer, missing: impl FnOnce() -> String) -> BorrowedMessage<'_> {
+    tokio::time::timeout(Duration::from_secs(30), c.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{}", missing()))
+        .unwrap()
 }
 
 #[tokio::test]
@@ -225,10 +234,7 @@ async fn keyed_batches_to_a_fixed_partition() {
     let c = consumer(&topic);
     let mut got = BTreeSet::new();
     while got.len() < 300 {
-        let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
-            .await
-            .unwrap_or_else(|_| panic!("only {} of 300 records", got.len()))
-            .unwrap();
+        let m = next_record(&c, || format!("only {} of 300 records", got.len())).await;
         let payload = String::from_utf8_lossy(m.payload().unwrap()).into_owned();
         assert_eq!(m.partition(), 1, "{payload}");
         assert_eq!(m.key(), Some(format!("key-{payload}").as_bytes()));
@@ -291,10 +297,7 @@ async fn every_compression_codec_round_trips() {
         let c = consumer(&topic);
         let mut got = BTreeSet::new();
         while got.len() < 20 {
-            let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
-                .await
-                .unwrap_or_else(|_| panic!("{codec}: only {} of 20 records", got.len()))
-                .unwrap();
+            let m = next_record(&c, || format!("{codec}: only {} of 20 records", got.len())).await;
             got.insert(String::from_utf8_lossy(m.payload().unwrap()).into_owned());
         }
         let want: BTreeSet<_> = (1..=20).map(|i| format!("{codec}-{i}")).collect();
@@ -338,10 +341,7 @@ async fn example_http_to_kafka() {
     }
     // Answered 200: the broker already has the record.
     let c = consumer(&topic);
-    let m = tokio::time::timeout(Duration::from_secs(30), c.recv())
-        .await
-        .expect("a record")
-        .unwrap();
+    let m = next_record(&c, || "a record".to_owned()).await;
     assert_eq!(m.payload(), Some(&b"hello"[..]));
     assert_eq!(m.key(), Some(&b"http"[..]));
 }

@@ -138,14 +138,15 @@ impl Interp {
             })
     }
 
-    /// This field for every message of `batch`, owned (for clients that take `String`).
+    /// This field for every message of `batch`, built before anything is sent: a message
+    /// it cannot be built for fails the batch. A static value is borrowed, not copied.
     pub fn fields(
         &self,
         batch: &Batch,
         name: &str,
-    ) -> Result<Vec<String>, crate::component::ConnectorError> {
+    ) -> Result<Vec<std::borrow::Cow<'_, str>>, crate::component::ConnectorError> {
         (0..batch.len())
-            .map(|i| self.field(batch, i, name).map(|v| v.into_owned()))
+            .map(|i| self.field(batch, i, name))
             .collect()
     }
 

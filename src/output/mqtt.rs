@@ -228,7 +228,12 @@ impl Output for MqttOutput {
                 }
                 session
                     .client
-                    .publish_bytes(topic, self.qos, self.config.retained, msg.payload().clone())
+                    .publish_bytes(
+                        topic.into_owned(),
+                        self.qos,
+                        self.config.retained,
+                        msg.payload().clone(),
+                    )
                     .await
                     .map_err(|e| lost(e.to_string()))?;
                 confirms.push(rx);

@@ -122,8 +122,12 @@ impl Output for NatsOutput {
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             match meta_to_headers(&self.headers, msg) {
-                Some(h) => client.publish_with_headers(subject, h, payload).await,
-                None => client.publish(subject, payload).await,
+                Some(h) => {
+                    client
+                        .publish_with_headers(subject.into_owned(), h, payload)
+                        .await
+                }
+                None => client.publish(subject.into_owned(), payload).await,
             }
             .map_err(|e| lost(&e))?;
         }

@@ -123,8 +123,11 @@ impl Output for JetStreamOutput {
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             let ack = match meta_to_headers(&self.headers, msg) {
-                Some(h) => js.publish_with_headers(subject, h, payload).await,
-                None => js.publish(subject, payload).await,
+                Some(h) => {
+                    js.publish_with_headers(subject.into_owned(), h, payload)
+                        .await
+                }
+                None => js.publish(subject.into_owned(), payload).await,
             }
             .map_err(|e| classify(&e))?;
             acks.push(ack.into_future());

@@ -63,14 +63,14 @@ impl<C: ProducerContext<DeliveryOpaque = usize>> TopicHandle<C> {
     /// each carrying `opaque` for its delivery report. Returns, per record, `None` when
     /// librdkafka took it (a delivery report will come) or the error that kept it out (no
     /// report will come; `QueueFull` means: try again once reports drained the queue).
-    pub fn produce(
+    pub fn produce<'a>(
         &self,
-        records: &[Record<'_>],
+        records: impl IntoIterator<Item = Record<'a>>,
         partition: Option<i32>,
         opaque: usize,
     ) -> Vec<Option<RDKafkaErrorCode>> {
         let mut messages: Vec<rd_kafka_message_t> = records
-            .iter()
+            .into_iter()
             .map(|r| {
                 let (key, key_len) = r.key.map_or((std::ptr::null_mut(), 0), |k| {
                     (k.as_ptr() as *mut c_void, k.len())
@@ -162,14 +162,11 @@ mod tests {
         ThreadedProducer::from_config_and_context(&c, Reports::default()).unwrap()
     }
 
-    fn records(payloads: &[Vec<u8>]) -> Vec<Record<'_>> {
-        payloads
-            .iter()
-            .map(|p| Record {
-                payload: p,
-                key: Some(b"k"),
-            })
-            .collect()
+    fn records(payloads: &[Vec<u8>]) -> impl Iterator<Item = Record<'_>> {
+        payloads.iter().map(|p| Record {
+            payload: p,
+            key: Some(b"k"),
+        })
     }
 
     #[test]
@@ -180,7 +177,7 @@ mod tests {
         // The handle keeps the client (and its reports) alive on its own.
         drop(p);
         let payloads = vec![b"x".to_vec(); 25];
-        let outcomes = topic.produce(&records(&payloads), None, 7);
+        let outcomes = topic.produce(records(&payloads), None, 7);
         assert!(outcomes[..10].iter().all(Option::is_none), "{outcomes:?}");
         assert!(
             outcomes[10..]
@@ -202,7 +199,7 @@ mod tests {
         let p = producer(&[("message.max.bytes", "1000")]);
         let topic = TopicHandle::new(&p, "t").unwrap();
         let payloads = vec![b"a".to_vec(), vec![b'x'; 5000], b"c".to_vec()];
-        let outcomes = topic.produce(&records(&payloads), Some(0), 1);
+        let outcomes = topic.produce(records(&payloads), Some(0), 1);
         assert_eq!(
             outcomes,
             vec![None, Some(RDKafkaErrorCode::MessageSizeTooLarge), None]

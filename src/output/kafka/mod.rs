@@ -345,9 +345,6 @@ impl ProducerContext for Deliveries {
     }
 }
 
-/// Where one record goes: its topic and key.
-type Target<'a> = (Cow<'a, str>, Option<Cow<'a, str>>);
-
 struct KafkaOutput {
     /// The fixed topic, when records carry no headers (the batch call cannot set them).
     batched: Option<TopicHandle<Deliveries>>,
@@ -424,23 +421,15 @@ impl KafkaOutput {
         topic: &TopicHandle<Deliveries>,
         batch: &Batch,
     ) -> Result<(), ConnectorError> {
-        let keys = match &self.key {
-            Some(k) => (0..batch.len())
-                .map(|i| k.field(batch, i, "key"))
-                .collect::<Result<Vec<_>, _>>()?,
-            None => Vec::new(),
-        };
+        let keys = self.keys(batch)?;
         let mut claim = self.producer.context().claim(batch.len()).await;
         let mut pending: Vec<usize> = (0..batch.len()).collect();
         while !pending.is_empty() {
-            let records: Vec<Record<'_>> = pending
-                .iter()
-                .map(|&i| Record {
-                    payload: &batch[i].payload()[..],
-                    key: keys.get(i).map(|k| k.as_bytes()),
-                })
-                .collect();
-            let outcomes = topic.produce(&records, self.partition, claim.opaque());
+            let records = pending.iter().map(|&i| Record {
+                payload: &batch[i].payload()[..],
+                key: keys.get(i).map(|k| k.as_bytes()),
+            });
+            let outcomes = topic.produce(records, self.partition, claim.opaque());
             let mut full = Vec::new();
             for (&i, outcome) in pending.iter().zip(outcomes) {
                 match outcome {
@@ -452,27 +441,24 @@ impl KafkaOutput {
             }
             pending = full;
             if !pending.is_empty() {
-                // The polling thread drains the queue as reports come back.
-                tokio::time::sleep(StdDuration::from_millis(2)).await;
+                queue_room().await;
             }
         }
         claim.wait().await
     }
 
-    /// Topic and key of every message, built before anything is sent: a message they
-    /// cannot be built for fails the batch.
-    fn targets<'a>(&'a self, batch: &Batch) -> Result<Vec<Target<'a>>, ConnectorError> {
-        (0..batch.len())
-            .map(|i| {
-                let topic = self.topic.field(batch, i, "topic")?;
-                let key = match &self.key {
-                    Some(k) => Some(k.field(batch, i, "key")?),
-                    None => None,
-                };
-                Ok((topic, key))
-            })
-            .collect()
+    /// Every message's key; none without `key`.
+    fn keys(&self, batch: &Batch) -> Result<Vec<Cow<'_, str>>, ConnectorError> {
+        self.key
+            .as_ref()
+            .map_or(Ok(Vec::new()), |k| k.fields(batch, "key"))
     }
+}
+
+/// Waits while librdkafka's local queue is full: its polling thread drains the queue as
+/// delivery reports come back.
+async fn queue_room() {
+    tokio::time::sleep(StdDuration::from_millis(2)).await;
 }
 
 #[async_trait]
@@ -499,23 +485,15 @@ impl Output for KafkaOutput {
         if let Some(topic) = &self.batched {
             return self.write_batched(topic, batch).await;
         }
-        // A fixed topic without key needs nothing built per message.
-        let fixed = self.topic.static_value().filter(|_| self.key.is_none());
-        let targets = match fixed {
-            Some(_) => Vec::new(),
-            None => self.targets(batch)?,
-        };
+        let topics = self.topic.fields(batch, "topic")?;
+        let keys = self.keys(batch)?;
         let mut claim = self.producer.context().claim(batch.len()).await;
         for (i, m) in batch.iter().enumerate() {
-            let (topic, key) = match fixed {
-                Some(topic) => (topic, None),
-                None => (&*targets[i].0, targets[i].1.as_deref()),
-            };
-            let record = self.record(m, topic, key, claim.opaque());
+            let key = keys.get(i).map(|k| &**k);
+            let record = self.record(m, &topics[i], key, claim.opaque());
             let mut pending = self.try_enqueue(record, &mut claim);
             while let Some(record) = pending {
-                // The polling thread drains the queue as reports come back.
-                tokio::time::sleep(StdDuration::from_millis(2)).await;
+                queue_room().await;
                 pending = self.try_enqueue(record, &mut claim);
             }
         }
