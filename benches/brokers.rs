@@ -91,7 +91,7 @@ async fn run_sluice(yaml: &str, n: u64) -> Duration {
 /// The metrics, a unique name, the stream of a one-stream config and its environment.
 fn build(yaml: &str) -> (PrometheusHandle, String, Stream, StreamEnv) {
     let handle = sluice::metrics::install();
-    let root = sluice::config::parse_str("bench.yaml", yaml).expect("bench config");
+    let root = sluice::stream::config::parse_str("bench.yaml", yaml).expect("bench config");
     let (_, config) = root.streams.into_iter().next().expect("a stream");
     let name = unique("bench");
     let env = StreamEnv::standalone();

@@ -10,13 +10,13 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tokio::sync::mpsc;
 
-use sluice::config::parse_str;
 use sluice::message::{Ack, Message, Outcome, Transaction};
+use sluice::stream::config::parse_str;
 use sluice::stream::{Stream, StreamEnv};
 
 const MESSAGES: u64 = 200_000;
 
-fn pipeline_config(batch_size: u64) -> sluice::config::StreamConfig {
+fn pipeline_config(batch_size: u64) -> sluice::stream::StreamConfig {
     let yaml = format!(
         "input:\n  generate:\n    payload: '{{\"id\":1,\"name\":\"benchmark\"}}'\n    interval: 0s\n    count: {MESSAGES}\n    batch_size: {batch_size}\npipeline:\n  processors:\n    - noop: {{}}\n    - noop: {{}}\n    - noop: {{}}\noutput:\n  drop: {{}}\n"
     );
@@ -24,7 +24,7 @@ fn pipeline_config(batch_size: u64) -> sluice::config::StreamConfig {
     root.streams.remove("bench").expect("one stream")
 }
 
-async fn run_stream(config: &sluice::config::StreamConfig) {
+async fn run_stream(config: &sluice::stream::StreamConfig) {
     let env = StreamEnv::standalone();
     let stream = Stream::build("bench", config, &env).expect("stream builds");
     let mut running = stream.start();

@@ -8,13 +8,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+use crate::component::registry::Registry;
 use crate::component::{ComponentSpec, Kind};
-use crate::config::component::Registry;
-use crate::config::{self, LogFormat, LogLevel, LoggerConfig, MetricsConfig, RootConfig};
 use crate::input::InputKind;
+use crate::logging::{LogFormat, LogLevel, LoggerConfig};
 use crate::output::OutputKind;
 use crate::processor::ProcessorKind;
 use crate::server::{self, Server};
+use crate::stream::config::{self, MetricsConfig, RootConfig};
 use crate::stream::manager::Manager;
 use crate::stream::{Stream, StreamEnv};
 

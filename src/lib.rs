@@ -14,6 +14,7 @@ pub mod connect;
 pub mod duration;
 pub mod http;
 pub mod input;
+pub mod logging;
 pub mod mapping;
 pub mod message;
 pub mod metrics;

@@ -10,8 +10,6 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics::{Counter, Gauge, Histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::component::Kind;
-
 pub const RECEIVED_MESSAGES: &str = "sluice_component_received_messages_total";
 pub const RECEIVED_BYTES: &str = "sluice_component_received_bytes_total";
 pub const SENT_MESSAGES: &str = "sluice_component_sent_messages_total";
@@ -190,13 +188,8 @@ pub struct NodeMetrics {
 }
 
 impl NodeMetrics {
-    pub fn new(stream: &str, component: &str, kind: Kind, type_: &str) -> Self {
-        let labels = vec![
-            ("stream", stream.to_owned()),
-            ("component", component.to_owned()),
-            ("kind", kind.as_str().to_owned()),
-            ("type", type_.to_owned()),
-        ];
+    /// `labels` are the node's standard labels: `stream`, `component`, `kind`, `type`.
+    pub fn new(labels: Vec<(&'static str, String)>) -> Self {
         NodeMetrics {
             received_messages: counter!(RECEIVED_MESSAGES, &labels),
             received_bytes: counter!(RECEIVED_BYTES, &labels),

@@ -1,7 +1,7 @@
 //! The docs stay true: every YAML example in `docs/` that defines a stream builds, and
 //! every component is documented on its family's page.
 
-use sluice::config::component::Registry;
+use sluice::component::registry::Registry;
 use sluice::stream::{Stream, StreamEnv};
 
 fn yaml_blocks(text: &str) -> Vec<String> {
@@ -35,7 +35,7 @@ async fn every_stream_example_in_the_docs_builds() {
                 continue;
             }
             let name = format!("{}#{i}", path.display());
-            let root = sluice::config::parse_str(&name, &block)
+            let root = sluice::stream::config::parse_str(&name, &block)
                 .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
             let env = StreamEnv::standalone();
             for (stream, cfg) in &root.streams {
@@ -77,7 +77,7 @@ async fn every_spec_example_builds() {
     for (spec, _) in specs {
         assert!(!spec.examples.is_empty(), "{} has no example", spec.name);
         for ex in spec.examples {
-            let root = sluice::config::parse_str(spec.name, ex.yaml)
+            let root = sluice::stream::config::parse_str(spec.name, ex.yaml)
                 .unwrap_or_else(|e| panic!("{} example `{}`: {e}", spec.name, ex.title));
             let env = StreamEnv::standalone();
             for (stream, cfg) in &root.streams {

@@ -125,17 +125,13 @@ impl Interp {
         batch: &Batch,
         index: usize,
         name: &str,
-    ) -> Result<std::borrow::Cow<'_, str>, crate::component::ConnectorError> {
+    ) -> Result<std::borrow::Cow<'_, str>, FieldError> {
         if let Some(fixed) = &self.fixed {
             return Ok(std::borrow::Cow::Borrowed(fixed));
         }
         self.render(batch, index)
             .map(std::borrow::Cow::Owned)
-            .map_err(|e| {
-                crate::component::ConnectorError::rejected(format!(
-                    "cannot build `{name}` from `{self}`: {e}"
-                ))
-            })
+            .map_err(|e| FieldError(format!("cannot build `{name}` from `{self}`: {e}")))
     }
 
     /// This field for every message of `batch`, built before anything is sent: a message
@@ -144,7 +140,7 @@ impl Interp {
         &self,
         batch: &Batch,
         name: &str,
-    ) -> Result<Vec<std::borrow::Cow<'_, str>>, crate::component::ConnectorError> {
+    ) -> Result<Vec<std::borrow::Cow<'_, str>>, FieldError> {
         (0..batch.len())
             .map(|i| self.field(batch, i, name))
             .collect()
@@ -155,6 +151,12 @@ impl Interp {
         self.compiled.render(&vec![msg.clone()], 0)
     }
 }
+
+/// A message an interpolated field (a topic, a key) cannot be built from: sending it
+/// again cannot help.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct FieldError(pub String);
 
 impl fmt::Debug for Interp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -4,6 +4,11 @@ use rdkafka::ClientConfig;
 
 use super::{split_addresses, SaslConfig, SaslMechanism, TlsConfig};
 
+/// The client id Kafka inputs and outputs send unless told otherwise.
+pub fn default_client_id() -> String {
+    "sluice".into()
+}
+
 /// Client properties for librdkafka from the settings both connectors share.
 pub fn client_config(
     addresses: &[String],

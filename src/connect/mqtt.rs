@@ -78,6 +78,11 @@ macro_rules! mqtt_connection_config {
     };
 }
 
+/// The QoS level MQTT inputs and outputs use unless told otherwise.
+pub fn default_qos() -> u8 {
+    1
+}
+
 pub fn default_true() -> bool {
     true
 }

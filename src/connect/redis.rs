@@ -10,6 +10,11 @@ use super::TlsConfig;
 use crate::component::ConnectorError;
 
 /// Checks the URL and the `tls` block without reading any file.
+/// The stream entry field that holds the payload, for the `redis_streams` input and output.
+pub fn default_body_key() -> String {
+    "body".into()
+}
+
 pub fn validate(url: &str, tls: &TlsConfig) -> Result<(), String> {
     let info = url
         .into_connection_info()

@@ -5,8 +5,8 @@
 //! Handlers know nothing about where they are mounted, so the gateway can put them under
 //! an API's listen path behind its middleware.
 
-pub mod client;
 pub mod cors;
+pub mod hub;
 pub mod ws;
 
 use std::collections::HashMap;

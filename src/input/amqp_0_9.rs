@@ -22,10 +22,10 @@ use serde::Deserialize;
 use tracing::warn;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::connect::amqp::{classify, connect, headers_to_meta, validate};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;

@@ -11,10 +11,10 @@ use serde::Deserialize;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::config::MappingText;
 use crate::duration::Duration;
 use crate::message::Message;

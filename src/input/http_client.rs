@@ -13,12 +13,12 @@ use serde::Deserialize;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
+use crate::connect::http_client::HttpClient;
 use crate::duration::Duration;
-use crate::http::client::HttpClient;
 use crate::message::Message;
 
 crate::http_client_config! {
@@ -26,7 +26,7 @@ crate::http_client_config! {
     #[serde(deny_unknown_fields)]
     pub struct HttpClientInputConfig {
         /// HTTP method of each poll.
-        #[serde(default = "crate::http::client::default_get")]
+        #[serde(default = "crate::connect::http_client::default_get")]
         pub verb: String,
         /// Body sent with each poll.
         #[serde(default)]

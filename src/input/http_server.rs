@@ -26,10 +26,10 @@ use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::duration::Duration;
 use crate::http::{self as h, ws, HttpRequest, HttpResponse};
 use crate::message::{Message, Outcome, ReplySlot};

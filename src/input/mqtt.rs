@@ -16,10 +16,10 @@ use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::connect::mqtt::qos;
 use crate::message::{Batch, Message, Outcome};
 
@@ -30,13 +30,9 @@ crate::mqtt_connection_config! {
         /// Topic filters to subscribe to; `+` and `#` wildcards are allowed.
         pub topics: Vec<String>,
         /// The QoS to subscribe with: 0, 1 or 2.
-        #[serde(default = "default_qos")]
+        #[serde(default = "crate::connect::mqtt::default_qos")]
         pub qos: u8,
     }
-}
-
-pub(crate) fn default_qos() -> u8 {
-    1
 }
 
 impl Spec for MqttInputConfig {

@@ -13,10 +13,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::connect::nats::{headers_to_meta, validate, NatsAuth, NatsConn};
 use crate::connect::TlsConfig;
 use crate::message::{Batch, Message, Metadata};

@@ -17,10 +17,10 @@ use serde::Deserialize;
 use tracing::warn;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::connect::nats::{headers_to_meta, validate, NatsAuth, NatsConn};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;

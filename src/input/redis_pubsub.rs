@@ -9,10 +9,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::connect::redis::{classify, client, validate};
 use crate::connect::TlsConfig;
 use crate::message::{Batch, Message};

@@ -19,10 +19,10 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use super::{BuildInput, InputBuild};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::connect::redis::{classify, client, connect, validate, value_text};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
@@ -51,7 +51,7 @@ pub struct RedisStreamsInputConfig {
     #[serde(default = "default_true")]
     pub start_from_oldest: bool,
     /// The field holding the payload; other fields become metadata.
-    #[serde(default = "default_body_key")]
+    #[serde(default = "crate::connect::redis::default_body_key")]
     pub body_key: String,
     /// Entries per read, at most.
     #[serde(default = "default_limit")]
@@ -73,9 +73,6 @@ fn default_client_id() -> String {
 }
 fn default_true() -> bool {
     true
-}
-pub(crate) fn default_body_key() -> String {
-    "body".into()
 }
 fn default_limit() -> usize {
     64

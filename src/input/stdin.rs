@@ -9,10 +9,10 @@ use serde::Deserialize;
 
 use super::{BuildInput, InputBuild};
 use crate::codec::{Codec, Splitter};
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::config::component::Spec;
 use crate::message::Message;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

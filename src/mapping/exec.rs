@@ -7,7 +7,7 @@ use std::cmp::Ordering;
 use bytes::Bytes;
 
 use super::ast::{BinOp, Seg};
-use super::compile::{Bin, CStmt, Case, Lambda, Node, Program};
+use super::program::{Bin, CStmt, Case, Lambda, Node, Program};
 use super::spec::{describe, type_err, Args, MethodImpl};
 use crate::message::{Message, Metadata};
 use crate::value::Value;
@@ -342,7 +342,7 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
 
 #[inline(never)]
 fn eval_eager<'a>(
-    call: &'a super::compile::MethodCall,
+    call: &'a super::program::MethodCall,
     f: super::spec::EagerMethod,
     cx: &Ctx<'a>,
 ) -> Result<V<'a>, ExecError> {

@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 
-use super::compile::{Compiler, Node, Program};
+use super::compile::Compiler;
 use super::exec::{self, Ctx, MsgView, This};
 use super::parser::{parse_interpolation, Piece};
+use super::program::{Node, Program};
 use super::{Diagnostics, Env, MappingError};
 use crate::message::{Batch, Metadata};
 use crate::value::Value;

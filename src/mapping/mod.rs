@@ -16,6 +16,7 @@ pub mod interp;
 pub mod methods;
 pub mod parser;
 pub mod processors;
+pub mod program;
 pub mod spec;
 pub mod time;
 
@@ -29,8 +30,9 @@ use bytes::Bytes;
 pub use diagnostic::{Diagnostic, Diagnostics};
 pub use interp::InterpolatedString;
 
-use compile::{Compiler, Program};
+use compile::Compiler;
 use exec::{Frame, MsgView, Slot, StmtError, This};
+use program::Program;
 use spec::{FunctionSpec, MethodSpec};
 
 use crate::message::{Batch, Message};

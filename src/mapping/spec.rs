@@ -5,8 +5,8 @@ use std::borrow::Cow;
 
 use regex::Regex;
 
-use super::compile::{FuncCall, MethodCall};
 use super::exec::{Ctx, ExecError, V};
+use super::program::{FuncCall, MethodCall};
 use crate::value::Value;
 
 /// A documented example; every one runs as a test.

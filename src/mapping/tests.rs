@@ -378,8 +378,8 @@ fn constants_are_folded() {
     let m = Mapping::compile("root = \"abc\".uppercase() + \"d\"", &Env::default()).unwrap();
     assert!(matches!(
         &m.prog.stmts[0],
-        compile::CStmt::Assign {
-            value: compile::Node::Lit(_),
+        program::CStmt::Assign {
+            value: program::Node::Lit(_),
             ..
         }
     ));

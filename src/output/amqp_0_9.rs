@@ -16,10 +16,10 @@ use tokio::sync::RwLock;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::config::Interp;
 use crate::connect::amqp::{classify, connect, header_table, validate};
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};

@@ -13,10 +13,10 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::{indexed, BuildOutput, OutputBuild, OutputConfig};
+use crate::component::registry::Spec;
 use crate::component::{
     deliver_and_wait, BuildContext, BuildError, ComponentSpec, Example, Kind, Router,
 };
-use crate::config::component::Spec;
 use crate::message::{Outcome, Transaction};
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Default)]

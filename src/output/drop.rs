@@ -6,10 +6,10 @@ use serde::Deserialize;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema, Default)]

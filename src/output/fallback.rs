@@ -7,10 +7,10 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 
 use super::{indexed, BuildOutput, OutputBuild, OutputConfig};
+use crate::component::registry::Spec;
 use crate::component::{
     deliver_and_wait, BuildContext, BuildError, ComponentSpec, Example, Kind, Router,
 };
-use crate::config::component::Spec;
 use crate::message::{Outcome, Transaction};
 
 /// The outputs, in the order they are tried.

@@ -13,10 +13,10 @@ use super::stdout::encode;
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
 use crate::codec::Codec;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::config::Interp;
 use crate::message::Batch;
 

@@ -9,11 +9,11 @@ use serde::Deserialize;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
-use crate::http::client::HttpClient;
+use crate::connect::http_client::HttpClient;
 use crate::message::Batch;
 
 crate::http_client_config! {
@@ -21,7 +21,7 @@ crate::http_client_config! {
     #[serde(deny_unknown_fields)]
     pub struct HttpClientOutputConfig {
         /// HTTP method.
-        #[serde(default = "crate::http::client::default_post")]
+        #[serde(default = "crate::connect::http_client::default_post")]
         pub verb: String,
         /// Requests allowed at once.
         #[serde(default = "default_max_in_flight")]

@@ -29,19 +29,19 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-use super::client_hub::{
-    DeliveryMode, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription, Transport,
-};
 use super::websocket_server::{
     default_event_key, default_heartbeat, default_max_in_flight, default_write_timeout, HubOutput,
     WsMessageType, WsOptions, WsRoute,
 };
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Writer};
-use crate::config::component::Spec;
 use crate::duration::Duration;
 use crate::http::cors::CorsConfig;
+use crate::http::hub::{
+    DeliveryMode, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription, Transport,
+};
 use crate::http::{self as h, BoxError, HttpRequest, HttpResponse};
 
 /// How `stream_path` frames messages.
@@ -201,7 +201,11 @@ impl BuildOutput for HttpServerOutputConfig {
             let route = Arc::new(GetRoute {
                 common: common.clone(),
                 timeout: self.timeout.0,
-                metrics: RouteMetrics::new(cx, &h::normalize(&self.path), Transport::Get),
+                metrics: RouteMetrics::new(
+                    cx.metric_labels(),
+                    &h::normalize(&self.path),
+                    Transport::Get,
+                ),
             });
             mount(
                 &self.path,
@@ -220,7 +224,11 @@ impl BuildOutput for HttpServerOutputConfig {
                 common: common.clone(),
                 format: self.stream_format,
                 heartbeat: self.heartbeat.0,
-                metrics: RouteMetrics::new(cx, &h::normalize(&self.stream_path), transport),
+                metrics: RouteMetrics::new(
+                    cx.metric_labels(),
+                    &h::normalize(&self.stream_path),
+                    transport,
+                ),
             });
             mount(
                 &self.stream_path,
@@ -238,7 +246,11 @@ impl BuildOutput for HttpServerOutputConfig {
                     envelope: self.ws_envelope,
                     heartbeat: self.heartbeat.0,
                 },
-                metrics: RouteMetrics::new(cx, &h::normalize(&self.ws_path), Transport::WebSocket),
+                metrics: RouteMetrics::new(
+                    cx.metric_labels(),
+                    &h::normalize(&self.ws_path),
+                    Transport::WebSocket,
+                ),
                 shutdown: cx.shutdown.clone(),
             });
             let common = common.clone();
@@ -345,7 +357,7 @@ impl StreamRoute {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
                 // Browsers cannot set headers on EventSource; a query parameter does it.
-                .or_else(|| super::client_hub::query_param(req.uri().query(), "last_event_id")),
+                .or_else(|| crate::http::hub::query_param(req.uri().query(), "last_event_id")),
             // Raw streams carry no ids, so there is nothing to resume from.
             StreamFormat::RawBytes => None,
         };
@@ -385,7 +397,7 @@ struct StreamBody {
     heartbeat: Option<tokio::time::Interval>,
     metrics: Arc<RouteMetrics>,
     /// The delivery in the frame hyper took last, confirmed on the next poll.
-    in_flight: Option<(oneshot::Sender<()>, Arc<super::client_hub::Chunk>)>,
+    in_flight: Option<(oneshot::Sender<()>, Arc<crate::http::hub::Chunk>)>,
     greeting: Option<Bytes>,
     stopping: Pin<Box<WaitForCancellationFutureOwned>>,
 }

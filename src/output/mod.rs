@@ -3,7 +3,6 @@
 
 pub mod amqp_0_9;
 pub mod broker;
-pub mod client_hub;
 pub mod drop;
 pub mod fallback;
 pub mod file;

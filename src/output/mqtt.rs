@@ -18,13 +18,12 @@ use tokio::task::JoinHandle;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::config::Interp;
 use crate::connect::mqtt::qos;
-use crate::input::mqtt::default_qos;
 use crate::message::Batch;
 
 crate::mqtt_connection_config! {
@@ -34,7 +33,7 @@ crate::mqtt_connection_config! {
         /// The topic to publish to (interpolated per message).
         pub topic: Interp,
         /// The QoS to publish with: 0, 1 or 2.
-        #[serde(default = "default_qos")]
+        #[serde(default = "crate::connect::mqtt::default_qos")]
         pub qos: u8,
         /// Ask the broker to retain the last message of the topic.
         #[serde(default)]

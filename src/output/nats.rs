@@ -11,10 +11,10 @@ use tokio::sync::RwLock;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::config::Interp;
 use crate::connect::nats::{meta_to_headers, validate_publisher, NatsAuth, NatsConn};
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};

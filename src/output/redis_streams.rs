@@ -13,10 +13,10 @@ use tokio::sync::RwLock;
 
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::config::Interp;
 use crate::connect::redis::{classify, client, connect, validate};
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
@@ -33,7 +33,7 @@ pub struct RedisStreamsOutputConfig {
     /// The stream to write to (interpolated per message).
     pub stream: Interp,
     /// The field that holds the payload.
-    #[serde(default = "crate::input::redis_streams::default_body_key")]
+    #[serde(default = "crate::connect::redis::default_body_key")]
     pub body_key: String,
     /// Trim the stream to about this many entries (0: no trimming).
     #[serde(default)]

@@ -9,10 +9,10 @@ use tracing::warn;
 
 use super::{BuildOutput, OutputBuild, OutputConfig};
 use crate::backoff::{Backoff, BackoffConfig};
+use crate::component::registry::Spec;
 use crate::component::{
     deliver_and_wait, BuildContext, BuildError, ComponentSpec, Example, Kind, Router,
 };
-use crate::config::component::Spec;
 use crate::message::{Outcome, Transaction};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

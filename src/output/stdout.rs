@@ -9,10 +9,10 @@ use tokio::sync::Mutex;
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
 use crate::codec::Codec;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema, Default)]

@@ -9,8 +9,8 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 use super::{BuildOutput, OutputBuild, OutputConfig};
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Router};
-use crate::config::component::Spec;
 use crate::config::MappingText;
 use crate::mapping::processors::check;
 use crate::message::{Batch, Outcome, Transaction};

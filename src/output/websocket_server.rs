@@ -20,17 +20,17 @@ use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::client_hub::{
-    query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
-    Transport,
-};
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::duration::Duration;
+use crate::http::hub::{
+    query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
+    Transport,
+};
 use crate::http::ws::{self, ServerSocket};
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::message::Batch;
@@ -131,7 +131,11 @@ impl BuildOutput for WebsocketServerOutputConfig {
                 envelope: self.envelope,
                 heartbeat: self.heartbeat.0,
             },
-            metrics: RouteMetrics::new(cx, &h::normalize(&self.path), Transport::WebSocket),
+            metrics: RouteMetrics::new(
+                cx.metric_labels(),
+                &h::normalize(&self.path),
+                Transport::WebSocket,
+            ),
             shutdown: cx.shutdown.clone(),
         };
         let route = Arc::new(route);
@@ -158,7 +162,7 @@ pub struct HubOutput {
 #[async_trait]
 impl Output for HubOutput {
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        self.hub.publish(batch).await
+        Ok(self.hub.publish(batch).await?)
     }
 }
 

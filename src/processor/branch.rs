@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::chain::Chain;
 use super::{BuildProcessor, ProcessorConfig};
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
-use crate::config::component::Spec;
 use crate::config::MappingText;
 use crate::mapping::processors::Branch as Maps;
 use crate::message::Batch;

@@ -9,9 +9,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::BuildProcessor;
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
-use crate::config::component::Spec;
-use crate::http::client::HttpClient;
+use crate::connect::http_client::HttpClient;
 use crate::message::Batch;
 
 crate::http_client_config! {
@@ -19,7 +19,7 @@ crate::http_client_config! {
     #[serde(deny_unknown_fields)]
     pub struct HttpProcessorConfig {
         /// HTTP method.
-        #[serde(default = "crate::http::client::default_post")]
+        #[serde(default = "crate::connect::http_client::default_post")]
         pub verb: String,
         /// A fixed request body; by default the message's payload is sent.
         #[serde(default)]

@@ -5,9 +5,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::BuildProcessor;
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
-use crate::config::component::Spec;
-use crate::config::{Interp, LogLevel};
+use crate::config::Interp;
+use crate::logging::LogLevel;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

@@ -7,8 +7,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::BuildProcessor;
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
-use crate::config::component::Spec;
 use crate::config::MappingText;
 use crate::mapping::{processors, Mapping};
 use crate::message::Batch;

@@ -5,8 +5,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::BuildProcessor;
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
-use crate::config::component::Spec;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema, Default)]

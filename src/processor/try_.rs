@@ -7,8 +7,8 @@ use serde::Deserialize;
 
 use super::chain::Chain;
 use super::{BuildProcessor, ProcessorConfig};
+use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
-use crate::config::component::Spec;
 use crate::message::Batch;
 
 /// The processors, in order.

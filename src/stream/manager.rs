@@ -6,9 +6,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use tracing::{error, info};
 
+use super::StreamConfig;
 use super::{RunningStream, Stream, StreamEnv};
 use crate::component::BuildError;
-use crate::config::StreamConfig;
 
 pub struct Manager {
     env: StreamEnv,

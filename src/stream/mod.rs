@@ -1,6 +1,7 @@
 //! Stream graphs: a [`StreamConfig`] is built into nodes (inputs, one pipeline, an output
 //! tree) joined by bounded channels, started as tasks, and stopped with a drain deadline.
 
+pub mod config;
 mod input;
 pub mod manager;
 mod output;
@@ -15,12 +16,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, Instrument};
 
+pub use config::{RootConfig, StreamConfig};
 pub use input::InFlight;
 pub use pipeline::{process_all, ProcessorNode};
 pub use readiness::Readiness;
 
 use crate::component::{BuildContext, BuildError, Kind};
-use crate::config::StreamConfig;
 use crate::http::Routes;
 use crate::input::{InputBuild, InputConfig};
 use crate::message::Transaction;
@@ -202,12 +203,7 @@ fn build_inputs(
             let id = node_id(&cx.stream, &config.display_name(&path));
             env.readiness.register(&id);
             out.push(InputNode {
-                metrics: NodeMetrics::new(
-                    &cx.stream,
-                    &config.display_name(&path),
-                    Kind::Input,
-                    config.type_name(),
-                ),
+                metrics: NodeMetrics::new(cx.metric_labels()),
                 id,
                 input,
                 inflight: Arc::new(InFlight::default()),
@@ -237,7 +233,7 @@ pub fn build_processor(
     let processor = config.kind.build(&cx)?;
     Ok(ProcessorNode {
         processor,
-        metrics: NodeMetrics::new(&cx.stream, &name, Kind::Processor, config.type_name()),
+        metrics: NodeMetrics::new(cx.metric_labels()),
     })
 }
 
@@ -249,8 +245,8 @@ fn build_output(
 ) -> Result<OutputTree, BuildError> {
     let path = format!("{path}.{}", config.type_name());
     let name = config.display_name(&path);
-    let metrics = NodeMetrics::new(&cx.stream, &name, Kind::Output, config.type_name());
     let cx = cx.for_component(path.clone(), name.clone(), Kind::Output, config.type_name());
+    let metrics = NodeMetrics::new(cx.metric_labels());
     if let Some(label) = &config.label {
         cx.claim_label(label)?;
     }

@@ -20,7 +20,7 @@ pub fn start(yaml: &str) -> RunningStream {
 }
 
 pub fn start_in(yaml: &str, env: &StreamEnv) -> RunningStream {
-    let root = sluice::config::parse_str("test.yaml", yaml)
+    let root = sluice::stream::config::parse_str("test.yaml", yaml)
         .unwrap_or_else(|e| panic!("config does not parse: {e:?}\n{yaml}"));
     let (name, config) = root.streams.into_iter().next().expect("one stream");
     Stream::build(&name, &config, env)

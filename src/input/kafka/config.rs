@@ -3,8 +3,8 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use crate::component::registry::Spec;
 use crate::component::{ComponentSpec, Example, Kind};
-use crate::config::component::Spec;
 use crate::connect::kafka::{parse_topic, validate, TopicSpec};
 use crate::connect::{SaslConfig, TlsConfig};
 use crate::duration::Duration;
@@ -22,7 +22,7 @@ pub struct KafkaInputConfig {
     /// under its name.
     pub consumer_group: String,
     /// The client id brokers see.
-    #[serde(default = "default_client_id")]
+    #[serde(default = "crate::connect::kafka::default_client_id")]
     pub client_id: String,
     /// Where a group without a committed offset starts: the oldest message (true) or
     /// only new ones (false).
@@ -50,9 +50,6 @@ pub struct KafkaInputConfig {
     pub sasl: SaslConfig,
 }
 
-pub fn default_client_id() -> String {
-    "sluice".into()
-}
 fn default_true() -> bool {
     true
 }

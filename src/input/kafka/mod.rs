@@ -26,7 +26,7 @@ use rdkafka::{ClientContext, Message as _, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-pub use config::{default_client_id, KafkaInputConfig};
+pub use config::KafkaInputConfig;
 
 use super::{BuildInput, InputBuild};
 use crate::component::{BuildContext, BuildError, ConnectorError, Input, ReadBatch};

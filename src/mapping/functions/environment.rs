@@ -1,7 +1,7 @@
 //! Functions that read the environment: variables and files.
 
-use crate::mapping::compile::FuncCall;
 use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::program::FuncCall;
 use crate::mapping::spec::{ex, opt, p, Args, Default, FunctionSpec, Res};
 use crate::value::Value;
 

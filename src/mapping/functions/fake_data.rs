@@ -5,8 +5,8 @@ use fake::rand::seq::IndexedRandom;
 use fake::rand::Rng;
 use fake::Fake;
 
-use crate::mapping::compile::FuncCall;
 use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::program::FuncCall;
 use crate::mapping::spec::{ex, opt, Args, Default, FunctionSpec, Res};
 use crate::value::Value;
 

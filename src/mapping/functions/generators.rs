@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use parking_lot::Mutex;
 use rand::Rng;
 
-use crate::mapping::compile::FuncCall;
 use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::program::FuncCall;
 use crate::mapping::spec::{opt, p, Args, Default, FunctionImpl, FunctionSpec, Param, Res};
 use crate::value::Value;
 

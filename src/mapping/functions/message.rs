@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 
-use crate::mapping::compile::FuncCall;
 use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::program::FuncCall;
 use crate::mapping::spec::{ex, opt, Args, Default, FunctionSpec, Res};
 use crate::value::Value;
 

@@ -1,8 +1,8 @@
 //! Functions that build values or control the result: `range`, `throw`, `deleted`,
 //! `nothing`, constants and byte buffers, and reading a variable by name.
 
-use crate::mapping::compile::FuncCall;
 use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::program::FuncCall;
 use crate::mapping::spec::{ex, opt, p, Args, Default, FunctionSpec, Res};
 use crate::value::Value;
 

@@ -2,8 +2,8 @@
 
 use std::borrow::Cow;
 
-use crate::mapping::compile::MethodCall;
 use crate::mapping::exec::{self, own, Ctx, ExecError, Frame, MsgView, Slot, This, V};
+use crate::mapping::program::MethodCall;
 use crate::mapping::spec::{
     describe, ex, lambda, lazy_method, method, opt, p, type_err, Args, Default, MethodSpec, Res,
 };

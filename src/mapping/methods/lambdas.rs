@@ -1,7 +1,7 @@
 //! Methods that run a lambda (or a query with `this` bound) per item.
 
-use crate::mapping::compile::{Lambda, MethodCall};
 use crate::mapping::exec::{call_lambda, compare, values_eq, Ctx, ExecError, V};
+use crate::mapping::program::{Lambda, MethodCall};
 use crate::mapping::spec::{
     describe, ex, lambda, lazy_method, p, Default, Kind, MethodSpec, Param,
 };

@@ -25,8 +25,8 @@ use parking_lot::Mutex;
 pub use lambdas::FILTER_MAP_EACH;
 pub(crate) use timestamps::to_ts;
 
-use super::compile::{Lambda, MethodCall};
 use super::exec::{eval, Ctx, ExecError, V};
+use super::program::{Lambda, MethodCall};
 use super::spec::{type_err, MethodSpec, Res};
 use crate::value::Value;
 

@@ -31,10 +31,10 @@ use tokio::sync::Notify;
 use self::batch::{Record, TopicHandle};
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
+use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
-use crate::config::component::Spec;
 use crate::config::Interp;
 use crate::connect::kafka::{client_config, validate};
 use crate::connect::{MetadataConfig, MetadataFilter, SaslConfig, TlsConfig};
@@ -94,7 +94,7 @@ pub struct KafkaOutputConfig {
     #[serde(default)]
     pub partition: Option<i32>,
     /// The client id brokers see.
-    #[serde(default = "crate::input::kafka::default_client_id")]
+    #[serde(default = "crate::connect::kafka::default_client_id")]
     pub client_id: String,
     /// `none`, `gzip`, `snappy`, `lz4` or `zstd`.
     #[serde(default)]
@@ -451,7 +451,7 @@ impl KafkaOutput {
     fn keys(&self, batch: &Batch) -> Result<Vec<Cow<'_, str>>, ConnectorError> {
         self.key
             .as_ref()
-            .map_or(Ok(Vec::new()), |k| k.fields(batch, "key"))
+            .map_or(Ok(Vec::new()), |k| Ok(k.fields(batch, "key")?))
     }
 }
 

@@ -5,6 +5,8 @@
 //! or write, and classifies its failures with [`ConnectorError`] so that the runtime can
 //! pick reconnect, retry or stop without reading error text.
 
+pub mod registry;
+
 use std::fmt;
 use std::sync::Arc;
 
@@ -100,6 +102,18 @@ impl ConnectorError {
             ErrorKind::Rejected => Outcome::rejected(&self.message),
             _ => Outcome::errored(&self.message),
         }
+    }
+}
+
+impl From<crate::config::mapped::FieldError> for ConnectorError {
+    fn from(e: crate::config::mapped::FieldError) -> Self {
+        ConnectorError::rejected(e.0)
+    }
+}
+
+impl From<crate::http::hub::Stopped> for ConnectorError {
+    fn from(e: crate::http::hub::Stopped) -> Self {
+        ConnectorError::transient(e.to_string())
     }
 }
 

@@ -178,9 +178,9 @@ macro_rules! registry {
             }
         }
 
-        pub type $Alias = $crate::config::component::Component<$Enum>;
+        pub type $Alias = $crate::component::registry::Component<$Enum>;
 
-        impl $crate::config::component::Registry for $Enum {
+        impl $crate::component::registry::Registry for $Enum {
             const KIND: $crate::component::Kind = $kind;
             const NAMES: &'static [&'static str] = &[$($key),*];
 
@@ -202,7 +202,7 @@ macro_rules! registry {
 
             fn specs() -> Vec<($crate::component::ComponentSpec, ::schemars::schema::RootSchema)> {
                 vec![$((
-                    <$Ty as $crate::config::component::Spec>::SPEC,
+                    <$Ty as $crate::component::registry::Spec>::SPEC,
                     ::schemars::schema_for!($Ty),
                 )),*]
             }

@@ -25,7 +25,6 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::component::{BuildContext, ConnectorError};
 use crate::duration::Duration;
 use crate::message::Batch;
 use crate::metrics as m;
@@ -214,6 +213,11 @@ impl Transport {
     }
 }
 
+/// `publish` gave up: the stream is stopping and no client took the messages.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the stream is stopping and no client took the messages")]
+pub struct Stopped;
+
 /// Analytics of one route and transport, registered once when the output is built.
 pub struct RouteMetrics {
     pub connection_attempts: Counter,
@@ -225,8 +229,12 @@ pub struct RouteMetrics {
 }
 
 impl RouteMetrics {
-    pub fn new(cx: &BuildContext, route: &str, transport: Transport) -> Arc<Self> {
-        let mut labels = cx.metric_labels();
+    /// `labels` are the output's standard metric labels.
+    pub fn new(
+        mut labels: Vec<(&'static str, String)>,
+        route: &str,
+        transport: Transport,
+    ) -> Arc<Self> {
         // The route comes from config, so it is a bounded label; the client never is.
         labels.push(("route", route.to_owned()));
         labels.push(("transport", transport.as_str().to_owned()));
@@ -520,12 +528,12 @@ impl Hub {
             .retain(|s| !s.event.id.is_some_and(|id| id >= first && id <= last));
     }
 
-    fn stopped(&self) -> ConnectorError {
-        ConnectorError::transient("the stream is stopping and no client took the messages")
+    fn stopped(&self) -> Stopped {
+        Stopped
     }
 
     /// Waits until at least one client is connected.
-    async fn wait_for_client(&self) -> Result<(), ConnectorError> {
+    async fn wait_for_client(&self) -> Result<(), Stopped> {
         loop {
             let joined = self.joined.notified();
             tokio::pin!(joined);
@@ -546,7 +554,7 @@ impl Hub {
 
     /// Delivers `batch`: returns once a client wrote it (round robin) or every client
     /// connected when it was sent did, at least one successfully (broadcast).
-    pub async fn publish(&self, batch: &Batch) -> Result<(), ConnectorError> {
+    pub async fn publish(&self, batch: &Batch) -> Result<(), Stopped> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -556,7 +564,7 @@ impl Hub {
         }
     }
 
-    async fn publish_one(&self, batch: &Batch) -> Result<(), ConnectorError> {
+    async fn publish_one(&self, batch: &Batch) -> Result<(), Stopped> {
         loop {
             let picked = {
                 let mut st = self.state.lock();
@@ -623,7 +631,7 @@ impl Hub {
         }
     }
 
-    async fn publish_all(&self, batch: &Batch) -> Result<(), ConnectorError> {
+    async fn publish_all(&self, batch: &Batch) -> Result<(), Stopped> {
         loop {
             let targets: Vec<_> = {
                 let st = self.state.lock();
@@ -724,8 +732,7 @@ mod tests {
     use crate::message::Message;
 
     fn metrics() -> Arc<RouteMetrics> {
-        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
-        RouteMetrics::new(&cx, "/r", Transport::Sse)
+        RouteMetrics::new(Vec::new(), "/r", Transport::Sse)
     }
 
     fn hub(mode: DeliveryMode) -> Arc<Hub> {

@@ -27,16 +27,16 @@ macro_rules! http_client_config {
             #[serde(default)]
             pub headers: ::std::collections::BTreeMap<String, $crate::config::Interp>,
             /// Time allowed for one request, response included.
-            #[serde(default = "crate::http::client::default_timeout")]
+            #[serde(default = "crate::connect::http_client::default_timeout")]
             pub timeout: $crate::duration::Duration,
             /// Attempts after the first for connection failures, 5xx and 429 answers.
-            #[serde(default = "crate::http::client::default_retries")]
+            #[serde(default = "crate::connect::http_client::default_retries")]
             pub retries: u32,
             /// Wait before the first retry; doubles up to `max_retry_backoff`.
-            #[serde(default = "crate::http::client::default_retry_period")]
+            #[serde(default = "crate::connect::http_client::default_retry_period")]
             pub retry_period: $crate::duration::Duration,
             /// Longest wait between retries.
-            #[serde(default = "crate::http::client::default_max_retry_backoff")]
+            #[serde(default = "crate::connect::http_client::default_max_retry_backoff")]
             pub max_retry_backoff: $crate::duration::Duration,
             /// Status codes that count as success besides 2xx.
             #[serde(default)]
@@ -49,9 +49,9 @@ macro_rules! http_client_config {
 
         impl $Name {
             fn client(&self, verb: &str, cx: &$crate::component::BuildContext)
-                -> Result<$crate::http::client::HttpClient, $crate::component::BuildError> {
-                $crate::http::client::HttpClient::new(
-                    $crate::http::client::ClientSettings {
+                -> Result<$crate::connect::http_client::HttpClient, $crate::component::BuildError> {
+                $crate::connect::http_client::HttpClient::new(
+                    $crate::connect::http_client::ClientSettings {
                         url: self.url.clone(),
                         verb: verb.to_owned(),
                         headers: self.headers.clone(),
@@ -132,8 +132,8 @@ impl HttpClient {
             Some(url) => Target::Static(parse_url(url).map_err(|e| cx.error(e))?),
             None => Target::Dynamic(settings.url.clone()),
         };
-        let method =
-            super::parse_method(&settings.verb).map_err(|e| cx.error(format!("`verb`: {e}")))?;
+        let method = crate::http::parse_method(&settings.verb)
+            .map_err(|e| cx.error(format!("`verb`: {e}")))?;
         let mut headers = HeaderMap::new();
         let mut dynamic_headers = Vec::new();
         for (k, v) in &settings.headers {

@@ -1,0 +1,454 @@
+//! Stream configuration: the typed config tree of `sluice run`, read from YAML with
+//! positions, with `${VAR}` substitution and errors that name file, document path, line
+//! and column.
+//!
+//! A file holds one stream (`input`, `pipeline`, `output` at the top) or several under
+//! `streams: {name: {input, pipeline, output}}`, the same shape as `x-sluice-streaming`,
+//! plus the process settings `http`, `logger`, `metrics` and `shutdown_timeout`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::config::yaml::{self, Document, Node};
+use crate::config::{de, process_env, unknown_key, ConfigError, ConfigErrors};
+use crate::duration::Duration;
+use crate::input::InputConfig;
+use crate::logging::LoggerConfig;
+use crate::output::OutputConfig;
+use crate::processor::ProcessorConfig;
+
+/// One stream: input, processors, output.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    pub input: InputConfig,
+    pub pipeline: PipelineConfig,
+    pub output: OutputConfig,
+    /// Capacity, in batches, of each channel between two nodes.
+    pub channel_capacity: usize,
+}
+
+pub const DEFAULT_CHANNEL_CAPACITY: usize = 64;
+
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Parallel workers running the processors (order across workers is not kept).
+    #[serde(default = "one")]
+    pub threads: usize,
+    /// Processors applied in order to every batch.
+    #[serde(default)]
+    pub processors: Vec<ProcessorConfig>,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            threads: 1,
+            processors: Vec::new(),
+        }
+    }
+}
+
+fn one() -> usize {
+    1
+}
+
+/// The standalone server of `sluice run`.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub enabled: bool,
+    /// Address to listen on.
+    pub address: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            enabled: true,
+            address: "0.0.0.0:4195".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MetricsConfig {
+    /// Serve Prometheus text format on `/metrics`.
+    Prometheus {},
+    /// Record nothing.
+    None {},
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig::Prometheus {}
+    }
+}
+
+/// Everything one or more config files ask for.
+#[derive(Debug, Clone)]
+pub struct RootConfig {
+    pub http: HttpConfig,
+    pub logger: LoggerConfig,
+    pub metrics: MetricsConfig,
+    pub shutdown_timeout: Duration,
+    pub streams: BTreeMap<String, StreamConfig>,
+}
+
+impl Default for RootConfig {
+    fn default() -> Self {
+        RootConfig {
+            http: HttpConfig::default(),
+            logger: LoggerConfig::default(),
+            metrics: MetricsConfig::default(),
+            shutdown_timeout: Duration::from_secs(20),
+            streams: BTreeMap::new(),
+        }
+    }
+}
+
+const ROOT_KEYS: &[&str] = &[
+    "http",
+    "logger",
+    "metrics",
+    "shutdown_timeout",
+    "input",
+    "pipeline",
+    "output",
+    "channel_capacity",
+    "streams",
+    "tests",
+];
+
+const STREAM_KEYS: &[&str] = &["input", "pipeline", "output", "channel_capacity"];
+
+/// Loads config files; settings come from the first file that has them, streams from all.
+pub fn load_files(paths: &[impl AsRef<Path>]) -> Result<RootConfig, ConfigErrors> {
+    let mut root = RootConfig::default();
+    let mut errors = Vec::new();
+    let mut seen_settings = HashSet::new();
+    for path in paths {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(ConfigError::new(format!("{name}: cannot read: {e}")));
+                continue;
+            }
+        };
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "stream".into());
+        match parse_root(&name, &stem, &text, &process_env) {
+            Ok(file_root) => merge(&mut root, file_root, &name, &mut seen_settings, &mut errors),
+            Err(e) => errors.extend(e.0),
+        }
+    }
+    if errors.is_empty() {
+        Ok(root)
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// What one file set explicitly, so that later files only add streams.
+struct FileRoot {
+    root: RootConfig,
+    set: Vec<&'static str>,
+}
+
+fn merge(
+    into: &mut RootConfig,
+    file: FileRoot,
+    name: &str,
+    seen: &mut HashSet<&'static str>,
+    errors: &mut Vec<ConfigError>,
+) {
+    for key in file.set {
+        if !seen.insert(key) {
+            continue;
+        }
+        match key {
+            "http" => into.http = file.root.http.clone(),
+            "logger" => into.logger = file.root.logger.clone(),
+            "metrics" => into.metrics = file.root.metrics.clone(),
+            "shutdown_timeout" => into.shutdown_timeout = file.root.shutdown_timeout,
+            _ => {}
+        }
+    }
+    for (stream, cfg) in file.root.streams {
+        match into.streams.entry(stream) {
+            std::collections::btree_map::Entry::Occupied(e) => {
+                errors.push(ConfigError::new(format!(
+                    "{name}: stream `{}` is defined twice (stream names must be unique across files)",
+                    e.key()
+                )));
+            }
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(cfg);
+            }
+        }
+    }
+}
+
+/// Parses one file's text. `default_stream` names a stream written at the top level.
+fn parse_root(
+    file: &str,
+    default_stream: &str,
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<FileRoot, ConfigErrors> {
+    let doc = yaml::parse(file, text, env)?;
+    let mut root = RootConfig::default();
+    let mut set = Vec::new();
+    let mut errors = Vec::new();
+    if !matches!(doc.root.kind, yaml::NodeKind::Map(_)) {
+        return Err(ConfigError::new(format!(
+            "a config file must be a mapping, found {}",
+            doc.root.describe()
+        ))
+        .at(doc.location("", doc.root.mark))
+        .into());
+    }
+    let mut has_top_stream = false;
+    for (key_node, value) in doc.root.entries() {
+        let key = key_node.as_str().unwrap_or_default();
+        let mut take = |r: Result<(), ConfigError>| {
+            if let Err(e) = r {
+                errors.push(e)
+            }
+        };
+        match key {
+            "http" => take(de::from_node(&doc, value, key).map(|v| root.http = v)),
+            "logger" => take(de::from_node(&doc, value, key).map(|v| root.logger = v)),
+            "metrics" => take(de::from_node(&doc, value, key).map(|v| root.metrics = v)),
+            "shutdown_timeout" => {
+                take(de::from_node(&doc, value, key).map(|v| root.shutdown_timeout = v))
+            }
+            "streams" => {
+                for (name_node, stream) in value.entries() {
+                    let name = name_node.as_str().unwrap_or_default();
+                    match stream_from_node(&doc, stream, &format!("streams.{name}")) {
+                        Ok(s) => {
+                            root.streams.insert(name.to_owned(), s);
+                        }
+                        Err(e) => errors.extend(e.0),
+                    }
+                }
+                if !matches!(value.kind, yaml::NodeKind::Map(_)) && !value.is_null() {
+                    errors.push(
+                        ConfigError::new(format!(
+                            "`streams` must map stream names to streams, found {}",
+                            value.describe()
+                        ))
+                        .at(doc.location(key, value.mark)),
+                    );
+                }
+            }
+            // Config unit tests are run by `sluice test`, not by the runtime.
+            "tests" => {}
+            k if STREAM_KEYS.contains(&k) => has_top_stream = true,
+            other => errors.push(unknown_key(&doc, key_node, other, "", ROOT_KEYS)),
+        }
+        if let Some(k) = ["http", "logger", "metrics", "shutdown_timeout"]
+            .into_iter()
+            .find(|k| *k == key)
+        {
+            set.push(k);
+        }
+    }
+    if has_top_stream {
+        if root.streams.contains_key(default_stream) {
+            errors.push(ConfigError::new(format!(
+                "{file}: a top-level stream and `streams.{default_stream}` share a name"
+            )));
+        }
+        match stream_fields(&doc, &doc.root, "", true) {
+            Ok(s) => {
+                root.streams.insert(default_stream.to_owned(), s);
+            }
+            Err(e) => errors.extend(e.0),
+        }
+    }
+    if errors.is_empty() {
+        Ok(FileRoot { root, set })
+    } else {
+        Err(ConfigErrors(errors))
+    }
+}
+
+/// Reads one stream (`input`, `pipeline`, `output`) from a node, reporting every error.
+/// The gateway reads `x-sluice-streaming.streams.*` with this too.
+pub fn stream_from_node(
+    doc: &Document,
+    node: &Node,
+    path: &str,
+) -> Result<StreamConfig, ConfigErrors> {
+    stream_fields(doc, node, path, false)
+}
+
+fn stream_fields(
+    doc: &Document,
+    node: &Node,
+    path: &str,
+    at_root: bool,
+) -> Result<StreamConfig, ConfigErrors> {
+    let mut errors = Vec::new();
+    if !matches!(node.kind, yaml::NodeKind::Map(_)) {
+        return Err(ConfigError::new(format!(
+            "a stream must be a mapping with `input` and `output`, found {}",
+            node.describe()
+        ))
+        .at(doc.location(path, node.mark))
+        .into());
+    }
+    let mut input = None;
+    let mut output = None;
+    let mut pipeline = PipelineConfig::default();
+    let mut channel_capacity = DEFAULT_CHANNEL_CAPACITY;
+    for (key_node, value) in node.entries() {
+        let key = key_node.as_str().unwrap_or_default();
+        let p = de::join(path, key);
+        match key {
+            "input" => match de::from_node::<InputConfig>(doc, value, &p) {
+                Ok(v) => input = Some(v),
+                Err(e) => errors.push(e),
+            },
+            "output" => match de::from_node::<OutputConfig>(doc, value, &p) {
+                Ok(v) => output = Some(v),
+                Err(e) => errors.push(e),
+            },
+            "pipeline" => match de::from_node::<PipelineConfig>(doc, value, &p) {
+                Ok(v) => pipeline = v,
+                Err(e) => errors.push(e),
+            },
+            "channel_capacity" => match de::from_node::<usize>(doc, value, &p) {
+                Ok(0) => errors.push(
+                    ConfigError::new("`channel_capacity` must be at least 1")
+                        .at(doc.location(&p, value.mark)),
+                ),
+                Ok(v) => channel_capacity = v,
+                Err(e) => errors.push(e),
+            },
+            _ if at_root => {}
+            other => errors.push(unknown_key(doc, key_node, other, path, STREAM_KEYS)),
+        }
+    }
+    for (what, missing) in [("input", input.is_none()), ("output", output.is_none())] {
+        let failed_already = node.get(what).is_some();
+        if missing && !failed_already {
+            // A mapping's own mark sits after its first key; point at that key instead.
+            let mark = node.entries().first().map_or(node.mark, |(k, _)| k.mark);
+            errors.push(
+                ConfigError::new(format!("the stream has no `{what}`"))
+                    .at(doc.location(path, mark)),
+            );
+        }
+    }
+    match (input, output) {
+        (Some(input), Some(output)) if errors.is_empty() => {
+            let stream = StreamConfig {
+                input,
+                pipeline,
+                output,
+                channel_capacity,
+            };
+            Ok(stream)
+        }
+        _ => Err(ConfigErrors(errors)),
+    }
+}
+
+/// Parses a config text as `sluice run` would (for tests and the gateway).
+pub fn parse_str(file: &str, text: &str) -> Result<RootConfig, ConfigErrors> {
+    let stem = Path::new(file)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "stream".into());
+    parse_root(file, &stem, text, &process_env).map(|f| f.root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logging::LogFormat;
+
+    fn parse(text: &str) -> Result<RootConfig, ConfigErrors> {
+        parse_root("t.yaml", "t", text, &|_| None).map(|f| f.root)
+    }
+
+    #[test]
+    fn single_stream_at_top_level() {
+        let root =
+            parse("input:\n  generate:\n    payload: hi\n    count: 2\noutput:\n  stdout: {}\n")
+                .unwrap();
+        assert_eq!(root.streams.len(), 1);
+        let s = &root.streams["t"];
+        assert_eq!(s.input.type_name(), "generate");
+        assert_eq!(s.output.type_name(), "stdout");
+        assert_eq!(root.http.address, "0.0.0.0:4195");
+    }
+
+    #[test]
+    fn several_streams_and_settings() {
+        let root = parse(
+            "http: {address: 127.0.0.1:9000}\nshutdown_timeout: 5s\nlogger: {level: debug, format: json}\nstreams:\n  a:\n    input: {stdin: {}}\n    output: {drop: {}}\n  b:\n    input: {stdin: {}}\n    output: {label: out, stdout: {}}\n",
+        )
+        .unwrap();
+        assert_eq!(root.streams.len(), 2);
+        assert_eq!(root.streams["b"].output.label.as_deref(), Some("out"));
+        assert_eq!(root.http.address, "127.0.0.1:9000");
+        assert_eq!(root.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(root.logger.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn misspelt_key_has_line_column_and_suggestion() {
+        let errs =
+            parse("input:\n  generate:\n    payload: x\n    intervl: 1s\noutput:\n  drop: {}\n")
+                .unwrap_err();
+        let e = &errs.0[0];
+        let loc = e.location.clone().unwrap();
+        assert_eq!((loc.line, loc.col), (4, 5));
+        assert_eq!(loc.path, "input.generate.intervl");
+        assert_eq!(e.suggestion.as_deref(), Some("interval"));
+    }
+
+    #[test]
+    fn unknown_component_type_is_suggested() {
+        let errs = parse("input:\n  genrate: {}\noutput:\n  drop: {}\n").unwrap_err();
+        let e = &errs.0[0];
+        assert!(e.message.contains("unknown input type `genrate`"), "{e}");
+        assert_eq!(e.suggestion.as_deref(), Some("generate"));
+        assert_eq!(e.location.clone().unwrap().line, 2);
+    }
+
+    #[test]
+    fn every_error_is_reported() {
+        let errs = parse("inptu: {}\noutput:\n  stdot: {}\nshutdown_timeout: soon\n").unwrap_err();
+        // The misspelt key, the bad duration, the unknown type, and the missing input.
+        assert_eq!(errs.0.len(), 4, "{errs}");
+        assert_eq!(errs.0[0].suggestion.as_deref(), Some("input"));
+        let timeout = errs.0.iter().find(|e| e.message.contains("soon")).unwrap();
+        assert_eq!(timeout.location.clone().unwrap().line, 4);
+    }
+
+    #[test]
+    fn missing_input_is_an_error() {
+        let errs = parse("output:\n  drop: {}\n").unwrap_err();
+        assert!(errs.to_string().contains("no `input`"), "{errs}");
+    }
+
+    #[test]
+    fn two_types_in_one_component_is_an_error() {
+        let errs = parse("input:\n  stdin: {}\n  generate: {payload: x}\noutput:\n  drop: {}\n")
+            .unwrap_err();
+        assert!(errs.to_string().contains("exactly one type"), "{errs}");
+    }
+}
