@@ -124,7 +124,19 @@ pub fn parse(
     let file: Arc<str> = file.into();
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    if let Err(e) = parser.load(&mut builder, false) {
+    let loaded = parser.load(&mut builder, false);
+    if !builder.errors.is_empty() {
+        let errors = builder.errors.into_iter().map(|(message, path, mark)| {
+            ConfigError::new(message).at(Location {
+                file: file.clone(),
+                path,
+                line: mark.line,
+                col: mark.col,
+            })
+        });
+        return Err(ConfigErrors(errors.collect()));
+    }
+    if let Err(e) = loaded {
         let mark = Mark::from(*e.marker());
         return Err(ConfigError::new(format!("invalid YAML: {}", e.info()))
             .at(Location {
@@ -149,29 +161,113 @@ pub fn parse(
     Ok(Document { root, ..doc })
 }
 
+/// The most nodes a document may hold once its aliases are expanded. Aliases copy the
+/// node they name, so a few hundred bytes of nested aliases ("billion laughs") would
+/// otherwise expand to gigabytes; real configs stay far below this.
+pub const MAX_NODES: usize = 100_000;
+
+/// A collection being read, with its pending mapping key, its anchor id and its size.
+struct Open {
+    node: Node,
+    pending_key: Option<Node>,
+    anchor: usize,
+    /// Nodes in this collection so far, itself included.
+    size: usize,
+}
+
 #[derive(Default)]
 struct Builder {
-    stack: Vec<(Node, Option<Node>, usize)>,
-    anchors: HashMap<usize, Node>,
+    stack: Vec<Open>,
+    /// Anchored nodes with their sizes in nodes.
+    anchors: HashMap<usize, (Node, usize)>,
     root: Option<Node>,
+    /// Nodes in the document so far, aliases expanded.
+    nodes: usize,
+    /// Problems the parser does not see: (message, document path, position).
+    errors: Vec<(String, String, Mark)>,
 }
 
 impl Builder {
-    fn push_value(&mut self, node: Node, anchor: usize) {
+    /// The document path of the value being read now.
+    fn path(&self) -> String {
+        let mut path = String::new();
+        for open in &self.stack {
+            match &open.node.kind {
+                NodeKind::Seq(items) => path.push_str(&format!("[{}]", items.len())),
+                NodeKind::Map(_) => {
+                    if let Some(key) = open.pending_key.as_ref().and_then(Node::as_str) {
+                        if !path.is_empty() {
+                            path.push('.');
+                        }
+                        path.push_str(key);
+                    }
+                }
+                NodeKind::Scalar { .. } => {}
+            }
+        }
+        path
+    }
+
+    fn push_value(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor > 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size));
+        }
+        let duplicate = match self.stack.last() {
+            Some(Open {
+                node:
+                    Node {
+                        kind: NodeKind::Map(entries),
+                        ..
+                    },
+                pending_key: None,
+                ..
+            }) => node.as_str().and_then(|key| {
+                entries
+                    .iter()
+                    .find(|(k, _)| k.as_str() == Some(key))
+                    .map(|(k, _)| (key.to_owned(), k.mark))
+            }),
+            _ => None,
+        };
+        if let Some((key, first)) = duplicate {
+            let mut path = self.path();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(&key);
+            self.errors.push((
+                format!(
+                    "duplicate key `{key}`: first given at line {}, column {}",
+                    first.line, first.col
+                ),
+                path,
+                node.mark,
+            ));
         }
         match self.stack.last_mut() {
             None => self.root = Some(node),
-            Some((parent, pending_key, _)) => match &mut parent.kind {
-                NodeKind::Seq(items) => items.push(node),
-                NodeKind::Map(entries) => match pending_key.take() {
-                    None => *pending_key = Some(node),
-                    Some(key) => entries.push((key, node)),
-                },
-                NodeKind::Scalar { .. } => {}
-            },
+            Some(open) => {
+                open.size += size;
+                match &mut open.node.kind {
+                    NodeKind::Seq(items) => items.push(node),
+                    NodeKind::Map(entries) => match open.pending_key.take() {
+                        None => open.pending_key = Some(node),
+                        Some(key) => entries.push((key, node)),
+                    },
+                    NodeKind::Scalar { .. } => {}
+                }
+            }
         }
+    }
+
+    fn open(&mut self, kind: NodeKind, mark: Mark, anchor: usize) {
+        self.nodes += 1;
+        self.stack.push(Open {
+            node: Node { kind, mark },
+            pending_key: None,
+            anchor,
+            size: 1,
+        });
     }
 }
 
@@ -181,44 +277,46 @@ impl MarkedEventReceiver for Builder {
         match ev {
             Event::Scalar(value, style, anchor, _) => {
                 let plain = style == TScalarStyle::Plain;
-                self.push_value(
-                    Node {
-                        kind: NodeKind::Scalar { value, plain },
-                        mark,
-                    },
-                    anchor,
-                );
+                self.nodes += 1;
+                let node = Node {
+                    kind: NodeKind::Scalar { value, plain },
+                    mark,
+                };
+                self.push_value(node, anchor, 1);
             }
-            Event::SequenceStart(anchor, _) => self.stack.push((
-                Node {
-                    kind: NodeKind::Seq(Vec::new()),
-                    mark,
-                },
-                None,
-                anchor,
-            )),
-            Event::MappingStart(anchor, _) => self.stack.push((
-                Node {
-                    kind: NodeKind::Map(Vec::new()),
-                    mark,
-                },
-                None,
-                anchor,
-            )),
+            Event::SequenceStart(anchor, _) => self.open(NodeKind::Seq(Vec::new()), mark, anchor),
+            Event::MappingStart(anchor, _) => self.open(NodeKind::Map(Vec::new()), mark, anchor),
             Event::SequenceEnd | Event::MappingEnd => {
-                if let Some((node, _, anchor)) = self.stack.pop() {
-                    self.push_value(node, anchor);
+                if let Some(open) = self.stack.pop() {
+                    self.push_value(open.node, open.anchor, open.size);
                 }
             }
             Event::Alias(id) => {
-                let node = self.anchors.get(&id).cloned().unwrap_or(Node {
-                    kind: NodeKind::Scalar {
-                        value: String::new(),
-                        plain: true,
-                    },
-                    mark,
-                });
-                self.push_value(node, 0);
+                let null = || Node::scalar("");
+                let (node, size) = match self.anchors.get(&id) {
+                    Some((_, size)) if self.nodes + size > MAX_NODES => {
+                        // Reported once; what follows is read without expanding aliases.
+                        if self
+                            .errors
+                            .iter()
+                            .all(|(m, _, _)| !m.starts_with("aliases"))
+                        {
+                            self.errors.push((
+                                format!(
+                                    "aliases expand the document past {MAX_NODES} nodes; \
+                                     write the repeated parts out or nest fewer aliases"
+                                ),
+                                self.path(),
+                                mark,
+                            ));
+                        }
+                        (null(), 1)
+                    }
+                    Some((node, size)) => (node.clone(), *size),
+                    None => (null(), 1),
+                };
+                self.nodes += size;
+                self.push_value(Node { mark, ..node }, 0, size);
             }
             _ => {}
         }
@@ -359,6 +457,67 @@ mod tests {
         assert_eq!(
             doc.root.get("b").unwrap().get("k").unwrap().as_str(),
             Some("1")
+        );
+    }
+
+    #[test]
+    fn nested_aliases_are_bounded() {
+        // Nine levels of ten aliases each would expand to a billion nodes.
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        let errs = parse("t.yaml", &text, &env).unwrap_err();
+        assert_eq!(errs.0.len(), 1, "{errs}");
+        let e = &errs.0[0];
+        assert!(e.message.contains("aliases expand"), "{e}");
+        let loc = e.location.clone().unwrap();
+        // a4 holds 10 copies of a3's 11 111 nodes: the eighth crosses the bound.
+        assert_eq!((loc.file.as_ref(), loc.line, loc.col), ("t.yaml", 5, 45), "{e}");
+        assert_eq!(loc.path, "a4[7]");
+    }
+
+    #[test]
+    fn aliases_within_the_bound_expand() {
+        let doc = parse("t.yaml", "a: &a [1, 2]\nb: [*a, *a, *a]\n", &env).unwrap();
+        let b = &doc.root.get("b").unwrap().kind;
+        let NodeKind::Seq(items) = b else {
+            panic!("{b:?}")
+        };
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[2].mark, Mark { line: 2, col: 13 });
+    }
+
+    #[test]
+    fn duplicate_keys_name_both_positions() {
+        let text =
+            "input: {stdin: {}}\nstreams:\n  a: {x: 1}\n  a: {x: 2}\ninput: {generate: {}}\n";
+        let errs = parse("t.yaml", text, &env).unwrap_err();
+        let got: Vec<_> = errs
+            .0
+            .iter()
+            .map(|e| {
+                let loc = e.location.clone().unwrap();
+                (loc.path, loc.line, loc.col, e.message.clone())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "streams.a".to_owned(),
+                    4,
+                    3,
+                    "duplicate key `a`: first given at line 3, column 3".to_owned()
+                ),
+                (
+                    "input".to_owned(),
+                    5,
+                    1,
+                    "duplicate key `input`: first given at line 1, column 1".to_owned()
+                ),
+            ]
         );
     }
 
