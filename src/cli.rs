@@ -17,7 +17,7 @@ use crate::processor::ProcessorKind;
 use crate::server::{self, Server};
 use crate::stream::config::{self, MetricsConfig, RootConfig};
 use crate::stream::manager::Manager;
-use crate::stream::{Stream, StreamEnv};
+use crate::stream::StreamEnv;
 
 /// `sluice run`: runs the streams of the given files until they end or a signal arrives.
 /// Returns the process exit code.
@@ -49,7 +49,12 @@ pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Outpu
         return 1;
     }
     let stop_server = CancellationToken::new();
-    let server_task = if root.http.enabled {
+    // Without an `http` section the server listens only for components that serve HTTP.
+    let listen = root
+        .http
+        .enabled
+        .unwrap_or_else(|| !env.routes.paths().is_empty());
+    let server_task = if listen {
         let listener = match server::bind(&root.http.address).await {
             Ok((l, _)) => l,
             Err(e) => {
@@ -129,25 +134,44 @@ fn init_logging(logger: &LoggerConfig) {
     };
 }
 
-/// `sluice lint`: checks config files, printing every problem with its position.
-pub fn lint(files: &[PathBuf], out: &mut dyn Write) -> i32 {
-    let root = match config::load_files(files) {
-        Ok(r) => r,
-        Err(errors) => {
-            let _ = writeln!(out, "{errors}");
-            return 1;
+/// How `sluice lint` prints what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LintFormat {
+    /// One line per problem: `file:line:col (path): message`.
+    #[default]
+    Text,
+    /// A JSON array of `{file, path, line, column, message, suggestion}`, for editors and CI.
+    Json,
+}
+
+/// `sluice lint`: checks config files without running them, printing every problem with
+/// its position. Each file is checked on its own unless `together`. Returns the exit code.
+pub fn lint(files: &[PathBuf], together: bool, format: LintFormat, out: &mut dyn Write) -> i32 {
+    let errors = config::lint_files(files, together);
+    let written = match format {
+        LintFormat::Text => errors.iter().try_for_each(|e| writeln!(out, "{e}")),
+        LintFormat::Json => {
+            let items: Vec<_> = errors
+                .iter()
+                .map(|e| {
+                    let loc = e.location.as_ref();
+                    serde_json::json!({
+                        "file": loc.map(|l| l.file.to_string()),
+                        "path": loc.map(|l| l.path.clone()),
+                        "line": loc.map(|l| l.line),
+                        "column": loc.map(|l| l.col),
+                        "message": e.message,
+                        "suggestion": e.suggestion,
+                    })
+                })
+                .collect();
+            writeln!(out, "{}", serde_json::Value::Array(items))
         }
     };
-    // Building catches what parsing cannot: bad URLs, clashing paths, invalid values.
-    let env = StreamEnv::standalone();
-    let mut failed = false;
-    for (name, stream) in &root.streams {
-        if let Err(e) = Stream::build(name, stream, &env) {
-            let _ = writeln!(out, "stream `{name}`: {e}");
-            failed = true;
-        }
+    if written.is_err() {
+        return 2;
     }
-    i32::from(failed)
+    i32::from(!errors.is_empty())
 }
 
 /// `sluice list`: every component with its fields, types, defaults and help.

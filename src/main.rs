@@ -27,10 +27,18 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Check config files and print every problem with its file, line and column.
+    /// Check config files without running them: every problem with its file, document
+    /// path, line and column. Each file is checked on its own unless --together.
     Lint {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// Check the files as one config, as `sluice run` loads them (stream names and
+        /// HTTP paths must not clash across files).
+        #[arg(long)]
+        together: bool,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = LintFormat::Text)]
+        format: LintFormat,
     },
     /// Try a mapping: reads one message per line on standard input and writes each result.
     Blobl {
@@ -57,6 +65,12 @@ enum Command {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum LintFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum Family {
     Inputs,
     Processors,
@@ -73,12 +87,22 @@ fn main() -> ExitCode {
                 1
             }
         },
-        Command::Lint { files } => {
+        Command::Lint {
+            files,
+            together,
+            format,
+        } => {
+            let format = match format {
+                LintFormat::Text => sluice::cli::LintFormat::Text,
+                LintFormat::Json => sluice::cli::LintFormat::Json,
+            };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();
             match rt {
-                Ok(rt) => rt.block_on(async { sluice::cli::lint(&files, &mut std::io::stdout()) }),
+                Ok(rt) => rt.block_on(async {
+                    sluice::cli::lint(&files, together, format, &mut std::io::stdout())
+                }),
                 Err(e) => {
                     eprintln!("error: cannot start the runtime: {e}");
                     1

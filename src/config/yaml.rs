@@ -105,6 +105,40 @@ pub struct Document {
 }
 
 impl Document {
+    /// Where the node at a document path (`output.broker.outputs[1].http_client`) is
+    /// written: the key that names it, or the sequence item. A path that leaves the tree
+    /// stops at the deepest node it reached.
+    pub fn locate(&self, path: &str) -> Mark {
+        let mut node = &self.root;
+        let mut mark = first_key(node);
+        for part in path.split('.').filter(|p| !p.is_empty()) {
+            let (key, indexes) = match part.find('[') {
+                Some(i) => (&part[..i], &part[i..]),
+                None => (part, ""),
+            };
+            if !key.is_empty() {
+                let Some((k, v)) = node.entries().iter().find(|(k, _)| k.as_str() == Some(key))
+                else {
+                    return mark;
+                };
+                mark = k.mark;
+                node = v;
+            }
+            for index in indexes.split('[').filter_map(|i| i.strip_suffix(']')) {
+                let item = match (&node.kind, index.parse::<usize>()) {
+                    (NodeKind::Seq(items), Ok(i)) => items.get(i),
+                    _ => None,
+                };
+                let Some(item) = item else {
+                    return mark;
+                };
+                mark = first_key(item);
+                node = item;
+            }
+        }
+        mark
+    }
+
     pub fn location(&self, path: &str, mark: Mark) -> Location {
         Location {
             file: self.file.clone(),
@@ -113,6 +147,12 @@ impl Document {
             col: mark.col,
         }
     }
+}
+
+/// Where a node is written. A block mapping's own mark sits after its first key, so a
+/// mapping is placed at that key.
+fn first_key(node: &Node) -> Mark {
+    node.entries().first().map_or(node.mark, |(k, _)| k.mark)
 }
 
 /// Parses one YAML document, substituting environment variables through `env`.
@@ -474,7 +514,11 @@ mod tests {
         assert!(e.message.contains("aliases expand"), "{e}");
         let loc = e.location.clone().unwrap();
         // a4 holds 10 copies of a3's 11 111 nodes: the eighth crosses the bound.
-        assert_eq!((loc.file.as_ref(), loc.line, loc.col), ("t.yaml", 5, 45), "{e}");
+        assert_eq!(
+            (loc.file.as_ref(), loc.line, loc.col),
+            ("t.yaml", 5, 45),
+            "{e}"
+        );
         assert_eq!(loc.path, "a4[7]");
     }
 
@@ -519,6 +563,22 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn paths_locate_keys_and_items() {
+        let text = "output:\n  broker:\n    outputs:\n      - drop: {}\n      - http_client:\n          url: x\n";
+        let doc = parse("t.yaml", text, &env).unwrap();
+        let at = |p: &str| {
+            let m = doc.locate(p);
+            (m.line, m.col)
+        };
+        assert_eq!(at("output.broker.outputs[1].http_client"), (5, 9));
+        assert_eq!(at("output.broker.outputs[1].http_client.url"), (6, 11));
+        assert_eq!(at("output.broker.outputs[0]"), (4, 9));
+        // Off the tree: the deepest node reached.
+        assert_eq!(at("output.broker.outputs[7].x"), (3, 5));
+        assert_eq!(at("nope"), (1, 1));
     }
 
     #[test]

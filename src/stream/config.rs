@@ -12,9 +12,12 @@ use std::path::Path;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use std::sync::Arc;
+
 use crate::config::yaml::{self, Document, Node};
 use crate::config::{de, process_env, unknown_key, ConfigError, ConfigErrors};
 use crate::duration::Duration;
+use crate::http::Routes;
 use crate::input::InputConfig;
 use crate::logging::LoggerConfig;
 use crate::output::OutputConfig;
@@ -56,22 +59,43 @@ fn one() -> usize {
     1
 }
 
-/// The standalone server of `sluice run`.
+/// The standalone server of `sluice run` (HTTP components, `/metrics`, `/ready`).
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
-    pub enabled: bool,
-    /// Address to listen on.
+    /// Listen or not. Unset, the server listens when a component serves HTTP or when the
+    /// config has an `http` section.
+    pub enabled: Option<bool>,
+    /// Address to listen on, `host:port`. Loopback unless told otherwise.
     pub address: String,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
-            enabled: true,
-            address: "0.0.0.0:4195".into(),
+            enabled: None,
+            address: "127.0.0.1:4195".into(),
         }
     }
+}
+
+/// Checks a listen address the way binding will read it: `host:port`, or `[v6]:port`.
+pub fn check_address(address: &str) -> Result<(), String> {
+    if address.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let bad = || {
+        format!("`{address}` is not a listen address (write `host:port`, e.g. `127.0.0.1:4195`)")
+    };
+    let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = !host.is_empty()
+        && host
+            .split('.')
+            .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+    if !host_ok || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
@@ -127,28 +151,25 @@ const ROOT_KEYS: &[&str] = &[
 const STREAM_KEYS: &[&str] = &["input", "pipeline", "output", "channel_capacity"];
 
 /// Loads config files; settings come from the first file that has them, streams from all.
+/// A stream config file is one whose streams run, so one without any is a mistake.
 pub fn load_files(paths: &[impl AsRef<Path>]) -> Result<RootConfig, ConfigErrors> {
     let mut root = RootConfig::default();
     let mut errors = Vec::new();
     let mut seen_settings = HashSet::new();
     for path in paths {
-        let path = path.as_ref();
-        let name = path.display().to_string();
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) => {
-                errors.push(ConfigError::new(format!("{name}: cannot read: {e}")));
-                continue;
-            }
-        };
-        let stem = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "stream".into());
-        match parse_root(&name, &stem, &text, &process_env) {
-            Ok(file_root) => merge(&mut root, file_root, &name, &mut seen_settings, &mut errors),
+        match read_file(path.as_ref()) {
+            Ok(file_root) => merge(&mut root, file_root, &mut seen_settings, &mut errors),
             Err(e) => errors.extend(e.0),
         }
+    }
+    if errors.is_empty() && root.streams.is_empty() {
+        errors.push(no_streams(
+            &paths
+                .iter()
+                .map(|p| p.as_ref().display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
     }
     if errors.is_empty() {
         Ok(root)
@@ -157,19 +178,144 @@ pub fn load_files(paths: &[impl AsRef<Path>]) -> Result<RootConfig, ConfigErrors
     }
 }
 
+fn no_streams(files: &str) -> ConfigError {
+    ConfigError::new(format!(
+        "{files}: no streams to run: give `input` and `output` at the top, or `streams`"
+    ))
+}
+
+/// Reads and parses one file; a stream written at the top is named after the file.
+fn read_file(path: &Path) -> Result<FileRoot, ConfigErrors> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(format!("{name}: cannot read: {e}")))?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "stream".into());
+    parse_root(&name, &stem, &text, &process_env)
+}
+
+/// Checks config files without running anything: every parse error of every file, then
+/// every problem building would find in every stream, each with file, document path,
+/// line and column. Files are checked one by one, or `together` as `sluice run` would
+/// load them (stream names and HTTP paths then must not clash across files).
+pub fn lint_files(paths: &[impl AsRef<Path>], together: bool) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    for path in paths {
+        match read_file(path.as_ref()) {
+            Ok(file) => files.push(file),
+            Err(e) => errors.extend(e.0),
+        }
+    }
+    if together {
+        let mut root = RootConfig::default();
+        let mut seen = HashSet::new();
+        let routes = Routes::new();
+        let docs: Vec<_> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.root.streams.keys().cloned().collect::<Vec<_>>(),
+                    f.doc.clone(),
+                    f.prefixes(),
+                )
+            })
+            .collect();
+        for file in files {
+            merge(&mut root, file, &mut seen, &mut errors);
+        }
+        if errors.is_empty() && root.streams.is_empty() {
+            errors.push(no_streams(
+                &paths
+                    .iter()
+                    .map(|p| p.as_ref().display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+        for (names, doc, prefixes) in docs {
+            for (name, prefix) in names.iter().zip(prefixes) {
+                if let Some(stream) = root.streams.get(name) {
+                    validate_stream(name, stream, &doc, &prefix, &routes, &mut errors);
+                }
+            }
+        }
+    } else {
+        for file in files {
+            if file.root.streams.is_empty() {
+                errors.push(no_streams(&file.doc.file));
+            }
+            let routes = Routes::new();
+            for (name, stream) in &file.root.streams {
+                validate_stream(
+                    name,
+                    stream,
+                    &file.doc,
+                    &file.prefix(name),
+                    &routes,
+                    &mut errors,
+                );
+            }
+        }
+    }
+    errors
+}
+
+/// [`Stream::validate`], with each problem placed in its document.
+fn validate_stream(
+    name: &str,
+    stream: &StreamConfig,
+    doc: &Document,
+    prefix: &str,
+    routes: &Arc<Routes>,
+    errors: &mut Vec<ConfigError>,
+) {
+    for e in super::Stream::validate(name, stream, routes) {
+        let path = de::join(prefix, &e.path);
+        let mark = doc.locate(&path);
+        errors.push(ConfigError::new(e.message).at(doc.location(&path, mark)));
+    }
+}
+
 /// What one file set explicitly, so that later files only add streams.
 struct FileRoot {
     root: RootConfig,
     set: Vec<&'static str>,
+    doc: Document,
+    default_stream: String,
+}
+
+impl FileRoot {
+    /// Each stream's path prefix, in the order of `root.streams`.
+    fn prefixes(&self) -> Vec<String> {
+        self.root.streams.keys().map(|s| self.prefix(s)).collect()
+    }
+
+    /// Where a stream's document path starts in this file.
+    fn prefix(&self, stream: &str) -> String {
+        if stream == self.default_stream
+            && self
+                .doc
+                .root
+                .get("streams")
+                .is_none_or(|s| s.get(stream).is_none())
+        {
+            String::new()
+        } else {
+            format!("streams.{stream}")
+        }
+    }
 }
 
 fn merge(
     into: &mut RootConfig,
     file: FileRoot,
-    name: &str,
     seen: &mut HashSet<&'static str>,
     errors: &mut Vec<ConfigError>,
 ) {
+    let name = &*file.doc.file;
     for key in file.set {
         if !seen.insert(key) {
             continue;
@@ -225,7 +371,18 @@ fn parse_root(
             }
         };
         match key {
-            "http" => take(de::from_node(&doc, value, key).map(|v| root.http = v)),
+            "http" => take(
+                de::from_node::<HttpConfig>(&doc, value, key).and_then(|mut v| {
+                    check_address(&v.address).map_err(|e| {
+                        let node = value.get("address").unwrap_or(value);
+                        ConfigError::new(e).at(doc.location("http.address", node.mark))
+                    })?;
+                    // Asking for a server is asking for it to listen.
+                    v.enabled.get_or_insert(true);
+                    root.http = v;
+                    Ok(())
+                }),
+            ),
             "logger" => take(de::from_node(&doc, value, key).map(|v| root.logger = v)),
             "metrics" => take(de::from_node(&doc, value, key).map(|v| root.metrics = v)),
             "shutdown_timeout" => {
@@ -277,7 +434,12 @@ fn parse_root(
         }
     }
     if errors.is_empty() {
-        Ok(FileRoot { root, set })
+        Ok(FileRoot {
+            root,
+            set,
+            doc,
+            default_stream: default_stream.to_owned(),
+        })
     } else {
         Err(ConfigErrors(errors))
     }
@@ -392,7 +554,8 @@ mod tests {
         let s = &root.streams["t"];
         assert_eq!(s.input.type_name(), "generate");
         assert_eq!(s.output.type_name(), "stdout");
-        assert_eq!(root.http.address, "0.0.0.0:4195");
+        assert_eq!(root.http.address, "127.0.0.1:4195");
+        assert_eq!(root.http.enabled, None);
     }
 
     #[test]

@@ -78,46 +78,62 @@ fn node_id(stream: &str, path: &str) -> String {
 }
 
 impl Stream {
-    /// Builds every component; nothing runs and nothing is mounted if any fails.
+    /// Builds every component; nothing runs and nothing is mounted if any fails. The error
+    /// is the first of the stream's problems; [`Stream::validate`] reports them all.
     pub fn build(name: &str, config: &StreamConfig, env: &StreamEnv) -> Result<Stream, BuildError> {
+        Self::build_all(name, config, env).map_err(|mut errors| errors.swap_remove(0))
+    }
+
+    /// Checks everything building would check, on private routes, and reports every
+    /// problem. Nothing connects, nothing runs and nothing outlives the call: components
+    /// open connections and files when a stream starts, not when it is built.
+    pub fn validate(name: &str, config: &StreamConfig, routes: &Arc<Routes>) -> Vec<BuildError> {
+        let env = StreamEnv {
+            routes: routes.clone(),
+            readiness: Arc::new(Readiness::default()),
+            shutdown: CancellationToken::new(),
+        };
+        Self::build_all(name, config, &env)
+            .err()
+            .unwrap_or_default()
+    }
+
+    fn build_all(
+        name: &str,
+        config: &StreamConfig,
+        env: &StreamEnv,
+    ) -> Result<Stream, Vec<BuildError>> {
         // Every client that may speak TLS (brokers, HTTP) is built below: settle the
         // process's rustls provider once, before any of them.
         crate::connect::tls::install_crypto_provider();
         let cancel = env.shutdown.child_token();
         let cx = BuildContext::new(name, env.routes.clone(), cancel.clone());
-        let result = Self::build_inner(name, config, env, &cx, cancel);
-        if result.is_err() {
-            env.routes.unmount_owned_by(&format!("{name}/"));
-            env.readiness.remove_prefix(&format!("{name}/"));
-        }
-        result
-    }
-
-    fn build_inner(
-        name: &str,
-        config: &StreamConfig,
-        env: &StreamEnv,
-        cx: &BuildContext,
-        cancel: CancellationToken,
-    ) -> Result<Stream, BuildError> {
+        let mut errors = Vec::new();
         let mut inputs = Vec::new();
-        build_inputs(&config.input, "input", cx, env, &mut inputs)?;
+        build_inputs(&config.input, "input", &cx, env, &mut inputs, &mut errors);
         let mut processors = Vec::new();
         for (i, p) in config.pipeline.processors.iter().enumerate() {
             let path = format!("pipeline.processors[{i}]");
-            processors.push(build_processor(p, &path, cx)?);
+            processors.extend(collect(build_processor(p, &path, &cx), &mut errors));
         }
-        let output = build_output(&config.output, "output", cx, env)?;
-        Ok(Stream {
-            name: name.into(),
-            inputs,
-            processors,
-            threads: config.pipeline.threads.max(1),
-            output,
-            capacity: config.channel_capacity.max(1),
-            readiness: env.readiness.clone(),
-            cancel,
-        })
+        let output = build_output(&config.output, "output", &cx, env, &mut errors);
+        match output {
+            Some(output) if errors.is_empty() => Ok(Stream {
+                name: name.into(),
+                inputs,
+                processors,
+                threads: config.pipeline.threads.max(1),
+                output,
+                capacity: config.channel_capacity.max(1),
+                readiness: env.readiness.clone(),
+                cancel,
+            }),
+            _ => {
+                env.routes.unmount_owned_by(&format!("{name}/"));
+                env.readiness.remove_prefix(&format!("{name}/"));
+                Err(errors)
+            }
+        }
     }
 
     /// Spawns the stream's tasks.
@@ -181,13 +197,19 @@ impl Stream {
     }
 }
 
+/// Keeps a build's value, or its error for the report.
+fn collect<T>(result: Result<T, BuildError>, errors: &mut Vec<BuildError>) -> Option<T> {
+    result.map_err(|e| errors.push(e)).ok()
+}
+
 fn build_inputs(
     config: &InputConfig,
     path: &str,
     cx: &BuildContext,
     env: &StreamEnv,
     out: &mut Vec<InputNode>,
-) -> Result<(), BuildError> {
+    errors: &mut Vec<BuildError>,
+) {
     let path = format!("{path}.{}", config.type_name());
     let cx = cx.for_component(
         path.clone(),
@@ -196,9 +218,12 @@ fn build_inputs(
         config.type_name(),
     );
     if let Some(label) = &config.label {
-        cx.claim_label(label)?;
+        collect(cx.claim_label(label), errors);
     }
-    match config.kind.build(&cx)? {
+    let Some(built) = collect(config.kind.build(&cx), errors) else {
+        return;
+    };
+    match built {
         InputBuild::Leaf(input) => {
             let id = node_id(&cx.stream, &config.display_name(&path));
             env.readiness.register(&id);
@@ -211,11 +236,10 @@ fn build_inputs(
         }
         InputBuild::Merge(children) => {
             for (i, child) in children.iter().enumerate() {
-                build_inputs(child, &format!("{path}.inputs[{i}]"), &cx, env, out)?;
+                build_inputs(child, &format!("{path}.inputs[{i}]"), &cx, env, out, errors);
             }
         }
     }
-    Ok(())
 }
 
 /// Builds one processor with its metrics, as a pipeline node.
@@ -242,33 +266,36 @@ fn build_output(
     path: &str,
     cx: &BuildContext,
     env: &StreamEnv,
-) -> Result<OutputTree, BuildError> {
+    errors: &mut Vec<BuildError>,
+) -> Option<OutputTree> {
     let path = format!("{path}.{}", config.type_name());
     let name = config.display_name(&path);
     let cx = cx.for_component(path.clone(), name.clone(), Kind::Output, config.type_name());
     let metrics = NodeMetrics::new(cx.metric_labels());
     if let Some(label) = &config.label {
-        cx.claim_label(label)?;
+        collect(cx.claim_label(label), errors);
     }
-    match config.kind.build(&cx)? {
+    match collect(config.kind.build(&cx), errors)? {
         OutputBuild::Writer(writer) => {
             let id = node_id(&cx.stream, &name);
             env.readiness.register(&id);
-            Ok(OutputTree::Writer(WriterNode {
+            Some(OutputTree::Writer(WriterNode {
                 id,
                 writer,
                 metrics,
             }))
         }
         OutputBuild::Router(router, children) => {
-            let children = children
+            // Every child is built, so that each one's problems are reported.
+            let children: Vec<_> = children
                 .iter()
                 .map(|(child_path, child)| {
                     let sep = if child_path.starts_with('[') { "" } else { "." };
-                    build_output(child, &format!("{path}{sep}{child_path}"), &cx, env)
+                    build_output(child, &format!("{path}{sep}{child_path}"), &cx, env, errors)
                 })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(OutputTree::Router(
+                .collect();
+            let children = children.into_iter().collect::<Option<Vec<_>>>()?;
+            Some(OutputTree::Router(
                 RouterNodeParts { router, metrics },
                 children,
             ))

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
+use once_cell::sync::OnceCell;
 use parking_lot::Mutex;
 use rdkafka::client::ClientContext;
 use rdkafka::config::FromClientConfigAndContext;
@@ -162,16 +163,12 @@ impl BuildOutput for KafkaOutputConfig {
             return Err(cx.error("`partition` must not be negative"));
         }
         let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
-        let producer = self.producer().map_err(|e| cx.error(e))?;
-        // Records of one topic without headers go to librdkafka a batch at a time.
-        let batched = match self.topic.static_value() {
-            Some(topic) if headers.is_empty() => TopicHandle::new(&producer, topic),
-            _ => None,
-        };
+        // The producer is made when the stream starts (see `connect`): librdkafka starts
+        // connecting as soon as it exists, and building only checks.
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(KafkaOutput {
-                batched,
-                producer,
+                config: self.clone(),
+                client: OnceCell::new(),
                 topic: self.topic.clone(),
                 key: self.key.clone(),
                 partition: self.partition,
@@ -346,13 +343,19 @@ impl ProducerContext for Deliveries {
 }
 
 struct KafkaOutput {
-    /// The fixed topic, when records carry no headers (the batch call cannot set them).
-    batched: Option<TopicHandle<Deliveries>>,
-    producer: ThreadedProducer<Deliveries>,
+    config: KafkaOutputConfig,
+    /// Made by the first `connect`.
+    client: OnceCell<Client>,
     topic: Interp,
     key: Option<Interp>,
     partition: Option<i32>,
     headers: MetadataFilter,
+}
+
+struct Client {
+    producer: ThreadedProducer<Deliveries>,
+    /// The fixed topic, when records carry no headers (the batch call cannot set them).
+    batched: Option<TopicHandle<Deliveries>>,
 }
 
 fn classify(e: &KafkaError) -> ConnectorError {
@@ -369,6 +372,12 @@ fn classify(e: &KafkaError) -> ConnectorError {
 }
 
 impl KafkaOutput {
+    fn client(&self) -> Result<&Client, ConnectorError> {
+        self.client
+            .get()
+            .ok_or_else(|| ConnectorError::not_connected("the Kafka producer is not started"))
+    }
+
     fn record<'a>(
         &'a self,
         msg: &'a Message,
@@ -399,11 +408,11 @@ impl KafkaOutput {
     /// Hands one record to librdkafka; gives it back when librdkafka's local queue is
     /// full. Not async: the usual case costs no future per record.
     fn try_enqueue<'a>(
-        &self,
+        producer: &ThreadedProducer<Deliveries>,
         record: BaseRecord<'a, str, [u8], usize>,
         claim: &mut Claim<'_>,
     ) -> Option<BaseRecord<'a, str, [u8], usize>> {
-        match self.producer.send(record) {
+        match producer.send(record) {
             Ok(()) => claim.sent(),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                 return Some(back)
@@ -418,11 +427,12 @@ impl KafkaOutput {
     /// room for are handed over again as reports drain it.
     async fn write_batched(
         &self,
+        producer: &ThreadedProducer<Deliveries>,
         topic: &TopicHandle<Deliveries>,
         batch: &Batch,
     ) -> Result<(), ConnectorError> {
         let keys = self.keys(batch)?;
-        let mut claim = self.producer.context().claim(batch.len()).await;
+        let mut claim = producer.context().claim(batch.len()).await;
         let mut pending: Vec<usize> = (0..batch.len()).collect();
         while !pending.is_empty() {
             let records = pending.iter().map(|&i| Record {
@@ -468,7 +478,19 @@ impl Output for KafkaOutput {
         // stream reports "not connected" while none answers.
         // Asking about the one fixed topic is cheaper than about all of them, and warms
         // the client's cache for the first write.
-        let client = self.producer.clone();
+        let made = self.client.get_or_try_init(|| {
+            let producer = self
+                .config
+                .producer()
+                .map_err(ConnectorError::not_connected)?;
+            // Records of one topic without headers go to librdkafka a batch at a time.
+            let batched = match self.topic.static_value() {
+                Some(topic) if self.headers.is_empty() => TopicHandle::new(&producer, topic),
+                _ => None,
+            };
+            Ok::<_, ConnectorError>(Client { producer, batched })
+        })?;
+        let client = made.producer.clone();
         let topic = self.topic.static_value().map(str::to_owned);
         tokio::task::spawn_blocking(move || {
             client
@@ -482,27 +504,30 @@ impl Output for KafkaOutput {
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        if let Some(topic) = &self.batched {
-            return self.write_batched(topic, batch).await;
+        let Client { producer, batched } = self.client()?;
+        if let Some(topic) = batched {
+            return self.write_batched(producer, topic, batch).await;
         }
         let topics = self.topic.fields(batch, "topic")?;
         let keys = self.keys(batch)?;
-        let mut claim = self.producer.context().claim(batch.len()).await;
+        let mut claim = producer.context().claim(batch.len()).await;
         for (i, m) in batch.iter().enumerate() {
             let key = keys.get(i).map(|k| &**k);
             let record = self.record(m, &topics[i], key, claim.opaque());
-            let mut pending = self.try_enqueue(record, &mut claim);
+            let mut pending = Self::try_enqueue(producer, record, &mut claim);
             while let Some(record) = pending {
                 queue_room().await;
-                pending = self.try_enqueue(record, &mut claim);
+                pending = Self::try_enqueue(producer, record, &mut claim);
             }
         }
         claim.wait().await
     }
 
     async fn close(&self) {
-        let p = self.producer.clone();
-        let _ = tokio::task::spawn_blocking(move || p.flush(StdDuration::from_secs(10))).await;
+        if let Some(client) = self.client.get() {
+            let p = client.producer.clone();
+            let _ = tokio::task::spawn_blocking(move || p.flush(StdDuration::from_secs(10))).await;
+        }
     }
 }
 
