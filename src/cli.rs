@@ -66,6 +66,10 @@ pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Outpu
             routes: env.routes.clone(),
             readiness: env.readiness.clone(),
             metrics,
+            timeouts: server::Timeouts {
+                header: root.http.header_read_timeout.0,
+                body: root.http.body_read_timeout.0,
+            },
         };
         Some(tokio::spawn(server.serve(listener, stop_server.clone())))
     } else {

@@ -3,12 +3,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt;
 use http::StatusCode;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -42,6 +43,19 @@ pub struct Server {
     pub routes: Arc<Routes>,
     pub readiness: Arc<Readiness>,
     pub metrics: Option<PrometheusHandle>,
+    pub timeouts: Timeouts,
+}
+
+/// How long a client may take to send what it started, so that stalled clients do not
+/// hold connections forever.
+/// `sluice run` takes them from its `http` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From the connection's first byte (or its previous request) to the end of a
+    /// request's headers.
+    pub header: Duration,
+    /// The longest silence while a request body is being sent.
+    pub body: Duration,
 }
 
 impl Server {
@@ -73,7 +87,11 @@ impl Server {
                 None => h::text(StatusCode::NOT_FOUND, "metrics are disabled\n"),
             },
             _ => match self.routes.get(&path) {
-                Some(handler) => handler.call(req.map(h::boxed)).await,
+                Some(handler) => {
+                    let idle = self.timeouts.body;
+                    let req = req.map(|body| h::boxed(h::IdleTimeout::new(body, idle)));
+                    handler.call(req).await
+                }
                 None => h::text(StatusCode::NOT_FOUND, "no such path\n"),
             },
         }
@@ -102,8 +120,13 @@ impl Server {
             // that protocol alone: a future holding both (hyper-util's `auto`) costs about
             // 7 KiB more per idle connection, which adds up over thousands of SSE clients.
             conns.spawn(async move {
+                let header_timeout = server.timeouts.header;
                 let h2 = tokio::select! {
-                    h2 = opens_with_h2_preface(&stream) => h2,
+                    h2 = tokio::time::timeout(header_timeout, opens_with_h2_preface(&stream)) => match h2 {
+                        Ok(h2) => h2,
+                        // Connected and silent: nothing to serve.
+                        Err(_) => return,
+                    },
                     _ = stop.cancelled() => return,
                 };
                 let service = hyper::service::service_fn(move |req| {
@@ -118,6 +141,8 @@ impl Server {
                     tracker.spawn(drive!(conn, stop, peer));
                 } else {
                     let conn = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_timeout)
                         .serve_connection(io, service)
                         .with_upgrades();
                     tracker.spawn(drive!(conn, stop, peer));

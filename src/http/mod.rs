@@ -135,6 +135,66 @@ where
     body.map_err(Into::into).boxed()
 }
 
+/// A request body that fails when its client sends nothing for `idle`: a stalled upload
+/// must not hold its connection and handler forever.
+pub struct IdleTimeout<B> {
+    inner: B,
+    idle: std::time::Duration,
+    timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleTimeout<B> {
+    pub fn new(inner: B, idle: std::time::Duration) -> Self {
+        IdleTimeout {
+            inner,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+/// The client sent no part of its request body in time.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent nothing for {0:?} while sending its body")]
+pub struct BodyTimedOut(std::time::Duration);
+
+impl<B> http_body::Body for IdleTimeout<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        let this = self.get_mut();
+        match std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + this.idle;
+                this.timer.as_mut().reset(next);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match this.timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(BodyTimedOut(this.idle).into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BodyError {
     #[error("the body is larger than allowed")]

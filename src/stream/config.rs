@@ -68,6 +68,10 @@ pub struct HttpConfig {
     pub enabled: Option<bool>,
     /// Address to listen on, `host:port`. Loopback unless told otherwise.
     pub address: String,
+    /// How long a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// The longest silence allowed while a client sends a request body.
+    pub body_read_timeout: Duration,
 }
 
 impl Default for HttpConfig {
@@ -75,6 +79,8 @@ impl Default for HttpConfig {
         HttpConfig {
             enabled: None,
             address: "127.0.0.1:4195".into(),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
         }
     }
 }
