@@ -1,9 +1,10 @@
-//! HTTP plumbing shared by the servers (standalone and gateway) and the components that
-//! serve HTTP: body types, response helpers and the route table components mount into.
+//! HTTP server plumbing shared by the server and the components that serve HTTP: body
+//! types, response helpers, the route table components mount into, and the delivery hub
+//! of the streaming outputs.
 //!
 //! Components register a [`Handler`] for a path; whoever serves HTTP looks paths up here.
-//! Handlers know nothing about where they are mounted, so the gateway can put them under
-//! an API's listen path behind its middleware.
+//! Handlers know nothing about where they are mounted, so any server can put them under
+//! a prefix of its own.
 
 pub mod cors;
 pub mod hub;

@@ -1,7 +1,7 @@
 //! The server side of the WebSocket handshake (RFC 6455) on top of a mounted handler: the
 //! handler answers 101 and the connection, once hyper hands it over, becomes a
 //! [`WebSocketStream`]. Works wherever the handler is mounted, as long as the server keeps
-//! the request's upgrade extension (the standalone server and the gateway both do).
+//! the request's upgrade extension (the server of `sluice run` does).
 
 use http::{header, HeaderValue, Method, StatusCode};
 use hyper::upgrade::Upgraded;

@@ -7,8 +7,8 @@
 //! comes back as a frame; a failed or late delivery closes the socket with code 1011 and
 //! the reason, so the client knows its last frame was not taken.
 //!
-//! Mounted on the server that runs the stream (the standalone server of `sluice run`, or
-//! the gateway under an API's listen path), so it has no address of its own.
+//! Mounted on the server that runs the stream (the server of `sluice run`), so it has no
+//! address of its own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -452,7 +452,7 @@ fn parse_root(
 }
 
 /// Reads one stream (`input`, `pipeline`, `output`) from a node, reporting every error.
-/// The gateway reads `x-sluice-streaming.streams.*` with this too.
+/// Streams nested in other documents are read with this, `path` placing them.
 pub fn stream_from_node(
     doc: &Document,
     node: &Node,
@@ -533,7 +533,7 @@ fn stream_fields(
     }
 }
 
-/// Parses a config text as `sluice run` would (for tests and the gateway).
+/// Parses a config text as `sluice run` would.
 pub fn parse_str(file: &str, text: &str) -> Result<RootConfig, ConfigErrors> {
     let stem = Path::new(file)
         .file_stem()

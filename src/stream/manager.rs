@@ -60,7 +60,7 @@ impl Manager {
         Ok(())
     }
 
-    /// Adds one stream to the running set (the gateway starts streams on demand).
+    /// Adds one stream to the running set (for callers that start streams one at a time).
     pub fn start(&mut self, name: &str, config: &StreamConfig) -> Result<(), BuildError> {
         let stream = Stream::build(name, config, &self.env)?;
         self.streams.insert(name.to_owned(), stream.start());
