@@ -6,6 +6,8 @@ pub mod manager;
 mod output;
 mod pipeline;
 pub mod readiness;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -158,10 +160,8 @@ impl Stream {
                 } else {
                     let (tx, rx) = mpsc::channel(self.capacity);
                     let nodes = Arc::new(self.processors);
-                    tasks.spawn(
-                        pipeline::run(nodes, rx, out_tx, self.threads)
-                            .instrument(info_span!(parent: &span, "pipeline")),
-                    );
+                    let pipeline_span = info_span!(parent: &span, "pipeline");
+                    pipeline::spawn(nodes, rx, out_tx, self.threads, &mut tasks, &pipeline_span);
                     tx
                 };
                 for node in inputs {
