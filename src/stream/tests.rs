@@ -1,5 +1,6 @@
 //! The runtime's own promises, checked with components made for the purpose: stopping a
-//! stream stops all of its tasks.
+//! stream stops all of its tasks, and a writer that reconnects still settles the writes
+//! it has under way.
 //!
 //! Time is paused in these tests: tokio moves the clock on whenever every task waits, so
 //! back-offs of seconds take no real time and what happens first is decided by order,
@@ -17,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::batching::BatchPolicy;
 use crate::component::{ConnectorError, Input, Output, Processor, ReadBatch, Writer};
-use crate::message::{Batch, Message};
+use crate::message::{Ack, Batch, Message, Outcome};
 
 /// Reads the batches the test sends it; ends when the test drops its sender.
 struct Feed {
@@ -187,4 +188,60 @@ async fn stopping_a_stream_stops_its_pipeline_workers() {
         1,
         "a pipeline worker outlived the stream it belongs to"
     );
+}
+
+/// Connects once; every later connect fails. A write of `slow` waits for `gate`, a write
+/// of `fail` loses the connection.
+#[derive(Default)]
+struct Flaky {
+    connects: AtomicUsize,
+    gate: Notify,
+}
+
+struct FlakyOutput(Arc<Flaky>);
+
+#[async_trait]
+impl Output for FlakyOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        match self.0.connects.fetch_add(1, Ordering::SeqCst) {
+            0 => Ok(()),
+            _ => Err(ConnectorError::not_connected("the broker is down")),
+        }
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        match &batch[0].payload()[..] {
+            b"slow" => {
+                self.0.gate.notified().await;
+                Ok(())
+            }
+            _ => Err(ConnectorError::not_connected("connection reset")),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconnecting_writer_still_settles_its_writes_under_way() {
+    let flaky = Arc::new(Flaky::default());
+    let node = writer_node(FlakyOutput(flaky.clone()), 2);
+    let (tx, rx) = mpsc::channel(4);
+    let task = tokio::spawn(node.run(rx, Arc::new(Readiness::default())));
+    let (slow, slow_done) = Ack::channel();
+    tx.send(Transaction::new(msg("slow"), slow)).await.unwrap();
+    let (fail, fail_done) = Ack::channel();
+    tx.send(Transaction::new(msg("fail"), fail)).await.unwrap();
+    assert!(matches!(fail_done.await, Ok(Outcome::Errored(_))));
+    // The writer is reconnecting now, and cannot: the write still under way finishes all
+    // the same and must be settled.
+    flaky.gate.notify_one();
+    let settled = tokio::time::timeout(Duration::from_secs(600), slow_done).await;
+    assert_eq!(
+        settled.expect("the write under way was never settled").ok(),
+        Some(Outcome::Delivered)
+    );
+    drop(tx);
+    tokio::time::timeout(Duration::from_secs(600), task)
+        .await
+        .expect("the writer stops once nothing is left")
+        .unwrap();
 }
