@@ -36,7 +36,14 @@ struct Flush {
 }
 
 impl WriterNode {
-    pub async fn run(self, mut rx: mpsc::Receiver<Transaction>, readiness: Arc<Readiness>) {
+    /// Runs the writer until its channel closes and everything is written. `capacity`, the
+    /// stream's channel capacity, bounds the reads in a flush whose policy has no count.
+    pub async fn run(
+        self,
+        mut rx: mpsc::Receiver<Transaction>,
+        readiness: Arc<Readiness>,
+        capacity: usize,
+    ) {
         let WriterNode {
             id,
             writer,
@@ -45,6 +52,7 @@ impl WriterNode {
         let output = writer.output;
         let policy = writer.batching;
         let max_in_flight = writer.max_in_flight.max(1);
+        let max_reads = policy.max_reads(capacity);
         let mut pending = Flush::default();
         let mut deadline: Option<TokioInstant> = None;
         // One timer, re-armed when a batch starts waiting, rather than a new one per turn.
@@ -107,7 +115,9 @@ impl WriterNode {
                                 timer.as_mut().reset(d);
                             }
                         }
-                        if policy.is_full(pending.batch.len(), pending.bytes) {
+                        if policy.is_full(pending.batch.len(), pending.bytes)
+                            || pending.acks.len() >= max_reads
+                        {
                             writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
                         }
                     }

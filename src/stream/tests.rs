@@ -1,6 +1,7 @@
 //! The runtime's own promises, checked with components made for the purpose: stopping a
-//! stream stops all of its tasks, and a writer that reconnects still settles the writes
-//! it has under way.
+//! stream stops all of its tasks, a batch waiting to be sent again holds up neither
+//! reading nor shutdown, failed batches wait in a bounded queue without any being lost,
+//! and a writer that reconnects still settles the writes it has under way.
 //!
 //! Time is paused in these tests: tokio moves the clock on whenever every task waits, so
 //! back-offs of seconds take no real time and what happens first is decided by order,
@@ -59,6 +60,12 @@ struct Sink {
     fail_next: AtomicUsize,
     /// Told once for every failed write.
     failed: Notify,
+}
+
+impl Sink {
+    fn written(&self) -> Vec<String> {
+        self.written.lock().clone()
+    }
 }
 
 struct SinkOutput(Arc<Sink>);
@@ -190,6 +197,57 @@ async fn stopping_a_stream_stops_its_pipeline_workers() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn new_reads_go_on_while_a_failed_batch_waits_to_be_sent_again() {
+    let sink = Arc::new(Sink::default());
+    sink.fail_next.store(1, Ordering::SeqCst);
+    let (input, tx, _) = feed();
+    let running = stream(input, vec![], 1, SinkOutput(sink.clone()), 4).start();
+    tx.send(msg("a")).unwrap();
+    // `a` failed and now waits out its back-off before it is sent again; `b` arrives
+    // meanwhile and must not wait behind it.
+    sink.failed.notified().await;
+    tx.send(msg("b")).unwrap();
+    wait_until("both written", || sink.written().len() == 2).await;
+    assert_eq!(sink.written(), ["b", "a"]);
+    drop(tx);
+    let report = running.stop(Duration::from_secs(10)).await;
+    assert_eq!(report.abandoned, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_batches_wait_in_a_bounded_queue_and_none_is_lost() {
+    let sink = Arc::new(Sink::default());
+    sink.failing.store(true, Ordering::SeqCst);
+    let (input, tx, reads) = feed();
+    let sent: Vec<String> = (0..100).map(|i| format!("{i:03}")).collect();
+    for text in &sent {
+        tx.send(msg(text)).unwrap();
+    }
+    drop(tx);
+    let mut running = stream(input, vec![], 1, SinkOutput(sink.clone()), 1).start();
+    // Every write fails for a while: batches go round between the output and the input's
+    // queue of batches to send again, and the input goes on reading meanwhile, up to as
+    // many unsettled batches as the stream can hold, and no further: one being handed
+    // over, one in the channel, one being written and one waiting to be.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(reads.load(Ordering::SeqCst), 4, "batches read");
+    assert_eq!(running.in_flight(), 4, "batches in flight");
+    sink.failing.store(false, Ordering::SeqCst);
+    if tokio::time::timeout(Duration::from_secs(600), running.finished())
+        .await
+        .is_err()
+    {
+        panic!(
+            "the stream never drained: {} in flight",
+            running.in_flight()
+        );
+    }
+    let mut written = sink.written();
+    written.sort();
+    assert_eq!(written, sent, "every message exactly once");
+}
+
 /// Connects once; every later connect fails. A write of `slow` waits for `gate`, a write
 /// of `fail` loses the connection.
 #[derive(Default)]
@@ -225,7 +283,7 @@ async fn a_reconnecting_writer_still_settles_its_writes_under_way() {
     let flaky = Arc::new(Flaky::default());
     let node = writer_node(FlakyOutput(flaky.clone()), 2);
     let (tx, rx) = mpsc::channel(4);
-    let task = tokio::spawn(node.run(rx, Arc::new(Readiness::default())));
+    let task = tokio::spawn(node.run(rx, Arc::new(Readiness::default()), 4));
     let (slow, slow_done) = Ack::channel();
     tx.send(Transaction::new(msg("slow"), slow)).await.unwrap();
     let (fail, fail_done) = Ack::channel();
@@ -244,4 +302,30 @@ async fn a_reconnecting_writer_still_settles_its_writes_under_way() {
         .await
         .expect("the writer stops once nothing is left")
         .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_without_a_count_goes_out_before_its_input_runs_out_of_room() {
+    // Batching by size only, with messages far too small to fill it: the input may have
+    // only so many batches unsettled, so the flush goes out once it holds as many reads
+    // as a channel does, and the stream keeps moving.
+    let sink = Arc::new(Sink::default());
+    let (input, tx, _) = feed();
+    let sent: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    for text in &sent {
+        tx.send(msg(text)).unwrap();
+    }
+    let mut stream = stream(input, vec![], 1, SinkOutput(sink.clone()), 2);
+    if let OutputTree::Writer(node) = &mut stream.output {
+        node.writer.batching = BatchPolicy {
+            count: 0,
+            byte_size: 1 << 20,
+            period: None,
+        };
+    }
+    let running = stream.start();
+    wait_until("all ten written", || sink.written().len() == 10).await;
+    assert_eq!(sink.written(), sent);
+    drop(tx);
+    assert_eq!(running.stop(Duration::from_secs(10)).await.abandoned, 0);
 }
