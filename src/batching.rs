@@ -23,6 +23,20 @@ impl BatchPolicy {
         self.count <= 1 && self.byte_size == 0 && self.period.is_none()
     }
 
+    /// The most reads (transactions) one flush holds. A count bounds them, as every read
+    /// brings at least one message; without one, a flush goes out at `fallback` reads, so
+    /// that an input waiting for its reads to settle never waits on a flush that waits
+    /// for more reads.
+    pub fn max_reads(&self, fallback: usize) -> usize {
+        if self.is_noop() {
+            1
+        } else if self.count > 0 {
+            self.count
+        } else {
+            fallback.max(1)
+        }
+    }
+
     /// Whether `messages` waiting messages of `bytes` total must be flushed now.
     pub fn is_full(&self, messages: usize, bytes: usize) -> bool {
         self.is_noop()
@@ -57,5 +71,22 @@ mod tests {
         };
         assert!(!p.is_noop());
         assert!(!p.is_full(1000, 1 << 20));
+    }
+
+    #[test]
+    fn a_flush_holds_at_most_count_reads_or_else_the_fallback() {
+        assert_eq!(BatchPolicy::default().max_reads(64), 1);
+        let counted = BatchPolicy {
+            count: 500,
+            byte_size: 0,
+            period: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(counted.max_reads(64), 500);
+        let sized = BatchPolicy {
+            count: 0,
+            byte_size: 1 << 20,
+            period: None,
+        };
+        assert_eq!(sized.max_reads(64), 64);
     }
 }

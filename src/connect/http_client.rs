@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use metrics::{counter, Counter};
 
+use crate::backoff::Backoff;
 use crate::component::{BuildContext, BuildError, ConnectorError};
 use crate::config::Interp;
 use crate::duration::Duration;
@@ -209,8 +210,15 @@ impl HttpClient {
         extra_headers: &HeaderMap,
     ) -> Result<HttpResponse, ConnectorError> {
         let (url, headers) = self.resolve(msg)?;
-        let mut wait = self.settings.retry_period.0;
-        let mut attempt = 0;
+        // Waits double from `retry_period` up to `max_retry_backoff`, exactly, as documented.
+        let mut backoff = Backoff::exponential(
+            self.settings.retry_period.0,
+            self.settings
+                .max_retry_backoff
+                .0
+                .max(StdDuration::from_millis(1)),
+        )
+        .with_max_attempts(self.settings.retries);
         loop {
             let mut req = self
                 .client
@@ -258,18 +266,12 @@ impl HttpClient {
                 Err(e) => ConnectorError::not_connected(format!("{}: {}", url, root_cause(&e))),
             };
             self.errors.increment(1);
-            if attempt >= self.settings.retries {
+            let Some(wait) = backoff.next_delay() else {
                 return Err(err);
-            }
-            attempt += 1;
-            tracing::debug!(error = %err, attempt, "HTTP request failed; retrying.");
+            };
+            let attempt = backoff.attempts();
+            tracing::debug!(error = %err, attempt, retry_in = ?wait, "HTTP request failed; retrying.");
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(
-                self.settings
-                    .max_retry_backoff
-                    .0
-                    .max(StdDuration::from_millis(1)),
-            );
         }
     }
 }

@@ -65,7 +65,9 @@ impl Router for Retry {
             return;
         };
         let mut backoff = Backoff::new(self.backoff.clone());
-        let mut attempt = 0;
+        if self.max_retries > 0 {
+            backoff = backoff.with_max_attempts(self.max_retries);
+        }
         loop {
             let outcome = deliver_and_wait(child, t.batch.clone()).await;
             // A rejection will not change on retry.
@@ -73,14 +75,11 @@ impl Router for Retry {
                 t.ack.resolve(outcome);
                 return;
             }
-            attempt += 1;
-            let delay = match backoff.next_delay() {
-                Some(d) if self.max_retries == 0 || attempt <= self.max_retries => d,
-                _ => {
-                    t.ack.resolve(outcome);
-                    return;
-                }
+            let Some(delay) = backoff.next_delay() else {
+                t.ack.resolve(outcome);
+                return;
             };
+            let attempt = backoff.attempts();
             warn!(attempt, reason = outcome.reason().unwrap_or_default(), retry_in = ?delay, "Output failed; retrying.");
             tokio::time::sleep(delay).await;
         }

@@ -1,16 +1,25 @@
 //! The input node: connects with backoff, reads, attaches an ack to every batch, sends
 //! failed batches again (for sources that cannot take nacks), and on shutdown stops
 //! reading but stays until everything it sent is settled.
+//!
+//! A failed batch waits out its back-off in a queue of the node's own, so reading and
+//! shutdown go on meanwhile. That queue is bounded without ever being full: an input that
+//! sends failures again admits a read only with one of a fixed number of permits, which
+//! the batch keeps until it is settled, and the queue has room for as many.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::backoff::Backoff;
-use crate::component::{ErrorKind, Input, ReadBatch, SourceAck};
+use crate::component::{ConnectorError, ErrorKind, Input, ReadBatch, SourceAck};
 use crate::message::{batch_bytes, Ack, Batch, Outcome, ReplySlot, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
 
@@ -51,17 +60,43 @@ impl InFlight {
     }
 }
 
-/// Wait before sending a batch again: 50ms doubling per attempt, at most 5s.
-fn retry_delay(attempt: u32) -> std::time::Duration {
-    let ms = 50u64.saturating_mul(1 << attempt.saturating_sub(1).min(7));
-    std::time::Duration::from_millis(ms.min(5_000))
+/// Waits before sending a failed batch again: 50ms doubling per attempt, at most 5s.
+fn resend_backoff() -> Backoff {
+    Backoff::exponential(Duration::from_millis(50), Duration::from_secs(5))
 }
 
-struct Retry {
+/// A batch as read, with what settling it or sending it again takes.
+struct Read {
     batch: Batch,
     ack: SourceAck,
     reply: Option<ReplySlot>,
-    attempt: u32,
+    /// The batch's own sequence of waits, started at its first failure.
+    backoff: Option<Backoff>,
+    /// Held from the read until the batch is settled: its room in the resend queue.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+/// Failed batches waiting out their back-off, earliest first (a counter keeps batches due
+/// at the same instant in the order they failed).
+#[derive(Default)]
+struct Resends {
+    queue: BTreeMap<(Instant, u64), Read>,
+    next: u64,
+}
+
+impl Resends {
+    fn push(&mut self, due: Instant, retry: Read) {
+        self.queue.insert((due, self.next), retry);
+        self.next += 1;
+    }
+
+    fn first_due(&self) -> Option<Instant> {
+        self.queue.first_key_value().map(|((due, _), _)| *due)
+    }
+
+    fn pop(&mut self) -> Option<Read> {
+        self.queue.pop_first().map(|(_, retry)| retry)
+    }
 }
 
 pub struct InputNode {
@@ -84,37 +119,71 @@ enum Resend {
 }
 
 impl InputNode {
+    /// Runs the node until it stops reading and everything it read is settled. `limit`
+    /// is the most batches it keeps unsettled when it sends failed ones again itself:
+    /// what the rest of the stream can hold, so it holds back only while failed batches
+    /// wait out their back-off.
     pub async fn run(
         mut self,
         tx: mpsc::Sender<Transaction>,
         cancel: CancellationToken,
         readiness: Arc<Readiness>,
         straight: bool,
+        limit: usize,
     ) {
-        let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<Retry>();
         let resend = match (self.input.handles_nacks(), straight) {
             (true, _) => Resend::Source,
             (false, false) => Resend::Copy,
             (false, true) => Resend::Returned,
         };
+        let limit = limit.max(1);
+        // A source that takes nacks never hands a batch back: its reads need no permit.
+        let admission = (resend != Resend::Source).then(|| Arc::new(Semaphore::new(limit)));
+        let mut permit: Option<OwnedSemaphorePermit> = None;
+        let (retry_tx, mut retry_rx) = mpsc::channel::<Read>(limit);
+        let mut resends = Resends::default();
+        // One timer for the earliest resend, re-armed as the queue changes.
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
         let mut reading = self.connect(&cancel, &readiness).await;
         let mut read_backoff = Backoff::default();
+        // After a failed read, no read before this instant (other work goes on).
+        let mut read_after: Option<Instant> = None;
         loop {
             if !reading && self.inflight.get() == 0 {
                 break;
             }
+            let admitted = admission.is_none() || permit.is_some();
             tokio::select! {
                 biased;
-                Some(retry) = retry_rx.recv() => {
+                Some(mut retry) = retry_rx.recv() => {
                     if tx.is_closed() {
-                        (retry.ack)(Outcome::errored("the stream stopped before delivery"));
-                        self.inflight.dec();
+                        self.abandon(retry);
                         continue;
                     }
                     self.metrics.retries.increment(1);
-                    tokio::time::sleep(retry_delay(retry.attempt)).await;
-                    debug!(attempt = retry.attempt, "Sending a failed batch again.");
-                    let t = self.transaction(retry.batch, retry.ack, retry.reply, retry.attempt, resend, &retry_tx);
+                    let delay = retry
+                        .backoff
+                        .get_or_insert_with(resend_backoff)
+                        .next_delay()
+                        .unwrap_or_default();
+                    resends.push(Instant::now() + delay, retry);
+                    if let Some(due) = resends.first_due() {
+                        timer.as_mut().reset(due);
+                    }
+                }
+                () = &mut timer, if resends.first_due().is_some() => {
+                    let Some(retry) = resends.pop() else { continue };
+                    if let Some(due) = resends.first_due() {
+                        timer.as_mut().reset(due);
+                    }
+                    if tx.is_closed() {
+                        self.abandon(retry);
+                        continue;
+                    }
+                    let attempt = retry.backoff.as_ref().map_or(0, Backoff::attempts);
+                    debug!(attempt, "Sending a failed batch again.");
+                    let t = self.transaction(retry, resend, &retry_tx);
                     let _ = tx.send(t).await;
                 }
                 _ = cancel.cancelled(), if reading => {
@@ -122,9 +191,13 @@ impl InputNode {
                     reading = false;
                 }
                 _ = self.inflight.wait_zero(), if !reading => {}
-                read = self.input.read(), if reading => match read {
+                Some(p) = admit(admission.as_ref()), if reading && !admitted => {
+                    permit = Some(p);
+                }
+                read = read_at(&mut *self.input, read_after), if reading && admitted => match read {
                     Ok(ReadBatch { batch, ack, reply }) => {
                         read_backoff.reset();
+                        read_after = None;
                         if batch.is_empty() {
                             ack(Outcome::Filtered);
                             continue;
@@ -133,7 +206,8 @@ impl InputNode {
                         self.metrics.received_bytes.increment(batch_bytes(&batch) as u64);
                         self.metrics.batch_size.record(batch.len() as f64);
                         self.inflight.inc();
-                        let t = self.transaction(batch, ack, reply, 0, resend, &retry_tx);
+                        let read = Read { batch, ack, reply, backoff: None, permit: permit.take() };
+                        let t = self.transaction(read, resend, &retry_tx);
                         self.metrics.sent_messages.increment(t.batch.len() as u64);
                         if tx.send(t).await.is_err() {
                             // The rest of the graph is gone (aborted): the dropped ack nacks.
@@ -156,10 +230,7 @@ impl InputNode {
                             self.metrics.error(Stage::Read);
                             let delay = read_backoff.next_delay().unwrap_or_default();
                             warn!(error = %e, retry_in = ?delay, "Read failed.");
-                            tokio::select! {
-                                _ = tokio::time::sleep(delay) => {}
-                                _ = cancel.cancelled() => {}
-                            }
+                            read_after = Some(Instant::now() + delay);
                         }
                     },
                 },
@@ -168,6 +239,12 @@ impl InputNode {
         self.input.close().await;
         readiness.set(&self.id, false);
         self.metrics.connected.set(0.0);
+    }
+
+    /// Settles a failed batch that can no longer be sent (the stream stopped).
+    fn abandon(&self, retry: Read) {
+        (retry.ack)(Outcome::errored("the stream stopped before delivery"));
+        self.inflight.dec();
     }
 
     /// Connects with backoff; false if the stream stopped first.
@@ -196,16 +273,21 @@ impl InputNode {
     }
 
     /// Wraps a batch in a transaction whose ack settles the source, or queues the batch
-    /// to be sent again when delivery failed and the source cannot take a nack.
+    /// to be sent again when delivery failed and the source cannot take a nack. The read's
+    /// permit (its room in the queue) is given back once the batch is settled.
     fn transaction(
         &self,
-        batch: Batch,
-        source_ack: SourceAck,
-        reply: Option<ReplySlot>,
-        attempt: u32,
+        read: Read,
         resend: Resend,
-        retry_tx: &mpsc::UnboundedSender<Retry>,
+        retry_tx: &mpsc::Sender<Read>,
     ) -> Transaction {
+        let Read {
+            batch,
+            ack: source_ack,
+            reply,
+            backoff,
+            permit,
+        } = read;
         let inflight = self.inflight.clone();
         let metrics = self.metrics.clone();
         let settle = move |ack: SourceAck, outcome: Outcome| {
@@ -222,16 +304,26 @@ impl InputNode {
             Box::new(move |outcome, returned| match outcome {
                 Outcome::Errored(ref reason) => match copy.or(returned) {
                     Some(batch) => {
+                        let attempt = backoff.as_ref().map_or(0, Backoff::attempts);
                         debug!(%reason, attempt, "Delivery failed; the batch will be sent again.");
-                        let retry = Retry {
+                        let retry = Read {
                             batch,
                             ack: source_ack,
                             reply: retry_reply,
-                            attempt: attempt + 1,
+                            backoff,
+                            permit,
                         };
-                        if let Err(mpsc::error::SendError(retry)) = retry_tx.send(retry) {
+                        match retry_tx.try_send(retry) {
+                            Ok(()) => {}
                             // The input node is gone (the stream was aborted): report the loss.
-                            settle(retry.ack, outcome);
+                            Err(TrySendError::Closed(retry)) => settle(retry.ack, outcome),
+                            Err(TrySendError::Full(retry)) => {
+                                // Cannot happen while every queued batch holds one of as
+                                // many permits as the queue has room; never drop quietly.
+                                error!(messages = n, "The queue of batches to send again is full.");
+                                metrics.discarded("resend_queue_full", n as u64);
+                                settle(retry.ack, outcome);
+                            }
                         }
                     }
                     // Dropped before any write (the stream was aborted): nothing to send.
@@ -248,4 +340,23 @@ impl InputNode {
         let ack = Ack::returning(callback, reply);
         Transaction::new(batch, ack)
     }
+}
+
+/// A permit to admit one more read; never ready without `admission`.
+async fn admit(admission: Option<&Arc<Semaphore>>) -> Option<OwnedSemaphorePermit> {
+    match admission {
+        Some(admission) => admission.clone().acquire_owned().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The next read, once `after` has passed.
+async fn read_at(
+    input: &mut dyn Input,
+    after: Option<Instant>,
+) -> Result<ReadBatch, ConnectorError> {
+    if let Some(after) = after {
+        tokio::time::sleep_until(after).await;
+    }
+    input.read().await
 }

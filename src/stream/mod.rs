@@ -7,6 +7,8 @@ pub mod manager;
 mod output;
 mod pipeline;
 pub mod readiness;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,6 +138,23 @@ impl Stream {
         }
     }
 
+    /// The most batches one input's reads can have unsettled in this stream at once: the
+    /// one it is handing over, a full channel before each node, one in each pipeline
+    /// worker and router, and in each writer a flush filling up and `max_in_flight` being
+    /// written. An input that sends failed batches again keeps to this many (see the input
+    /// node), so it holds back only while some of them wait out their back-off.
+    fn inflight_limit(&self) -> usize {
+        let pipeline = if self.processors.is_empty() {
+            0
+        } else {
+            self.capacity.saturating_add(self.threads)
+        };
+        1usize
+            .saturating_add(self.capacity)
+            .saturating_add(pipeline)
+            .saturating_add(self.output.holds(self.capacity))
+    }
+
     /// Spawns the stream's tasks.
     pub fn start(self) -> RunningStream {
         let mut tasks = JoinSet::new();
@@ -145,17 +164,24 @@ impl Stream {
         let straight = self.processors.is_empty() && matches!(self.output, OutputTree::Writer(_));
         let (out_tx, out_rx) = mpsc::channel::<Transaction>(self.capacity);
         let inflight: Vec<_> = self.inputs.iter().map(|i| i.inflight.clone()).collect();
+        let limit = self.inflight_limit();
         let input_task = |node: InputNode, tx: mpsc::Sender<Transaction>| {
             let node_span = info_span!(parent: &span, "node", component = %node.id, kind = "input");
-            node.run(tx, self.cancel.clone(), self.readiness.clone(), straight)
-                .instrument(node_span)
+            node.run(
+                tx,
+                self.cancel.clone(),
+                self.readiness.clone(),
+                straight,
+                limit,
+            )
+            .instrument(node_span)
         };
         let mut inputs = self.inputs;
         match self.output {
             OutputTree::Writer(node) if straight && inputs.len() == 1 => {
                 // One input writing to one output runs as one task: its batches stay on
                 // one thread instead of crossing to another core at every hand-over.
-                let output = writer_task(node, out_rx, &self.readiness, &span);
+                let output = writer_task(node, out_rx, &self.readiness, self.capacity, &span);
                 let input = input_task(inputs.remove(0), out_tx);
                 tasks.spawn(async move {
                     tokio::join!(output, input);
@@ -175,10 +201,8 @@ impl Stream {
                 } else {
                     let (tx, rx) = mpsc::channel(self.capacity);
                     let nodes = Arc::new(self.processors);
-                    tasks.spawn(
-                        pipeline::run(nodes, rx, out_tx, self.threads)
-                            .instrument(info_span!(parent: &span, "pipeline")),
-                    );
+                    let pipeline_span = info_span!(parent: &span, "pipeline");
+                    pipeline::spawn(nodes, rx, out_tx, self.threads, &mut tasks, &pipeline_span);
                     tx
                 };
                 for node in inputs {
@@ -200,6 +224,22 @@ impl Stream {
 /// Keeps a build's value, or its error for the report.
 fn collect<T>(result: Result<T, BuildError>, errors: &mut Vec<BuildError>) -> Option<T> {
     result.map_err(|e| errors.push(e)).ok()
+}
+
+impl OutputTree {
+    /// The most batches of one input this part of the output can hold at once.
+    fn holds(&self, capacity: usize) -> usize {
+        match self {
+            OutputTree::Writer(node) => {
+                let flushes = node.writer.max_in_flight.max(1).saturating_add(1);
+                flushes.saturating_mul(node.writer.batching.max_reads(capacity))
+            }
+            OutputTree::Router(_, children) => children.iter().fold(1, |n: usize, child| {
+                n.saturating_add(capacity)
+                    .saturating_add(child.holds(capacity))
+            }),
+        }
+    }
 }
 
 fn build_inputs(
@@ -313,7 +353,7 @@ fn spawn_output(
 ) {
     match tree {
         OutputTree::Writer(node) => {
-            tasks.spawn(writer_task(node, rx, readiness, span));
+            tasks.spawn(writer_task(node, rx, readiness, capacity, span));
         }
         OutputTree::Router(parts, children) => {
             let senders = children
@@ -339,10 +379,12 @@ fn writer_task(
     node: WriterNode,
     rx: mpsc::Receiver<Transaction>,
     readiness: &Arc<Readiness>,
+    capacity: usize,
     span: &tracing::Span,
 ) -> impl std::future::Future<Output = ()> {
     let node_span = info_span!(parent: span, "node", component = %node.id, kind = "output");
-    node.run(rx, readiness.clone()).instrument(node_span)
+    node.run(rx, readiness.clone(), capacity)
+        .instrument(node_span)
 }
 
 /// A started stream.

@@ -2,6 +2,8 @@
 //! `max_in_flight` batches at once and settles each ack with the write's result. A router
 //! node hands transactions to its children (each a full output node) by its pattern.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,7 +36,14 @@ struct Flush {
 }
 
 impl WriterNode {
-    pub async fn run(self, mut rx: mpsc::Receiver<Transaction>, readiness: Arc<Readiness>) {
+    /// Runs the writer until its channel closes and everything is written. `capacity`, the
+    /// stream's channel capacity, bounds the reads in a flush whose policy has no count.
+    pub async fn run(
+        self,
+        mut rx: mpsc::Receiver<Transaction>,
+        readiness: Arc<Readiness>,
+        capacity: usize,
+    ) {
         let WriterNode {
             id,
             writer,
@@ -43,33 +52,53 @@ impl WriterNode {
         let output = writer.output;
         let policy = writer.batching;
         let max_in_flight = writer.max_in_flight.max(1);
-        let mut connected = connect(&*output, &id, &metrics, &readiness, || {
-            rx.is_closed() && rx.is_empty()
-        })
-        .await;
+        let max_reads = policy.max_reads(capacity);
         let mut pending = Flush::default();
         let mut deadline: Option<TokioInstant> = None;
         // One timer, re-armed when a batch starts waiting, rather than a new one per turn.
         let timer = tokio::time::sleep(std::time::Duration::from_secs(3600));
         tokio::pin!(timer);
         let mut writes = FuturesUnordered::new();
+        // While not connected: the connection attempt under way, and the waits between
+        // attempts. Writes already under way are polled meanwhile, so their acks settle.
+        let mut connected = false;
+        let mut attempt: Option<Pin<Box<dyn Future<Output = ConnectResult> + Send + '_>>> = None;
+        let mut backoff = Backoff::default();
+        let mut next_wait: Option<std::time::Duration> = None;
         let mut open = true;
         loop {
             if !open && writes.is_empty() && pending.acks.is_empty() {
                 break;
             }
-            if !connected {
-                // Nothing changes `pending` or `writes` while connecting (same task).
-                let nothing_pending = pending.acks.is_empty() && writes.is_empty();
-                let idle = || nothing_pending && rx.is_closed() && rx.is_empty();
-                connected = connect(&*output, &id, &metrics, &readiness, idle).await;
-                if !connected {
-                    // Nothing left to deliver and nothing more will come.
+            if !connected && attempt.is_none() {
+                if pending.acks.is_empty() && writes.is_empty() && rx.is_closed() && rx.is_empty() {
+                    // Nothing left to deliver and nothing more will come: do not wait on a
+                    // broker that is down.
                     break;
                 }
+                attempt = Some(Box::pin(connect_after(&*output, next_wait.take())));
             }
             tokio::select! {
-                t = rx.recv(), if open && writes.len() < max_in_flight => match t {
+                result = poll_attempt(&mut attempt), if attempt.is_some() => {
+                    attempt = None;
+                    metrics.connection_attempt(result.is_ok());
+                    match result {
+                        Ok(()) => {
+                            connected = true;
+                            backoff.reset();
+                            readiness.set(&id, true);
+                            metrics.connected.set(1.0);
+                            info!("Output connected.");
+                        }
+                        Err(e) => {
+                            metrics.error(Stage::Connect);
+                            let delay = backoff.next_delay().unwrap_or_default();
+                            warn!(error = %e, retry_in = ?delay, "Output failed to connect.");
+                            next_wait = Some(delay);
+                        }
+                    }
+                }
+                t = rx.recv(), if connected && open && writes.len() < max_in_flight => match t {
                     Some(Transaction { batch, ack }) => {
                         let start = pending.batch.len();
                         pending.bytes += batch_bytes(&batch);
@@ -86,7 +115,9 @@ impl WriterNode {
                                 timer.as_mut().reset(d);
                             }
                         }
-                        if policy.is_full(pending.batch.len(), pending.bytes) {
+                        if policy.is_full(pending.batch.len(), pending.bytes)
+                            || pending.acks.len() >= max_reads
+                        {
                             writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
                         }
                     }
@@ -97,11 +128,11 @@ impl WriterNode {
                         }
                     }
                 },
-                _ = &mut timer, if deadline.is_some() && writes.len() < max_in_flight => {
+                _ = &mut timer, if connected && deadline.is_some() && writes.len() < max_in_flight => {
                     writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
                 }
                 Some(lost) = writes.next(), if !writes.is_empty() => {
-                    if lost {
+                    if lost && connected {
                         connected = false;
                         readiness.set(&id, false);
                         metrics.connected.set(0.0);
@@ -109,6 +140,7 @@ impl WriterNode {
                 }
             }
         }
+        drop(attempt);
         output.close().await;
         readiness.set(&id, false);
         metrics.connected.set(0.0);
@@ -165,38 +197,25 @@ async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics) -> bool
     }
 }
 
-/// Connects with backoff until it works. Outputs wait: the stream's input is held back by
-/// the bounded channels meanwhile (backpressure), and shutdown's deadline still applies.
-/// Gives up (false) once `idle` says there is nothing left to write and the stream's
-/// upstream is gone, so a stopping stream does not wait on a broker that is down.
-async fn connect(
-    output: &dyn Output,
-    id: &str,
-    metrics: &NodeMetrics,
-    readiness: &Readiness,
-    idle: impl Fn() -> bool,
-) -> bool {
-    let mut backoff = Backoff::default();
-    loop {
-        if idle() {
-            return false;
-        }
-        let result: Result<(), ConnectorError> = output.connect().await;
-        metrics.connection_attempt(result.is_ok());
-        match result {
-            Ok(()) => {
-                readiness.set(id, true);
-                metrics.connected.set(1.0);
-                info!("Output connected.");
-                return true;
-            }
-            Err(e) => {
-                metrics.error(Stage::Connect);
-                let delay = backoff.next_delay().unwrap_or_default();
-                warn!(error = %e, retry_in = ?delay, "Output failed to connect.");
-                tokio::time::sleep(delay).await;
-            }
-        }
+type ConnectResult = Result<(), ConnectorError>;
+
+/// One connection attempt, after `wait`. Outputs wait for a connection: the stream's input
+/// is held back by the bounded channels meanwhile (backpressure), and shutdown's deadline
+/// still applies.
+async fn connect_after(output: &dyn Output, wait: Option<std::time::Duration>) -> ConnectResult {
+    if let Some(wait) = wait {
+        tokio::time::sleep(wait).await;
+    }
+    output.connect().await
+}
+
+/// The attempt under way; never ready without one.
+async fn poll_attempt(
+    attempt: &mut Option<Pin<Box<dyn Future<Output = ConnectResult> + Send + '_>>>,
+) -> ConnectResult {
+    match attempt {
+        Some(attempt) => attempt.await,
+        None => std::future::pending().await,
     }
 }
 

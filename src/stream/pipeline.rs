@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{mpsc, Mutex};
-use tracing::Instrument;
+use tokio::task::JoinSet;
+use tracing::{Instrument, Span};
 
 use crate::component::Processor;
 use crate::message::{Batch, Outcome, Transaction};
@@ -49,28 +50,24 @@ pub async fn process_all(nodes: &[ProcessorNode], batch: Batch) -> Vec<Batch> {
     batches
 }
 
-/// Processes transactions from `rx` until it closes, with `threads` workers.
-pub async fn run(
+/// Spawns `threads` workers into the stream's task set; they process transactions from
+/// `rx` until it closes. Being the stream's tasks, they are stopped with the stream.
+pub fn spawn(
     nodes: Arc<Vec<ProcessorNode>>,
     rx: mpsc::Receiver<Transaction>,
     tx: mpsc::Sender<Transaction>,
     threads: usize,
+    tasks: &mut JoinSet<()>,
+    span: &Span,
 ) {
     if threads <= 1 {
-        worker(nodes, Source::Own(rx), tx).await;
+        tasks.spawn(worker(nodes, Source::Own(rx), tx).instrument(span.clone()));
         return;
     }
     let shared = Arc::new(Mutex::new(rx));
-    let workers: Vec<_> = (0..threads)
-        .map(|_| {
-            tokio::spawn(
-                worker(nodes.clone(), Source::Shared(shared.clone()), tx.clone()).in_current_span(),
-            )
-        })
-        .collect();
-    drop(tx);
-    for w in workers {
-        let _ = w.await;
+    for _ in 0..threads {
+        let source = Source::Shared(shared.clone());
+        tasks.spawn(worker(nodes.clone(), source, tx.clone()).instrument(span.clone()));
     }
 }
 
