@@ -213,21 +213,3 @@ fn a_listen_address_run_would_refuse_is_a_lint_error() {
         assert_eq!(code, Some(0), "{good}: {out}");
     }
 }
-
-/// A stream without HTTP components does not listen, so it runs beside anything that
-/// holds the default port.
-#[test]
-fn a_stream_without_http_components_does_not_listen() {
-    // Held here, or by another process: either way the port is taken while hello runs.
-    let _holder = std::net::TcpListener::bind("127.0.0.1:4195");
-    let out = sluice()
-        .args(["run", "pipelines/hello.yaml"])
-        .env("SLUICE_LOG", "error")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}

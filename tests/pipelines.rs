@@ -31,6 +31,9 @@ fn every_example_lints_clean() {
 
 #[test]
 fn hello_prints_five_greetings_and_exits_zero() {
+    // It has no HTTP component, so it does not listen: it runs beside whatever holds the
+    // default port (held here, or by another process).
+    let _holder = std::net::TcpListener::bind("127.0.0.1:4195");
     let out = sluice()
         .args(["run", "pipelines/hello.yaml"])
         .env("SLUICE_LOG", "error")

@@ -159,29 +159,47 @@ const STREAM_KEYS: &[&str] = &["input", "pipeline", "output", "channel_capacity"
 /// Loads config files; settings come from the first file that has them, streams from all.
 /// A stream config file is one whose streams run, so one without any is a mistake.
 pub fn load_files(paths: &[impl AsRef<Path>]) -> Result<RootConfig, ConfigErrors> {
-    let mut root = RootConfig::default();
-    let mut errors = Vec::new();
-    let mut seen_settings = HashSet::new();
-    for path in paths {
-        match read_file(path.as_ref()) {
-            Ok(file_root) => merge(&mut root, file_root, &mut seen_settings, &mut errors),
-            Err(e) => errors.extend(e.0),
-        }
-    }
-    if errors.is_empty() && root.streams.is_empty() {
-        errors.push(no_streams(
-            &paths
-                .iter()
-                .map(|p| p.as_ref().display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ));
-    }
+    let (files, mut errors) = read_files(paths);
+    let root = merge_files(paths, files, &mut errors);
     if errors.is_empty() {
         Ok(root)
     } else {
         Err(ConfigErrors(errors))
     }
+}
+
+/// Every file that parses, and the errors of those that do not.
+fn read_files(paths: &[impl AsRef<Path>]) -> (Vec<FileRoot>, Vec<ConfigError>) {
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        match read_file(path.as_ref()) {
+            Ok(file) => files.push(file),
+            Err(e) => errors.extend(e.0),
+        }
+    }
+    (files, errors)
+}
+
+/// One config from several files, as `sluice run` loads them.
+fn merge_files(
+    paths: &[impl AsRef<Path>],
+    files: Vec<FileRoot>,
+    errors: &mut Vec<ConfigError>,
+) -> RootConfig {
+    let mut root = RootConfig::default();
+    let mut seen_settings = HashSet::new();
+    for file in files {
+        merge(&mut root, file, &mut seen_settings, errors);
+    }
+    if errors.is_empty() && root.streams.is_empty() {
+        let names: Vec<_> = paths
+            .iter()
+            .map(|p| p.as_ref().display().to_string())
+            .collect();
+        errors.push(no_streams(&names.join(", ")));
+    }
+    root
 }
 
 fn no_streams(files: &str) -> ConfigError {
@@ -207,19 +225,10 @@ fn read_file(path: &Path) -> Result<FileRoot, ConfigErrors> {
 /// line and column. Files are checked one by one, or `together` as `sluice run` would
 /// load them (stream names and HTTP paths then must not clash across files).
 pub fn lint_files(paths: &[impl AsRef<Path>], together: bool) -> Vec<ConfigError> {
-    let mut errors = Vec::new();
-    let mut files = Vec::new();
-    for path in paths {
-        match read_file(path.as_ref()) {
-            Ok(file) => files.push(file),
-            Err(e) => errors.extend(e.0),
-        }
-    }
+    let (files, mut errors) = read_files(paths);
     if together {
-        let mut root = RootConfig::default();
-        let mut seen = HashSet::new();
         let routes = Routes::new();
-        let docs: Vec<_> = files
+        let placed: Vec<_> = files
             .iter()
             .map(|f| {
                 (
@@ -229,19 +238,8 @@ pub fn lint_files(paths: &[impl AsRef<Path>], together: bool) -> Vec<ConfigError
                 )
             })
             .collect();
-        for file in files {
-            merge(&mut root, file, &mut seen, &mut errors);
-        }
-        if errors.is_empty() && root.streams.is_empty() {
-            errors.push(no_streams(
-                &paths
-                    .iter()
-                    .map(|p| p.as_ref().display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            ));
-        }
-        for (names, doc, prefixes) in docs {
+        let root = merge_files(paths, files, &mut errors);
+        for (names, doc, prefixes) in placed {
             for (name, prefix) in names.iter().zip(prefixes) {
                 if let Some(stream) = root.streams.get(name) {
                     validate_stream(name, stream, &doc, &prefix, &routes, &mut errors);
@@ -255,14 +253,8 @@ pub fn lint_files(paths: &[impl AsRef<Path>], together: bool) -> Vec<ConfigError
             }
             let routes = Routes::new();
             for (name, stream) in &file.root.streams {
-                validate_stream(
-                    name,
-                    stream,
-                    &file.doc,
-                    &file.prefix(name),
-                    &routes,
-                    &mut errors,
-                );
+                let prefix = file.prefix(name);
+                validate_stream(name, stream, &file.doc, &prefix, &routes, &mut errors);
             }
         }
     }
