@@ -3,8 +3,11 @@
 # already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672, Redis 6379,
 # and a tansu Kafka-API broker on a free port. Installs what is missing (Debian packages
 # with apt-get, tansu with cargo into a cache directory), including the broker binaries
-# that the TLS tests run privately. Idempotent: run it before `cargo test` as often as
-# you like.
+# that the TLS tests run privately (a test whose binary is missing fails). Idempotent:
+# run it before `cargo test` as often as you like.
+#
+# SLUICE_SKIP_KAFKA=1 leaves tansu out altogether (neither installed nor started): the
+# Kafka tests then fail.
 #
 # The tansu address is written to $SLUICE_KAFKA_ADDR_FILE (default
 # target/brokers/kafka.addr); tests read that file, or SLUICE_KAFKA_ADDR if set.
@@ -92,17 +95,19 @@ free_port() {
     return 1
 }
 
+ensure_tansu() {
+    tansu_bin >/dev/null && return 0
+    log "installing tansu (takes a while the first time)"
+    need_pkg cc build-essential
+    cargo install --quiet --root "$tools_root" tansu --locked --features dynostore
+}
+
 start_tansu() {
     if [ -f "$kafka_addr_file" ] && listening "$(sed 's/.*://' "$kafka_addr_file")"; then
         return 0
     fi
-    if ! bin="$(tansu_bin)"; then
-        log "installing tansu (takes a while the first time)"
-        need_pkg cc build-essential
-        cargo install --quiet --root "$tools_root" tansu --locked --features dynostore
-        bin="$tools_root/bin/tansu"
-    fi
-    local port
+    local bin port
+    bin="$(tansu_bin)"
     port="$(free_port)"
     nohup "$bin" broker \
         --storage-engine memory://tansu/ \
@@ -122,6 +127,9 @@ ensure_binaries() {
     need_pkg mosquitto_passwd mosquitto
     need_pkg nats-server nats-server
     need_pkg rabbitmq-server rabbitmq-server
+    if [ "${SLUICE_SKIP_KAFKA:-}" != 1 ]; then
+        ensure_tansu
+    fi
 }
 
 ensure_binaries

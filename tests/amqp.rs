@@ -216,8 +216,8 @@ const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
 
 /// A RabbitMQ node of the test's own, with a TLS listener only, requiring a client
 /// certificate signed by the test CA. Booting it takes some seconds.
-fn private_rabbitmq(pki: &tls::Pki) -> Option<tls::Broker> {
-    let bin = tls::require_bin(RABBITMQ_SERVER, "tls_with_a_client_certificate")?;
+fn private_rabbitmq(pki: &tls::Pki) -> tls::Broker {
+    let bin = tls::require_bin(RABBITMQ_SERVER, "tls_with_a_client_certificate");
     let dir = pki.dir.path().join("rabbitmq");
     std::fs::create_dir_all(&dir).unwrap();
     let (port, dist_port) = (free_port(), free_port());
@@ -249,20 +249,13 @@ fn private_rabbitmq(pki: &tls::Pki) -> Option<tls::Broker> {
     .env("RABBITMQ_LOG_BASE", path("log"))
     .env("RABBITMQ_PID_FILE", path("pid"));
     let log = dir.join("out.log");
-    Some(tls::Broker::start(
-        cmd,
-        port,
-        &log,
-        Duration::from_secs(120),
-    ))
+    tls::Broker::start(cmd, port, &log, Duration::from_secs(120))
 }
 
 #[tokio::test]
 async fn tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
-    let Some(broker) = private_rabbitmq(&pki) else {
-        return;
-    };
+    let broker = private_rabbitmq(&pki);
     let port = broker.port;
     let queue = unique("tls");
     let pair = |url: &str, tls: &str| {

@@ -492,8 +492,7 @@ async fn input_and_output_survive_a_broker_outage() {
 }
 
 /// A tansu of the test's own, plain, advertising `advertised` (a relay in front of it, or
-/// itself); `authentication` makes it serve nothing before a SASL exchange. None when
-/// tansu is not installed.
+/// itself); `authentication` makes it serve nothing before a SASL exchange.
 ///
 /// tansu 0.6 cannot serve TLS itself: its `--cert` and `--key` options belong to one
 /// exclusive argument group, so giving both is refused and giving one leaves TLS off.
@@ -504,9 +503,9 @@ fn private_tansu(
     advertised: &str,
     authentication: bool,
     test: &str,
-) -> Option<tls::Broker> {
+) -> tls::Broker {
     // An absolute path or a name on PATH: `require_bin` finds both.
-    let bin = tls::require_bin(&tansu_bin(), test)?;
+    let bin = tls::require_bin(&tansu_bin(), test);
     let mut cmd = std::process::Command::new(bin);
     cmd.args(["broker", "--storage-engine", "memory://tansu/"])
         .args(["--listener-url", &format!("tcp://127.0.0.1:{port}")])
@@ -515,7 +514,7 @@ fn private_tansu(
         cmd.arg("--authentication");
     }
     let log = dir.join(format!("tansu-{port}.log"));
-    Some(tls::Broker::start(cmd, port, &log, Duration::from_secs(30)))
+    tls::Broker::start(cmd, port, &log, Duration::from_secs(30))
 }
 
 /// What a TLS relay saw of its clients: why each failed handshake failed.
@@ -633,15 +632,13 @@ async fn mutual_tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
     let (relay_port, broker_port) = (free_port(), free_port());
     let addr = format!("127.0.0.1:{relay_port}");
-    let Some(_tansu) = private_tansu(
+    let _tansu = private_tansu(
         pki.dir.path(),
         broker_port,
         &addr,
         false,
         "mutual_tls_with_a_client_certificate",
-    ) else {
-        return;
-    };
+    );
     let (relay, errors) = tls_relay(&pki, relay_port, broker_port).await;
     let topic = unique("tls");
     create_secure_topic(tls_client(&addr, &pki), &topic).await;
@@ -670,15 +667,13 @@ async fn sasl_scram_reaches_the_user_check() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let Some(_tansu) = private_tansu(
+    let _tansu = private_tansu(
         dir.path(),
         port,
         &addr,
         true,
         "sasl_scram_reaches_the_user_check",
-    ) else {
-        return;
-    };
+    );
     let topic = unique("sasl");
     for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
         let sasl = format!(", sasl: {{mechanism: {mechanism}, user: sluice, password: s3cret}}");

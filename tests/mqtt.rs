@@ -218,9 +218,8 @@ async fn example_mqtt_to_nats() {
 
 /// A Mosquitto of the test's own with one listener on a free port; `settings` are the
 /// listener's (TLS files, `require_certificate`, `allow_anonymous`, `password_file`).
-/// None when Mosquitto is not installed.
-fn private_mosquitto(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls::Broker> {
-    let bin = tls::require_bin("mosquitto", test)?;
+fn private_mosquitto(dir: &std::path::Path, settings: &str, test: &str) -> tls::Broker {
+    let bin = tls::require_bin("mosquitto", test);
     let port = free_port();
     let conf = dir.join(format!("mosquitto-{port}.conf"));
     // `user root`: when started as root, Mosquitto otherwise switches to its own user,
@@ -233,7 +232,7 @@ fn private_mosquitto(dir: &std::path::Path, settings: &str, test: &str) -> Optio
     let mut cmd = std::process::Command::new(bin);
     cmd.arg("-c").arg(&conf);
     let log = dir.join(format!("mosquitto-{port}.log"));
-    Some(tls::Broker::start(cmd, port, &log, Duration::from_secs(20)))
+    tls::Broker::start(cmd, port, &log, Duration::from_secs(20))
 }
 
 fn tls_listener(pki: &tls::Pki, require_certificate: bool) -> String {
@@ -258,13 +257,11 @@ fn mqtt_pair(port: u16, topic: &str, extra: &str) -> (String, String) {
 #[tokio::test]
 async fn tls_with_a_custom_ca() {
     let pki = tls::Pki::new();
-    let Some(broker) = private_mosquitto(
+    let broker = private_mosquitto(
         pki.dir.path(),
         &tls_listener(&pki, false),
         "tls_with_a_custom_ca",
-    ) else {
-        return;
-    };
+    );
     // The broker speaks only TLS on this port: plain MQTT would not get a CONNACK.
     let topic = unique("tls");
     let (output, input) = mqtt_pair(
@@ -291,13 +288,11 @@ async fn tls_with_a_custom_ca() {
 #[tokio::test]
 async fn mutual_tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
-    let Some(broker) = private_mosquitto(
+    let broker = private_mosquitto(
         pki.dir.path(),
         &tls_listener(&pki, true),
         "mutual_tls_with_a_client_certificate",
-    ) else {
-        return;
-    };
+    );
     let topic = unique("mtls");
     let (output, input) = mqtt_pair(
         broker.port,
@@ -323,9 +318,7 @@ async fn mutual_tls_with_a_client_certificate() {
 #[tokio::test]
 async fn user_and_password() {
     let test = "user_and_password";
-    let Some(passwd) = tls::require_bin("mosquitto_passwd", test) else {
-        return;
-    };
+    let passwd = tls::require_bin("mosquitto_passwd", test);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("passwords");
     let status = std::process::Command::new(passwd)
@@ -337,9 +330,7 @@ async fn user_and_password() {
         .unwrap();
     assert!(status.success(), "mosquitto_passwd");
     let settings = format!("allow_anonymous false\npassword_file {}", file.display());
-    let Some(broker) = private_mosquitto(dir.path(), &settings, test) else {
-        return;
-    };
+    let broker = private_mosquitto(dir.path(), &settings, test);
     let topic = unique("auth");
     let (output, input) = mqtt_pair(
         broker.port,

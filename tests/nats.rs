@@ -350,16 +350,15 @@ async fn output_subject_is_interpolated_per_message() {
 }
 
 /// A nats-server of the test's own on a free port; `settings` go into its config file.
-/// None when nats-server is not installed.
-fn private_nats(dir: &std::path::Path, settings: &str, test: &str) -> Option<tls::Broker> {
-    let bin = tls::require_bin("nats-server", test)?;
+fn private_nats(dir: &std::path::Path, settings: &str, test: &str) -> tls::Broker {
+    let bin = tls::require_bin("nats-server", test);
     let port = free_port();
     let conf = dir.join(format!("nats-{port}.conf"));
     std::fs::write(&conf, format!("listen: \"127.0.0.1:{port}\"\n{settings}\n")).unwrap();
     let mut cmd = std::process::Command::new(bin);
     cmd.arg("-c").arg(&conf);
     let log = dir.join(format!("nats-{port}.log"));
-    Some(tls::Broker::start(cmd, port, &log, Duration::from_secs(20)))
+    tls::Broker::start(cmd, port, &log, Duration::from_secs(20))
 }
 
 /// The NATS output and input of a round trip through `port` on `subject`; `extra` is
@@ -390,10 +389,7 @@ async fn tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
     // The server requires and checks a client certificate; it has no plain listener.
     let settings = tls_settings(&pki, true);
-    let Some(broker) = private_nats(pki.dir.path(), &settings, "tls_with_a_client_certificate")
-    else {
-        return;
-    };
+    let broker = private_nats(pki.dir.path(), &settings, "tls_with_a_client_certificate");
     let subject = unique("tls");
     let (output, input) = nats_pair(
         broker.port,
@@ -423,10 +419,7 @@ async fn tls_url_with_skip_cert_verify() {
     let pki = tls::Pki::new();
     // TLS required, no client certificate asked for.
     let settings = tls_settings(&pki, false);
-    let Some(broker) = private_nats(pki.dir.path(), &settings, "tls_url_with_skip_cert_verify")
-    else {
-        return;
-    };
+    let broker = private_nats(pki.dir.path(), &settings, "tls_url_with_skip_cert_verify");
     // TLS comes from the `tls://` URL alone; the server's CA is unknown to the system.
     let subject = unique("tls-url");
     let both = format!(
@@ -440,9 +433,7 @@ async fn tls_url_with_skip_cert_verify() {
 async fn user_and_password() {
     let dir = tempfile::tempdir().unwrap();
     let settings = "authorization {\n  user: \"sluice\"\n  password: \"s3cret pass\"\n}";
-    let Some(broker) = private_nats(dir.path(), settings, "user_and_password") else {
-        return;
-    };
+    let broker = private_nats(dir.path(), settings, "user_and_password");
     let subject = unique("auth");
     let (output, input) = nats_pair(
         broker.port,

@@ -6,7 +6,6 @@
 //! required), so a test passes only if sluice really spoke TLS or really authenticated.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -138,17 +137,15 @@ pub fn find_bin(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The binary, or None after saying on the terminal (past the test harness's capture)
-/// that the test is skipped.
-pub fn require_bin(name: &str, test: &str) -> Option<PathBuf> {
-    let found = find_bin(name);
-    if found.is_none() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: `{name}` is not installed (scripts/brokers.sh installs it)"
-        );
-    }
-    found
+/// The binary a test cannot run without. A missing one fails the test (it does not pass
+/// by skipping), with the command that installs it.
+pub fn require_bin(name: &str, test: &str) -> PathBuf {
+    find_bin(name).unwrap_or_else(|| {
+        panic!(
+            "{test} needs `{name}`, which is not installed: run scripts/brokers.sh \
+             (it installs every broker binary the tests start)"
+        )
+    })
 }
 
 /// A broker process of the test's own, killed with its whole process group when

@@ -1,0 +1,63 @@
+//! The fuzz targets' checks (`fuzz/src/lib.rs`, run by `scripts/fuzz.sh`) on fixed inputs,
+//! so `cargo test` keeps checking them without the fuzzer: every input a fuzzer once
+//! failed on (`tests/fuzz_inputs/<target>/`, one file each, named for what went wrong)
+//! and the seeds the fuzzers start from.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+#[path = "../fuzz/src/lib.rs"]
+mod checks;
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, out);
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+/// Runs `check` on every file under `dirs` (relative to the package) and fails naming
+/// each input whose check panicked; the panic messages are printed above.
+fn check_all(check: fn(&[u8]), dirs: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut inputs = Vec::new();
+    for d in dirs {
+        files(&root.join(d), &mut inputs);
+    }
+    inputs.sort();
+    assert!(!inputs.is_empty(), "no inputs under {dirs:?}");
+    let failed: Vec<String> = inputs
+        .iter()
+        .filter(|p| {
+            let data = std::fs::read(p).unwrap();
+            catch_unwind(AssertUnwindSafe(|| check(&data))).is_err()
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(failed.is_empty(), "failed on {failed:#?}");
+}
+
+#[test]
+fn mapping() {
+    check_all(
+        checks::mapping,
+        &["tests/fuzz_inputs/mapping", "tests/mapping"],
+    );
+}
+
+#[test]
+fn config() {
+    check_all(checks::config, &["tests/fuzz_inputs/config", "pipelines"]);
+}
+
+#[test]
+fn json() {
+    check_all(checks::json, &["tests/fuzz_inputs/json", "fuzz/seeds/json"]);
+}
