@@ -57,7 +57,7 @@ pub fn config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match sluice::config::parse_str("fuzz.yaml", text) {
+    match sluice::stream::config::parse_str("fuzz.yaml", text) {
         Ok(root) => {
             let _ = format!("{root:?}");
         }
