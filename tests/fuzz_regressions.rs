@@ -5,6 +5,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[path = "../fuzz/src/lib.rs"]
 mod checks;
@@ -23,8 +24,12 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// As long as libFuzzer lets one input run (`-timeout` in scripts/fuzz.sh) before it
+/// reports a hang.
+const HANG: Duration = Duration::from_secs(10);
+
 /// Runs `check` on every file under `dirs` (relative to the package) and fails naming
-/// each input whose check panicked; the panic messages are printed above.
+/// each input whose check panicked (the panic messages are printed above) or hung.
 fn check_all(check: fn(&[u8]), dirs: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut inputs = Vec::new();
@@ -37,7 +42,8 @@ fn check_all(check: fn(&[u8]), dirs: &[&str]) {
         .iter()
         .filter(|p| {
             let data = std::fs::read(p).unwrap();
-            catch_unwind(AssertUnwindSafe(|| check(&data))).is_err()
+            let start = Instant::now();
+            catch_unwind(AssertUnwindSafe(|| check(&data))).is_err() || start.elapsed() > HANG
         })
         .map(|p| p.display().to_string())
         .collect();

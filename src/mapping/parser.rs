@@ -50,6 +50,25 @@ pub const MAX_NESTING: usize = 64;
 /// Longest run of operators, prefixes or `.`-steps in one expression, for the same reason.
 pub const MAX_CHAIN: usize = 256;
 
+/// Grammar rule calls one parse may make: a fixed allowance and so many per byte. The
+/// grammar is a PEG: a construct that fails late is read again by the next alternative,
+/// and some nestings of those (a `match` without a subject in the first case of another)
+/// take time exponential in their depth, within [`MAX_NESTING`]. Past this budget a parse
+/// fails at once instead of running for minutes; real mappings use a small part of it.
+pub const PARSE_CALLS_BASE: usize = 100_000;
+pub const PARSE_CALLS_PER_BYTE: usize = 500;
+
+/// Sets pest's call budget for a parse of `src`. The budget is one setting for the whole
+/// process (this grammar is its only user), read when a parse starts: a parse started at
+/// the same moment on another thread may get this one's budget, which is as generous for
+/// inputs of about the same size.
+fn limit_parse_calls(src: &str) {
+    let budget = PARSE_CALLS_PER_BYTE
+        .saturating_mul(src.len())
+        .saturating_add(PARSE_CALLS_BASE);
+    pest::set_call_limit(std::num::NonZeroUsize::new(budget));
+}
+
 /// Rejects input nested deeper than [`MAX_NESTING`] brackets, skipping strings and comments.
 fn check_nesting(src: &str) -> Result<(), Diagnostics> {
     let b = src.as_bytes();
@@ -102,6 +121,7 @@ fn check_nesting(src: &str) -> Result<(), Diagnostics> {
 /// `root = this.foo`.
 pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
     check_nesting(src)?;
+    limit_parse_calls(src);
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -147,6 +167,7 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
 /// Parses one expression (interpolations, `check` fields).
 pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
     check_nesting(src)?;
+    limit_parse_calls(src);
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -170,6 +191,7 @@ pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
 /// Splits a string field into literal text and `${! expr }` blocks.
 pub fn parse_interpolation(src: &str) -> Result<Vec<Piece>, Diagnostics> {
     check_nesting(src)?;
+    limit_parse_calls(src);
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -230,7 +252,8 @@ fn span_of(p: &Pair<'_, Rule>) -> Span {
 fn rule_name(r: &Rule) -> Option<&'static str> {
     Some(match r {
         Rule::EOI => "end of input",
-        Rule::expr | Rule::term | Rule::lambda | Rule::slice => "an expression",
+        Rule::expr | Rule::term | Rule::lambda | Rule::slice_from => "an expression",
+        Rule::slice => "`:` or `]`",
         Rule::statement | Rule::assignment | Rule::target | Rule::target_field => {
             "a statement (e.g. `root.foo = ...`)"
         }
@@ -302,6 +325,10 @@ fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
                 None::<String>,
             )
         }
+        pest::error::ErrorVariant::CustomError { message } if message.contains("call limit") => (
+            "too complex to parse (it takes too many grammar steps)".to_string(),
+            Some("split the expression with `let` variables or named maps".to_string()),
+        ),
         pest::error::ErrorVariant::CustomError { message } => (message.clone(), None),
     };
     let d = Diagnostic::at(src, Span::new(pos, pos + 1), "E001", msg);
@@ -645,27 +672,29 @@ impl<'s> Ctx<'s> {
                     ExprKind::Field(Box::new(e), self.name_or_string(f)?)
                 }
                 Rule::index => {
-                    let i = q
-                        .next()
-                        .ok_or_else(|| self.err(pspan, "expected an index"))?;
-                    if i.as_rule() == Rule::slice {
-                        let (mut from, mut to) = (None, None);
-                        for s in i.into_inner() {
-                            let is_from = s.as_rule() == Rule::slice_from;
-                            let x = s
-                                .into_inner()
-                                .next()
-                                .ok_or_else(|| self.err(pspan, "expected an index"))?;
-                            let x = Some(Box::new(self.expr(x)?));
-                            if is_from {
-                                from = x;
-                            } else {
-                                to = x;
-                            }
+                    // `[from]`, `[from:to?]` or `[:to?]`: a `slice` part means a slice.
+                    let (mut from, mut slice, mut to) = (None, false, None);
+                    for part in q {
+                        let rule = part.as_rule();
+                        slice |= rule == Rule::slice;
+                        let inner = match rule {
+                            Rule::slice => part.into_inner().next(),
+                            _ => Some(part),
+                        };
+                        let Some(x) = inner.and_then(|x| x.into_inner().next()) else {
+                            continue;
+                        };
+                        let x = Some(Box::new(self.expr(x)?));
+                        if rule == Rule::slice_from {
+                            from = x;
+                        } else {
+                            to = x;
                         }
-                        ExprKind::Slice(Box::new(e), from, to)
-                    } else {
-                        ExprKind::Index(Box::new(e), Box::new(self.expr(i)?))
+                    }
+                    match (slice, from) {
+                        (true, from) => ExprKind::Slice(Box::new(e), from, to),
+                        (false, Some(i)) => ExprKind::Index(Box::new(e), i),
+                        (false, None) => return Err(self.err(pspan, "expected an index")),
                     }
                 }
                 _ => return Err(self.err(pspan, "unexpected syntax")),
@@ -1008,6 +1037,36 @@ if this.x { root.y = 1 } else if this.z {
             .contains("chain"));
         let nots = format!("root = {}true", "!".repeat(3 * MAX_CHAIN));
         assert!(parse_mapping(&nots).is_err());
+    }
+
+    #[test]
+    fn parse_time_is_bounded() {
+        use std::time::{Duration, Instant};
+        let quick = |src: &str| {
+            let start = Instant::now();
+            let r = parse_mapping(src);
+            assert!(start.elapsed() < Duration::from_secs(5), "{src}");
+            r
+        };
+        // Nested indexes, valid or left open, read each level once.
+        let n = MAX_NESTING - 1;
+        let valid = format!("root = {}0{}", "this.a[".repeat(n), "]".repeat(n));
+        assert!(quick(&valid).is_ok());
+        let open = format!("root = {}", "a[".repeat(n));
+        assert!(quick(&open).is_err());
+        let slices = format!("root = {}0{}", "this.a[1:".repeat(n), "]".repeat(n));
+        assert!(quick(&slices).is_ok());
+        assert!(quick("root = this.s[:]").is_ok());
+        assert!(quick("root = this.s[]").is_err());
+        // Size alone does not run out of budget: a thousand-line mapping parses.
+        let big: String = (0..1000)
+            .map(|i| format!("root.f{i} = if this.a.b[{i}] > 3 {{ this.c.uppercase().replace_all(\"x\", \"y\") + \"z\" }} else {{ [1, {{\"k\": this.d.or(null)}}] }}\n"))
+            .collect();
+        assert!(quick(&big).is_ok());
+        // A construct still read twice per level runs out of budget and fails.
+        let matches = format!("root = {}", "match { ".repeat(40));
+        let e = quick(&matches).unwrap_err().to_string();
+        assert!(e.contains("too complex"), "{e}");
     }
 
     #[test]
