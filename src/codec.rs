@@ -83,6 +83,12 @@ impl Codec {
     }
 }
 
+/// Bytes asked of the reader at a time: large reads keep system calls per message low.
+const READ_SIZE: usize = 64 * 1024;
+
+/// Most messages handed over at once by [`Splitter::next_batch`].
+pub const MAX_BATCH: usize = 4096;
+
 /// Splits a byte stream into messages. Cancel safe: bytes read stay in the buffer.
 pub struct Splitter<R> {
     reader: R,
@@ -92,6 +98,8 @@ pub struct Splitter<R> {
     max_size: usize,
     /// After an oversized message: drop bytes up to the next delimiter.
     skipping: bool,
+    /// An oversized message was split off while batching; `next` reports it.
+    pending_error: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -107,15 +115,19 @@ impl<R: AsyncRead + Unpin> Splitter<R> {
         Splitter {
             reader,
             codec,
-            buf: BytesMut::with_capacity(8 * 1024),
+            buf: BytesMut::with_capacity(READ_SIZE),
             eof: false,
             max_size,
             skipping: false,
+            pending_error: false,
         }
     }
 
     /// The next message, or `None` at the end of the stream.
     pub async fn next(&mut self) -> Result<Option<Bytes>, SplitError> {
+        if std::mem::take(&mut self.pending_error) {
+            return Err(SplitError::TooLarge(self.max_size));
+        }
         loop {
             if let Some(msg) = self.split_one() {
                 if std::mem::take(&mut self.skipping) {
@@ -141,12 +153,34 @@ impl<R: AsyncRead + Unpin> Splitter<R> {
                     return Err(SplitError::TooLarge(self.max_size));
                 }
             }
-            self.buf.reserve(8 * 1024);
+            self.buf.reserve(READ_SIZE);
             let n = self.reader.read_buf(&mut self.buf).await?;
             if n == 0 {
                 self.eof = true;
             }
         }
+    }
+
+    /// Every message that is ready: waits for the first (as [`Splitter::next`]), then takes
+    /// the complete messages already read, up to `max`, without waiting for more. `None` at
+    /// the end of the stream. An error after some messages is returned by the next call.
+    pub async fn next_batch(&mut self, max: usize) -> Result<Option<Vec<Bytes>>, SplitError> {
+        let Some(first) = self.next().await? else {
+            return Ok(None);
+        };
+        let mut batch = vec![first];
+        while batch.len() < max.max(1) && !self.skipping {
+            match self.split_one() {
+                Some(msg) if msg.len() > self.max_size => {
+                    // Reported when asked next, as `next` would have.
+                    self.pending_error = true;
+                    break;
+                }
+                Some(msg) => batch.push(msg),
+                None => break,
+            }
+        }
+        Ok(Some(batch))
     }
 
     fn split_one(&mut self) -> Option<Bytes> {
@@ -155,7 +189,10 @@ impl<R: AsyncRead + Unpin> Splitter<R> {
             Codec::Lines => b"\n",
             Codec::Delim(d) => d,
         };
-        let pos = self.buf.windows(delim.len()).position(|w| w == delim)?;
+        let pos = match delim {
+            [byte] => memchr::memchr(*byte, &self.buf)?,
+            _ => memchr::memmem::find(&self.buf, delim)?,
+        };
         let msg = self.buf.split_to(pos).freeze();
         let _ = self.buf.split_to(delim.len());
         Some(self.trim(msg))
@@ -206,6 +243,38 @@ mod tests {
     fn unknown_codec_is_an_error() {
         assert!("csv".parse::<Codec>().is_err());
         assert!("delim:".parse::<Codec>().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_every_complete_message_already_read() {
+        let data = b"a\nb\r\nc\nd";
+        let mut s = Splitter::new(&data[..], Codec::Lines, 1 << 20);
+        let batch = s.next_batch(MAX_BATCH).await.unwrap().unwrap();
+        // "d" has no delimiter yet: it waits for the end of the stream.
+        assert_eq!(batch, vec!["a", "b", "c"]);
+        assert_eq!(s.next_batch(MAX_BATCH).await.unwrap().unwrap(), vec!["d"]);
+        assert_eq!(s.next_batch(MAX_BATCH).await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_batch_stops_at_max_and_before_an_oversized_message() {
+        let mut s = Splitter::new(&b"a\nb\nc\n"[..], Codec::Lines, 1 << 20);
+        assert_eq!(s.next_batch(2).await.unwrap().unwrap(), vec!["a", "b"]);
+        assert_eq!(s.next_batch(2).await.unwrap().unwrap(), vec!["c"]);
+
+        let mut data = b"ok\n".to_vec();
+        data.extend_from_slice(&[b'x'; 100]);
+        data.extend_from_slice(b"\nnext\n");
+        let mut s = Splitter::new(&data[..], Codec::Lines, 10);
+        assert_eq!(s.next_batch(MAX_BATCH).await.unwrap().unwrap(), vec!["ok"]);
+        assert!(matches!(
+            s.next_batch(MAX_BATCH).await,
+            Err(SplitError::TooLarge(10))
+        ));
+        assert_eq!(
+            s.next_batch(MAX_BATCH).await.unwrap().unwrap(),
+            vec!["next"]
+        );
     }
 
     #[tokio::test]

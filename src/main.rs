@@ -7,6 +7,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use sluice::component::Kind;
 
+// Messages are allocated by one thread and freed by another all the time (an input's
+// task, the pipeline's workers, an output's task); mimalloc's thread-local free lists
+// keep that cheap where the system allocator spent a third of a pipeline's time.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "sluice",

@@ -58,13 +58,26 @@ async fn through_failing_sink(fail: Vec<usize>, processors: &str, n: usize) -> V
     got
 }
 
+/// Every expected message arrived, nothing else did, and no message arrived more often
+/// than the writes failed: an input reads what is ready as one batch, and a failed batch
+/// goes again as one unit, so the messages written before the failure arrive again.
+fn assert_at_least_once(got: Vec<String>, expected: &[String]) {
+    let mut unique = got.clone();
+    unique.dedup();
+    assert_eq!(unique, expected, "every message, and nothing else: {got:?}");
+    for m in expected {
+        let times = got.iter().filter(|g| *g == m).count();
+        assert!(times <= 3, "{m} arrived {times} times: {got:?}");
+    }
+}
+
 #[tokio::test]
 async fn nacked_batches_are_sent_again_by_the_input() {
     // No retry wrapper and no client retries: the failed message goes back to the input,
     // which sends it again; nothing is lost.
     let got = through_failing_sink(vec![3, 4], "[]", 10).await;
     let expected: Vec<String> = (1..=10).map(|i| i.to_string()).collect();
-    assert_eq!(got, expected, "every message exactly once");
+    assert_at_least_once(got, &expected);
 }
 
 #[tokio::test]
@@ -74,7 +87,8 @@ async fn batches_sent_again_are_the_input_messages_not_the_processed_ones() {
     let processors = "[{mapping: 'root = content().string() + \"!\"'}]";
     let got = through_failing_sink(vec![2, 3], processors, 6).await;
     let expected: Vec<String> = (1..=6).map(|i| format!("{i}!")).collect();
-    assert_eq!(got, expected, "every message once, processed once");
+    // Processed twice over would read "1!!".
+    assert_at_least_once(got, &expected);
 }
 
 #[tokio::test]

@@ -5,18 +5,19 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{BuildInput, InputBuild};
-use crate::codec::{Codec, Splitter};
+use crate::codec::{Codec, Splitter, MAX_BATCH};
 use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::message::Message;
+use crate::message::{Message, Metadata};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -62,7 +63,8 @@ impl BuildInput for FileInputConfig {
 pub struct FileInput {
     config: FileInputConfig,
     queue: VecDeque<PathBuf>,
-    current: Option<(String, Splitter<tokio::fs::File>)>,
+    /// The file being read: its messages' metadata and its splitter.
+    current: Option<(Arc<Metadata>, Splitter<tokio::fs::File>)>,
 }
 
 #[async_trait]
@@ -93,18 +95,27 @@ impl Input for FileInput {
                 let file = tokio::fs::File::open(&path).await.map_err(|e| {
                     ConnectorError::transient(format!("cannot open {}: {e}", path.display()))
                 })?;
-                let name = path.display().to_string();
+                // Every message of a file carries the same metadata: one map, shared.
+                let meta = Message::new("")
+                    .with_meta("path", path.display().to_string())
+                    .shared_metadata()
+                    .cloned()
+                    .unwrap_or_default();
                 let splitter =
                     Splitter::new(file, self.config.codec.clone(), self.config.max_buffer);
-                self.current = Some((name, splitter));
+                self.current = Some((meta, splitter));
             }
-            let Some((name, splitter)) = &mut self.current else {
+            let Some((meta, splitter)) = &mut self.current else {
                 continue;
             };
-            match splitter.next().await {
-                Ok(Some(bytes)) => {
-                    let msg = Message::new(bytes).with_meta("path", name.as_str());
-                    return Ok(ReadBatch::unacked(vec![msg]));
+            // Every line already read goes in one batch; none is waited for.
+            match splitter.next_batch(MAX_BATCH).await {
+                Ok(Some(messages)) => {
+                    let batch = messages
+                        .into_iter()
+                        .map(|bytes| Message::new(bytes).with_shared_metadata(meta.clone()))
+                        .collect();
+                    return Ok(ReadBatch::unacked(batch));
                 }
                 Ok(None) => self.current = None,
                 Err(e) => return Err(ConnectorError::transient(e.to_string())),
@@ -138,12 +149,20 @@ mod tests {
         let mut i = input(cfg);
         i.connect().await.unwrap();
         let mut got = Vec::new();
+        let mut batches = 0;
         loop {
             match i.read().await {
                 Ok(r) => {
-                    let m = &r.batch[0];
-                    assert!(m.meta_str("path").unwrap().ends_with(".log"));
-                    got.push(String::from_utf8(m.payload().to_vec()).unwrap());
+                    // One batch per file: every line it had read.
+                    let paths: Vec<_> = r.batch.iter().map(|m| m.meta_str("path")).collect();
+                    assert!(paths.iter().all(|p| p == &paths[0]), "{paths:?}");
+                    assert!(paths[0].as_ref().unwrap().ends_with(".log"));
+                    batches += 1;
+                    got.extend(
+                        r.batch
+                            .iter()
+                            .map(|m| String::from_utf8(m.payload().to_vec()).unwrap()),
+                    );
                 }
                 Err(e) => {
                     assert_eq!(e.kind, crate::component::ErrorKind::EndOfInput);
@@ -152,6 +171,7 @@ mod tests {
             }
         }
         assert_eq!(got, vec!["1", "2", "3"]);
+        assert_eq!(batches, 2);
     }
 
     #[tokio::test]

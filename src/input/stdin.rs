@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{BuildInput, InputBuild};
-use crate::codec::{Codec, Splitter};
+use crate::codec::{Codec, Splitter, MAX_BATCH};
 use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
@@ -57,8 +57,11 @@ pub struct Stdin {
 #[async_trait]
 impl Input for Stdin {
     async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
-        match self.splitter.next().await {
-            Ok(Some(bytes)) => Ok(ReadBatch::unacked(vec![Message::new(bytes)])),
+        // Every line already read goes in one batch; none is waited for.
+        match self.splitter.next_batch(MAX_BATCH).await {
+            Ok(Some(messages)) => Ok(ReadBatch::unacked(
+                messages.into_iter().map(Message::new).collect(),
+            )),
             Ok(None) => Err(ConnectorError::end_of_input()),
             Err(e) => Err(ConnectorError::transient(e.to_string())),
         }

@@ -38,9 +38,10 @@ pub const DEFAULT_CHANNEL_CAPACITY: usize = 64;
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PipelineConfig {
-    /// Parallel workers running the processors (order across workers is not kept).
+    /// Workers running the processors in parallel, the order of messages kept; `-1` for
+    /// one per CPU.
     #[serde(default = "one")]
-    pub threads: usize,
+    pub threads: i64,
     /// Processors applied in order to every batch.
     #[serde(default)]
     pub processors: Vec<ProcessorConfig>,
@@ -55,7 +56,17 @@ impl Default for PipelineConfig {
     }
 }
 
-fn one() -> usize {
+impl PipelineConfig {
+    /// How many workers `threads` asks for.
+    pub fn workers(&self) -> usize {
+        match self.threads {
+            -1 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => usize::try_from(n).unwrap_or(1).max(1),
+        }
+    }
+}
+
+fn one() -> i64 {
     1
 }
 
@@ -485,6 +496,13 @@ fn stream_fields(
                 Err(e) => errors.push(e),
             },
             "pipeline" => match de::from_node::<PipelineConfig>(doc, value, &p) {
+                Ok(v) if v.threads == 0 || v.threads < -1 => {
+                    let at = value.get("threads").map_or(value.mark, |n| n.mark);
+                    errors.push(
+                        ConfigError::new("`threads` must be at least 1, or -1 for one per CPU")
+                            .at(doc.location(&de::join(&p, "threads"), at)),
+                    )
+                }
                 Ok(v) => pipeline = v,
                 Err(e) => errors.push(e),
             },

@@ -124,7 +124,7 @@ impl Stream {
                 name: name.into(),
                 inputs,
                 processors,
-                threads: config.pipeline.threads.max(1),
+                threads: config.pipeline.workers(),
                 output,
                 capacity: config.channel_capacity.max(1),
                 readiness: env.readiness.clone(),
@@ -147,7 +147,7 @@ impl Stream {
         let pipeline = if self.processors.is_empty() {
             0
         } else {
-            self.capacity.saturating_add(self.threads)
+            self.capacity.saturating_add(pipeline::holds(self.threads))
         };
         1usize
             .saturating_add(self.capacity)

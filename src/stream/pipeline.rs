@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::{mpsc, Mutex};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{Instrument, Span};
 
 use crate::component::Processor;
-use crate::message::{Batch, Outcome, Transaction};
+use crate::message::{Ack, Batch, Outcome, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
 
 pub struct ProcessorNode {
@@ -50,8 +50,12 @@ pub async fn process_all(nodes: &[ProcessorNode], batch: Batch) -> Vec<Batch> {
     batches
 }
 
-/// Spawns `threads` workers into the stream's task set; they process transactions from
-/// `rx` until it closes. Being the stream's tasks, they are stopped with the stream.
+/// Spawns the pipeline into the stream's task set: it processes transactions from `rx`
+/// until it closes. Being the stream's tasks, its workers are stopped with the stream.
+///
+/// With more than one thread, batches go to the workers in turn and their results are
+/// taken from the workers in the same turn, so what leaves the pipeline keeps the order
+/// in which it came in while the processors run on several cores.
 pub fn spawn(
     nodes: Arc<Vec<ProcessorNode>>,
     rx: mpsc::Receiver<Transaction>,
@@ -61,41 +65,109 @@ pub fn spawn(
     span: &Span,
 ) {
     if threads <= 1 {
-        tasks.spawn(worker(nodes, Source::Own(rx), tx).instrument(span.clone()));
+        tasks.spawn(worker(nodes, rx, tx).instrument(span.clone()));
         return;
     }
-    let shared = Arc::new(Mutex::new(rx));
+    let mut to_workers = Vec::with_capacity(threads);
+    let mut from_workers = Vec::with_capacity(threads);
     for _ in 0..threads {
-        let source = Source::Shared(shared.clone());
-        tasks.spawn(worker(nodes.clone(), source, tx.clone()).instrument(span.clone()));
+        let (in_tx, in_rx) = mpsc::channel(1);
+        let (out_tx, out_rx) = mpsc::channel(1);
+        tasks.spawn(ordered_worker(nodes.clone(), in_rx, out_tx).instrument(span.clone()));
+        to_workers.push(in_tx);
+        from_workers.push(out_rx);
+    }
+    tasks.spawn(deal(rx, to_workers).instrument(span.clone()));
+    tasks.spawn(gather(from_workers, tx).instrument(span.clone()));
+}
+
+/// The most transactions the pipeline holds at once besides its input channel: one in a
+/// lone worker; with several, one in each worker and in each worker's two channels, and
+/// one each in the dealer and the gatherer.
+pub fn holds(threads: usize) -> usize {
+    if threads <= 1 {
+        1
+    } else {
+        threads.saturating_mul(3).saturating_add(2)
     }
 }
 
-enum Source {
-    Own(mpsc::Receiver<Transaction>),
-    Shared(Arc<Mutex<mpsc::Receiver<Transaction>>>),
-}
-
-impl Source {
-    async fn recv(&mut self) -> Option<Transaction> {
-        match self {
-            Source::Own(rx) => rx.recv().await,
-            Source::Shared(rx) => rx.lock().await.recv().await,
-        }
+/// What one transaction became: its batches, each with a share of its ack.
+fn outcome(batches: Vec<Batch>, ack: Ack) -> Vec<Transaction> {
+    let n = batches.len();
+    if n == 0 {
+        ack.resolve(Outcome::Filtered);
+        return Vec::new();
     }
+    let mut ack = Some(ack);
+    batches
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let share = if i + 1 == n {
+                ack.take().expect("the last batch takes the ack")
+            } else {
+                ack.as_ref().expect("kept until the last batch").clone()
+            };
+            Transaction::new(b, share)
+        })
+        .collect()
 }
 
-async fn worker(nodes: Arc<Vec<ProcessorNode>>, mut rx: Source, tx: mpsc::Sender<Transaction>) {
+async fn worker(
+    nodes: Arc<Vec<ProcessorNode>>,
+    mut rx: mpsc::Receiver<Transaction>,
+    tx: mpsc::Sender<Transaction>,
+) {
     while let Some(Transaction { batch, ack }) = rx.recv().await {
-        let mut batches = process_all(&nodes, batch).await;
-        let Some(last) = batches.pop() else {
-            ack.resolve(Outcome::Filtered);
-            continue;
-        };
-        for b in batches {
+        for t in outcome(process_all(&nodes, batch).await, ack) {
             // A send fails only when the output side is gone; the dropped ack then nacks.
-            let _ = tx.send(Transaction::new(b, ack.clone())).await;
+            let _ = tx.send(t).await;
         }
-        let _ = tx.send(Transaction::new(last, ack)).await;
+    }
+}
+
+/// Hands transactions to the workers in turn.
+async fn deal(mut rx: mpsc::Receiver<Transaction>, workers: Vec<mpsc::Sender<Transaction>>) {
+    for turn in (0..workers.len()).cycle() {
+        let Some(t) = rx.recv().await else {
+            return;
+        };
+        if workers[turn].send(t).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn ordered_worker(
+    nodes: Arc<Vec<ProcessorNode>>,
+    mut rx: mpsc::Receiver<Transaction>,
+    tx: mpsc::Sender<Vec<Transaction>>,
+) {
+    while let Some(Transaction { batch, ack }) = rx.recv().await {
+        // Sent even when empty (everything filtered), to keep the gatherer's turn.
+        if tx
+            .send(outcome(process_all(&nodes, batch).await, ack))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// Takes the workers' results in the turn they were dealt. A worker that ended ends the
+/// pipeline: the dealer closes every worker at once, and the turn that comes to a closed
+/// worker comes after every result dealt before the close.
+async fn gather(mut workers: Vec<mpsc::Receiver<Vec<Transaction>>>, tx: mpsc::Sender<Transaction>) {
+    for turn in (0..workers.len()).cycle() {
+        let Some(transactions) = workers[turn].recv().await else {
+            return;
+        };
+        for t in transactions {
+            if tx.send(t).await.is_err() {
+                return;
+            }
+        }
     }
 }

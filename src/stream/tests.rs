@@ -197,6 +197,49 @@ async fn stopping_a_stream_stops_its_pipeline_workers() {
     );
 }
 
+/// Takes longer over earlier messages, so that parallel workers finish out of order;
+/// filters `skip`.
+struct Uneven;
+
+#[async_trait]
+impl Processor for Uneven {
+    async fn process(&self, batch: Batch) -> Vec<Batch> {
+        let n: u64 = std::str::from_utf8(batch[0].payload())
+            .unwrap()
+            .parse()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100 - n)).await;
+        if n % 7 == 3 {
+            return Vec::new();
+        }
+        vec![batch.clone(), batch]
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_workers_keep_the_order_of_messages() {
+    let (input, tx, _) = feed();
+    for i in 0..40 {
+        tx.send(msg(&i.to_string())).unwrap();
+    }
+    drop(tx);
+    let sink = Arc::new(Sink::default());
+    let mut running = stream(
+        input,
+        vec![Box::new(Uneven)],
+        4,
+        SinkOutput(sink.clone()),
+        4,
+    )
+    .start();
+    running.finished().await;
+    let expected: Vec<String> = (0..40)
+        .filter(|n| n % 7 != 3)
+        .flat_map(|n| [n.to_string(), n.to_string()])
+        .collect();
+    assert_eq!(sink.written(), expected);
+}
+
 #[tokio::test(start_paused = true)]
 async fn new_reads_go_on_while_a_failed_batch_waits_to_be_sent_again() {
     let sink = Arc::new(Sink::default());
