@@ -331,3 +331,37 @@ async fn a_stream_with_nothing_left_does_not_wait_for_an_output_that_cannot_conn
     let (code, _, stderr) = s.finish().await;
     assert_eq!(code, 0, "{stderr}");
 }
+
+#[tokio::test]
+async fn a_file_batch_that_fails_midway_is_sent_again_whole() {
+    // 1000 lines reach the output in a few large batches; the 500th request fails, in
+    // the middle of one. That batch goes again from its first message: nothing is lost,
+    // and what it had delivered before the failure arrives a second time.
+    let sink = Sink::start(vec![500]).await;
+    let config = format!(
+        "input:\n  file: {{paths: ['{{dir}}/in.log']}}\npipeline:\n  processors: [{{mapping: 'root = content().string() + \"!\"'}}]\noutput:\n  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
+        sink.url()
+    );
+    let mut s = Sluice::start_with(&config, Stdio::null()).await;
+    std::fs::write(s.path("in.log"), lines(1000)).unwrap();
+    let (code, _, stderr) = s.finish().await;
+    assert_eq!(code, 0, "{stderr}");
+    let got = sink.bodies();
+    let mut unique: Vec<u32> = got
+        .iter()
+        .map(|b| b.trim_end_matches('!').parse().unwrap())
+        .collect();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique, (1..=1000).collect::<Vec<u32>>(), "every line");
+    assert!(got.iter().all(|b| b.ends_with('!') && !b.ends_with("!!")));
+    // The 499 written before the failure include the head of the failed batch.
+    assert!(
+        got.len() > 1000,
+        "the failed batch was not sent again whole"
+    );
+    assert_eq!(
+        sink.requests.load(std::sync::atomic::Ordering::SeqCst),
+        got.len() + 1
+    );
+}
