@@ -3,6 +3,8 @@
 
 #[path = "common/brokers.rs"]
 mod common;
+#[path = "common/sink.rs"]
+mod sink;
 #[path = "common/tls.rs"]
 mod tls;
 
@@ -180,6 +182,55 @@ async fn offsets_are_committed_only_after_delivery() {
     assert!(
         got.iter().all(|s| s.starts_with("second")),
         "committed records were not read again: {got:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_midway_is_sent_again_and_committed_after() {
+    let _shared = BROKER.read().await;
+    let topic = unique("midway");
+    create_topic(&topic, 1).await;
+    let group = unique("g");
+    let sent = payloads("m", 300);
+    produce(&topic, &sent, None).await;
+    // The consumer drains its fetched records into large batches; request 150 fails in
+    // the middle of one, which then goes to the output again from its first record.
+    let sink = sink::Sink::start(vec![150]).await;
+    let yaml = |output: String| {
+        format!(
+            "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {group}\n    commit_period: 100ms\noutput:\n{output}",
+            addr()
+        )
+    };
+    let s1 = start(&yaml(format!(
+        "  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
+        sink.url()
+    )));
+    let all: BTreeSet<String> = sent.iter().cloned().collect();
+    wait_for("every record at the sink", Duration::from_secs(60), || {
+        sink.bodies().into_iter().collect::<BTreeSet<_>>() == all
+    })
+    .await;
+    s1.stop(Duration::from_secs(10)).await;
+    assert!(
+        sink.bodies().len() > sent.len(),
+        "the failed batch was not sent again"
+    );
+    // Every offset was committed once delivered: a new member reads only what is new.
+    let later = payloads("later", 5);
+    produce(&topic, &later, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let s2 = start(&yaml(format!("  file: {{path: '{}'}}\n", out.display())));
+    wait_for("the new records", Duration::from_secs(60), || {
+        read_lines(&out).len() >= later.len()
+    })
+    .await;
+    s2.stop(Duration::from_secs(10)).await;
+    let got = read_lines(&out);
+    assert!(
+        got.iter().all(|s| s.starts_with("later")),
+        "read again: {got:?}"
     );
 }
 

@@ -2,6 +2,8 @@
 
 #[path = "common/brokers.rs"]
 mod common;
+#[path = "common/sink.rs"]
+mod sink;
 #[path = "common/tls.rs"]
 mod tls;
 
@@ -69,6 +71,59 @@ async fn core_bridge_keeps_headers_as_metadata() {
         );
     }
     stream.stop(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn a_batch_that_fails_midway_is_sent_again_whole() {
+    let _shared = BROKER.read().await;
+    let subject = unique("midway");
+    let c = client().await;
+    // Request 100 fails in the middle of a batch of buffered messages; the runtime sends
+    // that batch again from its first message, so every message arrives.
+    let sink = sink::Sink::start(vec![100]).await;
+    let stream = start(&format!(
+        "input:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\n    max_batch: 500\noutput:\n  http_client: {{url: '{}', retries: 0, max_in_flight: 1}}\n",
+        sink.url()
+    ));
+    // The subscription is made in the background: probe until the first message lands.
+    wait_for_async("the subscription", || async {
+        c.publish(subject.clone(), "probe".into()).await.unwrap();
+        c.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        sink.bodies().iter().any(|b| b == "probe")
+    })
+    .await;
+    let sent = payloads("m", 300);
+    for p in &sent {
+        c.publish(subject.clone(), p.clone().into()).await.unwrap();
+    }
+    c.flush().await.unwrap();
+    wait_for("every message at the sink", Duration::from_secs(30), || {
+        let got: std::collections::BTreeSet<_> = sink.bodies().into_iter().collect();
+        sent.iter().all(|p| got.contains(p))
+    })
+    .await;
+    let got = sink.bodies();
+    assert!(
+        got.len() > sent.len() + 1,
+        "the failed batch was not sent again: {}",
+        got.len()
+    );
+    stream.stop(Duration::from_secs(5)).await;
+}
+
+/// Runs `probe` until it says yes, for up to 20 seconds.
+async fn wait_for_async<F: std::future::Future<Output = bool>>(
+    what: &str,
+    mut probe: impl FnMut() -> F,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !probe().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+    }
 }
 
 #[tokio::test]
