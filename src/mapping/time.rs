@@ -9,17 +9,23 @@ pub fn now() -> DateTime<FixedOffset> {
     n.with_timezone(n.offset())
 }
 
-/// Converts a Go reference layout into a chrono format string.
+/// Converts a Go reference layout into a chrono format string for parsing.
 pub fn go_layout(layout: &str) -> String {
+    translate_layout(layout, "%#z")
+}
+
+/// `hour_offset` is what Go's `-07` (an offset in hours) becomes: chrono's `%#z` parses
+/// one but cannot write it, `%:::z` writes one.
+fn translate_layout(layout: &str, hour_offset: &str) -> String {
     // Longest tokens first so `January` wins over `Jan` and `2006` over `2`.
-    const TOKENS: &[(&str, &str)] = &[
+    let tokens: &[(&str, &str)] = &[
         ("January", "%B"),
         ("Monday", "%A"),
         ("Z07:00", "%:z"),
         ("Z0700", "%z"),
         ("-07:00", "%:z"),
         ("-0700", "%z"),
-        ("-07", "%#z"),
+        ("-07", hour_offset),
         (".000000000", "%.9f"),
         (".999999999", "%.f"),
         (".000000", "%.6f"),
@@ -50,7 +56,7 @@ pub fn go_layout(layout: &str) -> String {
     let mut out = String::with_capacity(layout.len() * 2);
     let mut rest = layout;
     'outer: while !rest.is_empty() {
-        for (tok, rep) in TOKENS {
+        for (tok, rep) in tokens {
             if let Some(r) = rest.strip_prefix(tok) {
                 out.push_str(rep);
                 rest = r;
@@ -71,13 +77,21 @@ pub fn go_layout(layout: &str) -> String {
 }
 
 /// Formats with a Go layout. `Z07:00` writes `Z` for UTC, as Go does.
-pub fn format_go(t: &DateTime<FixedOffset>, layout: &str) -> String {
-    if t.offset().local_minus_utc() == 0 {
+pub fn format_go(t: &DateTime<FixedOffset>, layout: &str) -> Result<String, String> {
+    let fmt = if t.offset().local_minus_utc() == 0 {
         // Go names the zone UTC and writes `Z` for a `Z07:00` offset.
         let l = layout.replace("Z07:00", "Z").replace("Z0700", "Z");
-        return t.format(&go_layout(&l).replace("%Z", "UTC")).to_string();
-    }
-    t.format(&go_layout(layout)).to_string()
+        translate_layout(&l, "%:::z").replace("%Z", "UTC")
+    } else {
+        translate_layout(layout, "%:::z")
+    };
+    // chrono reports a directive it cannot write through fmt::Error, which `to_string`
+    // turns into a panic: write through `write!` and report it instead.
+    let mut out = String::new();
+    use std::fmt::Write;
+    write!(out, "{}", t.format(&fmt))
+        .map_err(|_| format!("cannot format with layout {layout:?}"))?;
+    Ok(out)
 }
 
 pub const RFC3339_NANO: &str = "2006-01-02T15:04:05.999999999Z07:00";
@@ -202,12 +216,25 @@ mod tests {
     #[test]
     fn go_layouts() {
         let t = parse_go("2020-08-14T11:45:26.371Z", None).unwrap();
-        assert_eq!(format_go(&t, "2006-01-02 15:04:05"), "2020-08-14 11:45:26");
         assert_eq!(
-            format_go(&t, "Jan 2, 2006 at 3:04pm (MST)"),
+            format_go(&t, "2006-01-02 15:04:05").unwrap(),
+            "2020-08-14 11:45:26"
+        );
+        assert_eq!(
+            format_go(&t, "Jan 2, 2006 at 3:04pm (MST)").unwrap(),
             "Aug 14, 2020 at 11:45am (UTC)"
         );
-        assert_eq!(format_go(&t, RFC3339_NANO), "2020-08-14T11:45:26.371Z");
+        assert_eq!(
+            format_go(&t, RFC3339_NANO).unwrap(),
+            "2020-08-14T11:45:26.371Z"
+        );
+        // An offset in hours, which chrono parses with one directive and writes with
+        // another.
+        let east = parse_go("2020-08-14T11:45:26+05:00", None).unwrap();
+        assert_eq!(format_go(&east, "15:04 -07").unwrap(), "11:45 +05");
+        assert_eq!(format_go(&t, "15:04 -07").unwrap(), "11:45 +00");
+        let p = parse_go("2020-08-14 11:45 +05", Some("2006-01-02 15:04 -07")).unwrap();
+        assert_eq!(p.offset().local_minus_utc(), 5 * 3600);
         let p = parse_go("2020-08-14", Some("2006-01-02")).unwrap();
         assert_eq!(format_default(&p), "2020-08-14T00:00:00Z");
     }

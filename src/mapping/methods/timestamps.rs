@@ -330,7 +330,7 @@ fn ts_format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     if layout == crate::mapping::time::RFC3339_NANO {
         return own(format_default(&t));
     }
-    own(format_go(&t, layout))
+    own(format_go(&t, layout)?)
 }
 fn ts_strftime<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let t = zoned(to_ts(v)?, args, 1)?;
