@@ -63,6 +63,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Other work on the machine slows some cases far more than others: shown with the table.
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 data="$work/data.ndjson"
 "$base" gen "$lines" >"$data"
 bytes="$(wc -c <"$data")"
@@ -267,7 +269,8 @@ for c in "${order[@]}"; do
     printf '%-24s %12s %9s %12s %9s\n' "$c" "$(rate "${secs[$c]}")" "$(ratio "$c" "sluice blobl")" \
         "$(ratio "$c" "${versus[$c]}")" "$(awk -v k="${peak[$c]}" 'BEGIN {printf "%.1f", k / 1024}')"
 done
-echo "($lines lines of $((bytes / lines)) bytes; x blobl and x baseline: rate / reference rate)"
+echo "($lines lines of $((bytes / lines)) bytes; x blobl and x baseline: rate / reference rate;"
+echo " load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg))"
 
 # Goals: every `sluice run` at least 0.8x `sluice blobl` (above 1.0x: the second core at
 # work); the broker pipelines at least 0.8x their bare client loop.
