@@ -524,6 +524,11 @@ impl<'e> Compiler<'e> {
             _ => {}
         }
         let Some(spec) = self.env.function(name) else {
+            if self.env.withholds(name) {
+                let d = self.diag(span, "E003", withheld("function", name));
+                self.diags.push(d);
+                return None;
+            }
             let mut d = self.diag(span, "E003", format!("unknown function `{name}`"));
             if let Some(s) = suggest(name, self.env.function_names()) {
                 d = d.with_hint(format!("did you mean `{s}`?"));
@@ -575,6 +580,11 @@ impl<'e> Compiler<'e> {
     fn method(&mut self, recv: &Expr, name: &str, args: &[Arg], span: Span) -> Option<Node> {
         let recv_node = self.expr(recv);
         let Some(spec) = self.env.method(name) else {
+            if self.env.withholds(name) {
+                let d = self.diag(span, "E003", withheld("method", name));
+                self.diags.push(d);
+                return None;
+            }
             let mut d = self.diag(span, "E003", format!("unknown method `{name}`"));
             if let Some(s) = suggest(name, self.env.method_names()) {
                 d = d.with_hint(format!("did you mean `{s}`?"));
@@ -730,4 +740,9 @@ const IMPURE_METHODS: &[&str] = &["ts_tz_local"];
 
 fn is_lit(n: &Node) -> bool {
     matches!(n, Node::Lit(_))
+}
+
+/// Why a known function or method cannot be called here.
+fn withheld(what: &str, name: &str) -> String {
+    format!("{what} `{name}` reads the host and is not available in this mapping")
 }

@@ -74,6 +74,8 @@ pub struct Env {
     import_dir: Option<PathBuf>,
     /// Functions left out of this environment.
     without: Arc<Vec<&'static str>>,
+    /// Methods left out of this environment.
+    without_methods: Arc<Vec<&'static str>>,
     /// Whether `import` may read files (not for mappings that arrive with the data).
     imports: bool,
 }
@@ -83,6 +85,7 @@ impl Default for Env {
         Env {
             import_dir: None,
             without: Arc::new(Vec::new()),
+            without_methods: Arc::new(Vec::new()),
             imports: true,
         }
     }
@@ -93,6 +96,7 @@ impl std::fmt::Debug for Env {
         f.debug_struct("Env")
             .field("import_dir", &self.import_dir)
             .field("without", &self.without)
+            .field("without_methods", &self.without_methods)
             .field("imports", &self.imports)
             .finish()
     }
@@ -135,16 +139,25 @@ impl Env {
         }
     }
 
-    /// For a mapping that arrives as data: no function that reads the host (every one of
-    /// the environment family, so one added there is kept out too) and no `import`.
+    /// For a mapping that arrives as data: no function or method that reads the host
+    /// (every one of the environment and GeoIP families, so one added there is kept out
+    /// too) and no `import`.
     pub fn sandboxed(&self) -> Self {
         let mut without: Vec<&'static str> = (*self.without).clone();
         without.extend(functions::host());
+        let mut without_methods: Vec<&'static str> = (*self.without_methods).clone();
+        without_methods.extend(methods::host());
         Env {
             without: Arc::new(without),
+            without_methods: Arc::new(without_methods),
             imports: false,
             ..self.clone()
         }
+    }
+
+    /// Whether `name` is a function or method this environment leaves out (it exists).
+    pub fn withholds(&self, name: &str) -> bool {
+        self.without.contains(&name) || self.without_methods.contains(&name)
     }
 
     pub fn function(&self, name: &str) -> Option<&'static FunctionSpec> {
@@ -154,7 +167,10 @@ impl Env {
             .filter(|f| !self.without.contains(&f.name))
     }
     pub fn method(&self, name: &str) -> Option<&'static MethodSpec> {
-        METHODS.get(name).copied()
+        METHODS
+            .get(name)
+            .copied()
+            .filter(|m| !self.without_methods.contains(&m.name))
     }
     pub fn function_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         FUNCTIONS
@@ -163,7 +179,10 @@ impl Env {
             .filter(|n| !self.without.contains(n))
     }
     pub fn method_names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        METHODS.keys().copied()
+        METHODS
+            .keys()
+            .copied()
+            .filter(|m| !self.without_methods.contains(m))
     }
     pub fn functions(&self) -> impl Iterator<Item = &'static FunctionSpec> + '_ {
         FUNCTIONS

@@ -538,3 +538,31 @@ fn random_token_soup_never_panics() {
         let _ = InterpolatedString::parse(&format!("x ${{! {src} }}"), &Env::default());
     }
 }
+
+#[test]
+fn a_sandboxed_mapping_cannot_read_the_host() {
+    let sandbox = Env::default().sandboxed();
+    for src in [
+        r#"root = this.ip.geoip_city("/etc/passwd")"#,
+        r#"root = this.ip.geoip_asn("/nonexistent/asn.mmdb")"#,
+        r#"root = env("HOME")"#,
+    ] {
+        let err = Mapping::compile(src, &sandbox)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("reads the host and is not available"),
+            "{src}: {err}"
+        );
+        // Outside the sandbox the same text compiles.
+        assert!(Mapping::compile(src, &Env::default()).is_ok(), "{src}");
+    }
+    // A mapping carried by the data runs sandboxed.
+    let err = run(
+        r#"root = "x".bloblang("root = this.geoip_city(\"/etc/passwd\")")"#,
+        "{}",
+    )
+    .unwrap_err();
+    assert!(err.contains("not available"), "{err}");
+}

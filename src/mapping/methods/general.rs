@@ -189,7 +189,7 @@ pub static SPECS: &[MethodSpec] = &[
                r#"{"body":{"foo":"HELLO WORLD"}}"#),
             ex("root.body = this.body.bloblang(this.mapping)", r#"{"body":{"foo":"hello world 2"},"mapping":"root.foo = this.foo.capitalize()"}"#,
                r#"{"body":{"foo":"Hello World 2"}}"#),
-            ex(r#"root = this.bloblang("root.home = env(\"HOME\")")"#, "{}", "error:unknown function"),
+            ex(r#"root = this.bloblang("root.home = env(\"HOME\")")"#, "{}", "error:reads the host and is not available"),
             ex(r#"root = this.bloblang("root = ")"#, "{}", "error:failed to parse mapping"),
         ],
         bloblang,

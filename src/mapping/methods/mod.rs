@@ -30,6 +30,11 @@ use super::program::{Lambda, MethodCall};
 use super::spec::{type_err, MethodSpec, Res};
 use crate::value::Value;
 
+/// The methods that read the host's files: left out of mappings that arrive as data.
+pub fn host() -> impl Iterator<Item = &'static str> {
+    geoip::SPECS.iter().map(|m| m.name)
+}
+
 /// Every method, in one explicit list.
 pub fn all() -> Vec<&'static MethodSpec> {
     [
