@@ -182,15 +182,18 @@ fn nested_aliases_and_duplicate_keys_are_refused() {
     );
 }
 
+/// A stream config listening on `address`.
+fn with_address(dir: &Path, address: &str) -> PathBuf {
+    let text =
+        format!("http:\n  address: '{address}'\ninput: {{stdin: {{}}}}\noutput: {{drop: {{}}}}\n");
+    write(dir, "http.yaml", &text)
+}
+
 #[test]
 fn a_listen_address_run_would_refuse_is_a_lint_error() {
     let dir = tempfile::tempdir().unwrap();
     for bad in ["4195", "localhost", "127.0.0.1:99999", ":4195", "a b:80"] {
-        let path = write(
-            dir.path(),
-            "http.yaml",
-            &format!("http:\n  address: '{bad}'\ninput: {{stdin: {{}}}}\noutput: {{drop: {{}}}}\n"),
-        );
+        let path = with_address(dir.path(), bad);
         let (code, out) = lint(&[&path], &[]);
         assert_eq!(code, Some(1), "{bad}: {out}");
         assert!(
@@ -202,13 +205,7 @@ fn a_listen_address_run_would_refuse_is_a_lint_error() {
         );
     }
     for good in ["127.0.0.1:0", "[::1]:4195", "localhost:4195", "0.0.0.0:80"] {
-        let path = write(
-            dir.path(),
-            "http.yaml",
-            &format!(
-                "http:\n  address: '{good}'\ninput: {{stdin: {{}}}}\noutput: {{drop: {{}}}}\n"
-            ),
-        );
+        let path = with_address(dir.path(), good);
         let (code, out) = lint(&[&path], &[]);
         assert_eq!(code, Some(0), "{good}: {out}");
     }

@@ -49,6 +49,15 @@ impl<T: Registry> Component<T> {
     }
 }
 
+/// The family's type keys, quoted, for errors.
+fn type_list<T: Registry>() -> String {
+    T::NAMES
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 enum Key {
     Label,
     Type(&'static str),
@@ -69,11 +78,7 @@ impl<'de, T: Registry> DeserializeSeed<'de> for KeySeed<T> {
             None => Err(de::Error::custom(format!(
                 "unknown {} type `{key}`, expected one of {}",
                 T::KIND,
-                T::NAMES
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                type_list::<T>()
             ))),
         }
     }
@@ -121,11 +126,7 @@ impl<'de, T: Registry> Visitor<'de> for ComponentVisitor<T> {
             None => Err(de::Error::custom(format!(
                 "the {} has no type: add one of {}",
                 T::KIND,
-                T::NAMES
-                    .iter()
-                    .map(|n| format!("`{n}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                type_list::<T>()
             ))),
         }
     }
