@@ -92,6 +92,37 @@ pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Outpu
     }
 }
 
+/// `sluice gateway`: serves APIs until a signal arrives. Returns the exit code.
+pub async fn gateway(config_file: Option<&std::path::Path>) -> i32 {
+    let config =
+        match crate::gateway::config::load(config_file, &crate::gateway::config::env_overrides()) {
+            Ok(c) => c,
+            Err(errors) => {
+                eprintln!("{errors}");
+                return 1;
+            }
+        };
+    init_logging(&config.logger);
+    let gateway = match crate::gateway::Gateway::start(config).await {
+        Ok(g) => g,
+        Err(e) => {
+            error!(error = %e, "Gateway failed to start.");
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    for e in &gateway.shared.table.current().errors {
+        eprintln!("warning: {e}");
+    }
+    let stop = CancellationToken::new();
+    let serving = tokio::spawn(gateway.serve(stop.clone()));
+    shutdown_signal().await;
+    info!("Stopping: finishing requests in flight.");
+    stop.cancel();
+    let _ = serving.await;
+    0
+}
+
 /// Resolves on SIGINT or SIGTERM.
 pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();

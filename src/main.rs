@@ -60,6 +60,14 @@ enum Command {
         #[arg(long, env = "SLUICE_BLOBL_SINGLE_MESSAGE", value_parser = clap::builder::BoolishValueParser::new(), default_value_t = false)]
         single: bool,
     },
+    /// Run the API gateway: serves the APIs of an apps directory and/or the store, with
+    /// authentication, keys, rate limits and the other middleware, and proxies to upstreams.
+    Gateway {
+        /// Gateway config (YAML). Without it the defaults apply; `SLUICE_GW_<SECTION>_<KEY>`
+        /// environment variables override either.
+        #[arg(long, short = 'c')]
+        config: Option<PathBuf>,
+    },
     /// List the available components with their fields, types, defaults and help.
     List {
         /// Only this family.
@@ -134,6 +142,13 @@ fn main() -> ExitCode {
             let stdin = std::io::stdin();
             sluice::mapping::blobl::run(args, stdin.lock(), std::io::stdout(), std::io::stderr())
         }
+        Command::Gateway { config } => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(sluice::cli::gateway(config.as_deref())),
+            Err(e) => {
+                eprintln!("error: cannot start the runtime: {e}");
+                1
+            }
+        },
         Command::List { family, json } => {
             let kind = family.map(|f| match f {
                 Family::Inputs => Kind::Input,

@@ -33,6 +33,11 @@ pub const HTTP_STREAM_DELIVERED_BYTES: &str = "sluice_http_stream_delivered_byte
 pub const HTTP_STREAM_WRITE_ERRORS: &str = "sluice_http_stream_write_errors_total";
 pub const HTTP_STREAM_REPLAYED_EVENTS: &str = "sluice_http_stream_replayed_events_total";
 
+// The gateway, labelled with `api_id` (and `status_class` or `event`), never a path.
+pub const GATEWAY_REQUESTS: &str = "sluice_gateway_requests_total";
+pub const GATEWAY_REQUEST_DURATION: &str = "sluice_gateway_request_duration_seconds";
+pub const GATEWAY_EVENTS: &str = "sluice_gateway_events_total";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the Prometheus recorder once per process and returns the handle that renders
@@ -65,6 +70,21 @@ pub fn install() -> PrometheusHandle {
 }
 
 fn describe() {
+    describe_counter!(
+        GATEWAY_REQUESTS,
+        Unit::Count,
+        "Requests an API of the gateway answered, by status class."
+    );
+    describe_histogram!(
+        GATEWAY_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time from a request's arrival at the gateway to its response headers."
+    );
+    describe_counter!(
+        GATEWAY_EVENTS,
+        Unit::Count,
+        "Gateway events (auth failures, limits hit, expired keys, upstream errors)."
+    );
     describe_counter!(
         RECEIVED_MESSAGES,
         Unit::Count,

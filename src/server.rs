@@ -1,10 +1,14 @@
-//! The standalone HTTP server of `sluice run`: every mounted stream path, plus `/ping`,
-//! `/ready` (503 until every component is connected) and `/metrics`.
+//! Serving HTTP: the connection loop (HTTP/1.1 and HTTP/2, plain or TLS) that `sluice run`
+//! and the gateway share, and the standalone server of `sluice run`: every mounted
+//! stream path, plus `/ping`, `/ready` (503 until every component is connected) and
+//! `/metrics`.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use http::StatusCode;
 use hyper::body::Incoming;
@@ -12,6 +16,7 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
@@ -76,14 +81,7 @@ impl Server {
                 }
             }
             "/metrics" => match &self.metrics {
-                Some(handle) => {
-                    let mut resp = h::text(StatusCode::OK, handle.render());
-                    resp.headers_mut().insert(
-                        http::header::CONTENT_TYPE,
-                        http::HeaderValue::from_static("text/plain; version=0.0.4"),
-                    );
-                    resp
-                }
+                Some(handle) => metrics_response(handle),
                 None => h::text(StatusCode::NOT_FOUND, "metrics are disabled\n"),
             },
             _ => match self.routes.get(&path) {
@@ -100,58 +98,156 @@ impl Server {
     /// Serves on `listener` until `stop` is cancelled; open connections then finish
     /// their current requests.
     pub async fn serve(self, listener: TcpListener, stop: CancellationToken) {
+        let timeouts = self.timeouts;
         let server = Arc::new(self);
-        let conns = tokio_util::task::TaskTracker::new();
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        debug!(error = %e, "Accept failed.");
-                        continue;
-                    }
-                },
-                _ = stop.cancelled() => break,
-            };
+        let service: Service = Arc::new(move |req, _peer| {
             let server = server.clone();
-            let stop = stop.clone();
-            let tracker = conns.clone();
-            // A short task decides the protocol, then hands the connection to a task of
-            // that protocol alone: a future holding both (hyper-util's `auto`) costs about
-            // 7 KiB more per idle connection, which adds up over thousands of SSE clients.
-            conns.spawn(async move {
-                let header_timeout = server.timeouts.header;
-                let h2 = tokio::select! {
-                    h2 = tokio::time::timeout(header_timeout, opens_with_h2_preface(&stream)) => match h2 {
-                        Ok(h2) => h2,
-                        // Connected and silent: nothing to serve.
-                        Err(_) => return,
-                    },
-                    _ = stop.cancelled() => return,
-                };
-                let service = hyper::service::service_fn(move |req| {
-                    let server = server.clone();
-                    async move { Ok::<_, std::convert::Infallible>(server.handle(req).await) }
-                        .boxed()
-                });
-                let io = TokioIo::new(stream);
-                if h2 {
-                    let conn =
-                        http2::Builder::new(TokioExecutor::new()).serve_connection(io, service);
-                    tracker.spawn(drive!(conn, stop, peer));
-                } else {
-                    let conn = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(header_timeout)
-                        .serve_connection(io, service)
-                        .with_upgrades();
-                    tracker.spawn(drive!(conn, stop, peer));
-                }
-            });
-        }
-        conns.close();
-        conns.wait().await;
+            async move { server.handle(req).await }.boxed()
+        });
+        serve_connections(listener, None, timeouts, service, stop).await;
     }
+}
+
+/// Answers one request; the second argument is the client's address.
+pub type Service = Arc<
+    dyn Fn(http::Request<Incoming>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
+>;
+
+/// Accepts connections on `listener` (through `tls` when given) and serves each with
+/// `service`, HTTP/1.1 or HTTP/2, until `stop` is cancelled; open connections then finish
+/// their current requests.
+pub async fn serve_connections(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    timeouts: Timeouts,
+    service: Service,
+    stop: CancellationToken,
+) {
+    let conns = tokio_util::task::TaskTracker::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    debug!(error = %e, "Accept failed.");
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let stop = stop.clone();
+        let tracker = conns.clone();
+        let tls = tls.clone();
+        // A short task decides the protocol, then hands the connection to a task of
+        // that protocol alone: a future holding both (hyper-util's `auto`) costs about
+        // 7 KiB more per idle connection, which adds up over thousands of SSE clients.
+        conns.spawn(async move {
+            let header_timeout = timeouts.header;
+            let svc = hyper::service::service_fn(move |req| {
+                let service = service.clone();
+                async move { Ok::<_, std::convert::Infallible>(service(req, peer).await) }
+            });
+            match tls {
+                None => {
+                    let h2 = tokio::select! {
+                        h2 = tokio::time::timeout(header_timeout, opens_with_h2_preface(&stream)) => match h2 {
+                            Ok(h2) => h2,
+                            // Connected and silent: nothing to serve.
+                            Err(_) => return,
+                        },
+                        _ = stop.cancelled() => return,
+                    };
+                    serve_io(stream, h2, svc, &tracker, stop, peer, header_timeout);
+                }
+                Some(acceptor) => {
+                    let tls_stream = tokio::select! {
+                        s = tokio::time::timeout(header_timeout, acceptor.accept(stream)) => match s {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                debug!(error = %e, peer = %peer, "TLS handshake failed.");
+                                return;
+                            }
+                            Err(_) => return,
+                        },
+                        _ = stop.cancelled() => return,
+                    };
+                    // ALPN says which protocol the client chose.
+                    let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
+                    serve_io(tls_stream, h2, svc, &tracker, stop, peer, header_timeout);
+                }
+            }
+        });
+    }
+    conns.close();
+    conns.wait().await;
+}
+
+/// Serves one connection, HTTP/2 or HTTP/1.1 (with upgrades), on a task of `tracker`.
+fn serve_io<I, S>(
+    io: I,
+    h2: bool,
+    svc: S,
+    tracker: &tokio_util::task::TaskTracker,
+    stop: CancellationToken,
+    peer: SocketAddr,
+    header_timeout: Duration,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<http::Request<Incoming>, Response = HttpResponse>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let io = TokioIo::new(io);
+    if h2 {
+        let conn = http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
+        tracker.spawn(drive!(conn, stop, peer));
+    } else {
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(io, svc)
+            .with_upgrades();
+        tracker.spawn(drive!(conn, stop, peer));
+    }
+}
+
+/// The Prometheus text of `/metrics`.
+pub fn metrics_response(handle: &PrometheusHandle) -> HttpResponse {
+    let mut resp = h::text(StatusCode::OK, handle.render());
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    resp
+}
+
+/// A TLS acceptor from PEM certificate chain and key files, offering HTTP/2 and
+/// HTTP/1.1 by ALPN.
+pub fn tls_acceptor(cert_file: &Path, key_file: &Path) -> Result<TlsAcceptor, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert_file)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("cannot read certificates from {}: {e}", cert_file.display()))?;
+    if certs.is_empty() {
+        return Err(format!("no certificate in {}", cert_file.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the certificate and key do not make a TLS identity: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# Gateway throughput and latency, all in one run against the same upstream (an nginx
+# answering a fixed 64-byte body): wrk straight at the upstream, through nginx as a plain
+# reverse proxy (the reference), through `sluice gateway` with no middleware, and through
+# `sluice gateway` with key authentication and a rate limit (set high enough never to
+# refuse, so that it is counted, not hit). Prints requests/s, p50 and p99 latency and
+# the ratios: Sluice plain against nginx, and Sluice with middleware against plain.
+#   benches/gateway.sh                             # 10 s per case, 64 connections
+#   BENCH_SECONDS=30 BENCH_CONNECTIONS=128 benches/gateway.sh
+# Installs wrk and nginx from Debian's packages when missing. Every server logs nothing
+# per request, so that logging does not decide the result.
+set -euo pipefail
+export LC_ALL=C
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
+
+seconds="${BENCH_SECONDS:-10}"
+connections="${BENCH_CONNECTIONS:-64}"
+threads="${BENCH_WRK_THREADS:-2}"
+log() { echo "gateway-bench: $*" >&2; }
+
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+[ -x /usr/sbin/nginx ] || need+=(nginx-light)
+if [ "${#need[@]}" -gt 0 ]; then
+    log "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+log "building (release)"
+cargo build --release --locked --bin sluice >&2
+sluice="$CARGO_TARGET_DIR/release/sluice"
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-gateway-bench.XXXXXX")"
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+wait_port() { # port
+    for _ in $(seq 1 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    log "nothing listens on $1"
+    exit 1
+}
+
+up_port="$(free_port)"
+nginx_port="$(free_port)"
+plain_port="$(free_port)"
+mw_port="$(free_port)"
+body="$(head -c 64 /dev/zero | tr '\0' 'x')"
+
+# nginx runs twice from one config: the upstream and the reference proxy.
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<EOF
+worker_processes auto;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log warn;
+daemon off;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx/body;
+    proxy_temp_path $work/nginx/proxy;
+    fastcgi_temp_path $work/nginx/fastcgi;
+    uwsgi_temp_path $work/nginx/uwsgi;
+    scgi_temp_path $work/nginx/scgi;
+    keepalive_requests 1000000;
+    upstream backend {
+        server 127.0.0.1:$up_port;
+        keepalive 256;
+    }
+    server {
+        listen 127.0.0.1:$up_port;
+        location / { default_type text/plain; return 200 "$body"; }
+    }
+    server {
+        listen 127.0.0.1:$nginx_port;
+        location /bench/ {
+            proxy_pass http://backend/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+        }
+    }
+}
+EOF
+/usr/sbin/nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
+pids+=($!)
+wait_port "$up_port"
+wait_port "$nginx_port"
+
+# Two gateways: one plain, one with key auth and a rate limit on the API and the key.
+api() { # id, auth (yes/no)
+    local auth_block="" security="" limit=""
+    if [ "$2" = yes ]; then
+        auth_block=$'    authentication:\n      enabled: true'
+        security=$'components:\n  securitySchemes:\n    key: {type: apiKey, in: header, name: X-Api-Key}\nsecurity:\n  - key: []'
+        limit=$'    rateLimit: {rate: 100000000, per: 1s}'
+    fi
+    cat <<EOF
+openapi: 3.0.3
+info: {title: $1, version: "1"}
+paths: {}
+$security
+x-sluice-api-gateway:
+  info: {id: $1, name: $1}
+  upstream:
+    url: http://127.0.0.1:$up_port
+$limit
+  server:
+    listenPath: {value: /bench/, strip: true}
+$auth_block
+EOF
+}
+start_gateway() { # name port auth
+    mkdir -p "$work/$1/apis"
+    api "$1" "$3" >"$work/$1/apis/bench.yaml"
+    cat >"$work/$1/gateway.yaml" <<EOF
+listen: {address: 127.0.0.1, port: $2}
+apps: {path: $work/$1/apis}
+store: {url: "sqlite://$work/$1/sluice.db"}
+secret: bench-secret-$RANDOM$RANDOM
+access_log: false
+logger: {level: warn}
+EOF
+    "$sluice" gateway --config "$work/$1/gateway.yaml" &
+    pids+=($!)
+    wait_port "$2"
+}
+start_gateway plain "$plain_port" no
+start_gateway mw "$mw_port" yes
+secret="$(sed -n 's/^secret: //p' "$work/mw/gateway.yaml")"
+key="$(curl -sf -X POST "http://127.0.0.1:$mw_port/sluice/keys" \
+    -H "X-Sluice-Authorization: $secret" \
+    -d '{"access_rights": {"mw": {}}, "rate_limit": {"rate": 100000000, "per": "1s"}}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')"
+[ -n "$key" ] || { log "could not make a key"; exit 1; }
+
+# Every case must answer 200 with the body before it is timed.
+check() { # url [header]
+    local got
+    got="$(curl -sf ${2:+-H "$2"} "$1")" || { log "$1 failed"; exit 1; }
+    [ "$got" = "$body" ] || { log "$1 answered something else: $got"; exit 1; }
+}
+check "http://127.0.0.1:$up_port/x"
+check "http://127.0.0.1:$nginx_port/bench/x"
+check "http://127.0.0.1:$plain_port/bench/x"
+check "http://127.0.0.1:$mw_port/bench/x" "X-Api-Key: $key"
+
+# wrk's latency table in milliseconds: 50% and 99%.
+to_ms() {
+    awk '{ v=$1; if (v ~ /us$/) { sub(/us$/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms$/,"",v) } else if (v ~ /s$/) { sub(/s$/,"",v); v*=1000 } printf "%.2f", v }'
+}
+run() { # name url [header]
+    local out rps p50 p99 errors
+    log "wrk ${seconds}s, $connections connections: $1"
+    out="$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency ${3:+-H "$3"} "$2")"
+    rps="$(awk '/^Requests\/sec/ {print $2}' <<<"$out")"
+    p50="$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)"
+    p99="$(awk '$1=="99%" {print $2}' <<<"$out" | to_ms)"
+    errors="$(awk '/Non-2xx or 3xx responses/ {print $NF}' <<<"$out")"
+    if [ -n "$errors" ]; then
+        log "$1: $errors answers were not 2xx"
+        exit 1
+    fi
+    printf '%s %s %s %s\n' "$1" "$rps" "$p50" "$p99"
+}
+
+# Warm each path a little (connections, pools, caches), then measure.
+for url in "http://127.0.0.1:$nginx_port/bench/x" "http://127.0.0.1:$plain_port/bench/x"; do
+    wrk -t1 -c8 -d1s "$url" >/dev/null
+done
+wrk -t1 -c8 -d1s -H "X-Api-Key: $key" "http://127.0.0.1:$mw_port/bench/x" >/dev/null
+
+results="$(
+    run direct "http://127.0.0.1:$up_port/x"
+    run nginx "http://127.0.0.1:$nginx_port/bench/x"
+    run sluice "http://127.0.0.1:$plain_port/bench/x"
+    run sluice+auth+limit "http://127.0.0.1:$mw_port/bench/x" "X-Api-Key: $key"
+)"
+
+echo
+echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: $threads threads, $connections connections, ${seconds}s"
+awk '
+    { name[NR]=$1; rps[NR]=$2; p50[NR]=$3; p99[NR]=$4; by[$1]=$2 }
+    END {
+        printf "%-20s %12s %10s %10s\n", "case", "requests/s", "p50 ms", "p99 ms"
+        for (i = 1; i <= NR; i++) printf "%-20s %12.0f %10.2f %10.2f\n", name[i], rps[i], p50[i], p99[i]
+        printf "\nsluice / nginx:                 %.2fx (goal 1.0x)\n", by["sluice"] / by["nginx"]
+        printf "sluice+auth+limit / sluice:     %.2fx (goal 0.9x)\n", by["sluice+auth+limit"] / by["sluice"]
+        printf "sluice+auth+limit / nginx:      %.2fx\n", by["sluice+auth+limit"] / by["nginx"]
+    }' <<<"$results"

@@ -1,0 +1,465 @@
+//! The gateway's own configuration (`sluice gateway --config gateway.yaml`): where it
+//! listens, TLS, where API definitions come from, the store, Redis, streaming and the
+//! secret of its `/sluice/` API. Every key can be overridden by an environment variable
+//! `SLUICE_GW_<SECTION>_<KEY>` (`SLUICE_GW_STREAMING_ENABLED=true`,
+//! `SLUICE_GW_LISTEN_PORT=8081`, `SLUICE_GW_SECRET=...`).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::yaml::{Mark, NodeKind};
+use crate::config::{de, yaml, ConfigError, ConfigErrors, Location, Node};
+use crate::duration::Duration;
+use crate::logging::LoggerConfig;
+
+/// The prefix of the environment variables that override config keys.
+pub const ENV_PREFIX: &str = "SLUICE_GW_";
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    pub listen: ListenConfig,
+    pub tls: TlsConfig,
+    pub apps: AppsConfig,
+    pub store: StoreConfig,
+    pub redis: RedisConfig,
+    pub streaming: StreamingConfig,
+    /// Guards the gateway's own API under `/sluice/`; without it that API is off.
+    pub secret: Option<String>,
+    pub proxy: ProxyConfig,
+    pub http: HttpTimeouts,
+    pub keys: KeysConfig,
+    pub logger: LoggerConfig,
+    /// One log line per request (target `sluice::access`).
+    pub access_log: bool,
+    pub metrics: MetricsConfig,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            listen: ListenConfig::default(),
+            tls: TlsConfig::default(),
+            apps: AppsConfig::default(),
+            store: StoreConfig::default(),
+            redis: RedisConfig::default(),
+            streaming: StreamingConfig::default(),
+            secret: None,
+            proxy: ProxyConfig::default(),
+            http: HttpTimeouts::default(),
+            keys: KeysConfig::default(),
+            logger: LoggerConfig::default(),
+            access_log: true,
+            metrics: MetricsConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    pub address: String,
+    pub port: u16,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            address: "127.0.0.1".into(),
+            port: 8080,
+        }
+    }
+}
+
+impl ListenConfig {
+    /// `address:port`, bracketing an IPv6 address.
+    pub fn socket(&self) -> String {
+        if self.address.contains(':') && !self.address.starts_with('[') {
+            format!("[{}]:{}", self.address, self.port)
+        } else {
+            format!("{}:{}", self.address, self.port)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    pub enabled: bool,
+    /// PEM certificate chain.
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key.
+    pub key_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AppsConfig {
+    /// A directory of API definitions (`.yaml`, `.yml`, `.json`).
+    pub path: Option<PathBuf>,
+    /// How often the directory and the store are checked for changes.
+    pub poll_interval: Duration,
+}
+
+impl Default for AppsConfig {
+    fn default() -> Self {
+        AppsConfig {
+            path: None,
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `sqlite://file.db`, a file path, or `postgres://...`.
+    pub url: String,
+    /// Serve the API definitions kept in the store as well as those of `apps.path`.
+    pub apis: bool,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: "sqlite://sluice.db".into(),
+            apis: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// `redis://host:port`: rate-limit and quota counters shared by every gateway that
+    /// uses the same Redis. Unset, each gateway counts in memory.
+    pub url: Option<String>,
+    pub prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamingConfig {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProxyConfig {
+    /// The longest wait for an upstream's response headers (504 after it).
+    pub timeout: Duration,
+    /// The longest wait to connect to an upstream (502 after it).
+    pub connect_timeout: Duration,
+    /// Idle connections kept per upstream host.
+    pub max_idle_per_host: usize,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_idle_per_host: 256,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpTimeouts {
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+}
+
+impl Default for HttpTimeouts {
+    fn default() -> Self {
+        HttpTimeouts {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KeysConfig {
+    /// How long a key read from the store is trusted before it is read again; other
+    /// gateways' changes to a key show within this time.
+    pub cache_ttl: Duration,
+}
+
+impl Default for KeysConfig {
+    fn default() -> Self {
+        KeysConfig {
+            cache_ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Serve Prometheus metrics on `/metrics`.
+    pub enabled: bool,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { enabled: true }
+    }
+}
+
+/// Loads `file` (or the defaults when `None`), applies the `SLUICE_GW_` overrides from
+/// `env`, and checks what can be checked without touching the network.
+pub fn load(file: Option<&Path>, env: &[(String, String)]) -> Result<GatewayConfig, ConfigErrors> {
+    let (name, text) = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigErrors(vec![ConfigError::new(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                ))])
+            })?;
+            (path.display().to_string(), text)
+        }
+        None => ("(defaults)".to_owned(), String::new()),
+    };
+    parse(&name, &text, env)
+}
+
+/// Parses a gateway config document; see [`load`].
+pub fn parse(
+    name: &str,
+    text: &str,
+    env: &[(String, String)],
+) -> Result<GatewayConfig, ConfigErrors> {
+    let mut doc = yaml::parse(name, text, &crate::config::process_env)?;
+    if doc.root.is_null() {
+        doc.root = Node {
+            kind: NodeKind::Map(Vec::new()),
+            mark: Mark { line: 1, col: 1 },
+        };
+    }
+    let mut errors = Vec::new();
+    for (var, value) in env {
+        if let Some(rest) = var.strip_prefix(ENV_PREFIX) {
+            if let Err(e) = apply_override(&mut doc.root, rest, value) {
+                errors.push(ConfigError::new(e).at(Location {
+                    file: "environment".into(),
+                    path: var.clone(),
+                    line: 0,
+                    col: 0,
+                }));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    let config: GatewayConfig = de::from_node(&doc, &doc.root, "").map_err(ConfigErrors::from)?;
+    config.check(&doc)?;
+    Ok(config)
+}
+
+/// Sections whose keys the environment may override, with their keys.
+const SECTIONS: &[(&str, &[&str])] = &[
+    ("listen", &["address", "port"]),
+    ("tls", &["enabled", "cert_file", "key_file"]),
+    ("apps", &["path", "poll_interval"]),
+    ("store", &["url", "apis"]),
+    ("redis", &["url", "prefix"]),
+    ("streaming", &["enabled"]),
+    (
+        "proxy",
+        &["timeout", "connect_timeout", "max_idle_per_host"],
+    ),
+    ("http", &["header_read_timeout", "body_read_timeout"]),
+    ("keys", &["cache_ttl"]),
+    ("logger", &["level", "format"]),
+    ("metrics", &["enabled"]),
+];
+const TOP_LEVEL: &[&str] = &["secret", "access_log"];
+
+/// Sets the key that `name` (the variable without its prefix, e.g. `TLS_CERT_FILE`)
+/// stands for.
+fn apply_override(root: &mut Node, name: &str, value: &str) -> Result<(), String> {
+    let lower = name.to_ascii_lowercase();
+    if TOP_LEVEL.contains(&lower.as_str()) {
+        set(root, &lower, value);
+        return Ok(());
+    }
+    for (section, keys) in SECTIONS {
+        let Some(key) = lower
+            .strip_prefix(section)
+            .and_then(|rest| rest.strip_prefix('_'))
+        else {
+            continue;
+        };
+        if !keys.contains(&key) {
+            return Err(format!(
+                "`{key}` is not a key of `{section}` (keys: {})",
+                keys.join(", ")
+            ));
+        }
+        let NodeKind::Map(entries) = &mut root.kind else {
+            return Err("the config document is not a mapping".into());
+        };
+        let position = entries
+            .iter()
+            .position(|(k, _)| k.as_str() == Some(section));
+        let index = match position {
+            Some(i) => i,
+            None => {
+                entries.push((
+                    Node::scalar(section),
+                    Node {
+                        kind: NodeKind::Map(Vec::new()),
+                        mark: Mark::default(),
+                    },
+                ));
+                entries.len() - 1
+            }
+        };
+        let node = &mut entries[index].1;
+        if node.is_null() {
+            node.kind = NodeKind::Map(Vec::new());
+        }
+        set(node, key, value);
+        return Ok(());
+    }
+    Err(format!(
+        "no such config key; sections: {}",
+        SECTIONS
+            .iter()
+            .map(|(s, _)| *s)
+            .chain(TOP_LEVEL.iter().copied())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Replaces or adds `key` in the mapping `node` with a plain scalar, typed as YAML types
+/// it (so `true` is a boolean and `8081` a number).
+fn set(node: &mut Node, key: &str, value: &str) {
+    let NodeKind::Map(entries) = &mut node.kind else {
+        return;
+    };
+    let new = Node::scalar(value);
+    match entries.iter_mut().find(|(k, _)| k.as_str() == Some(key)) {
+        Some((_, v)) => {
+            let mark = v.mark;
+            *v = new;
+            v.mark = mark;
+        }
+        None => entries.push((Node::scalar(key), new)),
+    }
+}
+
+impl GatewayConfig {
+    fn check(&self, doc: &yaml::Document) -> Result<(), ConfigErrors> {
+        let mut errors = Vec::new();
+        let at = |path: &str| doc.location(path, doc.locate(path));
+        if self.tls.enabled && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
+            errors.push(
+                ConfigError::new("TLS is enabled: `cert_file` and `key_file` are both needed")
+                    .at(at("tls")),
+            );
+        }
+        if let Some(secret) = &self.secret {
+            if secret.len() < 8 {
+                errors.push(
+                    ConfigError::new("the secret is shorter than 8 characters").at(at("secret")),
+                );
+            }
+        }
+        if let Some(url) = &self.redis.url {
+            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                errors.push(
+                    ConfigError::new(format!(
+                        "`{url}` is not a Redis URL (redis://host:port or rediss://...)"
+                    ))
+                    .at(at("redis.url")),
+                );
+            }
+        }
+        if self.apps.poll_interval.is_zero() {
+            errors.push(ConfigError::new("must be above zero").at(at("apps.poll_interval")));
+        }
+        if self.proxy.timeout.is_zero() {
+            errors.push(ConfigError::new("must be above zero").at(at("proxy.timeout")));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+/// The process's `SLUICE_GW_` variables.
+pub fn env_overrides() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let c = parse("gw.yaml", "", &[]).unwrap();
+        assert_eq!(c.listen.socket(), "127.0.0.1:8080");
+        assert!(!c.streaming.enabled);
+        assert!(c.secret.is_none());
+    }
+
+    #[test]
+    fn environment_overrides_keys_and_types_them() {
+        let text = "listen:\n  port: 9000\nstreaming:\n  enabled: false\n";
+        let c = parse(
+            "gw.yaml",
+            text,
+            &env(&[
+                ("SLUICE_GW_STREAMING_ENABLED", "true"),
+                ("SLUICE_GW_LISTEN_PORT", "9100"),
+                ("SLUICE_GW_TLS_CERT_FILE", "/certs/a.pem"),
+                ("SLUICE_GW_SECRET", "0123456789"),
+            ]),
+        )
+        .unwrap();
+        assert!(c.streaming.enabled);
+        assert_eq!(c.listen.port, 9100);
+        assert_eq!(c.tls.cert_file.as_deref(), Some(Path::new("/certs/a.pem")));
+        assert_eq!(c.secret.as_deref(), Some("0123456789"));
+    }
+
+    #[test]
+    fn an_unknown_variable_is_named() {
+        let e = parse("gw.yaml", "", &env(&[("SLUICE_GW_LISTEN_PROT", "1")])).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("SLUICE_GW_LISTEN_PROT"), "{text}");
+        assert!(text.contains("`prot` is not a key of `listen`"), "{text}");
+    }
+
+    #[test]
+    fn errors_are_positioned() {
+        let e = parse("gw.yaml", "listen:\n  port: eighty\n", &[]).unwrap_err();
+        assert!(e.to_string().starts_with("gw.yaml:2:"), "{e}");
+        let e = parse("gw.yaml", "listen:\n  prot: 80\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("gw.yaml:2:3"), "{e}");
+        let e = parse("gw.yaml", "tls:\n  enabled: true\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("cert_file"), "{e}");
+        let e = parse("gw.yaml", "redis:\n  url: http://x\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("gw.yaml:2:"), "{e}");
+    }
+}

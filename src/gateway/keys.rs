@@ -1,0 +1,697 @@
+//! Keys: what a key may do (its policy), issuing and hashing keys, and finding the key
+//! of a request. Keys live in the store, hashed: a key is shown once, when it is made.
+//! Lookups are cached for `keys.cache_ttl`, so a hot key costs no store round trip.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aes_gcm::aead::{Aead, KeyInit};
+use base64::Engine;
+use parking_lot::Mutex;
+use rand::RngCore;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use super::api::extension::Per;
+use super::auth::basic;
+use super::limit::Rate;
+use crate::store::{KeyRecord, Store, StoreError};
+
+/// What a key may do, as the key API takes it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRequest {
+    #[serde(default)]
+    pub alias: Option<String>,
+    #[serde(default)]
+    pub org_id: Option<String>,
+    /// API id -> what the key may do there. A key reaches only the APIs listed.
+    #[serde(default)]
+    pub access_rights: BTreeMap<String, AccessRight>,
+    #[serde(default)]
+    pub rate_limit: Option<RateSpec>,
+    #[serde(default)]
+    pub quota: Option<QuotaSpec>,
+    /// Unix seconds or RFC 3339; unset or `null` never expires.
+    #[serde(default)]
+    pub expires: Option<Expiry>,
+    #[serde(default)]
+    pub inactive: bool,
+    #[serde(default)]
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    /// Makes the key usable with HTTP basic authentication.
+    #[serde(default)]
+    pub basic_auth: Option<BasicAuthRequest>,
+    /// Issue an HMAC secret with the key (shown once), for signed requests.
+    #[serde(default)]
+    pub hmac: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessRight {
+    /// Methods allowed; all when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_methods: Vec<String>,
+    /// Paths below the listen path allowed (a trailing `*` matches any rest); all when
+    /// empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_paths: Vec<String>,
+}
+
+impl AccessRight {
+    pub fn allows(&self, method: &http::Method, path: &str) -> bool {
+        let method_ok = self.allowed_methods.is_empty()
+            || self
+                .allowed_methods
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(method.as_str()));
+        let path_ok = self.allowed_paths.is_empty()
+            || self
+                .allowed_paths
+                .iter()
+                .any(|p| match p.strip_suffix('*') {
+                    Some(prefix) => path.starts_with(prefix),
+                    None => p == path,
+                });
+        method_ok && path_ok
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSpec {
+    pub rate: u64,
+    #[serde(serialize_with = "per_secs")]
+    pub per: Per,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaSpec {
+    /// Requests per period.
+    pub max: u64,
+    /// The period, from the first request of it.
+    #[serde(serialize_with = "per_secs")]
+    pub renewal: Per,
+}
+
+fn per_secs<S: serde::Serializer>(p: &Per, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::duration::format(p.0))
+}
+
+/// An expiry instant: Unix seconds or RFC 3339 text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry(pub i64);
+
+impl<'de> Deserialize<'de> for Expiry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Secs(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Secs(s) => Ok(Expiry(s)),
+            Raw::Text(t) => chrono::DateTime::parse_from_rfc3339(&t)
+                .map(|t| Expiry(t.timestamp()))
+                .map_err(|e| {
+                    serde::de::Error::custom(format!("`{t}` is not an RFC 3339 time: {e}"))
+                }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BasicAuthRequest {
+    pub username: String,
+    pub password: String,
+}
+
+/// A key as stored: its policy, with secrets hashed or sealed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Policy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    pub access_rights: BTreeMap<String, AccessRight>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<QuotaSpec>,
+    /// Unix seconds; none never expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<i64>,
+    #[serde(default)]
+    pub inactive: bool,
+    #[serde(default)]
+    pub meta: serde_json::Map<String, serde_json::Value>,
+    /// The basic-auth user name, when the key takes basic authentication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_username: Option<String>,
+    /// Argon2 hash (PHC string) of the basic-auth password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_password_hash: Option<String>,
+    /// The HMAC secret, sealed with the gateway secret (it must be read back to check
+    /// signatures, so it cannot be hashed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hmac_secret_sealed: Option<String>,
+}
+
+impl Policy {
+    pub fn rate(&self) -> Option<Rate> {
+        self.rate_limit.as_ref().map(|r| Rate {
+            rate: r.rate,
+            per: r.per.0,
+        })
+    }
+
+    /// What the key API shows: no hash, no sealed secret.
+    pub fn public_view(&self, id: &str) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("basic_password_hash");
+            let has_hmac = map.remove("hmac_secret_sealed").is_some();
+            map.insert("hmac".into(), has_hmac.into());
+            if let Some(user) = map.remove("basic_username") {
+                map.insert("basic_auth".into(), serde_json::json!({ "username": user }));
+            }
+            if let Some(e) = self.expires {
+                if let Some(t) = chrono::DateTime::from_timestamp(e, 0) {
+                    map.insert("expires".into(), t.to_rfc3339().into());
+                }
+            }
+            map.insert("key_id".into(), id.into());
+        }
+        v
+    }
+}
+
+/// A request's key, as the middleware sees it.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: String,
+    pub org_id: String,
+    pub policy: Policy,
+}
+
+impl Session {
+    pub fn expired(&self, now: i64) -> bool {
+        self.policy.expires.is_some_and(|e| e <= now)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("a key with basic-auth user `{0}` exists already")]
+    UserTaken(String),
+    #[error("no such key")]
+    NotFound,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> KeyError {
+    KeyError::Invalid {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// The SHA-256 of a key, hex. Keys are 256 random bits, so a fast hash is as safe as a
+/// slow one here, and it lets the store find a key by its hash.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+fn basic_lookup_hash(username: &str) -> String {
+    hex::encode(Sha256::digest(format!("basic\0{username}").as_bytes()))
+}
+
+/// Cached lookups: hash -> (when read, the key or its absence).
+type Cache = HashMap<String, (Instant, Option<Arc<Session>>)>;
+
+/// Bounds the lookup cache; random keys from a client must not grow it without end.
+const CACHE_MAX: usize = 100_000;
+
+/// The keys of a gateway.
+pub struct Keys {
+    store: Store,
+    ttl: Duration,
+    cache: Mutex<Cache>,
+    /// Seals HMAC secrets; derived from the gateway secret.
+    sealer: Option<aes_gcm::Aes256Gcm>,
+}
+
+impl Keys {
+    pub fn new(store: Store, ttl: Duration, gateway_secret: Option<&str>) -> Self {
+        let sealer = gateway_secret.and_then(|s| {
+            let key = Sha256::digest(format!("sluice-hmac-seal\0{s}").as_bytes());
+            aes_gcm::Aes256Gcm::new_from_slice(&key).ok()
+        });
+        Keys {
+            store,
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+            sealer,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The key whose token is `token`.
+    pub async fn by_token(&self, token: &str) -> Result<Option<Arc<Session>>, StoreError> {
+        let hash = hash_token(token);
+        self.lookup(&hash, |record| {
+            record.hash.as_bytes().ct_eq(hash.as_bytes()).into()
+        })
+        .await
+    }
+
+    /// The key of a basic-auth user, if `password` is its password.
+    pub async fn by_basic(
+        &self,
+        username: &str,
+        password: &str,
+    ) -> Result<Option<Arc<Session>>, StoreError> {
+        // Argon2 is slow on purpose: a verified pair is remembered under a hash of both,
+        // so a client's repeated requests do not pay it every time.
+        let pair = hex::encode(Sha256::digest(
+            format!("basic-pair\0{username}\0{password}").as_bytes(),
+        ));
+        if let Some(hit) = self.cached(&pair) {
+            return Ok(hit);
+        }
+        let hash = basic_lookup_hash(username);
+        let session = self.lookup(&hash, |_| true).await?;
+        let verified = session.filter(|s| {
+            s.policy
+                .basic_password_hash
+                .as_deref()
+                .is_some_and(|phc| basic::verify_password(password, phc))
+        });
+        self.remember(pair, verified.clone());
+        Ok(verified)
+    }
+
+    /// A key by id, with its HMAC secret when it has one.
+    pub async fn hmac_secret(
+        &self,
+        id: &str,
+    ) -> Result<Option<(Arc<Session>, Vec<u8>)>, StoreError> {
+        let Some(record) = self.store.key(id).await? else {
+            return Ok(None);
+        };
+        let Some(session) = session_of(&record) else {
+            return Ok(None);
+        };
+        let secret = session
+            .policy
+            .hmac_secret_sealed
+            .as_deref()
+            .and_then(|sealed| self.unseal(sealed));
+        Ok(secret.map(|s| (Arc::new(session), s)))
+    }
+
+    fn cached(&self, hash: &str) -> Option<Option<Arc<Session>>> {
+        let cache = self.cache.lock();
+        cache
+            .get(hash)
+            .filter(|(at, _)| at.elapsed() < self.ttl)
+            .map(|(_, s)| s.clone())
+    }
+
+    fn remember(&self, hash: String, session: Option<Arc<Session>>) {
+        let mut cache = self.cache.lock();
+        if cache.len() >= CACHE_MAX {
+            let ttl = self.ttl;
+            cache.retain(|_, (at, _)| at.elapsed() < ttl);
+            if cache.len() >= CACHE_MAX {
+                cache.clear();
+            }
+        }
+        cache.insert(hash, (Instant::now(), session));
+    }
+
+    async fn lookup(
+        &self,
+        hash: &str,
+        matches: impl Fn(&KeyRecord) -> bool,
+    ) -> Result<Option<Arc<Session>>, StoreError> {
+        if let Some(hit) = self.cached(hash) {
+            return Ok(hit);
+        }
+        let session = self
+            .store
+            .key_by_hash(hash)
+            .await?
+            .filter(|r| matches(r))
+            .and_then(|r| session_of(&r))
+            .map(Arc::new);
+        self.remember(hash.to_owned(), session.clone());
+        Ok(session)
+    }
+
+    /// Forgets cached lookups, after a key changed here.
+    pub fn forget_all(&self) {
+        self.cache.lock().clear();
+    }
+
+    /// Makes a key. Returns the token (shown once), the HMAC secret if asked for, and the
+    /// stored key.
+    pub async fn create(
+        &self,
+        req: KeyRequest,
+        known_apis: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(String, Option<String>, Session), KeyError> {
+        let mut token_bytes = [0u8; 32];
+        rand::thread_rng().fill_bytes(&mut token_bytes);
+        let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token_bytes);
+        let mut id_bytes = [0u8; 12];
+        rand::thread_rng().fill_bytes(&mut id_bytes);
+        let id = hex::encode(id_bytes);
+        let (policy, hmac_secret) = self.policy_of(req.clone(), None, known_apis)?;
+        let hash = match &policy.basic_username {
+            // A basic-auth key is found by its user name; its token is not usable alone.
+            Some(user) => basic_lookup_hash(user),
+            None => hash_token(&token),
+        };
+        let now = chrono::Utc::now().timestamp();
+        let record = KeyRecord {
+            id: id.clone(),
+            hash,
+            org_id: req.org_id.clone().unwrap_or_default(),
+            policy: serde_json::to_string(&policy).unwrap_or_default(),
+            created_at: now,
+            updated_at: now,
+        };
+        match self.store.insert_key(&record).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(_)) if policy.basic_username.is_some() => {
+                return Err(KeyError::UserTaken(
+                    policy.basic_username.clone().unwrap_or_default(),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
+        self.forget_all();
+        let session = Session {
+            id,
+            org_id: record.org_id,
+            policy,
+        };
+        Ok((token, hmac_secret, session))
+    }
+
+    /// Replaces a key's policy; its token, basic user and HMAC secret stay unless the
+    /// request gives new ones.
+    pub async fn update(
+        &self,
+        id: &str,
+        req: KeyRequest,
+        known_apis: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(Option<String>, Session), KeyError> {
+        let record = self.store.key(id).await?.ok_or(KeyError::NotFound)?;
+        let old = session_of(&record).ok_or(KeyError::NotFound)?;
+        if let Some(b) = &req.basic_auth {
+            if old.policy.basic_username.as_deref() != Some(b.username.as_str()) {
+                return Err(invalid(
+                    "basic_auth.username",
+                    "a key's basic-auth user cannot change; make a new key",
+                ));
+            }
+        }
+        let (policy, hmac_secret) = self.policy_of(req.clone(), Some(&old.policy), known_apis)?;
+        let updated = KeyRecord {
+            policy: serde_json::to_string(&policy).unwrap_or_default(),
+            org_id: req.org_id.clone().unwrap_or(record.org_id.clone()),
+            updated_at: chrono::Utc::now().timestamp(),
+            ..record
+        };
+        if !self.store.update_key(&updated).await? {
+            return Err(KeyError::NotFound);
+        }
+        self.forget_all();
+        Ok((
+            hmac_secret,
+            Session {
+                id: id.to_owned(),
+                org_id: updated.org_id,
+                policy,
+            },
+        ))
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<bool, KeyError> {
+        let deleted = self.store.delete_key(id).await?;
+        self.forget_all();
+        Ok(deleted)
+    }
+
+    pub async fn get(&self, id: &str) -> Result<Option<Session>, KeyError> {
+        Ok(self.store.key(id).await?.and_then(|r| session_of(&r)))
+    }
+
+    pub async fn list(&self) -> Result<Vec<Session>, KeyError> {
+        Ok(self
+            .store
+            .list_keys(None)
+            .await?
+            .iter()
+            .filter_map(session_of)
+            .collect())
+    }
+
+    fn policy_of(
+        &self,
+        req: KeyRequest,
+        old: Option<&Policy>,
+        known_apis: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(Policy, Option<String>), KeyError> {
+        if req.access_rights.is_empty() {
+            return Err(invalid(
+                "access_rights",
+                "a key needs at least one API: {\"<api id>\": {}}",
+            ));
+        }
+        for (api, right) in &req.access_rights {
+            if !known_apis(api) {
+                return Err(invalid(
+                    &format!("access_rights.{api}"),
+                    format!("no API `{api}` is loaded"),
+                ));
+            }
+            for (i, m) in right.allowed_methods.iter().enumerate() {
+                if crate::http::parse_method(m).is_err() {
+                    return Err(invalid(
+                        &format!("access_rights.{api}.allowed_methods[{i}]"),
+                        format!("`{m}` is not an HTTP method"),
+                    ));
+                }
+            }
+        }
+        if let Some(r) = &req.rate_limit {
+            if r.rate == 0 {
+                return Err(invalid("rate_limit.rate", "must be above zero"));
+            }
+        }
+        if let Some(q) = &req.quota {
+            if q.max == 0 {
+                return Err(invalid("quota.max", "must be above zero"));
+            }
+        }
+        let (basic_username, basic_password_hash) = match &req.basic_auth {
+            Some(b) => {
+                if b.username.is_empty() || b.username.contains(':') {
+                    return Err(invalid(
+                        "basic_auth.username",
+                        "a user name is not empty and has no `:`",
+                    ));
+                }
+                if b.password.len() < 8 {
+                    return Err(invalid(
+                        "basic_auth.password",
+                        "a password has at least 8 characters",
+                    ));
+                }
+                (
+                    Some(b.username.clone()),
+                    Some(basic::hash_password(&b.password)),
+                )
+            }
+            None => (
+                old.and_then(|o| o.basic_username.clone()),
+                old.and_then(|o| o.basic_password_hash.clone()),
+            ),
+        };
+        let (hmac_secret_sealed, hmac_secret) = if req.hmac {
+            let sealer = self.sealer.as_ref().ok_or_else(|| {
+                invalid("hmac", "HMAC keys need the gateway's `secret` to be set")
+            })?;
+            let mut secret = [0u8; 32];
+            rand::thread_rng().fill_bytes(&mut secret);
+            let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+            (Some(seal(sealer, secret.as_bytes())), Some(secret))
+        } else {
+            (old.and_then(|o| o.hmac_secret_sealed.clone()), None)
+        };
+        Ok((
+            Policy {
+                alias: req.alias,
+                access_rights: req.access_rights,
+                rate_limit: req.rate_limit,
+                quota: req.quota,
+                expires: req.expires.map(|e| e.0),
+                inactive: req.inactive,
+                meta: req.meta,
+                basic_username,
+                basic_password_hash,
+                hmac_secret_sealed,
+            },
+            hmac_secret,
+        ))
+    }
+
+    fn unseal(&self, sealed: &str) -> Option<Vec<u8>> {
+        let sealer = self.sealer.as_ref()?;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(sealed)
+            .ok()?;
+        if raw.len() < 12 {
+            return None;
+        }
+        let (nonce, data) = raw.split_at(12);
+        sealer.decrypt(aes_gcm::Nonce::from_slice(nonce), data).ok()
+    }
+}
+
+fn seal(sealer: &aes_gcm::Aes256Gcm, plain: &[u8]) -> String {
+    let mut nonce = [0u8; 12];
+    rand::thread_rng().fill_bytes(&mut nonce);
+    let mut out = nonce.to_vec();
+    // Encryption with a fresh nonce cannot fail for inputs this small.
+    if let Ok(data) = sealer.encrypt(aes_gcm::Nonce::from_slice(&nonce), plain) {
+        out.extend_from_slice(&data);
+    }
+    base64::engine::general_purpose::STANDARD.encode(out)
+}
+
+fn session_of(record: &KeyRecord) -> Option<Session> {
+    let policy: Policy = serde_json::from_str(&record.policy).ok()?;
+    Some(Session {
+        id: record.id.clone(),
+        org_id: record.org_id.clone(),
+        policy,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn keys() -> (tempfile::TempDir, Keys) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("k.db").display());
+        let store = Store::open(&url).await.unwrap();
+        (
+            dir,
+            Keys::new(store, Duration::from_secs(1), Some("gateway-secret")),
+        )
+    }
+
+    fn request(json: serde_json::Value) -> KeyRequest {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_key_is_found_by_its_token_only() {
+        let (_dir, keys) = keys().await;
+        let (token, _, session) = keys
+            .create(
+                request(serde_json::json!({"access_rights": {"a": {}}})),
+                &|_| true,
+            )
+            .await
+            .unwrap();
+        let found = keys.by_token(&token).await.unwrap().unwrap();
+        assert_eq!(found.id, session.id);
+        assert!(keys.by_token("nope").await.unwrap().is_none());
+        // The store holds no token.
+        let record = keys.store().key(&session.id).await.unwrap().unwrap();
+        assert!(!record.policy.contains(&token) && record.hash != token);
+    }
+
+    #[tokio::test]
+    async fn basic_and_hmac_credentials() {
+        let (_dir, keys) = keys().await;
+        let req = request(serde_json::json!({
+            "access_rights": {"a": {}},
+            "basic_auth": {"username": "alice", "password": "correct horse"},
+            "hmac": true
+        }));
+        let (_, secret, session) = keys.create(req.clone(), &|_| true).await.unwrap();
+        assert!(keys
+            .by_basic("alice", "correct horse")
+            .await
+            .unwrap()
+            .is_some());
+        assert!(keys.by_basic("alice", "wrong").await.unwrap().is_none());
+        let (_, got) = keys.hmac_secret(&session.id).await.unwrap().unwrap();
+        assert_eq!(got, secret.unwrap().into_bytes());
+        assert!(matches!(
+            keys.create(req, &|_| true).await,
+            Err(KeyError::UserTaken(_))
+        ));
+        let view = session.policy.public_view(&session.id).to_string();
+        assert!(
+            !view.contains("argon2") && !view.contains("sealed"),
+            "{view}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_requests_name_the_field() {
+        let (_dir, keys) = keys().await;
+        let e = keys
+            .create(KeyRequest::default(), &|_| true)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("access_rights"), "{e}");
+        let e = keys
+            .create(
+                request(serde_json::json!({"access_rights": {"nope": {}}})),
+                &|_| false,
+            )
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no API `nope`"), "{e}");
+        let e = keys
+            .create(
+                request(serde_json::json!({"access_rights": {"a": {}}, "rate_limit": {"rate": 0, "per": "1s"}})),
+                &|_| true,
+            )
+            .await
+            .unwrap_err();
+        assert!(e.to_string().starts_with("rate_limit.rate"), "{e}");
+    }
+
+    #[test]
+    fn access_rights_match_methods_and_paths() {
+        let r = AccessRight {
+            allowed_methods: vec!["get".into()],
+            allowed_paths: vec!["/pets/*".into(), "/health".into()],
+        };
+        assert!(r.allows(&http::Method::GET, "/pets/1"));
+        assert!(r.allows(&http::Method::GET, "/health"));
+        assert!(!r.allows(&http::Method::POST, "/pets/1"));
+        assert!(!r.allows(&http::Method::GET, "/owners"));
+        assert!(AccessRight::default().allows(&http::Method::DELETE, "/x"));
+    }
+}

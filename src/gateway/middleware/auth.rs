@@ -1,0 +1,150 @@
+//! Authentication: the request must satisfy one of the API's security requirements
+//! (each a set of schemes that must all pass). Missing or bad credentials answer 401.
+
+use std::sync::Arc;
+
+use http::StatusCode;
+
+use super::{error, Ctx, Step};
+use crate::gateway::api::Scheme;
+use crate::gateway::auth::{api_key, basic, hmac, jwt, AuthError};
+use crate::gateway::events::EventKind;
+use crate::gateway::keys::Session;
+
+/// What one scheme established.
+enum Passed {
+    Key(Arc<Session>),
+    Identity(String),
+}
+
+pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+    let Some(auth) = &ctx.api.auth else {
+        return Ok(());
+    };
+    let req = std::mem::replace(
+        &mut ctx.req,
+        crate::http::HttpRequest::new(crate::http::empty()),
+    );
+    let (parts, body) = req.into_parts();
+    let mut first_error: Option<AuthError> = None;
+    let mut passed_alt: Option<Vec<Passed>> = None;
+    'alternatives: for alt in &auth.alternatives {
+        let mut passed = Vec::new();
+        for &i in alt {
+            match check(ctx, &auth.schemes[i].scheme, &parts).await {
+                Ok(p) => passed.push(p),
+                Err(e) => {
+                    // A real failure says more than "missing" from another scheme.
+                    if first_error.as_ref().is_none_or(|f| {
+                        matches!(f, AuthError::Missing) && !matches!(e, AuthError::Missing)
+                    }) {
+                        first_error = Some(e);
+                    }
+                    continue 'alternatives;
+                }
+            }
+        }
+        passed_alt = Some(passed);
+        break;
+    }
+    ctx.req = http::Request::from_parts(parts, body);
+    match passed_alt {
+        Some(passed) => {
+            for p in passed {
+                match p {
+                    Passed::Key(s) => {
+                        if ctx.session.is_none() {
+                            ctx.identity = Some(s.id.clone());
+                            ctx.session = Some(s);
+                        }
+                    }
+                    Passed::Identity(id) => {
+                        if ctx.identity.is_none() {
+                            ctx.identity = Some(id);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+        None => {
+            let e = first_error.unwrap_or(AuthError::Missing);
+            let message = match &e {
+                AuthError::Missing => "authorization missing".to_owned(),
+                other => other.to_string(),
+            };
+            ctx.gw.events.publish(
+                EventKind::AuthFailure,
+                &ctx.api.id,
+                None,
+                &ctx.rest,
+                &message,
+            );
+            let status = match e {
+                AuthError::KeyFetch(_) => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            let mut resp = error(status, &message);
+            if auth
+                .schemes
+                .iter()
+                .any(|s| matches!(s.scheme, Scheme::Basic))
+            {
+                resp.headers_mut().insert(
+                    http::header::WWW_AUTHENTICATE,
+                    http::HeaderValue::from_static("Basic realm=\"sluice\""),
+                );
+            }
+            Err(resp)
+        }
+    }
+}
+
+async fn check(
+    ctx: &Ctx<'_>,
+    scheme: &Scheme,
+    parts: &http::request::Parts,
+) -> Result<Passed, AuthError> {
+    let store_down = |_| AuthError::KeyFetch("the key store is unavailable".into());
+    match scheme {
+        Scheme::ApiKey { location, name } => {
+            let token = api_key::extract(parts, *location, name).ok_or(AuthError::Missing)?;
+            let session = ctx
+                .gw
+                .keys
+                .by_token(&token)
+                .await
+                .map_err(store_down)?
+                .ok_or_else(|| AuthError::Invalid("the key is not valid".into()))?;
+            Ok(Passed::Key(session))
+        }
+        Scheme::Basic => {
+            let (user, password) = basic::credentials(parts)?;
+            let session = ctx
+                .gw
+                .keys
+                .by_basic(&user, &password)
+                .await
+                .map_err(store_down)?
+                .ok_or_else(|| AuthError::Invalid("user name or password is wrong".into()))?;
+            Ok(Passed::Key(session))
+        }
+        Scheme::Jwt(verifier) => {
+            let token = jwt::bearer(parts)?;
+            let claims = verifier.verify(token).await?;
+            Ok(Passed::Identity(claims.identity))
+        }
+        Scheme::Hmac(settings) => {
+            let sig = hmac::parse(parts)?;
+            let (session, secret) = ctx
+                .gw
+                .keys
+                .hmac_secret(&sig.key_id)
+                .await
+                .map_err(store_down)?
+                .ok_or_else(|| AuthError::Invalid("unknown signing key".into()))?;
+            hmac::verify(parts, &sig, &secret, settings)?;
+            Ok(Passed::Key(session))
+        }
+    }
+}

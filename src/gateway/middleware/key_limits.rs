@@ -1,0 +1,30 @@
+//! The key's own rate limit and quota, counted per key across every API it reaches.
+
+use super::{enforce, Ctx, Step};
+use crate::gateway::events::EventKind;
+
+pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+    let Some(session) = ctx.session.clone() else {
+        return Ok(());
+    };
+    if let Some(rate) = session.policy.rate() {
+        let bucket = format!("key:{}:rate", session.id);
+        let decision = ctx.gw.limiter.check_rate(&bucket, rate).await;
+        enforce(
+            ctx,
+            decision,
+            EventKind::RateLimitExceeded,
+            "rate limit exceeded",
+        )?;
+    }
+    if let Some(q) = &session.policy.quota {
+        let bucket = format!("key:{}:quota", session.id);
+        let decision = ctx
+            .gw
+            .limiter
+            .check_quota(&bucket, q.max, q.renewal.0)
+            .await;
+        enforce(ctx, decision, EventKind::QuotaExceeded, "quota exceeded")?;
+    }
+    Ok(())
+}

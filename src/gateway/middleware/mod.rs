@@ -1,0 +1,194 @@
+//! The middleware chain, one small module per step, run in this order:
+//! authentication -> key checks (expiry, access rights, allow/block) -> key rate limit and
+//! quota -> API rate limit -> request size limit -> request validation -> stream
+//! middleware -> cache -> mock response -> proxy. Each step either lets the request go
+//! on or answers it.
+
+// A step's refusal is the response itself; boxing it would cost every refused request
+// an allocation to save a move.
+#![allow(clippy::result_large_err)]
+
+pub mod api_limit;
+pub mod auth;
+pub mod cache;
+pub mod cors;
+pub mod headers;
+pub mod key_checks;
+pub mod key_limits;
+pub mod mock;
+pub mod size_limit;
+pub mod stream;
+pub mod validate;
+
+use std::sync::Arc;
+
+use http::{HeaderValue, StatusCode};
+
+use super::api::{Api, Operation};
+use super::events::EventKind;
+use super::keys::Session;
+use super::limit::{Decision, LimitError};
+use super::proxy::Origin;
+use super::Shared;
+use crate::http::{self as h, HttpRequest, HttpResponse};
+
+/// One request on its way through the chain.
+pub struct Ctx<'a> {
+    pub gw: &'a Shared,
+    pub api: &'a Arc<Api>,
+    /// The operation the request resolved to, with its path parameters.
+    pub op: Option<(&'a Operation, Vec<(String, String)>)>,
+    /// The path below the listen path.
+    pub rest: String,
+    pub req: HttpRequest,
+    pub origin: Origin,
+    /// The key that authenticated the request.
+    pub session: Option<Arc<Session>>,
+    /// Who the request is from: the key id, or a JWT's identity.
+    pub identity: Option<String>,
+    /// The tightest limit met on the way, for the `X-RateLimit-*` headers.
+    pub limit: Option<Decision>,
+}
+
+impl Ctx<'_> {
+    pub fn operation(&self) -> Option<&Operation> {
+        self.op.as_ref().map(|(op, _)| *op)
+    }
+
+    pub fn key_id(&self) -> Option<&str> {
+        self.session.as_ref().map(|s| s.id.as_str())
+    }
+
+    /// Keeps the decision with the fewest requests left.
+    pub fn note_limit(&mut self, d: Decision) {
+        if self.limit.is_none_or(|old| d.remaining < old.remaining) {
+            self.limit = Some(d);
+        }
+    }
+}
+
+/// A step's verdict: go on, or this answer.
+pub type Step = Result<(), HttpResponse>;
+
+/// A gateway error: JSON `{"error": "..."}`.
+pub fn error(status: StatusCode, message: &str) -> HttpResponse {
+    h::json(status, &serde_json::json!({ "error": message }))
+}
+
+/// Runs the whole chain for a request that belongs to `api`.
+pub async fn run(mut ctx: Ctx<'_>) -> HttpResponse {
+    if let Some(resp) = cors::preflight(&ctx) {
+        return resp;
+    }
+    let resp = match chain(&mut ctx).await {
+        Ok(resp) | Err(resp) => resp,
+    };
+    finish(&ctx, resp)
+}
+
+async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
+    auth::run(ctx).await?;
+    key_checks::run(ctx)?;
+    key_limits::run(ctx).await?;
+    api_limit::run(ctx).await?;
+    size_limit::run(ctx).await?;
+    validate::run(ctx).await?;
+    headers::transform_request(ctx);
+    let req = std::mem::replace(&mut ctx.req, HttpRequest::new(h::empty()));
+    let req = match stream::divert(ctx, req) {
+        Ok(diverted) => return Ok(diverted.await),
+        Err(req) => req,
+    };
+    ctx.req = req;
+    let cache_key = cache::key(ctx);
+    if let Some(key) = &cache_key {
+        if let Some(hit) = ctx.gw.cache.get(key) {
+            return Ok(hit);
+        }
+    }
+    if let Some(resp) = mock::respond(ctx) {
+        return Ok(resp);
+    }
+    let req = std::mem::replace(&mut ctx.req, HttpRequest::new(h::empty()));
+    match ctx
+        .gw
+        .proxy
+        .forward(ctx.api, req, &ctx.rest, &ctx.origin)
+        .await
+    {
+        Ok(resp) => Ok(match cache_key {
+            Some(key) => ctx.gw.cache.store(ctx.api, key, resp).await,
+            None => resp,
+        }),
+        Err(e) => {
+            ctx.gw.events.publish(
+                super::events::EventKind::UpstreamError,
+                &ctx.api.id,
+                ctx.key_id(),
+                &ctx.rest,
+                e.to_string(),
+            );
+            Err(error(e.status(), &e.to_string()))
+        }
+    }
+}
+
+/// What every answer gets: the limit headers, response header transforms, CORS.
+fn finish(ctx: &Ctx<'_>, mut resp: HttpResponse) -> HttpResponse {
+    if let Some(d) = ctx.limit {
+        limit_headers(&mut resp, &d);
+    }
+    headers::transform_response(ctx, &mut resp);
+    cors::mark(ctx, &mut resp);
+    resp
+}
+
+/// Applies a limiter's answer: a refusal answers 429 (and publishes `event`), a pass is
+/// noted for the `X-RateLimit-*` headers. Limits fail closed: without its counters the
+/// gateway cannot tell, and letting everything through is what a limit exists to prevent.
+pub fn enforce(
+    ctx: &mut Ctx<'_>,
+    decision: Result<Decision, LimitError>,
+    event: EventKind,
+    message: &str,
+) -> Step {
+    let d = decision.map_err(|e| {
+        tracing::error!(error = %e, "Rate limiter unavailable.");
+        error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the rate limiter is unavailable",
+        )
+    })?;
+    if !d.allowed {
+        ctx.gw
+            .events
+            .publish(event, &ctx.api.id, ctx.key_id(), &ctx.rest, message);
+        return Err(too_many(&d, message));
+    }
+    ctx.note_limit(d);
+    Ok(())
+}
+
+/// `X-RateLimit-Limit/Remaining/Reset` (the reset in seconds from now).
+pub fn limit_headers(resp: &mut HttpResponse, d: &Decision) {
+    let h = resp.headers_mut();
+    h.insert("x-ratelimit-limit", HeaderValue::from(d.limit));
+    h.insert("x-ratelimit-remaining", HeaderValue::from(d.remaining));
+    h.insert("x-ratelimit-reset", HeaderValue::from(ceil_secs(d.reset)));
+}
+
+/// A refusal for a limit: 429 with `Retry-After` and the limit headers.
+pub fn too_many(d: &Decision, message: &str) -> HttpResponse {
+    let mut resp = error(StatusCode::TOO_MANY_REQUESTS, message);
+    limit_headers(&mut resp, d);
+    let retry = d.retry_after.unwrap_or(d.reset);
+    resp.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        HeaderValue::from(ceil_secs(retry).max(1)),
+    );
+    resp
+}
+
+fn ceil_secs(d: std::time::Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}

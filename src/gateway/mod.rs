@@ -1,0 +1,267 @@
+//! The gateway (`sluice gateway`): serves APIs defined as OpenAPI documents with
+//! `x-sluice-api-gateway`, runs the middleware chain on every request and proxies what
+//! no step answered to the API's upstream. Its own API, under `/sluice/`, manages keys
+//! and reloads; `/ping`, `/ready` and `/metrics` report on it.
+
+pub mod admin;
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod events;
+pub mod keys;
+pub mod limit;
+pub mod middleware;
+pub mod proxy;
+pub mod table;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use http::StatusCode;
+use hyper::body::Incoming;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::http::{self as h, HttpResponse};
+use crate::server::{self, Service, Timeouts};
+use crate::store::Store;
+use config::GatewayConfig;
+use events::EventBus;
+use keys::Keys;
+use limit::Limiter;
+use middleware::cache::ResponseCache;
+use middleware::stream::StreamRoutes;
+use middleware::Ctx;
+use proxy::{Origin, Proxy};
+use table::{ApiTable, Sources};
+
+/// Everything a request may need, shared by all of them.
+pub struct Shared {
+    pub config: GatewayConfig,
+    pub table: ApiTable,
+    pub keys: Keys,
+    pub limiter: Limiter,
+    pub proxy: Proxy,
+    pub cache: ResponseCache,
+    pub events: EventBus,
+    pub metrics: Option<PrometheusHandle>,
+    /// The stream middleware, when streaming is on and something serves stream routes.
+    pub streams: Option<Arc<dyn StreamRoutes>>,
+    /// Wakes the reload loop at once (the gateway API's reload).
+    pub reload_now: tokio::sync::Notify,
+    ready: AtomicBool,
+    tls: bool,
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("store: {0}")]
+    Store(#[from] crate::store::StoreError),
+    #[error("redis: {0}")]
+    Redis(#[from] limit::LimitError),
+    #[error("tls: {0}")]
+    Tls(String),
+    #[error("proxy: {0}")]
+    Proxy(String),
+    #[error("{0}")]
+    Listen(#[from] std::io::Error),
+}
+
+/// A started gateway.
+pub struct Gateway {
+    pub shared: Arc<Shared>,
+    pub address: SocketAddr,
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl Gateway {
+    /// Opens the store, connects to Redis, loads the APIs and binds the listener.
+    pub async fn start(config: GatewayConfig) -> Result<Gateway, StartError> {
+        let store = Store::open(&config.store.url).await?;
+        let limiter = match &config.redis.url {
+            Some(url) => {
+                let prefix = config
+                    .redis
+                    .prefix
+                    .clone()
+                    .unwrap_or_else(|| "sluice:".into());
+                Limiter::redis(url, &prefix).await?
+            }
+            None => Limiter::local(),
+        };
+        let tls = if config.tls.enabled {
+            let (Some(cert), Some(key)) = (&config.tls.cert_file, &config.tls.key_file) else {
+                return Err(StartError::Tls(
+                    "`cert_file` and `key_file` are needed".into(),
+                ));
+            };
+            Some(server::tls_acceptor(cert, key).map_err(StartError::Tls)?)
+        } else {
+            None
+        };
+        let proxy = Proxy::new(
+            config.proxy.timeout.0,
+            config.proxy.connect_timeout.0,
+            config.proxy.max_idle_per_host,
+        )
+        .map_err(StartError::Proxy)?;
+        let metrics = config.metrics.enabled.then(crate::metrics::install);
+        let table = ApiTable::new(Sources {
+            dir: config.apps.path.clone(),
+            store: config.store.apis.then(|| store.clone()),
+        });
+        let keys = Keys::new(store, config.keys.cache_ttl.0, config.secret.as_deref());
+        let (listener, address) = server::bind(&config.listen.socket()).await?;
+        let shared = Arc::new(Shared {
+            table,
+            keys,
+            limiter,
+            proxy,
+            cache: ResponseCache::default(),
+            events: EventBus::default(),
+            metrics,
+            streams: None,
+            reload_now: tokio::sync::Notify::new(),
+            ready: AtomicBool::new(false),
+            tls: tls.is_some(),
+            config,
+        });
+        shared.table.refresh(true).await;
+        shared.ready.store(true, Ordering::Release);
+        Ok(Gateway {
+            shared,
+            address,
+            listener,
+            tls,
+        })
+    }
+
+    /// Serves until `stop`; in-flight requests then finish.
+    pub async fn serve(self, stop: CancellationToken) {
+        let shared = self.shared.clone();
+        let reloader = tokio::spawn(reload_loop(shared.clone(), stop.clone()));
+        let timeouts = Timeouts {
+            header: shared.config.http.header_read_timeout.0,
+            body: shared.config.http.body_read_timeout.0,
+        };
+        let service: Service = Arc::new(move |req, peer| {
+            let shared = shared.clone();
+            async move { shared.handle(req, peer).await }.boxed()
+        });
+        info!(address = %self.address, tls = self.tls.is_some(), "Gateway listening.");
+        server::serve_connections(self.listener, self.tls, timeouts, service, stop).await;
+        reloader.abort();
+    }
+}
+
+/// Checks the sources for changes every `apps.poll_interval`, or at once when asked.
+async fn reload_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let interval = shared.config.apps.poll_interval.0;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shared.reload_now.notified() => {}
+            _ = stop.cancelled() => return,
+        }
+        if shared.table.refresh(false).await {
+            for api in shared.table.current().apis() {
+                shared.cache.forget_api(&api.id);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Answers one request.
+    pub async fn handle(&self, req: http::Request<Incoming>, peer: SocketAddr) -> HttpResponse {
+        let path = req.uri().path();
+        match path {
+            "/ping" => return h::text(StatusCode::OK, "pong"),
+            "/ready" => {
+                return if self.ready.load(Ordering::Acquire) {
+                    h::text(StatusCode::OK, "OK")
+                } else {
+                    h::text(StatusCode::SERVICE_UNAVAILABLE, "loading\n")
+                }
+            }
+            "/metrics" => {
+                return match &self.metrics {
+                    Some(handle) => server::metrics_response(handle),
+                    None => middleware::error(StatusCode::NOT_FOUND, "metrics are disabled"),
+                }
+            }
+            _ => {}
+        }
+        let idle = self.config.http.body_read_timeout.0;
+        let req = req.map(|body| h::boxed(h::IdleTimeout::new(body, idle)));
+        if api::listen_rest("/sluice", req.uri().path()).is_some() {
+            return admin::handle(self, req).await;
+        }
+        let started = Instant::now();
+        let table = self.table.current();
+        let Some(api) = table.route(req.uri().path()) else {
+            return middleware::error(StatusCode::NOT_FOUND, "no API is served at this path");
+        };
+        let method = req.method().clone();
+        let full_path = req.uri().path().to_owned();
+        let rest = api.below(&full_path).unwrap_or("").to_owned();
+        let op = api.operation(&method, if rest.is_empty() { "/" } else { &rest });
+        let ctx = Ctx {
+            gw: self,
+            api,
+            op,
+            rest,
+            req,
+            origin: Origin {
+                peer,
+                tls: self.tls,
+            },
+            session: None,
+            identity: None,
+            limit: None,
+        };
+        let resp = middleware::run(ctx).await;
+        let took = started.elapsed();
+        record(&api.id, resp.status(), took);
+        if self.config.access_log {
+            access_log(&api.id, &method, &full_path, resp.status(), took, peer);
+        }
+        resp
+    }
+}
+
+/// Per-API request counters by status class, and latencies.
+fn record(api_id: &str, status: StatusCode, took: Duration) {
+    let class = match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    metrics::counter!(crate::metrics::GATEWAY_REQUESTS, "api_id" => api_id.to_owned(), "status_class" => class)
+        .increment(1);
+    metrics::histogram!(crate::metrics::GATEWAY_REQUEST_DURATION, "api_id" => api_id.to_owned())
+        .record(took.as_secs_f64());
+}
+
+fn access_log(
+    api_id: &str,
+    method: &http::Method,
+    path: &str,
+    status: StatusCode,
+    took: Duration,
+    peer: SocketAddr,
+) {
+    if status.is_server_error() {
+        error!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, "Request failed.");
+    } else {
+        tracing::info!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, "Request.");
+    }
+}

@@ -1,0 +1,267 @@
+//! The table of served APIs, swapped whole on reload: a request takes the table of the
+//! moment and keeps its API alive until it ends, so a reload never drops one in flight.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parking_lot::RwLock;
+use tracing::{info, warn};
+
+use super::api::{self, Api, ApiError};
+use crate::store::Store;
+
+/// The APIs of one moment.
+#[derive(Default)]
+pub struct Table {
+    /// Longest listen path first, so the most specific API takes a request.
+    by_path: Vec<Arc<Api>>,
+    by_id: HashMap<String, Arc<Api>>,
+    /// Definitions that did not load, with why.
+    pub errors: Vec<ApiError>,
+}
+
+impl Table {
+    /// The API whose listen path holds `path`.
+    pub fn route(&self, path: &str) -> Option<&Arc<Api>> {
+        self.by_path
+            .iter()
+            .find(|api| api::listen_rest(&api.listen_path, path).is_some())
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Arc<Api>> {
+        self.by_id.get(id)
+    }
+
+    pub fn apis(&self) -> impl Iterator<Item = &Arc<Api>> {
+        self.by_path.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_path.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_path.is_empty()
+    }
+}
+
+/// Where definitions come from.
+pub struct Sources {
+    pub dir: Option<PathBuf>,
+    pub store: Option<Store>,
+}
+
+/// What the sources looked like at the last load, to tell whether anything changed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fingerprint {
+    files: BTreeMap<PathBuf, (Option<SystemTime>, u64)>,
+    store_revision: Option<i64>,
+}
+
+pub struct ApiTable {
+    current: RwLock<Arc<Table>>,
+    sources: Sources,
+    seen: parking_lot::Mutex<Option<Fingerprint>>,
+}
+
+impl ApiTable {
+    pub fn new(sources: Sources) -> Self {
+        ApiTable {
+            current: RwLock::new(Arc::new(Table::default())),
+            sources,
+            seen: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// The table of this moment.
+    pub fn current(&self) -> Arc<Table> {
+        self.current.read().clone()
+    }
+
+    /// Reloads when a source changed since the last load (or `force`). Returns whether a
+    /// new table was built.
+    pub async fn refresh(&self, force: bool) -> bool {
+        let fingerprint = self.fingerprint().await;
+        if !force && self.seen.lock().as_ref() == Some(&fingerprint) {
+            return false;
+        }
+        let table = self.load().await;
+        for e in &table.errors {
+            warn!(error = %e, "API definition not loaded.");
+        }
+        info!(
+            apis = table.len(),
+            failed = table.errors.len(),
+            "APIs loaded."
+        );
+        *self.current.write() = Arc::new(table);
+        *self.seen.lock() = Some(fingerprint);
+        true
+    }
+
+    async fn fingerprint(&self) -> Fingerprint {
+        let mut files = BTreeMap::new();
+        if let Some(dir) = &self.sources.dir {
+            for path in definition_files(dir) {
+                let meta = std::fs::metadata(&path).ok();
+                let stamp = (
+                    meta.as_ref().and_then(|m| m.modified().ok()),
+                    meta.map_or(0, |m| m.len()),
+                );
+                files.insert(path, stamp);
+            }
+        }
+        let store_revision = match &self.sources.store {
+            Some(store) => store.apis_revision().await.ok(),
+            None => None,
+        };
+        Fingerprint {
+            files,
+            store_revision,
+        }
+    }
+
+    /// Loads every source. A definition that fails keeps its previous version serving
+    /// (when there was one), and never stops the others.
+    async fn load(&self) -> Table {
+        let previous = self.current();
+        let mut loaded: Vec<Result<Api, ApiError>> = Vec::new();
+        let mut sources_tried: Vec<String> = Vec::new();
+        if let Some(dir) = &self.sources.dir {
+            for path in definition_files(dir) {
+                let name = path.display().to_string();
+                sources_tried.push(name.clone());
+                let result = match std::fs::read_to_string(&path) {
+                    Ok(text) => api::from_file(&name, &text),
+                    Err(e) => Err(ApiError {
+                        api_id: None,
+                        errors: crate::config::ConfigErrors(vec![crate::config::ConfigError::new(
+                            format!("cannot read {name}: {e}"),
+                        )]),
+                    }),
+                };
+                loaded.push(result);
+            }
+        }
+        if let Some(store) = &self.sources.store {
+            match store.list_apis().await {
+                Ok(apis) => {
+                    for stored in apis {
+                        let source = format!("store:{}", stored.id);
+                        sources_tried.push(source.clone());
+                        let result = serde_json::from_str(&stored.document)
+                            .map_err(|e| ApiError {
+                                api_id: Some(stored.id.clone()),
+                                errors: crate::config::ConfigError::new(format!(
+                                    "the stored document is not JSON: {e}"
+                                ))
+                                .into(),
+                            })
+                            .and_then(|doc| api::from_json(&source, &doc));
+                        loaded.push(result);
+                    }
+                }
+                Err(e) => {
+                    // Keep serving what the store gave last time.
+                    warn!(error = %e, "Cannot read APIs from the store.");
+                    for api in previous.apis() {
+                        if api.source.starts_with("store:") {
+                            sources_tried.push(api.source.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let mut table = Table::default();
+        let mut apis: Vec<Arc<Api>> = Vec::new();
+        for result in loaded {
+            match result {
+                Ok(api) => apis.push(Arc::new(api)),
+                Err(e) => {
+                    // The last good version of this API keeps serving.
+                    if let Some(old) = e.api_id.as_deref().and_then(|id| previous.get(id)) {
+                        apis.push(old.clone());
+                    }
+                    table.errors.push(e);
+                }
+            }
+        }
+        // Store APIs the store could not be asked about this time.
+        for api in previous.apis() {
+            if api.source.starts_with("store:")
+                && sources_tried.contains(&api.source)
+                && !apis.iter().any(|a| a.source == api.source)
+            {
+                apis.push(api.clone());
+            }
+        }
+        apis.sort_by(|a, b| a.source.cmp(&b.source));
+        for api in apis {
+            if !api.active {
+                continue;
+            }
+            if let Some(other) = table.by_id.get(&api.id) {
+                if Arc::ptr_eq(other, &api) {
+                    continue;
+                }
+                table.errors.push(clash(
+                    &api,
+                    format!("id `{}` is also used by {}", api.id, other.source),
+                ));
+                continue;
+            }
+            if let Some(other) = table
+                .by_path
+                .iter()
+                .find(|o| o.listen_path == api.listen_path)
+            {
+                table.errors.push(clash(
+                    &api,
+                    format!(
+                        "listen path `{}` is also used by API `{}` ({})",
+                        api.listen_path, other.id, other.source
+                    ),
+                ));
+                continue;
+            }
+            table.by_id.insert(api.id.clone(), api.clone());
+            table.by_path.push(api);
+        }
+        table
+            .by_path
+            .sort_by_key(|api| std::cmp::Reverse(api.listen_path.len()));
+        table
+    }
+}
+
+fn clash(api: &Api, message: String) -> ApiError {
+    ApiError {
+        api_id: Some(api.id.clone()),
+        errors: crate::config::ConfigError::new(format!("{}: {message}", api.source)).into(),
+    }
+}
+
+/// The definition files of `dir`, sorted: `.yaml`, `.yml` and `.json`, not hidden.
+fn definition_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && !p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with('.'))
+                && p.extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        })
+        .collect();
+    files.sort();
+    files
+}

@@ -1,0 +1,1057 @@
+//! Black-box tests of `sluice gateway`: a real gateway process, a real upstream, real
+//! clients; each auth scheme, limits at their edges, the middleware, proxy errors,
+//! streaming, hot reload and two gateways sharing one Redis limit.
+
+mod common;
+#[path = "gateway/harness.rs"]
+mod harness;
+#[path = "gateway/upstream.rs"]
+mod upstream;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use harness::{api, Gw};
+use upstream::Upstream;
+
+const KEY_AUTH: &str = r#"    authentication:
+      enabled: true
+components:
+  securitySchemes:
+    key:
+      type: apiKey
+      in: header
+      name: X-Api-Key
+security:
+  - key: []
+"#;
+
+async fn get(gw: &Gw, path: &str) -> (u16, reqwest::header::HeaderMap, String) {
+    let r = gw.http.get(gw.url(path)).send().await.expect("request");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.text().await.unwrap_or_default())
+}
+
+async fn get_with(
+    gw: &Gw,
+    path: &str,
+    header: (&str, &str),
+) -> (u16, reqwest::header::HeaderMap, String) {
+    let r = gw
+        .http
+        .get(gw.url(path))
+        .header(header.0, header.1)
+        .send()
+        .await
+        .expect("request");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.text().await.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn proxies_with_forwarding_headers_and_without_hop_by_hop_ones() {
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[("echo.yaml", api("echo", "/echo", &up.url(), ""))], "").await;
+    let r = gw
+        .http
+        .get(gw.url("/echo/a/b?x=1&y=2"))
+        .header("x-forwarded-for", "10.1.1.1")
+        .header("connection", "x-drop-me")
+        .header("x-drop-me", "1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.headers().get("x-upstream-private").is_none(),
+        "hop-by-hop header relayed"
+    );
+    let echo: Value = r.json().await.unwrap();
+    assert_eq!(echo["path"], "/a/b");
+    assert_eq!(echo["query"], "x=1&y=2");
+    assert_eq!(echo["headers"]["x-forwarded-for"], "10.1.1.1, 127.0.0.1");
+    assert_eq!(echo["headers"]["x-forwarded-proto"], "http");
+    assert_eq!(
+        echo["headers"]["x-forwarded-host"],
+        format!("127.0.0.1:{}", gw.port)
+    );
+    assert!(echo["headers"].get("x-drop-me").is_none());
+    let (status, _, body) = get(&gw, "/nothing-here").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("\"error\""), "{body}");
+    assert_eq!(get(&gw, "/ping").await.0, 200);
+    assert_eq!(get(&gw, "/ready").await.0, 200);
+    let (_, _, metrics) = get(&gw, "/metrics").await;
+    assert!(
+        metrics.contains("sluice_gateway_requests_total{api_id=\"echo\",status_class=\"2xx\"}"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("/a/b"), "raw paths must not be labels");
+}
+
+#[tokio::test]
+async fn api_keys_are_accepted_and_refused() {
+    let up = Upstream::start().await;
+    let gw = Gw::start(
+        &[
+            ("a.yaml", api("keyed", "/keyed", &up.url(), KEY_AUTH)),
+            ("b.yaml", api("other", "/other", &up.url(), KEY_AUTH)),
+        ],
+        "",
+    )
+    .await;
+    let key = gw.create_key(json!({"access_rights": {"keyed": {}}})).await;
+    let token = key["key"].as_str().unwrap().to_owned();
+    let id = key["key_id"].as_str().unwrap().to_owned();
+
+    let (status, _, body) = get(&gw, "/keyed/x").await;
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["error"],
+        "authorization missing"
+    );
+    assert_eq!(
+        get_with(&gw, "/keyed/x", ("x-api-key", "wrong")).await.0,
+        401
+    );
+    assert_eq!(
+        get_with(&gw, "/keyed/x", ("x-api-key", &token)).await.0,
+        200
+    );
+    // No access rights on the other API.
+    assert_eq!(
+        get_with(&gw, "/other/x", ("x-api-key", &token)).await.0,
+        403
+    );
+
+    // Expired, then inactive.
+    let put = |body: Value| {
+        gw.admin(Method::PUT, &format!("/sluice/keys/{id}"))
+            .json(&body)
+            .send()
+    };
+    assert_eq!(
+        put(json!({"access_rights": {"keyed": {}}, "expires": 1}))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let (status, _, body) = get_with(&gw, "/keyed/x", ("x-api-key", &token)).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("expired"));
+    assert_eq!(
+        put(json!({"access_rights": {"keyed": {}}, "inactive": true}))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        get_with(&gw, "/keyed/x", ("x-api-key", &token)).await.0,
+        403
+    );
+    // Deleted keys stop working at once on this gateway.
+    let del = gw
+        .admin(Method::DELETE, &format!("/sluice/keys/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.status(), 200);
+    assert_eq!(
+        get_with(&gw, "/keyed/x", ("x-api-key", &token)).await.0,
+        401
+    );
+}
+
+#[tokio::test]
+async fn keys_in_query_and_cookie() {
+    let up = Upstream::start().await;
+    let query_auth = KEY_AUTH
+        .replace("in: header", "in: query")
+        .replace("X-Api-Key", "api_key");
+    let cookie_auth = KEY_AUTH
+        .replace("in: header", "in: cookie")
+        .replace("X-Api-Key", "session");
+    let gw = Gw::start(
+        &[
+            ("q.yaml", api("q", "/q", &up.url(), &query_auth)),
+            ("c.yaml", api("c", "/c", &up.url(), &cookie_auth)),
+        ],
+        "",
+    )
+    .await;
+    let key = gw
+        .create_key(json!({"access_rights": {"q": {}, "c": {}}}))
+        .await;
+    let token = key["key"].as_str().unwrap();
+    assert_eq!(get(&gw, &format!("/q/x?api_key={token}")).await.0, 200);
+    assert_eq!(get(&gw, "/q/x?api_key=nope").await.0, 401);
+    let cookie = format!("theme=dark; session={token}");
+    assert_eq!(get_with(&gw, "/c/x", ("cookie", &cookie)).await.0, 200);
+    assert_eq!(
+        get_with(&gw, "/c/x", ("cookie", "session=nope")).await.0,
+        401
+    );
+}
+
+#[tokio::test]
+async fn basic_auth_users() {
+    let up = Upstream::start().await;
+    let auth = r#"    authentication:
+      enabled: true
+components:
+  securitySchemes:
+    basic:
+      type: http
+      scheme: basic
+"#;
+    let gw = Gw::start(&[("b.yaml", api("basic", "/basic", &up.url(), auth))], "").await;
+    gw.create_key(json!({
+        "access_rights": {"basic": {}},
+        "basic_auth": {"username": "alice", "password": "correct horse"}
+    }))
+    .await;
+    let ok = gw
+        .http
+        .get(gw.url("/basic/x"))
+        .basic_auth("alice", Some("correct horse"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    let bad = gw
+        .http
+        .get(gw.url("/basic/x"))
+        .basic_auth("alice", Some("wrong"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+    let none = gw.http.get(gw.url("/basic/x")).send().await.unwrap();
+    assert_eq!(none.status(), 401);
+    assert!(none.headers().get("www-authenticate").is_some());
+}
+
+#[tokio::test]
+async fn jwt_bearer_tokens() {
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    let up = Upstream::start().await;
+    let auth = r#"    authentication:
+      enabled: true
+      securitySchemes:
+        jwt:
+          enabled: true
+          signingMethod: HS256
+          source: a-shared-test-secret-of-some-length
+          issuer: https://issuer.test
+          audiences: [gateway-tests]
+components:
+  securitySchemes:
+    jwt:
+      type: http
+      scheme: bearer
+      bearerFormat: JWT
+"#;
+    let gw = Gw::start(&[("j.yaml", api("jwt", "/jwt", &up.url(), auth))], "").await;
+    let now = chrono::Utc::now().timestamp();
+    let sign = |claims: Value, secret: &str| {
+        encode(
+            &Header::default(),
+            &claims,
+            &EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    };
+    let good = sign(
+        json!({"sub": "u1", "iss": "https://issuer.test", "aud": "gateway-tests", "exp": now + 60}),
+        "a-shared-test-secret-of-some-length",
+    );
+    let bearer = |t: &str| format!("Bearer {t}");
+    assert_eq!(
+        get_with(&gw, "/jwt/x", ("authorization", &bearer(&good)))
+            .await
+            .0,
+        200
+    );
+    let expired = sign(
+        json!({"sub": "u1", "iss": "https://issuer.test", "aud": "gateway-tests", "exp": now - 600}),
+        "a-shared-test-secret-of-some-length",
+    );
+    assert_eq!(
+        get_with(&gw, "/jwt/x", ("authorization", &bearer(&expired)))
+            .await
+            .0,
+        401
+    );
+    let forged = sign(
+        json!({"sub": "u1", "iss": "https://issuer.test", "aud": "gateway-tests", "exp": now + 60}),
+        "another-secret",
+    );
+    assert_eq!(
+        get_with(&gw, "/jwt/x", ("authorization", &bearer(&forged)))
+            .await
+            .0,
+        401
+    );
+    let wrong_aud = sign(
+        json!({"sub": "u1", "iss": "https://issuer.test", "aud": "someone-else", "exp": now + 60}),
+        "a-shared-test-secret-of-some-length",
+    );
+    assert_eq!(
+        get_with(&gw, "/jwt/x", ("authorization", &bearer(&wrong_aud)))
+            .await
+            .0,
+        401
+    );
+    assert_eq!(get(&gw, "/jwt/x").await.0, 401);
+}
+
+#[tokio::test]
+async fn hmac_signed_requests() {
+    let up = Upstream::start().await;
+    let auth = r#"    authentication:
+      enabled: true
+      securitySchemes:
+        sig:
+          enabled: true
+          allowedAlgorithms: [hmac-sha256]
+          allowedClockSkew: 300
+components:
+  securitySchemes:
+    sig:
+      type: http
+      scheme: signature
+"#;
+    let gw = Gw::start(&[("h.yaml", api("hmac", "/hmac", &up.url(), auth))], "").await;
+    let key = gw
+        .create_key(json!({"access_rights": {"hmac": {}}, "hmac": true}))
+        .await;
+    let id = key["key_id"].as_str().unwrap();
+    let secret = key["hmac_secret"].as_str().unwrap();
+    let date = httpdate_now();
+    let signed = |path: &str, secret: &str| {
+        let (parts, ()) = http::Request::get(path)
+            .header("date", date.as_str())
+            .body(())
+            .unwrap()
+            .into_parts();
+        sluice::gateway::auth::hmac::sign(
+            &parts,
+            id,
+            sluice::gateway::auth::hmac::HmacAlgorithm::Sha256,
+            &["(request-target)", "date"],
+            secret.as_bytes(),
+        )
+        .unwrap()
+    };
+    let header = signed("/hmac/x", secret);
+    let ok = gw
+        .http
+        .get(gw.url("/hmac/x"))
+        .header("date", &date)
+        .header("authorization", &header)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    // Signed for another path.
+    let other = signed("/hmac/y", secret);
+    let bad = gw
+        .http
+        .get(gw.url("/hmac/x"))
+        .header("date", &date)
+        .header("authorization", &other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+    let wrong = signed("/hmac/x", "not-the-secret");
+    let bad = gw
+        .http
+        .get(gw.url("/hmac/x"))
+        .header("date", &date)
+        .header("authorization", &wrong)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 401);
+}
+
+fn httpdate_now() -> String {
+    sluice::gateway::auth::hmac::http_date(std::time::SystemTime::now())
+}
+
+#[tokio::test]
+async fn key_rate_limit_and_quota_hold_exactly_at_their_edges() {
+    let up = Upstream::start().await;
+    let gw = Gw::start(
+        &[("a.yaml", api("limited", "/limited", &up.url(), KEY_AUTH))],
+        "",
+    )
+    .await;
+    let key = gw
+        .create_key(
+            json!({"access_rights": {"limited": {}}, "rate_limit": {"rate": 3, "per": "60s"}}),
+        )
+        .await;
+    let token = key["key"].as_str().unwrap().to_owned();
+    for remaining in [2, 1, 0] {
+        let (status, headers, _) = get_with(&gw, "/limited/x", ("x-api-key", &token)).await;
+        assert_eq!(status, 200);
+        assert_eq!(headers["x-ratelimit-limit"], "3");
+        assert_eq!(
+            headers["x-ratelimit-remaining"],
+            remaining.to_string().as_str()
+        );
+    }
+    let (status, headers, body) = get_with(&gw, "/limited/x", ("x-api-key", &token)).await;
+    assert_eq!(status, 429, "{body}");
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=20).contains(&retry), "retry after {retry}");
+    assert_eq!(headers["x-ratelimit-remaining"], "0");
+    assert!(headers.contains_key("x-ratelimit-reset"));
+
+    let key = gw
+        .create_key(json!({"access_rights": {"limited": {}}, "quota": {"max": 2, "renewal": "1h"}}))
+        .await;
+    let token = key["key"].as_str().unwrap().to_owned();
+    let id = key["key_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        get_with(&gw, "/limited/x", ("x-api-key", &token)).await.0,
+        200
+    );
+    assert_eq!(
+        get_with(&gw, "/limited/x", ("x-api-key", &token)).await.0,
+        200
+    );
+    let (status, _, body) = get_with(&gw, "/limited/x", ("x-api-key", &token)).await;
+    assert_eq!(status, 429);
+    assert!(body.contains("quota"), "{body}");
+    let reset = gw
+        .admin(Method::DELETE, &format!("/sluice/keys/{id}/quota"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reset.status(), 200);
+    assert_eq!(
+        get_with(&gw, "/limited/x", ("x-api-key", &token)).await.0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn api_and_operation_rate_limits() {
+    let up = Upstream::start().await;
+    let doc = format!(
+        r#"openapi: 3.1.0
+info: {{title: t, version: "1"}}
+paths:
+  /items:
+    get:
+      operationId: listItems
+      responses: {{"200": {{description: ok}}}}
+x-sluice-api-gateway:
+  info: {{id: rl, name: rl}}
+  upstream:
+    url: {}
+    rateLimit: {{rate: 5, per: 60s}}
+  server:
+    listenPath: {{value: /rl, strip: true}}
+  middleware:
+    operations:
+      listItems:
+        rateLimit: {{rate: 2, per: 60}}
+"#,
+        up.url()
+    );
+    let gw = Gw::start(&[("rl.yaml", doc)], "").await;
+    assert_eq!(get(&gw, "/rl/items").await.0, 200);
+    assert_eq!(get(&gw, "/rl/items").await.0, 200);
+    assert_eq!(get(&gw, "/rl/items").await.0, 429);
+    // The API's limit (5) counted the three above, the one the operation refused too:
+    // it is checked first. Two are left.
+    assert_eq!(get(&gw, "/rl/other").await.0, 200);
+    assert_eq!(get(&gw, "/rl/other").await.0, 200);
+    assert_eq!(get(&gw, "/rl/other").await.0, 429);
+}
+
+fn middleware_doc(upstream: &str) -> String {
+    format!(
+        r##"openapi: 3.0.3
+info: {{title: mw, version: "1"}}
+paths:
+  /upload:
+    post:
+      operationId: upload
+      responses: {{"200": {{description: ok}}}}
+  /pets:
+    post:
+      operationId: addPet
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema: {{$ref: "#/components/schemas/Pet"}}
+      responses: {{"200": {{description: ok}}}}
+  /mocked:
+    get:
+      operationId: mocked
+      responses:
+        "200":
+          description: ok
+  /cached:
+    get:
+      operationId: cached
+      responses: {{"200": {{description: ok}}}}
+  /blocked:
+    get:
+      operationId: blocked
+      responses: {{"200": {{description: ok}}}}
+components:
+  schemas:
+    Pet:
+      type: object
+      required: [name]
+      properties:
+        name: {{type: string}}
+x-sluice-api-gateway:
+  info: {{id: mw, name: mw}}
+  upstream: {{url: "{upstream}"}}
+  server:
+    listenPath: {{value: /mw, strip: true}}
+  middleware:
+    global:
+      cache:
+        enabled: true
+        timeout: 60
+      transformRequestHeaders:
+        add: [{{name: X-Added, value: "yes"}}]
+        remove: [X-Secret]
+      transformResponseHeaders:
+        add: [{{name: X-Served-By, value: sluice}}]
+    operations:
+      upload:
+        requestSizeLimit: {{enabled: true, value: 10}}
+      addPet:
+        validateRequest: {{enabled: true, errorResponseCode: 422}}
+      mocked:
+        mockResponse:
+          enabled: true
+          code: 203
+          body: '{{"mock": true}}'
+          headers: [{{name: Content-Type, value: application/json}}]
+      cached:
+        cache: {{enabled: true}}
+      blocked:
+        block: {{enabled: true}}
+"##
+    )
+}
+
+#[tokio::test]
+async fn size_limit_validation_mock_cache_block_and_header_transforms() {
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[("mw.yaml", middleware_doc(&up.url()))], "").await;
+    let post = |path: &str, body: &'static str| {
+        gw.http
+            .post(gw.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // Size: exactly at the limit passes, one byte over is refused.
+    assert_eq!(
+        post("/mw/upload", "0123456789").await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        post("/mw/upload", "0123456789X").await.unwrap().status(),
+        413
+    );
+    // A body of unknown length is measured too.
+    let chunks = futures::stream::iter(vec![
+        Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"012345")),
+        Ok(bytes::Bytes::from_static(b"6789AB")),
+    ]);
+    let r = gw
+        .http
+        .post(gw.url("/mw/upload"))
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    // Validation.
+    assert_eq!(
+        post("/mw/pets", r#"{"name": "rex"}"#)
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let bad = post("/mw/pets", r#"{"age": 3}"#).await.unwrap();
+    assert_eq!(bad.status(), 422);
+    let body: Value = bad.json().await.unwrap();
+    assert!(body["error"].as_str().unwrap().contains("name"), "{body}");
+    assert_eq!(post("/mw/pets", "").await.unwrap().status(), 422);
+
+    // Mock: the upstream never sees it.
+    let before = up.hits();
+    let (status, headers, body) = get(&gw, "/mw/mocked").await;
+    assert_eq!(status, 203);
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(body, r#"{"mock": true}"#);
+    assert_eq!(up.hits(), before);
+
+    // Cache: the second answer comes from the gateway.
+    let (_, h1, b1) = get(&gw, "/mw/cached?v=1").await;
+    let hits = up.hits();
+    let (_, h2, b2) = get(&gw, "/mw/cached?v=1").await;
+    assert_eq!(up.hits(), hits, "a cache hit reached the upstream");
+    assert_eq!(b1, b2);
+    assert_eq!(h1["x-cache"], "MISS");
+    assert_eq!(h2["x-cache"], "HIT");
+    // Another query is another entry.
+    let (_, h3, _) = get(&gw, "/mw/cached?v=2").await;
+    assert_eq!(h3["x-cache"], "MISS");
+
+    // Block.
+    assert_eq!(get(&gw, "/mw/blocked").await.0, 403);
+
+    // Header transforms.
+    let r = gw
+        .http
+        .get(gw.url("/mw/echo"))
+        .header("x-secret", "s")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-served-by"], "sluice");
+    let echo: Value = r.json().await.unwrap();
+    assert_eq!(echo["headers"]["x-added"], "yes");
+    assert!(echo["headers"].get("x-secret").is_none());
+}
+
+#[tokio::test]
+async fn upstream_failures_answer_502_and_504() {
+    let closed = format!("http://127.0.0.1:{}", harness::free_port());
+    let up = Upstream::start().await;
+    let slow = api("slow", "/slow-api", &up.url(), "").replace(
+        &format!("    url: {}\n", up.url()),
+        &format!("    url: {}\n    timeout: 500ms\n", up.url()),
+    );
+    let gw = Gw::start(
+        &[
+            ("down.yaml", api("down", "/down", &closed, "")),
+            ("slow.yaml", slow),
+        ],
+        "",
+    )
+    .await;
+    let (status, _, body) = get(&gw, "/down/x").await;
+    assert_eq!(status, 502, "{body}");
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
+    let started = Instant::now();
+    let (status, _, _) = get(&gw, "/slow-api/slow").await;
+    assert_eq!(status, 504);
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn an_sse_upstream_is_streamed_not_buffered() {
+    use futures::StreamExt;
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[("s.yaml", api("sse", "/sse-api", &up.url(), ""))], "").await;
+    let resp = gw.http.get(gw.url("/sse-api/sse")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.bytes_stream();
+    // The first event arrives while the upstream still holds the second.
+    let first = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .expect("the first event was held back")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&first[..], b"data: one\n\n");
+    up.sse_gate.notify_one();
+    let second = tokio::time::timeout(Duration::from_secs(5), body.next())
+        .await
+        .expect("second event")
+        .unwrap()
+        .unwrap();
+    assert_eq!(&second[..], b"data: two\n\n");
+}
+
+#[tokio::test]
+async fn hot_reload_under_load_loses_no_request() {
+    let up = Upstream::start().await;
+    let gw = Arc::new(Gw::start(&[("a.yaml", api("a", "/a", &up.url(), ""))], "").await);
+    let failures = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let (gw, failures, done, stop) = (gw.clone(), failures.clone(), done.clone(), stop.clone());
+        load.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match gw.http.get(gw.url("/a/x")).send().await {
+                    Ok(r) if r.status() == 200 => {}
+                    _ => {
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    // Change API a several times and add API b, all while requests run.
+    for i in 0..5 {
+        let extra = format!(
+            "  middleware:\n    global:\n      transformResponseHeaders:\n        add: [{{name: X-Version, value: \"{i}\"}}]\n"
+        );
+        gw.write_api("a.yaml", &api("a", "/a", &up.url(), &extra));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = Instant::now();
+    gw.write_api("b.yaml", &api("b", "/b", &up.url(), ""));
+    loop {
+        if get(&gw, "/b/x").await.0 == 200 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a new API took over a second"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, headers, _) = get(&gw, "/a/x").await;
+    assert_eq!(headers["x-version"], "4");
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        task.await.unwrap();
+    }
+    assert!(done.load(Ordering::SeqCst) > 20);
+    assert_eq!(failures.load(Ordering::SeqCst), 0);
+    // A removed API goes.
+    std::fs::remove_file(gw.dir.join("apis/b.yaml")).unwrap();
+    let started = Instant::now();
+    while get(&gw, "/b/x").await.0 != 404 {
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a removed API still served"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_gateways_sharing_redis_enforce_one_limit() {
+    let up = Upstream::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = format!("sluice-test-{}:", uuid::Uuid::new_v4());
+    let config = format!("redis:\n  url: redis://127.0.0.1:6379\n  prefix: \"{prefix}\"\n");
+    let apis = [("a.yaml", api("shared", "/shared", &up.url(), KEY_AUTH))];
+    let one = Gw::start_in(tmp.path().to_path_buf(), None, &apis, &config, &[]).await;
+    let two = Gw::start_in(tmp.path().to_path_buf(), None, &apis, &config, &[]).await;
+    // The key made on one gateway works on both: they share the store.
+    let key = one
+        .create_key(
+            json!({"access_rights": {"shared": {}}, "rate_limit": {"rate": 10, "per": "60s"}}),
+        )
+        .await;
+    let token = key["key"].as_str().unwrap().to_owned();
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let url = if i % 2 == 0 {
+            one.url("/shared/x")
+        } else {
+            two.url("/shared/x")
+        };
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("x-api-key", token)
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+                .unwrap_or(0)
+        }));
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => ok += 1,
+            429 => limited += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!((ok, limited), (10, 20));
+    drop(tmp);
+}
+
+#[tokio::test]
+async fn the_gateway_api_needs_the_secret_and_names_bad_fields() {
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[("a.yaml", api("adm", "/adm", &up.url(), KEY_AUTH))], "").await;
+    let r = gw.http.get(gw.url("/sluice/keys")).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let r = gw
+        .http
+        .get(gw.url("/sluice/keys"))
+        .header("x-sluice-authorization", "wrong-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = gw
+        .admin(Method::POST, "/sluice/keys")
+        .json(&json!({"access_rights": {"adm": {}}, "rate_limit": {"rate": "many", "per": "1s"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("rate_limit.rate"),
+        "{body}"
+    );
+    let r = gw
+        .admin(Method::POST, "/sluice/keys")
+        .json(&json!({"access_rights": {"nope": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // Read back: no secret is shown again.
+    let key = gw
+        .create_key(json!({"access_rights": {"adm": {}}, "alias": "mobile"}))
+        .await;
+    let token = key["key"].as_str().unwrap();
+    let id = key["key_id"].as_str().unwrap();
+    let r = gw
+        .admin(Method::GET, &format!("/sluice/keys/{id}"))
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    assert!(text.contains("mobile") && !text.contains(token), "{text}");
+    let list = gw
+        .admin(Method::GET, "/sluice/keys")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(list.contains(id) && !list.contains(token));
+    // The store holds only the hash.
+    let db = std::fs::read(gw.dir.join("sluice.db")).unwrap();
+    assert!(!db.windows(token.len()).any(|w| w == token.as_bytes()));
+}
+
+#[tokio::test]
+async fn apis_posted_to_the_gateway_api_are_served_and_bad_ones_refused() {
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[], "").await;
+    let doc: Value = serde_yaml::from_str(&api("posted", "/posted", &up.url(), "")).unwrap();
+    let r = gw
+        .admin(Method::POST, "/sluice/apis")
+        .json(&doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    assert_eq!(get(&gw, "/posted/x").await.0, 200);
+    let mut bad = doc.clone();
+    bad["x-sluice-api-gateway"]["server"]["listenPath"]["value"] = json!("no-slash");
+    bad["x-sluice-api-gateway"]["info"]["id"] = json!("bad");
+    let r = gw
+        .admin(Method::POST, "/sluice/apis")
+        .json(&bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["details"][0]["path"], "x-sluice-api-gateway.server.listenPath.value",
+        "{body}"
+    );
+    let r = gw
+        .admin(Method::DELETE, "/sluice/apis/posted")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(get(&gw, "/posted/x").await.0, 404);
+}
+
+#[tokio::test]
+async fn a_bad_api_does_not_stop_the_others_and_is_reported_where_it_is() {
+    let up = Upstream::start().await;
+    let bad = api(
+        "broken",
+        "/broken",
+        &up.url(),
+        "  middleware:\n    global:\n      cahce: {}\n",
+    );
+    let gw = Gw::start(
+        &[
+            ("good.yaml", api("good", "/good", &up.url(), "")),
+            ("broken.yaml", bad),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(get(&gw, "/good/x").await.0, 200);
+    assert_eq!(get(&gw, "/broken/x").await.0, 404);
+    let r = gw.admin(Method::GET, "/sluice/apis").send().await.unwrap();
+    let body: Value = r.json().await.unwrap();
+    let error = body["errors"][0]["error"].as_str().unwrap().to_owned();
+    assert!(error.contains("API `broken`"), "{error}");
+    assert!(error.contains("broken.yaml:20:7"), "{error}");
+    assert!(
+        error.contains("cache"),
+        "the suggestion names the right key: {error}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_gateway_config_fails_at_start_with_its_position() {
+    let (code, err) = harness::refused("listen:\n  port: 80\n  adress: 0.0.0.0\n").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("gateway.yaml:3:3"), "{err}");
+    assert!(err.contains("address"), "{err}");
+    let (code, err) = harness::refused("tls:\n  enabled: true\n").await;
+    assert_eq!(code, 1);
+    assert!(err.contains("cert_file"), "{err}");
+}
+
+#[tokio::test]
+async fn the_petstore_example_runs_as_documented() {
+    let up = Upstream::start().await;
+    let text = std::fs::read_to_string("apis/petstore.yaml").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = Gw::start_in(
+        tmp.path().to_path_buf(),
+        None,
+        &[("petstore.yaml", text)],
+        "",
+        &[("PETSTORE_UPSTREAM", up.url())],
+    )
+    .await;
+    assert_eq!(get(&gw, "/petstore/pets").await.0, 401);
+    let key = gw
+        .create_key(json!({"access_rights": {"petstore": {}}}))
+        .await;
+    let token = key["key"].as_str().unwrap();
+    let (status, headers, _) = get_with(&gw, "/petstore/pets?limit=5", ("x-api-key", token)).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-served-by"], "sluice");
+    assert_eq!(
+        get_with(&gw, "/petstore/pets?limit=500", ("x-api-key", token))
+            .await
+            .0,
+        422
+    );
+    let r = gw
+        .http
+        .post(gw.url("/petstore/pets"))
+        .header("x-api-key", token)
+        .json(&json!({"tag": "no name"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    drop(tmp);
+}
+
+#[tokio::test]
+async fn tls_offers_http2_and_http1_and_plain_speaks_http2_with_prior_knowledge() {
+    let up = Upstream::start().await;
+    let certs = tempfile::tempdir().unwrap();
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let (cert_file, key_file) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.key_pair.serialize_pem()).unwrap();
+    let config = format!(
+        "tls:\n  enabled: true\n  cert_file: {}\n  key_file: {}\n",
+        cert_file.display(),
+        key_file.display()
+    );
+    let apis = [("a.yaml", api("tls", "/tls", &up.url(), ""))];
+    let gw = Gw::start(&apis, &config).await;
+    let r = gw.http.get(gw.url("/tls/x")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.version(), reqwest::Version::HTTP_2, "ALPN offers h2");
+    let echo: Value = r.json().await.unwrap();
+    assert_eq!(echo["headers"]["x-forwarded-proto"], "https");
+    let h1 = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .http1_only()
+        .build()
+        .unwrap();
+    let r = h1.get(gw.url("/tls/x")).send().await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.version()),
+        (200, reqwest::Version::HTTP_11)
+    );
+
+    let plain = Gw::start(&apis, "").await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let r = h2.get(plain.url("/tls/x")).send().await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.version()),
+        (200, reqwest::Version::HTTP_2)
+    );
+}
+
+#[tokio::test]
+async fn websocket_upgrades_pass_through() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[("w.yaml", api("ws", "/ws-api", &up.url(), KEY_AUTH))], "").await;
+    let key = gw.create_key(json!({"access_rights": {"ws": {}}})).await;
+    let token = key["key"].as_str().unwrap();
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(format!(
+            "ws://127.0.0.1:{}/ws-api/ws",
+            gw.port
+        ))
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("x-api-key", token.parse().unwrap());
+    let (mut ws, resp) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(resp.status(), 101);
+    ws.send(Message::text("hello through the gateway"))
+        .await
+        .unwrap();
+    let echoed = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        echoed.into_text().unwrap().as_str(),
+        "hello through the gateway"
+    );
+    // Without a key the upgrade is refused before it reaches the upstream.
+    let refused =
+        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws-api/ws", gw.port)).await;
+    assert!(refused.is_err());
+}

@@ -1,0 +1,171 @@
+//! Starts `sluice gateway` as a user would: a config file, an apps directory of API
+//! definitions and a store in a temporary directory, a real port.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::process::{Child, Command};
+
+pub const SECRET: &str = "test-gateway-secret";
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+pub use super::common::free_port;
+
+pub struct Gw {
+    /// Killed when the test ends.
+    _child: Child,
+    pub dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    pub port: u16,
+    pub http: reqwest::Client,
+    scheme: &'static str,
+}
+
+/// An API definition with key auth (header `X-Api-Key`) or none, for `upstream`.
+pub fn api(id: &str, listen: &str, upstream: &str, extra: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info:
+  title: {id}
+  version: "1.0"
+paths: {{}}
+x-sluice-api-gateway:
+  info:
+    id: {id}
+    name: {id}
+    state:
+      active: true
+  upstream:
+    url: {upstream}
+  server:
+    listenPath:
+      value: {listen}
+      strip: true
+{extra}"#
+    )
+}
+
+impl Gw {
+    /// Starts a gateway whose apps directory holds `apis` (file name, text); `config`
+    /// is added to the gateway config.
+    pub async fn start(apis: &[(&str, String)], config: &str) -> Gw {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        Self::start_in(dir, Some(tmp), apis, config, &[]).await
+    }
+
+    /// Starts a gateway in `dir` (shared with another gateway: same apps and store).
+    pub async fn start_in(
+        dir: PathBuf,
+        tmp: Option<tempfile::TempDir>,
+        apis: &[(&str, String)],
+        config: &str,
+        env: &[(&str, String)],
+    ) -> Gw {
+        let apps = dir.join("apis");
+        std::fs::create_dir_all(&apps).expect("apps dir");
+        for (name, text) in apis {
+            std::fs::write(apps.join(name), text).expect("write api");
+        }
+        let port = free_port();
+        let text = format!(
+            "listen:\n  address: 127.0.0.1\n  port: {port}\napps:\n  path: {apps}\n  poll_interval: 100ms\nstore:\n  url: sqlite://{store}\nsecret: {SECRET}\nlogger:\n  level: warn\n{config}\n",
+            apps = apps.display(),
+            store = dir.join("sluice.db").display(),
+        );
+        let path = dir.join(format!("gateway-{port}.yaml"));
+        std::fs::write(&path, text).expect("write config");
+        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("gateway")
+            .arg("--config")
+            .arg(&path)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sluice gateway");
+        let tls = config.contains("tls:");
+        let gw = Gw {
+            _child: child,
+            dir,
+            _tmp: tmp,
+            port,
+            // The TLS tests use a self-signed certificate.
+            http: reqwest::Client::builder()
+                .danger_accept_invalid_certs(tls)
+                .build()
+                .expect("client"),
+            scheme: if tls { "https" } else { "http" },
+        };
+        gw.wait_up().await;
+        gw
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
+    }
+
+    async fn wait_up(&self) {
+        let start = Instant::now();
+        while start.elapsed() < DEADLINE {
+            if let Ok(r) = self.http.get(self.url("/ready")).send().await {
+                if r.status() == 200 {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the gateway did not come up within {DEADLINE:?}");
+    }
+
+    /// Writes (or rewrites) an API definition file.
+    pub fn write_api(&self, name: &str, text: &str) {
+        let apps = self.dir.join("apis");
+        let tmp = apps.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write api");
+        std::fs::rename(&tmp, apps.join(name)).expect("rename api");
+    }
+
+    pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .header("x-sluice-authorization", SECRET)
+    }
+
+    /// Makes a key through the gateway API; returns the whole answer.
+    pub async fn create_key(&self, body: Value) -> Value {
+        let resp = self
+            .admin(reqwest::Method::POST, "/sluice/keys")
+            .json(&body)
+            .send()
+            .await
+            .expect("create key");
+        let status = resp.status();
+        let body: Value = resp.json().await.expect("key JSON");
+        assert_eq!(status, 201, "create key: {body}");
+        body
+    }
+}
+
+/// Runs `sluice gateway` with a config expected to be refused; returns (code, stderr).
+pub async fn refused(config: &str) -> (i32, String) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let path = tmp.path().join("gateway.yaml");
+    std::fs::write(&path, config).expect("write config");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("gateway")
+        .arg("--config")
+        .arg(&path)
+        .output();
+    let out = tokio::time::timeout(DEADLINE, out)
+        .await
+        .expect("exits in time")
+        .expect("run sluice");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

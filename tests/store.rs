@@ -1,0 +1,306 @@
+//! The store against both backends: one scenario run on a SQLite file and on a real
+//! PostgreSQL server, plus the errors of bad locations.
+//!
+//! PostgreSQL is reached through `SLUICE_TEST_POSTGRES_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`). Each test creates its own database through
+//! that one and drops it at the end, so runs never disturb each other. When the server
+//! cannot be reached the tests fail: they do not skip.
+
+use std::error::Error;
+use std::future::Future;
+use std::time::Duration;
+
+use sluice::store::{KeyRecord, Store, StoreError, StoredApi};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn admin_url() -> String {
+    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+}
+
+async fn admin_pool() -> PgPool {
+    let url = admin_url();
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is unreachable: {e}"))
+}
+
+/// Runs `test` with the URL of a new, empty PostgreSQL database, and drops the database
+/// afterwards, whether `test` passed or panicked.
+async fn with_postgres<F, Fut>(test: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let admin = admin_pool().await;
+    let name = format!("sluice_store_{}", uuid::Uuid::new_v4().simple());
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+    let mut url = url::Url::parse(&admin_url()).expect("SLUICE_TEST_POSTGRES_URL is a URL");
+    url.set_path(&name);
+    // A task, so that a failed assertion comes back here as an error and the database is
+    // still dropped.
+    let outcome = tokio::spawn(test(url.to_string())).await;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("cannot drop database {name}: {e}"));
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+fn key(id: &str, hash: &str, org_id: &str) -> KeyRecord {
+    KeyRecord {
+        id: id.into(),
+        hash: hash.into(),
+        org_id: org_id.into(),
+        policy: r#"{"rate":{"per":60,"limit":100}}"#.into(),
+        created_at: 1_700_000_000,
+        updated_at: 1_700_000_000,
+    }
+}
+
+fn api(id: &str, org_id: &str, version: u32) -> StoredApi {
+    StoredApi {
+        id: id.into(),
+        org_id: org_id.into(),
+        document: format!(
+            r#"{{"openapi":"3.0.3","info":{{"title":"{id}","version":"{version}"}}}}"#
+        ),
+        updated_at: 1_700_000_000 + i64::from(version),
+    }
+}
+
+fn ids<T>(items: Vec<T>, id: impl Fn(&T) -> &str) -> Vec<String> {
+    items.iter().map(|item| id(item).to_owned()).collect()
+}
+
+/// The same checks for either backend: `url` names an empty store that two `Store`s open.
+async fn scenario(url: String, backend: &str) {
+    let a = Store::open(&url).await.expect("first open");
+    // The second open finds the schema already migrated.
+    let b = Store::open(&url).await.expect("second open");
+    assert_eq!(a.backend(), backend);
+    assert_eq!(b.backend(), backend);
+
+    // Keys: insert, conflicts on id and on hash, lookups.
+    let k1 = key("k1", "hash-1", "org-a");
+    a.insert_key(&k1).await.unwrap();
+    a.insert_key(&key("k2", "hash-2", "org-b")).await.unwrap();
+    b.insert_key(&key("k3", "hash-3", "org-a")).await.unwrap();
+    match a.insert_key(&key("k1", "hash-9", "org-c")).await {
+        Err(StoreError::Conflict(what)) => assert_eq!(what, "key 'k1'"),
+        other => panic!("duplicate id: {other:?}"),
+    }
+    match b.insert_key(&key("k9", "hash-1", "org-c")).await {
+        Err(StoreError::Conflict(what)) => assert!(what.contains("hash"), "{what}"),
+        other => panic!("duplicate hash: {other:?}"),
+    }
+    assert_eq!(b.key("k1").await.unwrap(), Some(k1.clone()));
+    assert_eq!(b.key_by_hash("hash-1").await.unwrap(), Some(k1.clone()));
+    assert_eq!(b.key_by_hash("hash-9").await.unwrap(), None);
+    assert_eq!(a.key("k9").await.unwrap(), None);
+
+    // Update: a missing id is reported, the hash and creation time never change.
+    assert!(!a.update_key(&key("nope", "h", "o")).await.unwrap());
+    assert_eq!(a.key("nope").await.unwrap(), None);
+    let mut changed = key("k1", "hash-changed", "org-b");
+    changed.policy = r#"{"rate":{"per":1,"limit":5}}"#.into();
+    changed.created_at = 0;
+    changed.updated_at = 1_800_000_000;
+    assert!(a.update_key(&changed).await.unwrap());
+    let got = b
+        .key_by_hash("hash-1")
+        .await
+        .unwrap()
+        .expect("still found by its hash");
+    assert_eq!(
+        got,
+        KeyRecord {
+            hash: "hash-1".into(),
+            created_at: 1_700_000_000,
+            ..changed
+        }
+    );
+    assert_eq!(b.key_by_hash("hash-changed").await.unwrap(), None);
+
+    // Listing, with and without the organisation filter.
+    let key_ids = |keys| ids(keys, |k: &KeyRecord| &k.id);
+    assert_eq!(
+        key_ids(a.list_keys(None).await.unwrap()),
+        ["k1", "k2", "k3"]
+    );
+    assert_eq!(key_ids(a.list_keys(Some("org-a")).await.unwrap()), ["k3"]);
+    assert_eq!(
+        key_ids(b.list_keys(Some("org-b")).await.unwrap()),
+        ["k1", "k2"]
+    );
+    assert!(a.list_keys(Some("org-z")).await.unwrap().is_empty());
+
+    // Delete.
+    assert!(b.delete_key("k2").await.unwrap());
+    assert!(!a.delete_key("k2").await.unwrap());
+    assert_eq!(a.key("k2").await.unwrap(), None);
+
+    // APIs and their revision, seen from the other store.
+    let r0 = a.apis_revision().await.unwrap();
+    assert_eq!(b.apis_revision().await.unwrap(), r0);
+    assert!(a.list_apis().await.unwrap().is_empty());
+    a.put_api(&api("api-1", "org-a", 1)).await.unwrap();
+    let r1 = b.apis_revision().await.unwrap();
+    assert!(r1 > r0, "put: {r0} -> {r1}");
+    assert_eq!(
+        b.api("api-1").await.unwrap(),
+        Some(api("api-1", "org-a", 1))
+    );
+
+    b.put_api(&api("api-1", "org-b", 2)).await.unwrap();
+    b.put_api(&api("api-0", "org-a", 1)).await.unwrap();
+    let r2 = a.apis_revision().await.unwrap();
+    assert!(r2 > r1, "upsert: {r1} -> {r2}");
+    assert_eq!(
+        a.api("api-1").await.unwrap(),
+        Some(api("api-1", "org-b", 2))
+    );
+    assert_eq!(
+        a.list_apis().await.unwrap(),
+        [api("api-0", "org-a", 1), api("api-1", "org-b", 2)]
+    );
+
+    assert!(!a.delete_api("api-9").await.unwrap());
+    assert_eq!(b.apis_revision().await.unwrap(), r2, "deleting nothing");
+    assert!(a.delete_api("api-1").await.unwrap());
+    let r3 = b.apis_revision().await.unwrap();
+    assert!(r3 > r2, "delete: {r2} -> {r3}");
+    assert_eq!(b.api("api-1").await.unwrap(), None);
+
+    // Concurrent writers through both stores: every change counts once.
+    let tasks: Vec<_> = (0..10)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move { store.put_api(&api(&format!("c{i}"), "org-c", 1)).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(a.apis_revision().await.unwrap(), r3 + 10);
+    assert_eq!(b.list_apis().await.unwrap().len(), 11);
+
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    scenario(url, "sqlite").await;
+}
+
+#[tokio::test]
+async fn postgres_scenario() {
+    with_postgres(|url| scenario(url, "postgres")).await;
+}
+
+/// An error's text, its debug form and the text of every cause below it.
+fn everything_printed(error: &StoreError) -> String {
+    let mut text = format!("{error}\n{error:?}");
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        text.push_str(&format!("\n{e}"));
+        cause = e.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn bad_locations() {
+    const SECRET: &str = "pw-Sekr1t-42";
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        String::new(),
+        format!("mysql://admin:{SECRET}@localhost/db"),
+        format!("postgres://u:{SECRET}@localhost:notaport/db"),
+        format!("postgresql://u@localhost/db?sslmode=sometimes&password={SECRET}"),
+        "sqlite://".to_owned(),
+        format!("sqlite://{}?mode=ro", dir.path().join("x.db").display()),
+    ] {
+        let err = Store::open(&url).await.expect_err(&url);
+        assert!(matches!(err, StoreError::InvalidUrl(_)), "{url}: {err:?}");
+        let printed = everything_printed(&err);
+        assert!(!printed.contains(SECRET), "{url}: {printed}");
+    }
+
+    let missing = dir.path().join("no-such-dir").join("store.db");
+    let err = Store::open(&missing.display().to_string())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NoDirectory { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+    assert!(!missing.parent().unwrap().exists());
+}
+
+#[tokio::test]
+async fn unreachable_or_missing_postgres_hides_the_password() {
+    const SECRET: &str = "pw-Sekr1t-42";
+    // Nothing listens on port 1.
+    let url = format!("postgres://sluice:{SECRET}@127.0.0.1:1/db");
+    let err = Store::open(&url).await.unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    let printed = everything_printed(&err);
+    assert!(
+        printed.contains("postgres://sluice:***@127.0.0.1:1/db"),
+        "{printed}"
+    );
+    assert!(!printed.contains(SECRET), "{printed}");
+    // The reason, not only a pool timeout.
+    assert!(printed.to_lowercase().contains("refused"), "{printed}");
+
+    // The real server, but a database that does not exist.
+    let mut url = url::Url::parse(&admin_url()).unwrap();
+    url.set_password(Some(SECRET)).unwrap();
+    url.set_path(&format!(
+        "sluice_store_missing_{}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    let err = Store::open(url.as_str()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    let printed = everything_printed(&err);
+    assert!(printed.contains("does not exist"), "{printed}");
+    assert!(!printed.contains(SECRET), "{printed}");
+}
+
+#[tokio::test]
+async fn postgres_database_of_a_newer_version_is_refused() {
+    with_postgres(|url| async move {
+        let store = Store::open(&url).await.unwrap();
+        store.close().await;
+        // Pretend a newer binary applied a migration this one does not know.
+        let pool = PgPool::connect(&url).await.unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (9999, 'future', true, '\\x00', 0)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+        let err = Store::open(&url).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::Migrate { backend: "postgres", .. }),
+            "{err:?}"
+        );
+    })
+    .await;
+}
