@@ -12,6 +12,34 @@ use serde::{Deserialize, Deserializer};
 use crate::mapping::{Env, InterpolatedString, Mapping, MappingError};
 use crate::message::{Batch, Message};
 
+thread_local! {
+    static SANDBOXED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Reads a config that arrived as data (posted to the gateway or the dashboard): every
+/// mapping and interpolation that `read` compiles leaves out the functions and methods
+/// that read the host (its environment, files, GeoIP databases). Deserializing is
+/// synchronous, so a flag of this thread covers exactly the configs read inside.
+pub fn sandboxed<T>(read: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SANDBOXED.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SANDBOXED.with(|s| s.replace(true)));
+    read()
+}
+
+/// The environment configs compile mappings in.
+fn env() -> Env {
+    if SANDBOXED.with(|s| s.get()) {
+        Env::default().sandboxed()
+    } else {
+        Env::default()
+    }
+}
+
 /// A mapping, compiled once when the config is read.
 #[derive(Clone)]
 pub struct MappingText {
@@ -21,8 +49,8 @@ pub struct MappingText {
 
 impl MappingText {
     pub fn parse(source: &str) -> Result<Self, String> {
-        let compiled = Mapping::compile(source, &Env::default())
-            .map_err(|d| format!("invalid mapping:\n{d}"))?;
+        let compiled =
+            Mapping::compile(source, &env()).map_err(|d| format!("invalid mapping:\n{d}"))?;
         Ok(MappingText {
             source: source.to_owned(),
             compiled: Arc::new(compiled),
@@ -81,7 +109,7 @@ pub struct Interp {
 
 impl Interp {
     pub fn parse(source: &str) -> Result<Self, String> {
-        let compiled = InterpolatedString::parse(source, &Env::default())
+        let compiled = InterpolatedString::parse(source, &env())
             .map_err(|d| format!("invalid interpolation in `{source}`:\n{d}"))?;
         let fixed = if compiled.is_static() {
             compiled.render(&Vec::new(), 0).ok()

@@ -318,7 +318,7 @@ async fn put_api(gw: &Shared, id: Option<&str>, req: HttpRequest) -> HttpRespons
     if let Err(e) = gw.keys.store().put_api(&stored).await {
         return store_error(&e);
     }
-    gw.table.refresh(true).await;
+    gw.reload(true).await;
     gw.cache.forget_api(&compiled.id);
     h::json(
         if id.is_some() {
@@ -333,7 +333,7 @@ async fn put_api(gw: &Shared, id: Option<&str>, req: HttpRequest) -> HttpRespons
 async fn delete_api(gw: &Shared, id: &str) -> HttpResponse {
     match gw.keys.store().delete_api(id).await {
         Ok(true) => {
-            gw.table.refresh(true).await;
+            gw.reload(true).await;
             gw.cache.forget_api(id);
             h::json(
                 StatusCode::OK,
@@ -346,7 +346,7 @@ async fn delete_api(gw: &Shared, id: &str) -> HttpResponse {
 }
 
 async fn reload(gw: &Shared) -> HttpResponse {
-    gw.table.refresh(true).await;
+    gw.reload(true).await;
     let table = gw.table.current();
     h::json(
         StatusCode::OK,

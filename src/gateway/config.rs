@@ -138,10 +138,25 @@ pub struct RedisConfig {
     pub prefix: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StreamingConfig {
+    /// Run the streams of APIs with `x-sluice-streaming`.
     pub enabled: bool,
+    /// Components that reach the host (`file`, `stdin`, `stdout`) that streams may use.
+    pub allow_unsafe: Vec<String>,
+    /// How long a stopped stream may take to deliver what it holds.
+    pub drain_timeout: Duration,
+}
+
+impl Default for StreamingConfig {
+    fn default() -> Self {
+        StreamingConfig {
+            enabled: false,
+            allow_unsafe: Vec::new(),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -269,7 +284,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ("apps", &["path", "poll_interval"]),
     ("store", &["url", "apis"]),
     ("redis", &["url", "prefix"]),
-    ("streaming", &["enabled"]),
+    ("streaming", &["enabled", "allow_unsafe", "drain_timeout"]),
     (
         "proxy",
         &["timeout", "connect_timeout", "max_idle_per_host"],
@@ -380,6 +395,18 @@ impl GatewayConfig {
                         "`{url}` is not a Redis URL (redis://host:port or rediss://...)"
                     ))
                     .at(at("redis.url")),
+                );
+            }
+        }
+        for (i, name) in self.streaming.allow_unsafe.iter().enumerate() {
+            if !crate::gateway::api::streaming::UNSAFE.contains(&name.as_str()) {
+                let path = format!("streaming.allow_unsafe[{i}]");
+                errors.push(
+                    ConfigError::new(format!(
+                        "`{name}` is not a component that reaches the host ({})",
+                        crate::gateway::api::streaming::UNSAFE.join(", ")
+                    ))
+                    .at(at(&path)),
                 );
             }
         }

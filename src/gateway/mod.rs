@@ -12,6 +12,7 @@ pub mod keys;
 pub mod limit;
 pub mod middleware;
 pub mod proxy;
+pub mod streams;
 pub mod table;
 
 use std::net::SocketAddr;
@@ -34,9 +35,9 @@ use events::EventBus;
 use keys::Keys;
 use limit::Limiter;
 use middleware::cache::ResponseCache;
-use middleware::stream::StreamRoutes;
 use middleware::Ctx;
 use proxy::{Origin, Proxy};
+use streams::StreamHost;
 use table::{ApiTable, Sources};
 
 /// Everything a request may need, shared by all of them.
@@ -49,8 +50,8 @@ pub struct Shared {
     pub cache: ResponseCache,
     pub events: EventBus,
     pub metrics: Option<PrometheusHandle>,
-    /// The stream middleware, when streaming is on and something serves stream routes.
-    pub streams: Option<Arc<dyn StreamRoutes>>,
+    /// The streams of the APIs (`x-sluice-streaming`), when streaming is on.
+    pub streams: StreamHost,
     /// Wakes the reload loop at once (the gateway API's reload).
     pub reload_now: tokio::sync::Notify,
     ready: AtomicBool,
@@ -115,6 +116,9 @@ impl Gateway {
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
+            options: api::CompileOptions {
+                allow_unsafe: config.streaming.allow_unsafe.clone(),
+            },
         });
         let keys = Keys::new(store, config.keys.cache_ttl.0, config.secret.as_deref());
         let (listener, address) = server::bind(&config.listen.socket()).await?;
@@ -126,13 +130,13 @@ impl Gateway {
             cache: ResponseCache::default(),
             events: EventBus::default(),
             metrics,
-            streams: None,
+            streams: StreamHost::new(config.streaming.enabled, config.streaming.drain_timeout.0),
             reload_now: tokio::sync::Notify::new(),
             ready: AtomicBool::new(false),
             tls: tls.is_some(),
             config,
         });
-        shared.table.refresh(true).await;
+        shared.reload(true).await;
         shared.ready.store(true, Ordering::Release);
         Ok(Gateway {
             shared,
@@ -157,6 +161,7 @@ impl Gateway {
         info!(address = %self.address, tls = self.tls.is_some(), "Gateway listening.");
         server::serve_connections(self.listener, self.tls, timeouts, service, stop).await;
         reloader.abort();
+        self.shared.streams.stop_all().await;
     }
 }
 
@@ -169,15 +174,22 @@ async fn reload_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = shared.reload_now.notified() => {}
             _ = stop.cancelled() => return,
         }
-        if shared.table.refresh(false).await {
-            for api in shared.table.current().apis() {
-                shared.cache.forget_api(&api.id);
-            }
-        }
+        shared.reload(false).await;
     }
 }
 
 impl Shared {
+    /// Reloads the APIs when a source changed (or `force`), then their streams.
+    pub async fn reload(&self, force: bool) {
+        if self.table.refresh(force).await {
+            let table = self.table.current();
+            for api in table.apis() {
+                self.cache.forget_api(&api.id);
+            }
+            self.streams.sync(&table).await;
+        }
+    }
+
     /// Answers one request.
     pub async fn handle(&self, req: http::Request<Incoming>, peer: SocketAddr) -> HttpResponse {
         let path = req.uri().path();

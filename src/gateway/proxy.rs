@@ -26,6 +26,9 @@ pub enum ProxyError {
     Upstream(String),
     #[error("cannot build the upstream request: {0}")]
     Request(String),
+    /// An API of streams only, and no stream took the request.
+    #[error("no stream route at this path")]
+    NoUpstream,
 }
 
 impl ProxyError {
@@ -33,6 +36,7 @@ impl ProxyError {
         match self {
             ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Request(_) => StatusCode::BAD_REQUEST,
+            ProxyError::NoUpstream => StatusCode::NOT_FOUND,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -83,21 +87,24 @@ impl Proxy {
         rest: &str,
         origin: &Origin,
     ) -> Result<HttpResponse, ProxyError> {
+        let Some(up) = &api.upstream else {
+            return Err(ProxyError::NoUpstream);
+        };
         let upgrade = wants_upgrade(req.headers());
         let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
         let (mut parts, body) = req.into_parts();
         let path = if api.strip { rest } else { parts.uri.path() };
         let path = if path.is_empty() { "/" } else { path };
-        let mut target = String::with_capacity(api.upstream.base_path.len() + path.len() + 32);
-        target.push_str(&api.upstream.base_path);
+        let mut target = String::with_capacity(up.base_path.len() + path.len() + 32);
+        target.push_str(&up.base_path);
         target.push_str(path);
         if let Some(q) = parts.uri.query() {
             target.push('?');
             target.push_str(q);
         }
         let uri = Uri::builder()
-            .scheme(api.upstream.scheme.clone())
-            .authority(api.upstream.authority.clone())
+            .scheme(up.scheme.clone())
+            .authority(up.authority.clone())
             .path_and_query(target)
             .build()
             .map_err(|e| ProxyError::Request(e.to_string()))?;
@@ -116,14 +123,14 @@ impl Proxy {
             parts.headers.insert(header::UPGRADE, u);
         }
         forwarded_headers(&mut parts.headers, origin, original_host);
-        if let Ok(host) = HeaderValue::from_str(api.upstream.authority.as_str()) {
+        if let Ok(host) = HeaderValue::from_str(up.authority.as_str()) {
             parts.headers.insert(header::HOST, host);
         }
         parts.uri = uri;
         // The pool speaks HTTP/1.1 to upstreams whatever the client spoke.
         parts.version = Version::HTTP_11;
         let upstream_req = http::Request::from_parts(parts, body);
-        let timeout = api.upstream.timeout.unwrap_or(self.timeout);
+        let timeout = up.timeout.unwrap_or(self.timeout);
         let mut resp = match tokio::time::timeout(timeout, self.client.request(upstream_req)).await
         {
             Err(_) => return Err(ProxyError::Timeout(timeout)),

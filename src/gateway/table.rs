@@ -51,6 +51,7 @@ impl Table {
 pub struct Sources {
     pub dir: Option<PathBuf>,
     pub store: Option<Store>,
+    pub options: api::CompileOptions,
 }
 
 /// What the sources looked like at the last load, to tell whether anything changed.
@@ -134,7 +135,7 @@ impl ApiTable {
                 let name = path.display().to_string();
                 sources_tried.push(name.clone());
                 let result = match std::fs::read_to_string(&path) {
-                    Ok(text) => api::from_file(&name, &text),
+                    Ok(text) => api::from_file_with(&name, &text, &self.sources.options),
                     Err(e) => Err(ApiError {
                         api_id: None,
                         errors: crate::config::ConfigErrors(vec![crate::config::ConfigError::new(
@@ -159,7 +160,9 @@ impl ApiTable {
                                 ))
                                 .into(),
                             })
-                            .and_then(|doc| api::from_json(&source, &doc));
+                            .and_then(|doc| {
+                                api::from_json_with(&source, &doc, &self.sources.options)
+                            });
                         loaded.push(result);
                     }
                 }

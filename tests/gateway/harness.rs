@@ -1,5 +1,6 @@
 //! Starts `sluice gateway` as a user would: a config file, an apps directory of API
 //! definitions and a store in a temporary directory, a real port.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::Stdio;

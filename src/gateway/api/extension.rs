@@ -9,7 +9,9 @@ use serde::{Deserialize, Deserializer};
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Extension {
     pub info: Info,
-    pub upstream: Upstream,
+    /// Optional for an API that only serves streams.
+    #[serde(default)]
+    pub upstream: Option<Upstream>,
     pub server: Server,
     #[serde(default)]
     pub middleware: Middleware,

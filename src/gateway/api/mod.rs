@@ -4,6 +4,7 @@
 
 pub mod extension;
 pub mod paths;
+pub mod streaming;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -39,13 +40,18 @@ pub struct Api {
     /// Normalised: starts with `/`, no trailing `/` (except the root `/`).
     pub listen_path: String,
     pub strip: bool,
-    pub upstream: Upstream,
+    /// Where requests that no stream takes go; none for an API of streams only.
+    pub upstream: Option<Upstream>,
     pub auth: Option<Auth>,
     pub operations: Vec<Operation>,
     /// Some operation is on the allow list: every other one is refused.
     pub allow_list: bool,
     pub global: extension::Global,
     pub rate: Option<Rate>,
+    /// The streams of `x-sluice-streaming`.
+    pub streams: Vec<streaming::ApiStream>,
+    /// The paths (below the listen path) the streams serve.
+    pub stream_paths: Vec<String>,
     /// Where the definition came from (a file path, or `store`).
     pub source: String,
     /// The whole document, for the parts other modules read (streams).
@@ -146,24 +152,44 @@ pub fn listen_rest<'a>(listen: &str, path: &'a str) -> Option<&'a str> {
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
+/// What the gateway allows in the definitions it loads.
+#[derive(Debug, Clone, Default)]
+pub struct CompileOptions {
+    /// Components that reach the host (`file`, `stdin`, `stdout`) streams may use anyway.
+    pub allow_unsafe: Vec<String>,
+}
+
 /// Parses and compiles one definition from a file's text (YAML or JSON). `${VAR}` is
 /// substituted from the environment, as in stream configs.
 pub fn from_file(file: &str, text: &str) -> Result<Api, ApiError> {
+    from_file_with(file, text, &CompileOptions::default())
+}
+
+pub fn from_file_with(file: &str, text: &str, options: &CompileOptions) -> Result<Api, ApiError> {
     let doc = yaml::parse(file, text, &crate::config::process_env).map_err(|errors| ApiError {
         api_id: None,
         errors,
     })?;
-    compile(&doc, file)
+    compile(&doc, file, options)
 }
 
-/// Compiles a definition that came as JSON (the store, the gateway API). Nothing is
-/// substituted: text from a request never reads the host's environment.
+/// Compiles a definition that came as JSON (the store, the gateway API, the dashboard).
+/// Nothing is substituted and its mappings cannot read the host: text from a request
+/// never reads the host's environment or files.
 pub fn from_json(source: &str, value: &Value) -> Result<Api, ApiError> {
+    from_json_with(source, value, &CompileOptions::default())
+}
+
+pub fn from_json_with(
+    source: &str,
+    value: &Value,
+    options: &CompileOptions,
+) -> Result<Api, ApiError> {
     let doc = Document {
         file: source.into(),
         root: node_of(value),
     };
-    compile(&doc, source)
+    crate::config::mapped::sandboxed(|| compile(&doc, source, options))
 }
 
 /// A position-less tree of a JSON value; strings stay strings whatever they look like.
@@ -213,7 +239,7 @@ const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
-fn compile(doc: &Document, source: &str) -> Result<Api, ApiError> {
+fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api, ApiError> {
     let mut errors = Vec::new();
     let err_at = |path: &str, message: String| -> ConfigError {
         ConfigError::new(message).at(doc.location(path, doc.locate(path)))
@@ -280,20 +306,43 @@ fn compile(doc: &Document, source: &str) -> Result<Api, ApiError> {
         ));
     }
 
-    // Upstream.
-    let upstream = match parse_upstream(&ext.upstream.url) {
-        Ok((scheme, authority, base_path)) => Some(Upstream {
-            scheme,
-            authority,
-            base_path,
-            timeout: ext.upstream.timeout.map(|d| d.0),
-        }),
+    // Streams.
+    let (streams, stream_paths) = match streaming::parse(doc, &whole, &id, &options.allow_unsafe) {
+        Ok(s) => s,
         Err(e) => {
-            errors.push(err_at(&x("upstream.url"), e));
+            errors.extend(e);
+            (Vec::new(), Vec::new())
+        }
+    };
+
+    // Upstream: needed unless the API serves streams only.
+    let upstream = match &ext.upstream {
+        Some(up) => match parse_upstream(&up.url) {
+            Ok((scheme, authority, base_path)) => Some(Upstream {
+                scheme,
+                authority,
+                base_path,
+                timeout: up.timeout.map(|d| d.0),
+            }),
+            Err(e) => {
+                errors.push(err_at(&x("upstream.url"), e));
+                None
+            }
+        },
+        None => {
+            if doc.root.get(streaming::STREAMING).is_none() {
+                errors.push(err_at(
+                    &x("info"),
+                    format!(
+                        "no `upstream`: an API needs one unless it has `{}`",
+                        streaming::STREAMING
+                    ),
+                ));
+            }
             None
         }
     };
-    let rate = match &ext.upstream.rate_limit {
+    let rate = match ext.upstream.as_ref().and_then(|u| u.rate_limit.as_ref()) {
         Some(r) => check_rate(r, &x("upstream.rateLimit"), &err_at, &mut errors),
         None => None,
     };
@@ -486,12 +535,6 @@ fn compile(doc: &Document, source: &str) -> Result<Api, ApiError> {
     if !errors.is_empty() {
         return Err(fail(Some(id), errors));
     }
-    let Some(upstream) = upstream else {
-        return Err(fail(
-            Some(id),
-            vec![err_at(&x("upstream.url"), "bad upstream".into())],
-        ));
-    };
     Ok(Api {
         org_id: ext.info.org_id.clone().unwrap_or_default(),
         name: ext.info.name.clone(),
@@ -505,6 +548,8 @@ fn compile(doc: &Document, source: &str) -> Result<Api, ApiError> {
         allow_list,
         global,
         rate,
+        streams,
+        stream_paths,
         source: source.to_owned(),
         document: whole,
     })

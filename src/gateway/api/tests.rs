@@ -27,7 +27,7 @@ fn a_definition_compiles() {
     let api = from_file("pets.yaml", &doc("")).unwrap();
     assert_eq!(api.id, "pets");
     assert_eq!(api.listen_path, "/pets-api");
-    assert_eq!(api.upstream.base_path, "/base");
+    assert_eq!(api.upstream.as_ref().unwrap().base_path, "/base");
     assert_eq!(api.below("/pets-api/pets/1"), Some("/pets/1"));
     assert_eq!(api.below("/pets-apix"), None);
     let (op, params) = api.operation(&Method::GET, "/pets/7").unwrap();

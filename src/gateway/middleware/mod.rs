@@ -120,6 +120,7 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
             Some(key) => ctx.gw.cache.store(ctx.api, key, resp).await,
             None => resp,
         }),
+        Err(e @ super::proxy::ProxyError::NoUpstream) => Err(error(e.status(), &e.to_string())),
         Err(e) => {
             ctx.gw.events.publish(
                 super::events::EventKind::UpstreamError,

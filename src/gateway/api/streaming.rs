@@ -1,0 +1,143 @@
+//! `x-sluice-streaming`: the streams of an API, each the same `input`, `pipeline` and
+//! `output` that `sluice run` takes, read by the same code and checked by building them
+//! on a private route table (nothing connects, nothing runs).
+
+use serde_json::Value;
+
+use crate::config::yaml::{Document, Node, NodeKind};
+use crate::config::{de, ConfigError};
+use crate::http::Routes;
+use crate::stream::config::stream_from_node;
+use crate::stream::{Stream, StreamConfig};
+
+/// The extension key of an API's streams.
+pub const STREAMING: &str = "x-sluice-streaming";
+
+/// Components that reach the host (its files, its standard streams): refused in streams
+/// of the gateway unless `streaming.allow_unsafe` names them, so that whoever may post an
+/// API cannot read or write the gateway's files.
+pub const UNSAFE: &[&str] = &["file", "stdin", "stdout"];
+
+/// One stream of an API.
+pub struct ApiStream {
+    pub name: String,
+    pub config: StreamConfig,
+    /// The stream as written, to tell on reload whether it changed.
+    pub raw: Value,
+}
+
+/// The streams of a document and the paths their HTTP components serve.
+pub fn parse(
+    doc: &Document,
+    whole: &Value,
+    api_id: &str,
+    allow_unsafe: &[String],
+) -> Result<(Vec<ApiStream>, Vec<String>), Vec<ConfigError>> {
+    let Some(node) = doc.root.get(STREAMING) else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let at = |path: &str, message: String| {
+        ConfigError::new(message).at(doc.location(path, doc.locate(path)))
+    };
+    let mut errors = Vec::new();
+    // Either `streams: {name: stream}` or one bare stream.
+    let mut found: Vec<(String, &Node, String)> = Vec::new();
+    if node.get("input").is_some() || node.get("output").is_some() {
+        found.push(("default".into(), node, STREAMING.into()));
+    } else {
+        for (key, value) in node.entries() {
+            match key.as_str() {
+                Some("streams") => {
+                    if !matches!(value.kind, NodeKind::Map(_)) {
+                        errors.push(at(
+                            &format!("{STREAMING}.streams"),
+                            "`streams` maps stream names to streams".into(),
+                        ));
+                        continue;
+                    }
+                    for (name_node, stream) in value.entries() {
+                        let name = name_node.as_str().unwrap_or_default().to_owned();
+                        let path = format!("{STREAMING}.streams.{name}");
+                        if name.is_empty()
+                            || !name
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+                        {
+                            errors.push(at(
+                                &path,
+                                format!("`{name}`: a stream name is letters, digits, `-` and `_`"),
+                            ));
+                            continue;
+                        }
+                        found.push((name, stream, path));
+                    }
+                }
+                Some(other) => errors.push(crate::config::unknown_key(
+                    doc,
+                    key,
+                    other,
+                    STREAMING,
+                    &["streams", "input", "pipeline", "output"],
+                )),
+                None => {}
+            }
+        }
+    }
+    let routes = Routes::new();
+    let mut streams = Vec::new();
+    for (name, stream_node, path) in found {
+        unsafe_components(doc, stream_node, &path, allow_unsafe, &mut errors);
+        let config = match stream_from_node(doc, stream_node, &path) {
+            Ok(c) => c,
+            Err(e) => {
+                errors.extend(e.0);
+                continue;
+            }
+        };
+        for e in Stream::validate(&format!("{api_id}.{name}"), &config, &routes) {
+            let place = de::join(&path, &e.path);
+            errors.push(at(&place, e.message));
+        }
+        let pointer = if path == STREAMING {
+            format!("/{STREAMING}")
+        } else {
+            format!("/{STREAMING}/streams/{name}")
+        };
+        let raw = whole.pointer(&pointer).cloned().unwrap_or(Value::Null);
+        streams.push(ApiStream { name, config, raw });
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok((streams, routes.paths()))
+}
+
+/// Reports every unsafe component in a stream: a key of that name whose value is a
+/// component's settings (a mapping, or empty).
+fn unsafe_components(
+    doc: &Document,
+    node: &Node,
+    path: &str,
+    allow: &[String],
+    errors: &mut Vec<ConfigError>,
+) {
+    for (key, value) in node.entries() {
+        let Some(k) = key.as_str() else { continue };
+        let here = de::join(path, k);
+        let settings = matches!(value.kind, NodeKind::Map(_)) || value.is_null();
+        if settings && UNSAFE.contains(&k) && !allow.iter().any(|a| a == k) {
+            errors.push(
+                ConfigError::new(format!(
+                    "`{k}` reaches the gateway's host and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
+                ))
+                .at(doc.location(&here, key.mark)),
+            );
+        }
+        unsafe_components(doc, value, &here, allow, errors);
+    }
+    if let NodeKind::Seq(items) = &node.kind {
+        for (i, item) in items.iter().enumerate() {
+            unsafe_components(doc, item, &format!("{path}[{i}]"), allow, errors);
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Streaming APIs through `sluice gateway`: streams of `x-sluice-streaming` served under
+//! an API's listen path, behind its authentication, with real SSE clients.
+
+mod common;
+#[path = "gateway/harness.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use harness::Gw;
+
+const STREAMING_ON: &str = "streaming:\n  enabled: true\n  drain_timeout: 1s\n";
+
+/// A streams-only API with key auth: `/publish` takes messages, `/events` streams them
+/// (round robin), and a second stream `other` whose mapping is `mapping`.
+fn streaming_api(mapping: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: live, version: "1"}}
+paths: {{}}
+components:
+  securitySchemes:
+    key: {{type: apiKey, in: header, name: X-Api-Key}}
+security:
+  - key: []
+x-sluice-api-gateway:
+  info: {{id: live, name: live}}
+  server:
+    listenPath: {{value: /live, strip: true}}
+    authentication: {{enabled: true}}
+x-sluice-streaming:
+  streams:
+    main:
+      input:
+        http_server: {{path: /publish, allowed_verbs: [POST]}}
+      output:
+        http_server: {{stream_path: /events}}
+    other:
+      input:
+        http_server: {{path: /other/publish}}
+      pipeline:
+        processors:
+          - mapping: '{mapping}'
+      output:
+        http_server: {{path: /other/next, stream_path: /other/events, ws_path: /other/ws}}
+"#
+    )
+}
+
+/// Reads SSE `data:` lines from a response as they come.
+struct Sse {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+}
+
+impl Sse {
+    async fn open(gw: &Gw, path: &str, key: &str) -> Sse {
+        Self::try_open(gw, path, key)
+            .await
+            .unwrap_or_else(|status| panic!("SSE {path}: {status}"))
+    }
+
+    /// The stream, or the status that refused it.
+    async fn try_open(gw: &Gw, path: &str, key: &str) -> Result<Sse, u16> {
+        let resp = gw
+            .http
+            .get(gw.url(path))
+            .header("x-api-key", key)
+            .send()
+            .await
+            .expect("SSE request");
+        if resp.status() != 200 {
+            return Err(resp.status().as_u16());
+        }
+        Ok(Sse {
+            body: resp.bytes_stream().boxed(),
+            buf: String::new(),
+        })
+    }
+
+    /// The next event's data, or `None` when nothing comes within `wait`.
+    async fn next(&mut self, wait: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(data.join("\n"));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .ok()??;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk.ok()?));
+        }
+    }
+}
+
+async fn publish(gw: &Gw, path: &str, key: &str, body: &str) -> u16 {
+    gw.http
+        .post(gw.url(path))
+        .header("x-api-key", key)
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("publish")
+        .status()
+        .as_u16()
+}
+
+async fn key_for(gw: &Gw, api: &str) -> String {
+    let key = gw.create_key(json!({"access_rights": {api: {}}})).await;
+    key["key"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_producer_reaches_consumers_round_robin_behind_key_auth() {
+    let gw = Gw::start(&[("live.yaml", streaming_api("root = this"))], STREAMING_ON).await;
+    let key = key_for(&gw, "live").await;
+    // No key, no stream.
+    let r = gw.http.get(gw.url("/live/events")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = gw
+        .http
+        .post(gw.url("/live/publish"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(Sse::open(&gw, "/live/events", &key).await);
+    }
+    // Let all three register before the first message.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..9 {
+        assert_eq!(
+            publish(&gw, "/live/publish", &key, &format!("m{i}")).await,
+            200
+        );
+    }
+    let mut seen = Vec::new();
+    for client in &mut clients {
+        let mut got = Vec::new();
+        while let Some(data) = client.next(Duration::from_millis(500)).await {
+            got.push(data);
+        }
+        assert_eq!(got.len(), 3, "each client gets a third: {got:?}");
+        seen.extend(got);
+    }
+    seen.sort();
+    let mut all: Vec<String> = (0..9).map(|i| format!("m{i}")).collect();
+    all.sort();
+    assert_eq!(seen, all, "every message exactly once");
+
+    // A path that no stream serves, under an API of streams only.
+    let r = gw
+        .http
+        .get(gw.url("/live/nowhere"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"].is_string());
+}
+
+#[tokio::test]
+async fn changing_one_stream_keeps_the_clients_of_the_others() {
+    let gw = Gw::start(&[("live.yaml", streaming_api("root = this"))], STREAMING_ON).await;
+    let key = key_for(&gw, "live").await;
+    let mut main = Sse::open(&gw, "/live/events", &key).await;
+    let mut other = Sse::open(&gw, "/live/other/events", &key).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        publish(&gw, "/live/other/publish", &key, r#"{"n":1}"#).await,
+        200
+    );
+    assert_eq!(
+        other.next(Duration::from_secs(5)).await.unwrap(),
+        r#"{"n":1}"#
+    );
+
+    // Change only `other`'s mapping.
+    gw.write_api("live.yaml", &streaming_api("root.n = this.n + 100"));
+    // The changed stream's client is cut off; a new one sees the new mapping.
+    assert_eq!(other.next(Duration::from_secs(5)).await, None);
+    let started = std::time::Instant::now();
+    let mut other = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the changed stream never came back"
+        );
+        // While the old stream drains its route answers 503.
+        let Ok(mut candidate) = Sse::try_open(&gw, "/live/other/events", &key).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            publish(&gw, "/live/other/publish", &key, r#"{"n":1}"#).await,
+            200
+        );
+        match candidate.next(Duration::from_secs(2)).await {
+            Some(data) if data == r#"{"n":101}"# => break candidate,
+            _ => continue,
+        }
+    };
+    // The unchanged stream's client is still connected and served.
+    assert_eq!(publish(&gw, "/live/publish", &key, "still here").await, 200);
+    assert_eq!(
+        main.next(Duration::from_secs(5)).await.unwrap(),
+        "still here"
+    );
+    assert_eq!(
+        publish(&gw, "/live/other/publish", &key, r#"{"n":2}"#).await,
+        200
+    );
+    assert_eq!(
+        other.next(Duration::from_secs(5)).await.unwrap(),
+        r#"{"n":102}"#
+    );
+}
+
+#[tokio::test]
+async fn with_streaming_off_stream_paths_say_so() {
+    let gw = Gw::start(&[("live.yaml", streaming_api("root = this"))], "").await;
+    let key = key_for(&gw, "live").await;
+    let r = gw
+        .http
+        .get(gw.url("/live/events"))
+        .header("x-api-key", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("streaming is disabled"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn host_reaching_components_and_mappings_are_refused() {
+    let with_file = streaming_api("root = this").replace(
+        "        http_server: {stream_path: /events}",
+        "        file: {path: /tmp/sluice-should-not-exist.log}",
+    );
+    let gw = Gw::start(&[("live.yaml", with_file.clone())], STREAMING_ON).await;
+    let apis: Value = gw
+        .admin(Method::GET, "/sluice/apis")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let error = apis["errors"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("`file` reaches the gateway's host"),
+        "{error}"
+    );
+    assert!(
+        error.contains("x-sluice-streaming.streams.main.output.file"),
+        "{error}"
+    );
+
+    // A posted API's mappings cannot read the host's environment.
+    let posted: Value = serde_yaml::from_str(&streaming_api("root = env(\"HOME\")")).unwrap();
+    let r = gw
+        .admin(Method::POST, "/sluice/apis")
+        .json(&posted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["error"].as_str().unwrap().contains("reads the host"),
+        "{body}"
+    );
+
+    // Allowed explicitly, the file output loads.
+    let allowed = Gw::start(
+        &[("live.yaml", with_file)],
+        "streaming:\n  enabled: true\n  allow_unsafe: [file]\n",
+    )
+    .await;
+    let apis: Value = allowed
+        .admin(Method::GET, "/sluice/apis")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(apis["apis"][0]["id"], "live", "{apis}");
+}
