@@ -4,6 +4,8 @@
 mod common;
 #[path = "gateway/harness.rs"]
 mod harness;
+#[path = "gateway/upstream.rs"]
+mod upstream;
 
 use std::time::Duration;
 
@@ -312,4 +314,115 @@ async fn host_reaching_components_and_mappings_are_refused() {
         .await
         .unwrap();
     assert_eq!(apis["apis"][0]["id"], "live", "{apis}");
+}
+
+fn kafka_addr() -> String {
+    if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
+        return a;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/brokers/kafka.addr");
+    std::fs::read_to_string(file)
+        .map(|s| s.trim().to_owned())
+        .expect("a Kafka address: run scripts/brokers.sh")
+}
+
+async fn create_topic(name: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_addr())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_streaming_examples_load_and_carry_messages() {
+    let up = upstream::Upstream::start().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (topic, fan_topic) = (format!("gw-events-{id}"), format!("gw-fan-{id}"));
+    create_topic(&topic).await;
+    create_topic(&fan_topic).await;
+    let subject = format!("feed.{id}");
+    let env = [
+        ("KAFKA_ADDRESSES", kafka_addr()),
+        ("KAFKA_TOPIC", topic.clone()),
+        ("KAFKA_GROUP", format!("gw-sse-{id}")),
+        ("NATS_SUBJECT", subject.clone()),
+        ("STATUS_URL", format!("{}/status", up.url())),
+        ("FAN_OUT_TOPIC", fan_topic),
+        ("FAN_OUT_SUBJECT", format!("fan.{id}")),
+    ];
+    let mut apis = Vec::new();
+    for entry in std::fs::read_dir("apis/streaming").unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        apis.push((name, std::fs::read_to_string(&path).unwrap()));
+    }
+    let apis: Vec<(&str, String)> = apis.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = Gw::start_in(tmp.path().to_path_buf(), None, &apis, STREAMING_ON, &env).await;
+    let listed: Value = gw
+        .admin(Method::GET, "/sluice/apis")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["errors"], json!([]), "{listed}");
+    assert_eq!(
+        listed["apis"].as_array().unwrap().len(),
+        apis.len(),
+        "{listed}"
+    );
+    let key = gw
+        .create_key(json!({"access_rights": {"kafka-events": {}, "kafka-publish": {}, "feed": {}, "fan-out": {}}}))
+        .await;
+    let key = key["key"].as_str().unwrap().to_owned();
+
+    // HTTP -> Kafka -> SSE, through two APIs.
+    let mut events = Sse::open(&gw, "/kafka-events/events", &key).await;
+    assert_eq!(
+        publish(&gw, "/kafka-publish/publish", &key, r#"{"n":1}"#).await,
+        200
+    );
+    assert_eq!(
+        events.next(Duration::from_secs(20)).await.unwrap(),
+        r#"{"n":1}"#
+    );
+
+    // NATS -> SSE, broadcast to two clients.
+    let mut a = Sse::open(&gw, "/feed/live", &key).await;
+    let mut b = Sse::open(&gw, "/feed/live", &key).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let nats = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+    nats.publish(subject.clone(), r#"{"eur":1.08}"#.into())
+        .await
+        .unwrap();
+    nats.flush().await.unwrap();
+    let want = format!(r#"{{"eur":1.08,"subject":"{subject}"}}"#);
+    assert_eq!(a.next(Duration::from_secs(10)).await.unwrap(), want);
+    assert_eq!(b.next(Duration::from_secs(10)).await.unwrap(), want);
+
+    // Fan out to Kafka and NATS: answered once both have it.
+    assert_eq!(publish(&gw, "/fan-out/publish", &key, "both").await, 200);
+
+    // Polling: the upstream's answers arrive without any key (the API has no auth).
+    let resp = gw.http.get(gw.url("/status/updates")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut status = Sse {
+        body: resp.bytes_stream().boxed(),
+        buf: String::new(),
+    };
+    let first: Value =
+        serde_json::from_str(&status.next(Duration::from_secs(10)).await.unwrap()).unwrap();
+    assert_eq!(first["path"], "/status");
+    drop(tmp);
 }
