@@ -426,3 +426,94 @@ async fn the_streaming_examples_load_and_carry_messages() {
     assert_eq!(first["path"], "/status");
     drop(tmp);
 }
+
+#[tokio::test]
+async fn per_client_streams_follow_the_request_and_are_collected_when_idle() {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let doc = format!(
+        r#"openapi: 3.0.3
+info: {{title: inbox, version: "1"}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: inbox, name: inbox}}
+  server:
+    listenPath: {{value: /inbox, strip: true}}
+x-sluice-streaming:
+  streams:
+    mine:
+      input:
+        nats:
+          urls: [nats://127.0.0.1:4222]
+          subject: inbox.{id}.$sluice_context.request_data_user
+      output:
+        http_server: {{stream_path: /events}}
+"#
+    );
+    let config = format!("{STREAMING_ON}  client_idle_timeout: 1s\n  max_client_streams: 2\n");
+    let gw = Gw::start(&[("inbox.yaml", doc)], &config).await;
+    let open = |user: &str| {
+        let url = gw.url(&format!("/inbox/events?user={user}"));
+        let http = gw.http.clone();
+        async move {
+            let resp = http.get(url).send().await.unwrap();
+            (resp.status().as_u16(), resp)
+        }
+    };
+    let (status, alice) = open("alice").await;
+    assert_eq!(status, 200);
+    let (status, bob) = open("bob").await;
+    assert_eq!(status, 200);
+    let mut alice = Sse {
+        body: alice.bytes_stream().boxed(),
+        buf: String::new(),
+    };
+    let mut bob = Sse {
+        body: bob.bytes_stream().boxed(),
+        buf: String::new(),
+    };
+    // The cap: a third user waits for a free slot.
+    assert_eq!(open("carol").await.0, 503);
+    // Unsafe values never reach the config.
+    assert_eq!(open("a%7Db").await.0, 400);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let nats = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+    nats.publish(format!("inbox.{id}.alice"), "for alice".into())
+        .await
+        .unwrap();
+    nats.publish(format!("inbox.{id}.bob"), "for bob".into())
+        .await
+        .unwrap();
+    nats.flush().await.unwrap();
+    assert_eq!(
+        alice.next(Duration::from_secs(5)).await.unwrap(),
+        "for alice"
+    );
+    assert_eq!(bob.next(Duration::from_secs(5)).await.unwrap(), "for bob");
+    assert_eq!(
+        alice.next(Duration::from_millis(300)).await,
+        None,
+        "alice sees only hers"
+    );
+
+    let instances = |gw: &Gw| {
+        let req = gw.admin(Method::GET, "/sluice/apis");
+        async move {
+            let v: Value = req.send().await.unwrap().json().await.unwrap();
+            v["apis"][0]["client_streams"].as_u64().unwrap()
+        }
+    };
+    assert_eq!(instances(&gw).await, 2);
+    // While a client is connected its instance stays, idle time or not.
+    drop(bob);
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    assert_eq!(instances(&gw).await, 1, "bob's idle instance is collected");
+    drop(alice);
+    let started = std::time::Instant::now();
+    while instances(&gw).await != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "alice's instance stays"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -222,6 +222,8 @@ fn list_apis(gw: &Shared) -> HttpResponse {
                 "name": a.name,
                 "listen_path": a.listen_path,
                 "source": a.source,
+                "streams": a.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+                "client_streams": gw.streams.client_streams(&a.id),
             })
         })
         .collect();

@@ -147,6 +147,10 @@ pub struct StreamingConfig {
     pub allow_unsafe: Vec<String>,
     /// How long a stopped stream may take to deliver what it holds.
     pub drain_timeout: Duration,
+    /// Per-client stream instances (`$sluice_context`) one API may run at once.
+    pub max_client_streams: usize,
+    /// A per-client instance that no client used for this long is stopped.
+    pub client_idle_timeout: Duration,
 }
 
 impl Default for StreamingConfig {
@@ -155,6 +159,8 @@ impl Default for StreamingConfig {
             enabled: false,
             allow_unsafe: Vec::new(),
             drain_timeout: Duration::from_secs(10),
+            max_client_streams: 1000,
+            client_idle_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -284,7 +290,16 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ("apps", &["path", "poll_interval"]),
     ("store", &["url", "apis"]),
     ("redis", &["url", "prefix"]),
-    ("streaming", &["enabled", "allow_unsafe", "drain_timeout"]),
+    (
+        "streaming",
+        &[
+            "enabled",
+            "allow_unsafe",
+            "drain_timeout",
+            "max_client_streams",
+            "client_idle_timeout",
+        ],
+    ),
     (
         "proxy",
         &["timeout", "connect_timeout", "max_idle_per_host"],

@@ -130,7 +130,12 @@ impl Gateway {
             cache: ResponseCache::default(),
             events: EventBus::default(),
             metrics,
-            streams: StreamHost::new(config.streaming.enabled, config.streaming.drain_timeout.0),
+            streams: StreamHost::new(streams::StreamSettings {
+                enabled: config.streaming.enabled,
+                drain: config.streaming.drain_timeout.0,
+                max_client_streams: config.streaming.max_client_streams,
+                client_idle_timeout: config.streaming.client_idle_timeout.0,
+            }),
             reload_now: tokio::sync::Notify::new(),
             ready: AtomicBool::new(false),
             tls: tls.is_some(),
@@ -168,6 +173,7 @@ impl Gateway {
 /// Checks the sources for changes every `apps.poll_interval`, or at once when asked.
 async fn reload_loop(shared: Arc<Shared>, stop: CancellationToken) {
     let interval = shared.config.apps.poll_interval.0;
+    let mut last_collect = Instant::now();
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
@@ -175,6 +181,11 @@ async fn reload_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         shared.reload(false).await;
+        // Idle per-client streams are looked for about once a second.
+        if last_collect.elapsed() >= Duration::from_secs(1) {
+            last_collect = Instant::now();
+            shared.streams.collect_idle().await;
+        }
     }
 }
 
@@ -236,6 +247,7 @@ impl Shared {
             },
             session: None,
             identity: None,
+            claims: None,
             limit: None,
         };
         let resp = middleware::run(ctx).await;

@@ -103,6 +103,19 @@ impl Routes {
         paths.sort();
         paths
     }
+
+    /// The paths whose owner starts with `prefix` (a stream's `name/`).
+    pub fn paths_owned_by(&self, prefix: &str) -> Vec<String> {
+        let mut paths: Vec<_> = self
+            .table
+            .read()
+            .iter()
+            .filter(|(_, (owner, _))| owner.starts_with(prefix))
+            .map(|(path, _)| path.clone())
+            .collect();
+        paths.sort();
+        paths
+    }
 }
 
 /// `/a/b/` and `a/b` are the same route.

@@ -1,5 +1,6 @@
 //! A real HTTP upstream for gateway tests: echoes what it received as JSON, and has
 //! paths that are slow, stream server-sent events or answer a chosen status.
+#![allow(dead_code)]
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -193,7 +193,7 @@ pub fn from_json_with(
 }
 
 /// A position-less tree of a JSON value; strings stay strings whatever they look like.
-fn node_of(value: &Value) -> Node {
+pub(crate) fn node_of(value: &Value) -> Node {
     let kind = match value {
         Value::Null => NodeKind::Scalar {
             value: "null".into(),

@@ -18,12 +18,20 @@ pub const STREAMING: &str = "x-sluice-streaming";
 /// API cannot read or write the gateway's files.
 pub const UNSAFE: &[&str] = &["file", "stdin", "stdout"];
 
+/// The prefix of the placeholders that make a stream per client.
+pub const CONTEXT: &str = "$sluice_context.";
+
 /// One stream of an API.
 pub struct ApiStream {
     pub name: String,
     pub config: StreamConfig,
     /// The stream as written, to tell on reload whether it changed.
     pub raw: Value,
+    /// The stream has `$sluice_context.` placeholders: each distinct set of values from
+    /// requests runs an instance of its own, started by the request.
+    pub per_client: bool,
+    /// The paths (below the listen path) this stream serves.
+    pub paths: Vec<String>,
 }
 
 /// The streams of a document and the paths their HTTP components serve.
@@ -94,7 +102,8 @@ pub fn parse(
                 continue;
             }
         };
-        for e in Stream::validate(&format!("{api_id}.{name}"), &config, &routes) {
+        let stream_id = format!("{api_id}.{name}");
+        for e in Stream::validate(&stream_id, &config, &routes) {
             let place = de::join(&path, &e.path);
             errors.push(at(&place, e.message));
         }
@@ -104,7 +113,15 @@ pub fn parse(
             format!("/{STREAMING}/streams/{name}")
         };
         let raw = whole.pointer(&pointer).cloned().unwrap_or(Value::Null);
-        streams.push(ApiStream { name, config, raw });
+        let per_client = raw.to_string().contains(CONTEXT);
+        let paths = routes.paths_owned_by(&format!("{stream_id}/"));
+        streams.push(ApiStream {
+            name,
+            config,
+            raw,
+            per_client,
+            paths,
+        });
     }
     if !errors.is_empty() {
         return Err(errors);

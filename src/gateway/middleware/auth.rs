@@ -14,7 +14,7 @@ use crate::gateway::keys::Session;
 /// What one scheme established.
 enum Passed {
     Key(Arc<Session>),
-    Identity(String),
+    Identity(String, serde_json::Map<String, serde_json::Value>),
 }
 
 pub async fn run(ctx: &mut Ctx<'_>) -> Step {
@@ -58,9 +58,12 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Step {
                             ctx.session = Some(s);
                         }
                     }
-                    Passed::Identity(id) => {
+                    Passed::Identity(id, claims) => {
                         if ctx.identity.is_none() {
                             ctx.identity = Some(id);
+                        }
+                        if ctx.claims.is_none() {
+                            ctx.claims = Some(claims);
                         }
                     }
                 }
@@ -132,7 +135,7 @@ async fn check(
         Scheme::Jwt(verifier) => {
             let token = jwt::bearer(parts)?;
             let claims = verifier.verify(token).await?;
-            Ok(Passed::Identity(claims.identity))
+            Ok(Passed::Identity(claims.identity, claims.claims))
         }
         Scheme::Hmac(settings) => {
             let sig = hmac::parse(parts)?;

@@ -46,6 +46,8 @@ pub struct Ctx<'a> {
     pub session: Option<Arc<Session>>,
     /// Who the request is from: the key id, or a JWT's identity.
     pub identity: Option<String>,
+    /// The claims of the caller's JWT.
+    pub claims: Option<serde_json::Map<String, serde_json::Value>>,
     /// The tightest limit met on the way, for the `X-RateLimit-*` headers.
     pub limit: Option<Decision>,
 }

@@ -10,5 +10,10 @@ pub fn divert(
     ctx: &Ctx<'_>,
     req: HttpRequest,
 ) -> Result<BoxFuture<'static, HttpResponse>, HttpRequest> {
-    ctx.gw.streams.divert(ctx.api, &ctx.rest, req)
+    let caller = crate::gateway::streams::context::Caller {
+        key_id: ctx.key_id(),
+        identity: ctx.identity.as_deref(),
+        claims: ctx.claims.as_ref(),
+    };
+    ctx.gw.streams.divert(ctx.api, &ctx.rest, req, &caller)
 }

@@ -1,7 +1,15 @@
 //! The stream manager of the gateway: runs the streams of every API that has
 //! `x-sluice-streaming`, each API on a route table of its own, and keeps them in step with
 //! the API table. A changed API restarts only the streams whose config changed, so the
-//! clients of the others stay connected.
+//! clients of the others stay connected. Streams with `$sluice_context.` placeholders
+//! run per client (see [`clients`]).
+
+// Requests and refusals travel by value: boxing them would cost every request an
+// allocation.
+#![allow(clippy::result_large_err)]
+
+pub mod clients;
+pub mod context;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,40 +34,74 @@ struct ApiStreams {
     env: StreamEnv,
     /// The streams running, by name, with the config each was started from.
     running: tokio::sync::Mutex<(Manager, BTreeMap<String, Value>)>,
+    /// The per-client instances, and the config each per-client stream had.
+    clients: clients::Clients,
+    templates: parking_lot::Mutex<BTreeMap<String, Value>>,
+}
+
+/// How the stream manager runs streams.
+#[derive(Debug, Clone)]
+pub struct StreamSettings {
+    pub enabled: bool,
+    /// How long a stopped stream may finish its in-flight messages.
+    pub drain: Duration,
+    /// Per-client instances an API may run at once.
+    pub max_client_streams: usize,
+    /// A per-client instance no client used for this long is stopped.
+    pub client_idle_timeout: Duration,
 }
 
 pub struct StreamHost {
-    enabled: bool,
-    drain: Duration,
+    settings: StreamSettings,
     apis: RwLock<HashMap<String, Arc<ApiStreams>>>,
 }
 
 impl StreamHost {
-    /// `drain` bounds how long a stopped stream may finish its in-flight messages.
-    pub fn new(enabled: bool, drain: Duration) -> Self {
+    pub fn new(settings: StreamSettings) -> Self {
         StreamHost {
-            enabled,
-            drain,
+            settings,
             apis: RwLock::new(HashMap::new()),
         }
     }
 
+    pub fn enabled(&self) -> bool {
+        self.settings.enabled
+    }
+
+    /// Stops the per-client instances that no client used for the idle time.
+    pub async fn collect_idle(&self) {
+        let all: Vec<Arc<ApiStreams>> = self.apis.read().values().cloned().collect();
+        for streams in all {
+            streams
+                .clients
+                .stop(
+                    Some(self.settings.client_idle_timeout),
+                    &[],
+                    self.settings.drain,
+                )
+                .await;
+        }
+    }
+
+    /// The per-client instances running for `api_id`.
+    pub fn client_streams(&self, api_id: &str) -> usize {
+        self.apis.read().get(api_id).map_or(0, |s| s.clients.len())
+    }
+
     /// The stream middleware: the handler of the stream route `rest` of `api`, or the
     /// request back when no stream serves that path.
-    // The request comes back by value: boxing it would cost every proxied request an
-    // allocation.
-    #[allow(clippy::result_large_err)]
     pub fn divert(
         &self,
         api: &Api,
         rest: &str,
         req: HttpRequest,
+        caller: &context::Caller<'_>,
     ) -> Result<BoxFuture<'static, HttpResponse>, HttpRequest> {
         if api.streams.is_empty() {
             return Err(req);
         }
         let path = h::normalize(rest);
-        if !self.enabled {
+        if !self.settings.enabled {
             if api.stream_paths.contains(&path) {
                 let resp = error(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -72,6 +114,33 @@ impl StreamHost {
         let Some(streams) = self.apis.read().get(&api.id).cloned() else {
             return Err(req);
         };
+        if let Some(stream) = api
+            .streams
+            .iter()
+            .find(|s| s.per_client && s.paths.contains(&path))
+        {
+            let resolved = match context::resolve(&stream.raw, &req, caller) {
+                Ok(v) => v,
+                Err(e) => {
+                    let resp = error(StatusCode::BAD_REQUEST, &e);
+                    return Ok(async move { resp }.boxed());
+                }
+            };
+            let instance = match streams.clients.get_or_start(
+                api,
+                stream,
+                &resolved,
+                self.settings.max_client_streams,
+            ) {
+                Ok(i) => i,
+                Err(resp) => return Ok(async move { resp }.boxed()),
+            };
+            let Some(handler) = instance.env.routes.get(&path) else {
+                return Err(req);
+            };
+            let active = instance.enter();
+            return Ok(async move { clients::tracked(handler.call(req).await, active) }.boxed());
+        }
         match streams.env.routes.get(&path) {
             Some(handler) => Ok(handler.call(req)),
             None => Err(req),
@@ -81,7 +150,7 @@ impl StreamHost {
     /// Brings the running streams in line with `table`: starts new and changed streams,
     /// stops removed and changed ones. Failures are logged; the API's other streams run.
     pub async fn sync(&self, table: &Table) {
-        if !self.enabled {
+        if !self.settings.enabled {
             return;
         }
         let gone: Vec<(String, Arc<ApiStreams>)> = {
@@ -93,10 +162,18 @@ impl StreamHost {
         };
         for (id, streams) in gone {
             self.apis.write().remove(&id);
+            let templates: Vec<String> = streams.templates.lock().keys().cloned().collect();
+            streams
+                .clients
+                .stop(None, &templates, self.settings.drain)
+                .await;
             let mut running = streams.running.lock().await;
             let names: Vec<String> = running.1.keys().cloned().collect();
             for name in names {
-                running.0.stop(&name, self.drain).await;
+                running
+                    .0
+                    .stop(&stream_name(&id, &name), self.settings.drain)
+                    .await;
                 info!(api_id = %id, stream = %name, "Stream stopped: its API is gone.");
             }
             running.1.clear();
@@ -114,21 +191,31 @@ impl StreamHost {
                             BTreeMap::new(),
                         )),
                         env,
+                        clients: clients::Clients::default(),
+                        templates: parking_lot::Mutex::new(BTreeMap::new()),
                     })
                 })
                 .clone();
-            sync_api(api, &streams, self.drain).await;
+            sync_api(api, &streams, self.settings.drain).await;
         }
     }
 
     /// Stops every stream, each draining for up to the drain time.
     pub async fn stop_all(&self) {
-        let all: Vec<Arc<ApiStreams>> = self.apis.write().drain().map(|(_, s)| s).collect();
-        for streams in all {
+        let all: Vec<(String, Arc<ApiStreams>)> = self.apis.write().drain().collect();
+        for (id, streams) in all {
+            let templates: Vec<String> = streams.templates.lock().keys().cloned().collect();
+            streams
+                .clients
+                .stop(None, &templates, self.settings.drain)
+                .await;
             let mut running = streams.running.lock().await;
             let names: Vec<String> = running.1.keys().cloned().collect();
             for name in names {
-                running.0.stop(&name, self.drain).await;
+                running
+                    .0
+                    .stop(&stream_name(&id, &name), self.settings.drain)
+                    .await;
             }
             running.1.clear();
         }
@@ -136,10 +223,34 @@ impl StreamHost {
 }
 
 async fn sync_api(api: &Api, streams: &ApiStreams, drain: Duration) {
+    // Per-client streams whose template changed or went lose their instances.
+    let changed: Vec<String> = {
+        let mut templates = streams.templates.lock();
+        let now: BTreeMap<String, Value> = api
+            .streams
+            .iter()
+            .filter(|s| s.per_client)
+            .map(|s| (s.name.clone(), s.raw.clone()))
+            .collect();
+        let changed = templates
+            .iter()
+            .filter(|(name, raw)| now.get(*name) != Some(*raw))
+            .map(|(name, _)| name.clone())
+            .collect();
+        *templates = now;
+        changed
+    };
+    if !changed.is_empty() {
+        streams.clients.stop(None, &changed, drain).await;
+    }
     let mut guard = streams.running.lock().await;
     let (manager, configs) = &mut *guard;
-    let wanted: BTreeMap<&str, &super::api::streaming::ApiStream> =
-        api.streams.iter().map(|s| (s.name.as_str(), s)).collect();
+    let wanted: BTreeMap<&str, &super::api::streaming::ApiStream> = api
+        .streams
+        .iter()
+        .filter(|s| !s.per_client)
+        .map(|s| (s.name.as_str(), s))
+        .collect();
     // Stop what went or changed first, so that a changed stream's paths are free.
     let stale: Vec<String> = configs
         .iter()

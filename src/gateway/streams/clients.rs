@@ -1,0 +1,179 @@
+//! Per-client stream instances: a stream with `$sluice_context.` placeholders runs one
+//! instance per distinct set of resolved values, started by the first request that needs
+//! it, stopped once no client has used it for the idle time, and capped in number.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::StatusCode;
+use parking_lot::Mutex;
+use serde_json::Value;
+use tracing::info;
+
+use crate::config::yaml::Document;
+use crate::gateway::api::streaming::ApiStream;
+use crate::gateway::api::{node_of, Api};
+use crate::gateway::middleware::error;
+use crate::http::{self as h, HttpResponse};
+use crate::stream::config::stream_from_node;
+use crate::stream::{RunningStream, Stream, StreamEnv};
+
+/// One running instance.
+pub struct Instance {
+    pub env: StreamEnv,
+    stream: String,
+    running: Mutex<Option<RunningStream>>,
+    /// Requests and open responses (an SSE connection counts until it closes).
+    active: Arc<AtomicUsize>,
+    last_used: Mutex<Instant>,
+}
+
+impl Instance {
+    /// Counts a request as active until the returned guard (kept by its response body)
+    /// drops.
+    pub fn enter(&self) -> Active {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        *self.last_used.lock() = Instant::now();
+        Active(self.active.clone())
+    }
+}
+
+/// Holds an instance active.
+pub struct Active(Arc<AtomicUsize>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The instances of one API, by stream and resolved config.
+#[derive(Default)]
+pub struct Clients {
+    instances: Mutex<HashMap<(String, String), Arc<Instance>>>,
+}
+
+impl Clients {
+    /// The instance of `stream` for `resolved`, started if there is none; a 4xx or 503
+    /// answer when it cannot be.
+    pub fn get_or_start(
+        &self,
+        api: &Api,
+        stream: &ApiStream,
+        resolved: &Value,
+        max: usize,
+    ) -> Result<Arc<Instance>, HttpResponse> {
+        let key = (stream.name.clone(), resolved.to_string());
+        let mut instances = self.instances.lock();
+        if let Some(found) = instances.get(&key) {
+            return Ok(found.clone());
+        }
+        if instances.len() >= max {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many per-client streams run for this API; try again later",
+            ));
+        }
+        let doc = Document {
+            file: format!("{} ({})", api.source, stream.name).into(),
+            root: node_of(resolved),
+        };
+        let path = format!("x-sluice-streaming.streams.{}", stream.name);
+        let read = || stream_from_node(&doc, &doc.root, &path);
+        // Definitions that came as data keep their mappings away from the host.
+        let config = if api.source.starts_with("store:") || api.source == "request" {
+            crate::config::mapped::sandboxed(read)
+        } else {
+            read()
+        }
+        .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
+        let env = StreamEnv::standalone();
+        let name = format!("{}.{}", api.id, stream.name);
+        let built = Stream::build(&name, &config, &env)
+            .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
+        info!(api_id = %api.id, stream = %stream.name, "Per-client stream started.");
+        let instance = Arc::new(Instance {
+            env,
+            stream: stream.name.clone(),
+            running: Mutex::new(Some(built.start())),
+            active: Arc::new(AtomicUsize::new(0)),
+            last_used: Mutex::new(Instant::now()),
+        });
+        instances.insert(key, instance.clone());
+        Ok(instance)
+    }
+
+    /// Stops the instances idle for longer than `idle`, or every instance of the streams
+    /// `only` names (they changed or went).
+    pub async fn stop(&self, idle: Option<Duration>, only: &[String], drain: Duration) {
+        let stopping: Vec<Arc<Instance>> = {
+            let mut instances = self.instances.lock();
+            let mut out = Vec::new();
+            instances.retain(|(stream, _), inst| {
+                let idle_out = idle.is_some_and(|idle| {
+                    inst.active.load(Ordering::SeqCst) == 0
+                        && inst.last_used.lock().elapsed() >= idle
+                });
+                let keep = !idle_out && !only.contains(stream);
+                if !keep {
+                    out.push(inst.clone());
+                }
+                keep
+            });
+            out
+        };
+        for inst in stopping {
+            let running = inst.running.lock().take();
+            if let Some(running) = running {
+                running.stop(drain).await;
+            }
+            info!(stream = %inst.stream, "Per-client stream stopped.");
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.instances.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `resp` with its body holding `active` until the body ends or is dropped.
+pub fn tracked(resp: HttpResponse, active: Active) -> HttpResponse {
+    resp.map(|body| {
+        h::boxed(Tracked {
+            inner: body,
+            _active: active,
+        })
+    })
+}
+
+struct Tracked {
+    inner: h::Body,
+    _active: Active,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = h::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, h::BoxError>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
