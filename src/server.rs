@@ -278,3 +278,34 @@ pub async fn bind(address: &str) -> std::io::Result<(TcpListener, SocketAddr)> {
     info!(address = %addr, "HTTP server listening.");
     Ok((listener, addr))
 }
+
+/// Binds `address` so that several listeners (one per worker thread) can share it: the
+/// kernel spreads connections over them (`SO_REUSEPORT`).
+pub async fn bind_shared(address: &str) -> std::io::Result<(std::net::TcpListener, SocketAddr)> {
+    let wrap = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("cannot listen on {address}: {e}"))
+    };
+    let addr = tokio::net::lookup_host(address)
+        .await
+        .map_err(wrap)?
+        .next()
+        .ok_or_else(|| wrap(std::io::Error::other("no such address")))?;
+    let listener = shared_listener(addr).map_err(wrap)?;
+    let addr = listener.local_addr()?;
+    info!(address = %addr, "HTTP server listening.");
+    Ok((listener, addr))
+}
+
+/// One more listener on an address bound with [`bind_shared`].
+pub fn shared_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)?.into_std()
+}

@@ -33,6 +33,8 @@ pub struct GatewayConfig {
     pub logger: LoggerConfig,
     /// One log line per request (target `sluice::access`).
     pub access_log: bool,
+    /// Threads that serve requests; one per core when unset.
+    pub workers: Option<usize>,
     pub metrics: MetricsConfig,
 }
 
@@ -51,6 +53,7 @@ impl Default for GatewayConfig {
             keys: KeysConfig::default(),
             logger: LoggerConfig::default(),
             access_log: true,
+            workers: None,
             metrics: MetricsConfig::default(),
         }
     }
@@ -309,7 +312,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
     ("logger", &["level", "format"]),
     ("metrics", &["enabled"]),
 ];
-const TOP_LEVEL: &[&str] = &["secret", "access_log"];
+const TOP_LEVEL: &[&str] = &["secret", "access_log", "workers"];
 
 /// Sets the key that `name` (the variable without its prefix, e.g. `TLS_CERT_FILE`)
 /// stands for.

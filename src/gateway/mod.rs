@@ -77,7 +77,7 @@ pub enum StartError {
 pub struct Gateway {
     pub shared: Arc<Shared>,
     pub address: SocketAddr,
-    listener: tokio::net::TcpListener,
+    listener: std::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
@@ -121,7 +121,7 @@ impl Gateway {
             },
         });
         let keys = Keys::new(store, config.keys.cache_ttl.0, config.secret.as_deref());
-        let (listener, address) = server::bind(&config.listen.socket()).await?;
+        let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
         let shared = Arc::new(Shared {
             table,
             keys,
@@ -164,7 +164,63 @@ impl Gateway {
             async move { shared.handle(req, peer).await }.boxed()
         });
         info!(address = %self.address, tls = self.tls.is_some(), "Gateway listening.");
-        server::serve_connections(self.listener, self.tls, timeouts, service, stop).await;
+        // One thread per core, each with a runtime and a listener of its own: a request
+        // lives on one thread from accept to upstream and back. Streams, reloads and the
+        // gateway's housekeeping run on the caller's runtime.
+        let workers = self
+            .shared
+            .config
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let mut threads = Vec::new();
+        let mut first = Some(self.listener);
+        for i in 0..workers.max(1) {
+            let listener = match first.take() {
+                Some(l) => l,
+                None => match server::shared_listener(self.address) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "Cannot open another listener.");
+                        break;
+                    }
+                },
+            };
+            let (tls, service, stop) = (self.tls.clone(), service.clone(), stop.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("sluice-gw-{i}"))
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            tracing::error!(error = %e, "Cannot start a worker runtime.");
+                            return;
+                        }
+                    };
+                    rt.block_on(async move {
+                        let _ = listener.set_nonblocking(true);
+                        match tokio::net::TcpListener::from_std(listener) {
+                            Ok(l) => {
+                                server::serve_connections(l, tls, timeouts, service, stop).await
+                            }
+                            Err(e) => tracing::error!(error = %e, "Cannot listen."),
+                        }
+                    });
+                });
+            match spawned {
+                Ok(t) => threads.push(t),
+                Err(e) => tracing::error!(error = %e, "Cannot start a worker thread."),
+            }
+        }
+        stop.cancelled().await;
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
         reloader.abort();
         self.shared.streams.stop_all().await;
     }
@@ -222,7 +278,14 @@ impl Shared {
             _ => {}
         }
         let idle = self.config.http.body_read_timeout.0;
-        let req = req.map(|body| h::boxed(h::IdleTimeout::new(body, idle)));
+        // A request without a body has nothing to stall on: no timer for it.
+        let req = req.map(|body| {
+            if http_body::Body::is_end_stream(&body) {
+                h::boxed(body)
+            } else {
+                h::boxed(h::IdleTimeout::new(body, idle))
+            }
+        });
         if api::listen_rest("/sluice", req.uri().path()).is_some() {
             return admin::handle(self, req).await;
         }
@@ -252,27 +315,14 @@ impl Shared {
         };
         let resp = middleware::run(ctx).await;
         let took = started.elapsed();
-        record(&api.id, resp.status(), took);
+        api.metrics
+            .get_or_init(|| api::ApiMetrics::new(&api.id))
+            .record(resp.status(), took);
         if self.config.access_log {
             access_log(&api.id, &method, &full_path, resp.status(), took, peer);
         }
         resp
     }
-}
-
-/// Per-API request counters by status class, and latencies.
-fn record(api_id: &str, status: StatusCode, took: Duration) {
-    let class = match status.as_u16() {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    };
-    metrics::counter!(crate::metrics::GATEWAY_REQUESTS, "api_id" => api_id.to_owned(), "status_class" => class)
-        .increment(1);
-    metrics::histogram!(crate::metrics::GATEWAY_REQUEST_DURATION, "api_id" => api_id.to_owned())
-        .record(took.as_secs_f64());
 }
 
 fn access_log(

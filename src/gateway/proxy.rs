@@ -44,10 +44,24 @@ impl ProxyError {
 
 type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
-/// The upstream client, shared by every API: connections are pooled per host.
+type Pooled = Client<Connector, Body>;
+
+thread_local! {
+    /// Each worker thread keeps its own pool, so that a request and the upstream
+    /// connection that carries it run on one thread and never wake another.
+    static CLIENTS: std::cell::RefCell<Vec<(usize, Pooled)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+static NEXT_PROXY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The upstream client, shared by every API: connections are pooled per host and per
+/// worker thread.
 #[derive(Clone)]
 pub struct Proxy {
-    client: Client<Connector, Body>,
+    id: usize,
+    connect_timeout: Duration,
+    max_idle_per_host: usize,
+    tls: std::sync::Arc<rustls::ClientConfig>,
     timeout: Duration,
 }
 
@@ -63,20 +77,38 @@ impl Proxy {
         connect_timeout: Duration,
         max_idle_per_host: usize,
     ) -> Result<Self, String> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(connect_timeout));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(upstream_tls()?)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(max_idle_per_host)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(https);
-        Ok(Proxy { client, timeout })
+        Ok(Proxy {
+            id: NEXT_PROXY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            connect_timeout,
+            max_idle_per_host,
+            tls: std::sync::Arc::new(upstream_tls()?),
+            timeout,
+        })
+    }
+
+    /// This thread's pool.
+    fn client(&self) -> Pooled {
+        CLIENTS.with(|clients| {
+            let mut clients = clients.borrow_mut();
+            if let Some((_, c)) = clients.iter().find(|(id, _)| *id == self.id) {
+                return c.clone();
+            }
+            let mut http = HttpConnector::new();
+            http.enforce_http(false);
+            http.set_connect_timeout(Some(self.connect_timeout));
+            http.set_nodelay(true);
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config((*self.tls).clone())
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http);
+            let client = Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(self.max_idle_per_host)
+                .pool_idle_timeout(Duration::from_secs(90))
+                .build(https);
+            clients.push((self.id, client.clone()));
+            client
+        })
     }
 
     /// Sends `req` to `api`'s upstream; `rest` is the path below the listen path.
@@ -131,21 +163,21 @@ impl Proxy {
         parts.version = Version::HTTP_11;
         let upstream_req = http::Request::from_parts(parts, body);
         let timeout = up.timeout.unwrap_or(self.timeout);
-        let mut resp = match tokio::time::timeout(timeout, self.client.request(upstream_req)).await
-        {
-            Err(_) => return Err(ProxyError::Timeout(timeout)),
-            Ok(Err(e)) if e.is_connect() => {
-                debug!(error = %e, api = %api.id, "Upstream connect failed.");
-                return Err(ProxyError::Connect);
-            }
-            Ok(Err(e)) => {
-                let text = std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| e.to_string());
-                return Err(ProxyError::Upstream(text));
-            }
-            Ok(Ok(resp)) => resp,
-        };
+        let mut resp =
+            match tokio::time::timeout(timeout, self.client().request(upstream_req)).await {
+                Err(_) => return Err(ProxyError::Timeout(timeout)),
+                Ok(Err(e)) if e.is_connect() => {
+                    debug!(error = %e, api = %api.id, "Upstream connect failed.");
+                    return Err(ProxyError::Connect);
+                }
+                Ok(Err(e)) => {
+                    let text = std::error::Error::source(&e)
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| e.to_string());
+                    return Err(ProxyError::Upstream(text));
+                }
+                Ok(Ok(resp)) => resp,
+            };
         if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
             if let Some(client_upgrade) = client_upgrade {
                 let upstream_upgrade = hyper::upgrade::on(&mut resp);

@@ -56,6 +56,37 @@ pub struct Api {
     pub source: String,
     /// The whole document, for the parts other modules read (streams).
     pub document: Value,
+    /// The API's request metrics, registered on its first request.
+    pub metrics: std::sync::OnceLock<ApiMetrics>,
+}
+
+/// Handles of an API's series, so that a request records without looking them up.
+pub struct ApiMetrics {
+    /// By status class: 1xx to 5xx.
+    pub requests: [metrics::Counter; 5],
+    pub duration: metrics::Histogram,
+}
+
+impl ApiMetrics {
+    pub fn new(api_id: &str) -> Self {
+        let class = |c: &'static str| metrics::counter!(crate::metrics::GATEWAY_REQUESTS, "api_id" => api_id.to_owned(), "status_class" => c);
+        ApiMetrics {
+            requests: [
+                class("1xx"),
+                class("2xx"),
+                class("3xx"),
+                class("4xx"),
+                class("5xx"),
+            ],
+            duration: metrics::histogram!(crate::metrics::GATEWAY_REQUEST_DURATION, "api_id" => api_id.to_owned()),
+        }
+    }
+
+    pub fn record(&self, status: http::StatusCode, took: Duration) {
+        let class = usize::from(status.as_u16() / 100).clamp(1, 5) - 1;
+        self.requests[class].increment(1);
+        self.duration.record(took.as_secs_f64());
+    }
 }
 
 pub struct Upstream {
@@ -552,6 +583,7 @@ fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api
         stream_paths,
         source: source.to_owned(),
         document: whole,
+        metrics: std::sync::OnceLock::new(),
     })
 }
 
