@@ -1,5 +1,6 @@
-//! The docs stay true: every YAML example in `docs/` that defines a stream builds, and
-//! every component is documented on its family's page.
+//! The docs stay true: every YAML example in `docs/` that defines a stream builds, every
+//! gateway API definition and gateway config loads, and every component is documented on
+//! its family's page.
 
 use sluice::component::registry::Registry;
 use sluice::stream::{Stream, StreamEnv};
@@ -31,10 +32,23 @@ async fn every_stream_example_in_the_docs_builds() {
         }
         let text = std::fs::read_to_string(&path).unwrap();
         for (i, block) in yaml_blocks(&text).into_iter().enumerate() {
+            let name = format!("{}#{i}", path.display());
+            // Gateway API definitions and gateway configs are checked as such.
+            if block.contains("x-sluice-api-gateway:") {
+                sluice::gateway::api::from_file(&name, &block)
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
+                checked += 1;
+                continue;
+            }
+            if block.starts_with("listen:") {
+                sluice::gateway::config::parse(&name, &block, &[])
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
+                checked += 1;
+                continue;
+            }
             if !(block.contains("input:") || block.contains("streams:")) {
                 continue;
             }
-            let name = format!("{}#{i}", path.display());
             let root = sluice::stream::config::parse_str(&name, &block)
                 .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
             let env = StreamEnv::standalone();
