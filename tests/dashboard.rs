@@ -855,6 +855,38 @@ async fn scenario(dir: PathBuf, store: String) {
     let all_keys = send(db.req(Method::GET, "/api/keys")).await;
     assert_eq!(all_keys.1["keys"].as_array().unwrap().len(), 2);
     assert!(!all_keys.1.to_string().contains(&member_key));
+    let users = send(db.req(Method::GET, "/api/users")).await;
+    let admin_id = users.1["users"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == "admin")
+        .expect("the admin")["id"]
+        .clone();
+    let admin_key_id = all_keys.1["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["user_id"] == admin_id)
+        .expect("the admin's key")["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_error(
+        &send(db.req(Method::DELETE, &format!("/api/keys/{admin_key_id}"))).await,
+        409,
+        "made with",
+    );
+    assert_error(
+        &send(db.as_key(
+            &member_key,
+            Method::DELETE,
+            &format!("/api/keys/{admin_key_id}"),
+        ))
+        .await,
+        404,
+        "not found",
+    );
     let second = send(db.as_key(&member_key, Method::POST, "/api/keys")).await;
     let second_key = second.1["key"].as_str().unwrap().to_owned();
     let second_id = assert_outcome(&second, 201);

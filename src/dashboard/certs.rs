@@ -76,6 +76,13 @@ pub struct CertFull {
     pub pem: String,
 }
 
+/// A multipart upload: a file field holding the PEM text (any field name works).
+#[derive(Debug, ToSchema)]
+pub struct CertUpload {
+    #[schema(value_type = String, format = Binary)]
+    pub file: Vec<u8>,
+}
+
 /// A PEM block: its label (`CERTIFICATE`) and decoded bytes, with its text.
 struct Block {
     label: String,
@@ -480,7 +487,7 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     tag = "certs",
     request_body(
         description = "PEM: the certificate chain, leaf first, optionally with the leaf's private key; as the body, or as a file field of a multipart form.",
-        content((String = "text/plain"), (String = "application/x-pem-file"), (String = "multipart/form-data"))
+        content((String = "text/plain"), (String = "application/x-pem-file"), (CertUpload = "multipart/form-data"))
     ),
     responses(
         (status = 201, description = "Added; `ID` and `Meta` are the certificate's id (its SHA-256 fingerprint).", body = Outcome),

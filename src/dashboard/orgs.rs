@@ -16,8 +16,10 @@ use crate::store::{DashboardKeyRecord, UserRecord};
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OrgInput {
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     /// The name of the organisation's first admin; `admin` when not given.
+    #[schema(min_length = 1, max_length = 200)]
     pub admin_name: Option<String>,
 }
 
@@ -65,9 +67,18 @@ pub struct User {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserInput {
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
-    /// `admin` or `member` (the default).
-    pub role: Option<String>,
+    /// `member` when not given.
+    pub role: Option<RoleInput>,
+}
+
+/// A user's role.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleInput {
+    Admin,
+    Member,
 }
 
 /// A key, without its secret.
@@ -235,14 +246,9 @@ pub async fn create_user(ctx: Ctx) -> Result<Reply, ApiError> {
     ctx.caller.require_admin()?;
     let input: UserInput = ctx.json()?;
     check_name("name", &input.name)?;
-    let role = match input.role.as_deref() {
-        None | Some("member") => Role::Member,
-        Some("admin") => Role::Admin,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "invalid field `role`: `{other}` is not admin or member"
-            )))
-        }
+    let role = match input.role {
+        None | Some(RoleInput::Member) => Role::Member,
+        Some(RoleInput::Admin) => Role::Admin,
     };
     let user = UserRecord {
         id: new_id(),
@@ -328,7 +334,7 @@ pub async fn list_keys(ctx: Ctx) -> Result<Reply, ApiError> {
     post,
     path = "/api/keys",
     tag = "orgs",
-    request_body(content = KeyInput, content_type = "application/json"),
+    request_body(content = Option<KeyInput>, content_type = "application/json", description = "Optional: without a body the key is the caller's."),
     responses(
         (status = 201, description = "Created; the key is in `key`, shown once.", body = KeyOutcome),
         (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
@@ -341,10 +347,11 @@ pub async fn list_keys(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn create_key(ctx: Ctx) -> Result<Reply, ApiError> {
     // An empty body asks for a key for the caller.
+    // No body, or `null`, asks for a key for the caller.
     let input: KeyInput = if ctx.body.iter().all(u8::is_ascii_whitespace) {
         KeyInput::default()
     } else {
-        ctx.json()?
+        ctx.json::<Option<KeyInput>>()?.unwrap_or_default()
     };
     let user_id = input.user_id.unwrap_or_else(|| ctx.caller.user_id.clone());
     if user_id != ctx.caller.user_id {
@@ -383,11 +390,18 @@ pub async fn create_key(ctx: Ctx) -> Result<Reply, ApiError> {
         (status = 200, description = "Revoked: the key stops working at once.", body = super::request::Outcome),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
         (status = 404, description = "No such key (of the caller, for a member).", body = ErrorBody),
+        (status = 409, description = "The key is the one this request is made with.", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn delete_key(ctx: Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param(0);
+    if id == ctx.caller.key_id {
+        // Revoking the key in use could lock the last admin out.
+        return Err(ApiError::Conflict(
+            "this is the key the request is made with: revoke it with another key".into(),
+        ));
+    }
     let keys = ctx
         .state
         .store

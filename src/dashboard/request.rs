@@ -141,7 +141,7 @@ impl Ctx {
     pub fn page(&self) -> Result<Paging, ApiError> {
         let size = i64::from(self.state.config.pagination.page_size.max(1));
         let p = match self.query("p") {
-            None | Some("") => 1,
+            None => 1,
             Some(text) => text.trim().parse::<i64>().map_err(|_| {
                 ApiError::bad_request(format!("query parameter `p`: `{text}` is not an integer"))
             })?,
