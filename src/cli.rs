@@ -92,6 +92,84 @@ pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Outpu
     }
 }
 
+/// `sluice dashboard`: serves the management API until a signal arrives. On a first start
+/// (an empty store) it creates an organisation and an admin, and prints the admin's key
+/// once. Returns the exit code.
+pub async fn dashboard(config_file: Option<&std::path::Path>) -> i32 {
+    use crate::dashboard::{config as db_config, Dashboard};
+    let config = match db_config::load(config_file, &db_config::env_overrides()) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    init_logging(&config.logger);
+    let dashboard = match Dashboard::start(config).await {
+        Ok(d) => d,
+        Err(e) => {
+            error!(error = %e, "Dashboard failed to start.");
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    if let Some(admin) = &dashboard.bootstrapped {
+        print_new_admin(admin);
+    }
+    let stop = CancellationToken::new();
+    let serving = tokio::spawn(dashboard.serve(stop.clone()));
+    shutdown_signal().await;
+    info!("Stopping: finishing requests in flight.");
+    stop.cancel();
+    let _ = serving.await;
+    0
+}
+
+/// `sluice dashboard bootstrap`: creates an organisation (named `org`, or as the config
+/// says) with an admin, prints the admin's key once, and exits. Returns the exit code.
+pub async fn dashboard_bootstrap(config_file: Option<&std::path::Path>, org: Option<&str>) -> i32 {
+    use crate::dashboard::{auth, config as db_config, open_store};
+    let config = match db_config::load(config_file, &db_config::env_overrides()) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{errors}");
+            return 1;
+        }
+    };
+    init_logging(&config.logger);
+    let store = match open_store(&config).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let name = org.unwrap_or(&config.admin.org);
+    let created = auth::create_org(&store, name, "admin", config.admin.key.as_deref()).await;
+    store.close().await;
+    match created {
+        Ok(admin) => {
+            print_new_admin(&admin);
+            0
+        }
+        Err(e) => {
+            eprintln!("error: cannot create the organisation: {e}");
+            1
+        }
+    }
+}
+
+/// Shows a new admin's key on standard output: the only time it is ever shown.
+fn print_new_admin(admin: &crate::dashboard::auth::NewAdmin) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "Created organisation `{}` ({}) with user `admin`.\nAdmin key (shown once; keep it): {}",
+        admin.org_name, admin.org_id, admin.key
+    );
+    let _ = out.flush();
+}
+
 /// `sluice gateway`: serves APIs until a signal arrives. Returns the exit code.
 pub async fn gateway(config_file: Option<&std::path::Path>) -> i32 {
     let config =

@@ -11,6 +11,7 @@ pub mod codec;
 pub mod component;
 pub mod config;
 pub mod connect;
+pub mod dashboard;
 pub mod duration;
 pub mod gateway;
 pub mod http;

@@ -68,6 +68,16 @@ enum Command {
         #[arg(long, short = 'c')]
         config: Option<PathBuf>,
     },
+    /// Run the dashboard: the management API (assets, certificates, webhooks, APIs,
+    /// organisations, users and keys) on the store that gateways read their APIs from.
+    Dashboard {
+        /// Dashboard config (YAML). Without it the defaults apply; `SLUICE_DB_<SECTION>_<KEY>`
+        /// environment variables override either.
+        #[arg(long, short = 'c', global = true)]
+        config: Option<PathBuf>,
+        #[command(subcommand)]
+        action: Option<DashboardAction>,
+    },
     /// List the available components with their fields, types, defaults and help.
     List {
         /// Only this family.
@@ -75,6 +85,16 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum DashboardAction {
+    /// Create an organisation with an admin user, print the admin's key once, and exit.
+    Bootstrap {
+        /// The organisation's name (default: `admin.org` of the config).
+        #[arg(long)]
+        org: Option<String>,
     },
 }
 
@@ -144,6 +164,20 @@ fn main() -> ExitCode {
         }
         Command::Gateway { config } => match tokio::runtime::Runtime::new() {
             Ok(rt) => rt.block_on(sluice::cli::gateway(config.as_deref())),
+            Err(e) => {
+                eprintln!("error: cannot start the runtime: {e}");
+                1
+            }
+        },
+        Command::Dashboard { config, action } => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(async {
+                match action {
+                    None => sluice::cli::dashboard(config.as_deref()).await,
+                    Some(DashboardAction::Bootstrap { org }) => {
+                        sluice::cli::dashboard_bootstrap(config.as_deref(), org.as_deref()).await
+                    }
+                }
+            }),
             Err(e) => {
                 eprintln!("error: cannot start the runtime: {e}");
                 1

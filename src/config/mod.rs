@@ -6,6 +6,7 @@
 pub mod de;
 pub mod error;
 pub mod mapped;
+pub mod overrides;
 pub mod yaml;
 
 pub use error::{ConfigError, ConfigErrors, Location};

@@ -1,6 +1,7 @@
 //! API definitions (OpenAPI documents as JSON text) and their change counter, which lets
 //! gateways that share a database notice each other's changes by polling one number.
 
+use super::orgs::conflict_or;
 use super::{Store, StoreError, APIS_REVISION, BUMP_REVISION};
 
 /// An API definition as stored.
@@ -33,6 +34,9 @@ impl From<ApiRow> for StoredApi {
 const UPSERT: &str = "INSERT INTO apis (id, org_id, document, updated_at) VALUES ($1, $2, $3, $4) \
      ON CONFLICT (id) DO UPDATE SET org_id = excluded.org_id, document = excluded.document, \
      updated_at = excluded.updated_at";
+const INSERT: &str = "INSERT INTO apis (id, org_id, document, updated_at) VALUES ($1, $2, $3, $4)";
+const SELECT_BY_ORG: &str =
+    "SELECT id, org_id, document, updated_at FROM apis WHERE org_id = $1 ORDER BY id";
 const SELECT_BY_ID: &str = "SELECT id, org_id, document, updated_at FROM apis WHERE id = $1";
 const SELECT_ALL: &str = "SELECT id, org_id, document, updated_at FROM apis ORDER BY id";
 const DELETE: &str = "DELETE FROM apis WHERE id = $1";
@@ -60,6 +64,43 @@ impl Store {
             tx.commit().await?;
         });
         Ok(())
+    }
+
+    /// Adds an API that must be new, and advances
+    /// [`apis_revision`](Store::apis_revision): an id already stored is a
+    /// [`StoreError::Conflict`], checked by the database so that two writers cannot both
+    /// create it.
+    pub async fn insert_api(&self, api: &StoredApi) -> Result<(), StoreError> {
+        let done: Result<(), sqlx::Error> = with_pool!(self, |pool| {
+            async {
+                let mut tx = pool.begin().await?;
+                sqlx::query(INSERT)
+                    .bind(api.id.as_str())
+                    .bind(api.org_id.as_str())
+                    .bind(api.document.as_str())
+                    .bind(api.updated_at)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(BUMP_REVISION)
+                    .bind(APIS_REVISION)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await
+            }
+            .await
+        });
+        done.map_err(|e| conflict_or(e, &format!("API '{}'", api.id)))
+    }
+
+    /// The APIs of one organisation, ordered by id.
+    pub async fn list_apis_of_org(&self, org_id: &str) -> Result<Vec<StoredApi>, StoreError> {
+        let rows: Vec<ApiRow> = with_pool!(self, |pool| {
+            sqlx::query_as(SELECT_BY_ORG)
+                .bind(org_id)
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(rows.into_iter().map(StoredApi::from).collect())
     }
 
     /// The API with this id, if any.
@@ -175,6 +216,33 @@ mod tests {
         assert!(r3 > r2);
         assert_eq!(store.api("a").await.unwrap(), None);
         assert!(store.list_apis().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn insert_refuses_an_existing_id_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(&dir).await;
+        store
+            .insert_api(&api("a", "o1", r#"{"v":1}"#))
+            .await
+            .unwrap();
+        let r1 = store.apis_revision().await.unwrap();
+        let err = store
+            .insert_api(&api("a", "o2", r#"{"v":2}"#))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Conflict(w) if w == "API 'a'"),
+            "{err}"
+        );
+        assert_eq!(store.apis_revision().await.unwrap(), r1);
+        assert_eq!(
+            store.api("a").await.unwrap(),
+            Some(api("a", "o1", r#"{"v":1}"#))
+        );
+        store.insert_api(&api("b", "o2", "{}")).await.unwrap();
+        let of_o2 = store.list_apis_of_org("o2").await.unwrap();
+        assert_eq!(of_o2, [api("b", "o2", "{}")]);
     }
 
     #[tokio::test]

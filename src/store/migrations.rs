@@ -17,16 +17,28 @@ use sqlx::migrate::{MigrateError, Migration, MigrationSource, MigrationType, Mig
 type Embedded = (&'static str, &'static str);
 
 /// SQLite migrations, oldest first.
-pub(super) const SQLITE: &[Embedded] = &[(
-    "0001_keys_and_apis.sql",
-    include_str!("../../migrations/sqlite/0001_keys_and_apis.sql"),
-)];
+pub(super) const SQLITE: &[Embedded] = &[
+    (
+        "0001_keys_and_apis.sql",
+        include_str!("../../migrations/sqlite/0001_keys_and_apis.sql"),
+    ),
+    (
+        "0002_dashboard.sql",
+        include_str!("../../migrations/sqlite/0002_dashboard.sql"),
+    ),
+];
 
 /// PostgreSQL migrations, oldest first.
-pub(super) const POSTGRES: &[Embedded] = &[(
-    "0001_keys_and_apis.sql",
-    include_str!("../../migrations/postgres/0001_keys_and_apis.sql"),
-)];
+pub(super) const POSTGRES: &[Embedded] = &[
+    (
+        "0001_keys_and_apis.sql",
+        include_str!("../../migrations/postgres/0001_keys_and_apis.sql"),
+    ),
+    (
+        "0002_dashboard.sql",
+        include_str!("../../migrations/postgres/0002_dashboard.sql"),
+    ),
+];
 
 /// A migration source over an embedded list.
 #[derive(Debug)]

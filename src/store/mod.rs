@@ -6,7 +6,8 @@
 //! binary (`migrations/sqlite/`, `migrations/postgres/`).
 //!
 //! Each kind of resource has its own file with its record type and its `impl Store` block
-//! (`keys.rs`, `apis.rs`). The query code is written once for both backends: `with_pool!`
+//! (`keys.rs`, `apis.rs`, and the dashboard's `orgs.rs`, `assets.rs`, `certs.rs`,
+//! `hooks.rs`). The query code is written once for both backends: `with_pool!`
 //! compiles a body once per backend, and the SQL uses `$1`-style placeholders, which both
 //! SQLite and PostgreSQL accept. Adding a resource means a new migration file in each
 //! folder (listed in `migrations.rs`) and a new file here.
@@ -35,12 +36,20 @@ macro_rules! with_pool {
 }
 
 mod apis;
+mod assets;
+mod certs;
+mod hooks;
 mod keys;
 mod location;
 mod migrations;
+mod orgs;
 
 pub use apis::StoredApi;
+pub use assets::AssetRecord;
+pub use certs::{CertRecord, KeyFilter};
+pub use hooks::HookRecord;
 pub use keys::KeyRecord;
+pub use orgs::{DashboardKeyRecord, OrgRecord, UserRecord};
 
 use location::Location;
 
@@ -110,6 +119,29 @@ pub enum StoreError {
     /// (`key 'abc'`).
     #[error("{0} already exists")]
     Conflict(String),
+}
+
+/// A slice of a list: at most `limit` records after skipping `offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    pub limit: i64,
+    pub offset: i64,
+}
+
+impl Page {
+    /// Every record.
+    pub const ALL: Page = Page {
+        limit: i64::MAX,
+        offset: 0,
+    };
+
+    /// Page `index` (from 0) of pages of `size` records.
+    pub fn new(size: i64, index: i64) -> Page {
+        Page {
+            limit: size,
+            offset: size.saturating_mul(index),
+        }
+    }
 }
 
 /// The change counter of API definitions in the `revisions` table.

@@ -1,0 +1,810 @@
+//! APIs: OpenAPI documents with `x-sluice-api-gateway`, plain (`/api/apis/oas`) or
+//! streaming (`/api/apis/streams`, also carrying `x-sluice-streaming`). A definition is
+//! compiled by the gateway's own compiler before it is stored, so what the dashboard
+//! accepts the gateway serves; problems come back as 422 with the path of each in the
+//! document. Stored APIs reach every gateway that uses the same store.
+
+use http::StatusCode;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::assets::OAS_TEMPLATE;
+use super::error::{ApiError, ErrorBody, Problem};
+use super::request::{new_id, now, parse_json, rfc3339, Ctx, Outcome, Reply};
+use crate::gateway::api::{self as gw_api, EXTENSION};
+use crate::store::StoredApi;
+
+/// The media type of a streaming API definition (JSON or YAML).
+pub const STREAMS_MEDIA_TYPE: &str = "application/vnd.sluice.streams.oas";
+/// The extension that makes an API a streaming one.
+pub const STREAMING_EXTENSION: &str = "x-sluice-streaming";
+
+/// Which of the two collections a request is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Plain OpenAPI APIs.
+    Oas,
+    /// Streaming APIs.
+    Streams,
+}
+
+impl Kind {
+    fn of(doc: &Value) -> Kind {
+        if doc.get(STREAMING_EXTENSION).is_some() {
+            Kind::Streams
+        } else {
+            Kind::Oas
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::Oas => "API",
+            Kind::Streams => "streaming API",
+        }
+    }
+}
+
+/// An API in a list.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiSummary {
+    pub id: String,
+    pub name: String,
+    pub listen_path: String,
+    /// Whether it carries `x-sluice-streaming`.
+    pub streaming: bool,
+    /// RFC 3339, UTC.
+    pub updated_at: String,
+}
+
+/// A page of APIs.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiList {
+    pub apis: Vec<ApiSummary>,
+    pub pages: i64,
+}
+
+/// The body as a document: JSON or YAML, whichever it is, and an object.
+fn read_document(ctx: &Ctx, kind: Kind) -> Result<Value, ApiError> {
+    let media = ctx.media_type();
+    match (kind, media.as_deref()) {
+        (Kind::Streams, Some(t)) if t.starts_with(STREAMS_MEDIA_TYPE) => {}
+        (Kind::Streams, other) => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "a streaming API is sent with `Content-Type: {STREAMS_MEDIA_TYPE}`{}",
+                other.map(|t| format!(", not `{t}`")).unwrap_or_default()
+            )))
+        }
+        (
+            Kind::Oas,
+            None
+            | Some("application/json")
+            | Some("application/yaml")
+            | Some("application/x-yaml")
+            | Some("text/yaml")
+            | Some("application/vnd.oai.openapi")
+            | Some("application/vnd.oai.openapi+json"),
+        ) => {}
+        (Kind::Oas, Some(other)) => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "an API definition is JSON (application/json) or YAML (application/yaml), not `{other}`"
+            )))
+        }
+    }
+    let text = std::str::from_utf8(&ctx.body)
+        .map_err(|_| ApiError::bad_request("the body is not UTF-8 text"))?;
+    let trimmed = text.trim_start();
+    let doc: Value = if trimmed.is_empty() {
+        return Err(ApiError::bad_request(
+            "the body is empty: an OpenAPI document is expected",
+        ));
+    } else if trimmed.starts_with('{') {
+        parse_json(text.as_bytes())?
+    } else {
+        // Parsed to a plain value: nothing in a request is substituted from the host's
+        // environment, unlike API files on disk.
+        serde_yaml::from_str(text).map_err(|e| {
+            ApiError::bad_request(format!("the body is not a JSON or YAML document: {e}"))
+        })?
+    };
+    if !doc.is_object() {
+        return Err(ApiError::bad_request(
+            "the body is not an OpenAPI document: a mapping (JSON object) is expected",
+        ));
+    }
+    Ok(doc)
+}
+
+/// Puts `over` onto `base`: objects merge member by member, anything else replaces.
+fn merge(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(slot) => merge(slot, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+/// The object member `key` of `map`, created empty when absent; 422 when it is there
+/// but not an object.
+fn object_at<'a>(
+    map: &'a mut Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<&'a mut Map<String, Value>, ApiError> {
+    let slot = map
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    slot.as_object_mut()
+        .ok_or_else(|| invalid(path, "an object is expected"))
+}
+
+fn invalid(path: &str, message: &str) -> ApiError {
+    ApiError::Invalid {
+        message: format!("the definition is invalid: {path}: {message}"),
+        errors: vec![Problem {
+            path: path.to_owned(),
+            message: message.to_owned(),
+        }],
+    }
+}
+
+/// What a definition compiled to that the dashboard needs.
+#[derive(Debug)]
+struct Prepared {
+    id: String,
+    listen_path: String,
+}
+
+/// Completes the gateway extension (id, name, organisation, listen path, when absent),
+/// checks the kind, and compiles the document as the gateway will.
+fn prepare(
+    doc: &mut Value,
+    kind: Kind,
+    org_id: &str,
+    path_id: Option<&str>,
+) -> Result<Prepared, ApiError> {
+    match (kind, doc.get(STREAMING_EXTENSION)) {
+        (Kind::Streams, None) => {
+            return Err(invalid(
+                STREAMING_EXTENSION,
+                "a streaming API carries `x-sluice-streaming` with its `streams`",
+            ))
+        }
+        (Kind::Streams, Some(ext)) => check_streaming_shape(ext)?,
+        (Kind::Oas, Some(_)) => {
+            return Err(invalid(
+                STREAMING_EXTENSION,
+                "streaming APIs are created with POST /api/apis/streams",
+            ))
+        }
+        (Kind::Oas, None) => {}
+    }
+    let title = doc
+        .pointer("/info/title")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let Some(root) = doc.as_object_mut() else {
+        return Err(invalid("", "an OpenAPI document (an object) is expected"));
+    };
+    let ext = object_at(root, EXTENSION, EXTENSION)?;
+    let info = object_at(ext, "info", &format!("{EXTENSION}.info"))?;
+    let id = match info.get("id") {
+        Some(Value::String(id)) if !id.trim().is_empty() => {
+            if let Some(path_id) = path_id {
+                if id != path_id {
+                    return Err(ApiError::bad_request(format!(
+                        "invalid field `{EXTENSION}.info.id`: it is `{id}`, but the path names `{path_id}`"
+                    )));
+                }
+            }
+            id.clone()
+        }
+        Some(Value::String(_)) | None => {
+            let id = path_id.map_or_else(new_id, str::to_owned);
+            info.insert("id".into(), Value::String(id.clone()));
+            id
+        }
+        Some(_) => {
+            return Err(invalid(
+                &format!("{EXTENSION}.info.id"),
+                "a string is expected",
+            ))
+        }
+    };
+    if !info.contains_key("name") {
+        info.insert(
+            "name".into(),
+            Value::String(title.unwrap_or_else(|| id.clone())),
+        );
+    }
+    match info.get("orgId") {
+        Some(Value::String(org)) if org != org_id => {
+            return Err(ApiError::bad_request(format!(
+            "invalid field `{EXTENSION}.info.orgId`: an API belongs to the caller's organisation"
+        )))
+        }
+        _ => {
+            info.insert("orgId".into(), Value::String(org_id.to_owned()));
+        }
+    }
+    let server = object_at(ext, "server", &format!("{EXTENSION}.server"))?;
+    if !server.contains_key("listenPath") {
+        server.insert(
+            "listenPath".into(),
+            serde_json::json!({"value": format!("/{id}/"), "strip": true}),
+        );
+    }
+    let compiled = gw_api::from_json("request", doc).map_err(|e| {
+        let errors: Vec<Problem> = e
+            .errors
+            .0
+            .iter()
+            .map(|c| Problem {
+                path: c
+                    .location
+                    .as_ref()
+                    .map(|l| l.path.clone())
+                    .unwrap_or_default(),
+                message: c.message.clone(),
+            })
+            .collect();
+        ApiError::Invalid {
+            message: format!(
+                "the definition is invalid: {}",
+                errors
+                    .iter()
+                    .map(|p| format!("{}: {}", p.path, p.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            errors,
+        }
+    })?;
+    Ok(Prepared {
+        id: compiled.id,
+        listen_path: compiled.listen_path,
+    })
+}
+
+/// The part of `x-sluice-streaming` the dashboard itself relies on: a non-empty
+/// `streams` object of stream objects. The streams' contents are the compiler's to check.
+fn check_streaming_shape(ext: &Value) -> Result<(), ApiError> {
+    let at = format!("{STREAMING_EXTENSION}.streams");
+    let Some(streams) = ext.get("streams").and_then(Value::as_object) else {
+        return Err(invalid(
+            &at,
+            "an object of named stream configurations is expected",
+        ));
+    };
+    if streams.is_empty() {
+        return Err(invalid(&at, "no stream is defined"));
+    }
+    for (name, stream) in streams {
+        if !stream.is_object() {
+            return Err(invalid(
+                &format!("{at}.{name}"),
+                "a stream configuration (an object with `input` and `output`) is expected",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The listen path a stored document declares, normalised as the compiler does.
+fn stored_listen_path(doc: &Value) -> Option<String> {
+    let lp = doc
+        .get(EXTENSION)?
+        .pointer("/server/listenPath/value")?
+        .as_str()?
+        .trim();
+    Some(if lp.len() > 1 {
+        lp.trim_end_matches('/').to_owned()
+    } else {
+        lp.to_owned()
+    })
+}
+
+/// 409 when another API (of any organisation: one gateway serves them all) listens on
+/// `listen_path`.
+async fn check_listen_path(ctx: &Ctx, id: &str, listen_path: &str) -> Result<(), ApiError> {
+    for api in ctx.state.store.list_apis().await? {
+        if api.id == id {
+            continue;
+        }
+        let Ok(doc) = serde_json::from_str::<Value>(&api.document) else {
+            continue;
+        };
+        if stored_listen_path(&doc).as_deref() == Some(listen_path) {
+            // Another organisation's API is not named.
+            let whose = if api.org_id == ctx.caller.org_id {
+                format!(" by API `{}`", api.id)
+            } else {
+                String::new()
+            };
+            return Err(ApiError::Conflict(format!(
+                "listen path `{listen_path}` is already used{whose}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn refuse_if_streaming_off(ctx: &Ctx, kind: Kind) -> Result<(), ApiError> {
+    if kind == Kind::Streams && !ctx.state.config.streaming.enabled {
+        return Err(ApiError::Forbidden(
+            "streaming is disabled in this dashboard: set `streaming.enabled: true` in its config (or SLUICE_DB_STREAMING_ENABLED=true) to manage streaming APIs".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The template asset named by `templateID`, when given.
+async fn template(ctx: &Ctx) -> Result<Option<Value>, ApiError> {
+    let Some(id) = ctx.query("templateID").filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let asset = ctx
+        .state
+        .store
+        .asset(&ctx.caller.org_id, id)
+        .await?
+        .filter(|a| a.kind == OAS_TEMPLATE)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "query parameter `templateID`: no `{OAS_TEMPLATE}` asset `{id}`"
+            ))
+        })?;
+    Ok(Some(
+        serde_json::from_str(&asset.data).unwrap_or(Value::Null),
+    ))
+}
+
+async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
+    refuse_if_streaming_off(&ctx, kind)?;
+    let dry_run = ctx.flag("dry_run")?;
+    let posted = read_document(&ctx, kind)?;
+    let mut doc = match template(&ctx).await? {
+        Some(mut base) if base.is_object() => {
+            merge(&mut base, posted);
+            base
+        }
+        _ => posted,
+    };
+    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, None)?;
+    if dry_run {
+        return Reply::outcome(
+            StatusCode::OK,
+            "the definition is valid (dry run: nothing was saved)",
+            None,
+            &prepared.id,
+        );
+    }
+    let _one_writer = ctx.state.api_writes.lock().await;
+    // A taken id is refused by the store itself (409), whichever process took it.
+    check_listen_path(&ctx, &prepared.id, &prepared.listen_path).await?;
+    ctx.state
+        .store
+        .insert_api(&StoredApi {
+            id: prepared.id.clone(),
+            org_id: ctx.caller.org_id.clone(),
+            document: doc.to_string(),
+            updated_at: now(),
+        })
+        .await?;
+    let message = format!("{} created", kind.noun());
+    Reply::outcome(
+        StatusCode::CREATED,
+        &message,
+        Some(&prepared.id),
+        &prepared.id,
+    )
+}
+
+/// The caller's API of this kind with the path's id, or 404.
+async fn find(ctx: &Ctx, kind: Kind) -> Result<(StoredApi, Value), ApiError> {
+    let missing = || ApiError::not_found(kind.noun());
+    let api = ctx
+        .state
+        .store
+        .api(ctx.param(0))
+        .await?
+        .filter(|a| a.org_id == ctx.caller.org_id)
+        .ok_or_else(missing)?;
+    let doc: Value = serde_json::from_str(&api.document).map_err(|_| missing())?;
+    if Kind::of(&doc) != kind {
+        return Err(missing());
+    }
+    Ok((api, doc))
+}
+
+async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
+    refuse_if_streaming_off(&ctx, kind)?;
+    let dry_run = ctx.flag("dry_run")?;
+    find(&ctx, kind).await?;
+    let mut doc = read_document(&ctx, kind)?;
+    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, Some(ctx.param(0)))?;
+    if dry_run {
+        return Reply::outcome(
+            StatusCode::OK,
+            "the definition is valid (dry run: nothing was saved)",
+            None,
+            &prepared.id,
+        );
+    }
+    let _one_writer = ctx.state.api_writes.lock().await;
+    // Deleted since it was found: replacing it would bring it back.
+    find(&ctx, kind).await?;
+    check_listen_path(&ctx, &prepared.id, &prepared.listen_path).await?;
+    ctx.state
+        .store
+        .put_api(&StoredApi {
+            id: prepared.id.clone(),
+            org_id: ctx.caller.org_id.clone(),
+            document: doc.to_string(),
+            updated_at: now(),
+        })
+        .await?;
+    let message = format!("{} updated", kind.noun());
+    Reply::outcome(StatusCode::OK, &message, Some(&prepared.id), &prepared.id)
+}
+
+async fn get(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
+    let (_, doc) = find(&ctx, kind).await?;
+    Ok(Reply {
+        status: StatusCode::OK,
+        body: doc,
+    })
+}
+
+async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
+    let (api, _) = find(&ctx, kind).await?;
+    let _one_writer = ctx.state.api_writes.lock().await;
+    if !ctx.state.store.delete_api(&api.id).await? {
+        return Err(ApiError::not_found(kind.noun()));
+    }
+    let message = format!("{} deleted", kind.noun());
+    Reply::outcome(StatusCode::OK, &message, Some(&api.id), &api.id)
+}
+
+async fn list(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
+    let paging = ctx.page()?;
+    let mut apis = Vec::new();
+    for api in ctx.state.store.list_apis_of_org(&ctx.caller.org_id).await? {
+        let Ok(doc) = serde_json::from_str::<Value>(&api.document) else {
+            continue;
+        };
+        if Kind::of(&doc) != kind {
+            continue;
+        }
+        apis.push(ApiSummary {
+            name: doc
+                .get(EXTENSION)
+                .and_then(|e| e.pointer("/info/name"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            listen_path: stored_listen_path(&doc).unwrap_or_default(),
+            streaming: kind == Kind::Streams,
+            updated_at: rfc3339(api.updated_at),
+            id: api.id,
+        });
+    }
+    let total = i64::try_from(apis.len()).unwrap_or(i64::MAX);
+    let offset = usize::try_from(paging.page.offset).unwrap_or(usize::MAX);
+    let limit = usize::try_from(paging.page.limit).unwrap_or(usize::MAX);
+    let apis = apis.into_iter().skip(offset).take(limit).collect();
+    Reply::json(
+        StatusCode::OK,
+        ApiList {
+            apis,
+            pages: paging.pages(total),
+        },
+    )
+}
+
+// The handlers of the routes, one per method and collection, each documented.
+
+#[utoipa::path(
+    get,
+    path = "/api/apis/oas",
+    tag = "apis",
+    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every API.")),
+    responses(
+        (status = 200, description = "A page of the organisation's plain APIs.", body = ApiList),
+        (status = 400, description = "A bad query parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn list_oas(ctx: Ctx) -> Result<Reply, ApiError> {
+    list(ctx, Kind::Oas).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/apis/oas",
+    tag = "apis",
+    params(
+        ("dry_run" = Option<bool>, Query, description = "Validate only; nothing is saved."),
+        ("templateID" = Option<String>, Query, description = "An `oas-template` asset the document is merged onto."),
+    ),
+    request_body(
+        description = "An OpenAPI 3 document with `x-sluice-api-gateway`, JSON or YAML. Its `info.id` is generated when absent.",
+        content((Object = "application/json"), (String = "application/yaml"))
+    ),
+    responses(
+        (status = 200, description = "Dry run: the definition is valid.", body = Outcome),
+        (status = 201, description = "Created; `ID` and `Meta` are the API's id.", body = Outcome),
+        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 409, description = "The id or the listen path is taken.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not JSON or YAML.", body = ErrorBody),
+        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn create_oas(ctx: Ctx) -> Result<Reply, ApiError> {
+    create(ctx, Kind::Oas).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/apis/oas/{apiId}",
+    tag = "apis",
+    params(("apiId" = String, Path, description = "The API's id.")),
+    responses(
+        (status = 200, description = "The stored definition.", body = Object),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such API in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn get_oas(ctx: Ctx) -> Result<Reply, ApiError> {
+    get(ctx, Kind::Oas).await
+}
+
+#[utoipa::path(
+    put,
+    path = "/api/apis/oas/{apiId}",
+    tag = "apis",
+    params(
+        ("apiId" = String, Path, description = "The API's id."),
+        ("dry_run" = Option<bool>, Query, description = "Validate only; nothing is saved."),
+    ),
+    request_body(
+        description = "The whole new definition, JSON or YAML.",
+        content((Object = "application/json"), (String = "application/yaml"))
+    ),
+    responses(
+        (status = 200, description = "Replaced (or, dry run, valid).", body = Outcome),
+        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such API in the organisation.", body = ErrorBody),
+        (status = 409, description = "The listen path is taken.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not JSON or YAML.", body = ErrorBody),
+        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn update_oas(ctx: Ctx) -> Result<Reply, ApiError> {
+    update(ctx, Kind::Oas).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/api/apis/oas/{apiId}",
+    tag = "apis",
+    params(("apiId" = String, Path, description = "The API's id.")),
+    responses(
+        (status = 200, description = "Deleted; gateways stop serving it.", body = Outcome),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such API in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn delete_oas(ctx: Ctx) -> Result<Reply, ApiError> {
+    delete(ctx, Kind::Oas).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/apis/streams",
+    tag = "apis",
+    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every API.")),
+    responses(
+        (status = 200, description = "A page of the organisation's streaming APIs.", body = ApiList),
+        (status = 400, description = "A bad query parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn list_streams(ctx: Ctx) -> Result<Reply, ApiError> {
+    list(ctx, Kind::Streams).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/apis/streams",
+    tag = "apis",
+    params(
+        ("dry_run" = Option<bool>, Query, description = "Validate only; nothing is saved."),
+        ("templateID" = Option<String>, Query, description = "An `oas-template` asset the document is merged onto."),
+    ),
+    request_body(
+        description = "An OpenAPI 3 document with `x-sluice-streaming` (and optionally `x-sluice-api-gateway`), JSON or YAML. Its id is generated when absent.",
+        content((Object = "application/vnd.sluice.streams.oas"))
+    ),
+    responses(
+        (status = 200, description = "Dry run: the definition is valid.", body = Outcome),
+        (status = 201, description = "Created; `ID` and `Meta` are the API's id.", body = Outcome),
+        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 403, description = "Streaming is disabled in the dashboard's config.", body = ErrorBody),
+        (status = 409, description = "The id or the listen path is taken.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not `application/vnd.sluice.streams.oas`.", body = ErrorBody),
+        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn create_streams(ctx: Ctx) -> Result<Reply, ApiError> {
+    create(ctx, Kind::Streams).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/apis/streams/{apiId}",
+    tag = "apis",
+    params(("apiId" = String, Path, description = "The API's id.")),
+    responses(
+        (status = 200, description = "The stored definition.", body = Object),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn get_streams(ctx: Ctx) -> Result<Reply, ApiError> {
+    get(ctx, Kind::Streams).await
+}
+
+#[utoipa::path(
+    put,
+    path = "/api/apis/streams/{apiId}",
+    tag = "apis",
+    params(
+        ("apiId" = String, Path, description = "The API's id."),
+        ("dry_run" = Option<bool>, Query, description = "Validate only; nothing is saved."),
+    ),
+    request_body(
+        description = "The whole new definition, JSON or YAML.",
+        content((Object = "application/vnd.sluice.streams.oas"))
+    ),
+    responses(
+        (status = 200, description = "Replaced (or, dry run, valid).", body = Outcome),
+        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 403, description = "Streaming is disabled in the dashboard's config.", body = ErrorBody),
+        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+        (status = 409, description = "The listen path is taken.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "Not `application/vnd.sluice.streams.oas`.", body = ErrorBody),
+        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn update_streams(ctx: Ctx) -> Result<Reply, ApiError> {
+    update(ctx, Kind::Streams).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/api/apis/streams/{apiId}",
+    tag = "apis",
+    params(("apiId" = String, Path, description = "The API's id.")),
+    responses(
+        (status = 200, description = "Deleted; gateways stop serving it.", body = Outcome),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn delete_streams(ctx: Ctx) -> Result<Reply, ApiError> {
+    delete(ctx, Kind::Streams).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn petstore() -> Value {
+        json!({
+            "openapi": "3.0.3",
+            "info": {"title": "Pets", "version": "1"},
+            "paths": {},
+            "x-sluice-api-gateway": {
+                "upstream": {"url": "http://127.0.0.1:9000"},
+            }
+        })
+    }
+
+    #[test]
+    fn missing_ids_names_and_listen_paths_are_filled_in() {
+        let mut doc = petstore();
+        let p = prepare(&mut doc, Kind::Oas, "org1", None).unwrap();
+        assert_eq!(p.id.len(), 32);
+        assert_eq!(p.listen_path, format!("/{}", p.id));
+        let info = &doc[EXTENSION]["info"];
+        assert_eq!(info["name"], "Pets");
+        assert_eq!(info["orgId"], "org1");
+
+        let mut doc = petstore();
+        doc[EXTENSION]["info"] = json!({"id": "pets", "name": "P"});
+        doc[EXTENSION]["server"] = json!({"listenPath": {"value": "/pets/"}});
+        let p = prepare(&mut doc, Kind::Oas, "org1", Some("pets")).unwrap();
+        assert_eq!((p.id.as_str(), p.listen_path.as_str()), ("pets", "/pets"));
+        let e = prepare(&mut petstore_with_id("a"), Kind::Oas, "org1", Some("b")).unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+    }
+
+    fn petstore_with_id(id: &str) -> Value {
+        let mut doc = petstore();
+        doc[EXTENSION]["info"] = json!({"id": id});
+        doc
+    }
+
+    #[test]
+    fn compile_errors_are_422_with_paths() {
+        let mut doc = petstore();
+        doc[EXTENSION]["upstream"]["url"] = json!("ftp://x");
+        let e = prepare(&mut doc, Kind::Oas, "o", None).unwrap_err();
+        let ApiError::Invalid { errors, .. } = e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            errors.iter().any(|p| p.path.ends_with("upstream.url")),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn kinds_do_not_mix_and_another_org_is_refused() {
+        let mut doc = petstore();
+        doc[STREAMING_EXTENSION] = json!({"streams": {}});
+        let e = prepare(&mut doc.clone(), Kind::Oas, "o", None).unwrap_err();
+        assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let e = prepare(&mut doc, Kind::Streams, "o", None).unwrap_err();
+        assert!(e.to_string().contains("no stream"), "{e}");
+        let e = prepare(&mut petstore(), Kind::Streams, "o", None).unwrap_err();
+        assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        let mut doc = petstore();
+        doc[EXTENSION]["info"] = json!({"orgId": "other"});
+        let e = prepare(&mut doc, Kind::Oas, "o", None).unwrap_err();
+        assert!(e.to_string().contains("orgId"), "{e}");
+    }
+
+    #[test]
+    fn templates_merge_under_the_posted_document() {
+        let mut base = json!({"a": {"b": 1, "c": 2}, "d": [1]});
+        merge(&mut base, json!({"a": {"c": 3}, "d": [2], "e": true}));
+        assert_eq!(base, json!({"a": {"b": 1, "c": 3}, "d": [2], "e": true}));
+    }
+
+    #[test]
+    fn listen_paths_are_normalised() {
+        let doc = json!({EXTENSION: {"server": {"listenPath": {"value": " /a/ "}}}});
+        assert_eq!(stored_listen_path(&doc).as_deref(), Some("/a"));
+        assert_eq!(stored_listen_path(&json!({})), None);
+    }
+}

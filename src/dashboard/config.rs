@@ -1,0 +1,304 @@
+//! The dashboard's configuration (`sluice dashboard --config dashboard.yaml`): where it
+//! listens, the store, streaming, list pages, request limits, the secret that seals
+//! certificate private keys, and the first organisation. Every key can be overridden by
+//! an environment variable `SLUICE_DB_<SECTION>_<KEY>` (`SLUICE_DB_STREAMING_ENABLED=true`,
+//! `SLUICE_DB_LISTEN_PORT=3001`, `SLUICE_DB_ADMIN_KEY=...`, `SLUICE_DB_SECRET=...`).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::config::overrides::{self, Overridable};
+use crate::config::{de, yaml, ConfigError, ConfigErrors};
+use crate::duration::Duration;
+use crate::logging::LoggerConfig;
+
+/// The prefix of the environment variables that override config keys.
+pub const ENV_PREFIX: &str = "SLUICE_DB_";
+
+/// The store used when the config names none: a SQLite file under `./data`, which the
+/// dashboard creates when missing.
+pub const DEFAULT_STORE_URL: &str = "sqlite://./data/sluice.db";
+
+/// The shortest secret accepted: it is stretched into a 256-bit key by SHA-256, so a
+/// short one would be guessable.
+const MIN_SECRET_LEN: usize = 16;
+
+/// The shortest admin key accepted from the config or environment.
+pub const MIN_ADMIN_KEY_LEN: usize = 16;
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct DashboardConfig {
+    pub listen: ListenConfig,
+    pub store: StoreConfig,
+    pub streaming: StreamingConfig,
+    pub pagination: PaginationConfig,
+    pub http: HttpConfig,
+    pub admin: AdminConfig,
+    /// Seals the private keys of uploaded certificates (AES-256-GCM with a key derived
+    /// from it). Without it the dashboard refuses private keys.
+    pub secret: Option<String>,
+    pub logger: LoggerConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenConfig {
+    pub address: String,
+    pub port: u16,
+}
+
+impl Default for ListenConfig {
+    fn default() -> Self {
+        ListenConfig {
+            address: "127.0.0.1".into(),
+            port: 3000,
+        }
+    }
+}
+
+impl ListenConfig {
+    /// `address:port`, bracketing an IPv6 address.
+    pub fn socket(&self) -> String {
+        if self.address.contains(':') && !self.address.starts_with('[') {
+            format!("[{}]:{}", self.address, self.port)
+        } else {
+            format!("{}:{}", self.address, self.port)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `sqlite://file.db`, a file path, or `postgres://...`.
+    pub url: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: DEFAULT_STORE_URL.into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct StreamingConfig {
+    /// Accept streaming APIs (`POST /api/apis/streams`).
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PaginationConfig {
+    /// Records per page of every list (`?p=`).
+    pub page_size: u32,
+}
+
+impl Default for PaginationConfig {
+    fn default() -> Self {
+        PaginationConfig { page_size: 10 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// The largest request body, in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    pub header_read_timeout: Duration,
+    pub body_read_timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            max_body_bytes: 2 * 1024 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// The first admin's key, used only when the store is empty; unset, a random key is
+    /// made and printed once.
+    pub key: Option<String>,
+    /// The name of the first organisation.
+    pub org: String,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig {
+            key: None,
+            org: "default".into(),
+        }
+    }
+}
+
+const OVERRIDABLE: Overridable = Overridable {
+    sections: &[
+        ("listen", &["address", "port"]),
+        ("store", &["url"]),
+        ("streaming", &["enabled"]),
+        ("pagination", &["page_size"]),
+        (
+            "http",
+            &["max_body_bytes", "header_read_timeout", "body_read_timeout"],
+        ),
+        ("admin", &["key", "org"]),
+        ("logger", &["level", "format"]),
+    ],
+    top_level: &["secret"],
+};
+
+/// Loads `file` (or the defaults when `None`), applies the `SLUICE_DB_` overrides from
+/// `env`, and checks what can be checked without touching the network.
+pub fn load(
+    file: Option<&Path>,
+    env: &[(String, String)],
+) -> Result<DashboardConfig, ConfigErrors> {
+    let (name, text) = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigErrors(vec![ConfigError::new(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                ))])
+            })?;
+            (path.display().to_string(), text)
+        }
+        None => ("(defaults)".to_owned(), String::new()),
+    };
+    parse(&name, &text, env)
+}
+
+/// Parses a dashboard config document; see [`load`].
+pub fn parse(
+    name: &str,
+    text: &str,
+    env: &[(String, String)],
+) -> Result<DashboardConfig, ConfigErrors> {
+    let mut doc = yaml::parse(name, text, &crate::config::process_env)?;
+    overrides::apply(&mut doc, ENV_PREFIX, &OVERRIDABLE, env)?;
+    let config: DashboardConfig = de::from_node(&doc, &doc.root, "").map_err(ConfigErrors::from)?;
+    config.check(&doc)?;
+    Ok(config)
+}
+
+/// The process's `SLUICE_DB_` variables.
+pub fn env_overrides() -> Vec<(String, String)> {
+    overrides::from_process(ENV_PREFIX)
+}
+
+impl DashboardConfig {
+    fn check(&self, doc: &yaml::Document) -> Result<(), ConfigErrors> {
+        let mut errors = Vec::new();
+        let at = |path: &str| doc.location(path, doc.locate(path));
+        if self.pagination.page_size == 0 {
+            errors.push(ConfigError::new("must be above zero").at(at("pagination.page_size")));
+        }
+        if self.http.max_body_bytes == 0 {
+            errors.push(ConfigError::new("must be above zero").at(at("http.max_body_bytes")));
+        }
+        if let Some(secret) = &self.secret {
+            if secret.len() < MIN_SECRET_LEN {
+                errors.push(
+                    ConfigError::new(format!(
+                        "the secret is shorter than {MIN_SECRET_LEN} characters"
+                    ))
+                    .at(at("secret")),
+                );
+            }
+        }
+        if let Some(key) = &self.admin.key {
+            if key.len() < MIN_ADMIN_KEY_LEN || key.chars().any(|c| c.is_whitespace()) {
+                errors.push(
+                    ConfigError::new(format!(
+                        "an admin key is at least {MIN_ADMIN_KEY_LEN} characters, without spaces"
+                    ))
+                    .at(at("admin.key")),
+                );
+            }
+        }
+        if self.admin.org.trim().is_empty() {
+            errors.push(ConfigError::new("must not be empty").at(at("admin.org")));
+        }
+        if self.store.url.trim().is_empty() {
+            errors.push(ConfigError::new("must not be empty").at(at("store.url")));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_without_a_file() {
+        let c = parse("db.yaml", "", &[]).unwrap();
+        assert_eq!(c.listen.socket(), "127.0.0.1:3000");
+        assert_eq!(c.store.url, DEFAULT_STORE_URL);
+        assert!(!c.streaming.enabled);
+        assert_eq!(c.pagination.page_size, 10);
+        assert!(c.secret.is_none());
+        assert!(c.admin.key.is_none());
+    }
+
+    #[test]
+    fn environment_overrides_keys_and_types_them() {
+        let text = "streaming:\n  enabled: false\npagination:\n  page_size: 5\n";
+        let c = parse(
+            "db.yaml",
+            text,
+            &env(&[
+                ("SLUICE_DB_STREAMING_ENABLED", "true"),
+                ("SLUICE_DB_LISTEN_PORT", "3100"),
+                ("SLUICE_DB_PAGINATION_PAGE_SIZE", "7"),
+                ("SLUICE_DB_ADMIN_KEY", "0123456789abcdef"),
+                ("SLUICE_DB_SECRET", "a-long-enough-secret"),
+                ("SLUICE_DB_STORE_URL", "postgres://db/x"),
+            ]),
+        )
+        .unwrap();
+        assert!(c.streaming.enabled);
+        assert_eq!(c.listen.port, 3100);
+        assert_eq!(c.pagination.page_size, 7);
+        assert_eq!(c.admin.key.as_deref(), Some("0123456789abcdef"));
+        assert_eq!(c.secret.as_deref(), Some("a-long-enough-secret"));
+        assert_eq!(c.store.url, "postgres://db/x");
+    }
+
+    #[test]
+    fn errors_are_positioned() {
+        let e = parse("db.yaml", "listen:\n  port: eighty\n", &[]).unwrap_err();
+        assert!(e.to_string().starts_with("db.yaml:2:"), "{e}");
+        let e = parse("db.yaml", "pagination:\n  page_size: 0\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("db.yaml:2:"), "{e}");
+        assert!(e.to_string().contains("pagination.page_size"), "{e}");
+        let e = parse("db.yaml", "secret: short\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("db.yaml:1:"), "{e}");
+        let e = parse("db.yaml", "", &env(&[("SLUICE_DB_LISTEN_PROT", "1")])).unwrap_err();
+        assert!(e.to_string().contains("SLUICE_DB_LISTEN_PROT"), "{e}");
+        let e = parse("db.yaml", "", &env(&[("SLUICE_DB_ADMIN_KEY", "short")])).unwrap_err();
+        assert!(e.to_string().contains("admin.key"), "{e}");
+    }
+}

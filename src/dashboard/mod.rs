@@ -1,0 +1,134 @@
+//! The dashboard (`sluice dashboard`): the management API under `/api` for assets,
+//! certificates, webhooks, APIs (plain OpenAPI and streaming), organisations, users and
+//! keys, on the shared [`Store`]. APIs it accepts are written to the store, where every
+//! gateway using the same store picks them up.
+//!
+//! One file per resource; `router.rs` holds the route table, `error.rs` the one error
+//! rendering, `auth.rs` who is calling, `openapi.rs` the API's own OpenAPI document.
+
+pub mod apis;
+pub mod assets;
+pub mod auth;
+pub mod certs;
+pub mod config;
+pub mod error;
+pub mod hooks;
+pub mod openapi;
+pub mod orgs;
+pub mod request;
+pub mod router;
+pub mod seal;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::server::{self, Service, Timeouts};
+use crate::store::{Store, StoreError};
+use auth::NewAdmin;
+use config::DashboardConfig;
+use seal::Sealer;
+
+/// What every request shares.
+pub struct State {
+    pub store: Store,
+    pub config: DashboardConfig,
+    /// Seals certificate private keys; `None` without a configured secret.
+    pub sealer: Option<Sealer>,
+    pub routes: Vec<router::Route>,
+    /// Serialises API writes in this process, so that the check for a listen path in use
+    /// and the write that takes it are not interleaved with another such pair.
+    pub api_writes: tokio::sync::Mutex<()>,
+}
+
+/// Why the dashboard could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot create the store's directory {path}: {source}")]
+    DataDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Listen(#[from] std::io::Error),
+}
+
+/// Opens the configured store. The default one lives under `./data`, which is created
+/// when missing so that a first run needs no set-up; a store named in the config must
+/// have its directory already, so a mistyped path fails instead of starting empty.
+pub async fn open_store(config: &DashboardConfig) -> Result<Store, StartError> {
+    if config.store.url == config::DEFAULT_STORE_URL {
+        let dir = Path::new("./data");
+        std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(Store::open(&config.store.url).await?)
+}
+
+/// A started dashboard: its store is open and migrated, its listener bound.
+pub struct Dashboard {
+    pub state: Arc<State>,
+    /// Where it listens (the real port when the config said 0).
+    pub address: SocketAddr,
+    /// The first organisation's admin, when this start created it: its key is shown to
+    /// the operator once and never again.
+    pub bootstrapped: Option<NewAdmin>,
+    listener: tokio::net::TcpListener,
+}
+
+impl Dashboard {
+    /// Opens the configured store (creating `./data` for the default one), creates the
+    /// first organisation when the store has none, and binds the listener.
+    pub async fn start(config: DashboardConfig) -> Result<Dashboard, StartError> {
+        let store = open_store(&config).await?;
+        Dashboard::with_store(config, store).await
+    }
+
+    /// As [`start`](Dashboard::start), on a store that is already open (`sluice serve`
+    /// shares one with its gateway).
+    pub async fn with_store(
+        config: DashboardConfig,
+        store: Store,
+    ) -> Result<Dashboard, StartError> {
+        let bootstrapped =
+            auth::bootstrap(&store, &config.admin.org, config.admin.key.as_deref()).await?;
+        let (listener, address) = server::bind(&config.listen.socket()).await?;
+        let state = Arc::new(State {
+            sealer: config.secret.as_deref().map(Sealer::new),
+            store,
+            config,
+            routes: router::routes(),
+            api_writes: tokio::sync::Mutex::new(()),
+        });
+        Ok(Dashboard {
+            state,
+            address,
+            bootstrapped,
+            listener,
+        })
+    }
+
+    /// Serves until `stop`; requests in flight then finish.
+    pub async fn serve(self, stop: CancellationToken) {
+        let timeouts = Timeouts {
+            header: self.state.config.http.header_read_timeout.0,
+            body: self.state.config.http.body_read_timeout.0,
+        };
+        let state = self.state.clone();
+        let service: Service = Arc::new(move |req, _peer| {
+            let state = state.clone();
+            async move { router::handle(state, req).await }.boxed()
+        });
+        info!(address = %self.address, "Dashboard listening.");
+        server::serve_connections(self.listener, None, timeouts, service, stop).await;
+    }
+}

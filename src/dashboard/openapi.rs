@@ -1,0 +1,164 @@
+//! The management API's own OpenAPI document, served at `/api/openapi.json`. It is
+//! generated from the handlers' annotations and the request and response types, and a
+//! test checks that it lists exactly the routes of the router.
+
+use http::StatusCode;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::error::ApiError;
+use super::request::{Ctx, Reply};
+use super::{apis, assets, certs, error, hooks, orgs, request};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Sluice dashboard management API",
+        description = "Assets, certificates, webhooks, APIs (plain and streaming), organisations, users and keys. Every path but this document takes `Authorization: Bearer <key>` or `Authorization: <key>`. Errors are `{\"Status\":\"Error\",\"Message\":\"...\"}`."
+    ),
+    paths(
+        serve,
+        orgs::create_org,
+        orgs::get_org,
+        orgs::list_users,
+        orgs::create_user,
+        orgs::delete_user,
+        orgs::list_keys,
+        orgs::create_key,
+        orgs::delete_key,
+        assets::list,
+        assets::create,
+        assets::get,
+        assets::update,
+        assets::delete,
+        certs::list,
+        certs::create,
+        certs::get,
+        certs::delete,
+        hooks::list,
+        hooks::create,
+        hooks::get,
+        hooks::update,
+        hooks::delete,
+        apis::list_oas,
+        apis::create_oas,
+        apis::get_oas,
+        apis::update_oas,
+        apis::delete_oas,
+        apis::list_streams,
+        apis::create_streams,
+        apis::get_streams,
+        apis::update_streams,
+        apis::delete_streams,
+    ),
+    components(schemas(
+        error::ErrorBody,
+        error::Problem,
+        request::Outcome,
+        assets::Asset,
+        assets::AssetInput,
+        assets::AssetList,
+        certs::CertSummary,
+        certs::CertList,
+        certs::CertDetailed,
+        certs::CertDetailedList,
+        certs::CertFull,
+        certs::CertUpload,
+        hooks::Webhook,
+        hooks::WebhookInput,
+        hooks::WebhookList,
+        apis::ApiSummary,
+        apis::ApiList,
+        orgs::OrgInput,
+        orgs::Org,
+        orgs::KeyOutcome,
+        orgs::User,
+        orgs::UserInput,
+        orgs::RoleInput,
+        orgs::UserList,
+        orgs::Key,
+        orgs::KeyInput,
+        orgs::KeyList,
+    )),
+    modifiers(&Security),
+    tags(
+        (name = "assets", description = "Stored documents such as API templates."),
+        (name = "certs", description = "Certificates and their private keys."),
+        (name = "hooks", description = "Webhook definitions."),
+        (name = "apis", description = "API definitions served by the gateways."),
+        (name = "orgs", description = "Organisations, users and keys."),
+        (name = "meta", description = "This document."),
+    )
+)]
+pub struct ManagementApi;
+
+/// Declares the key scheme the `security` entries name.
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "Authorization",
+                "A dashboard key, as `Bearer <key>` or bare.",
+            ))),
+        );
+    }
+}
+
+/// The document as JSON.
+pub fn document() -> serde_json::Value {
+    serde_json::to_value(ManagementApi::openapi()).unwrap_or_default()
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "This OpenAPI document.", body = Object))
+)]
+pub async fn serve(_ctx: Ctx) -> Result<Reply, ApiError> {
+    Ok(Reply {
+        status: StatusCode::OK,
+        body: document(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn documents_exactly_the_routes() {
+        let doc = document();
+        let mut documented = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for method in item.as_object().unwrap().keys() {
+                documented.insert((method.to_ascii_uppercase(), path.clone()));
+            }
+        }
+        let routed: BTreeSet<_> = super::super::router::routes()
+            .iter()
+            .map(|r| (r.method.to_string(), r.pattern.to_owned()))
+            .collect();
+        assert_eq!(documented, routed);
+    }
+
+    #[test]
+    fn every_protected_operation_names_the_key_scheme_and_401() {
+        let doc = document();
+        assert!(doc["components"]["securitySchemes"]["api_key"].is_object());
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                if path == "/api/openapi.json" {
+                    continue;
+                }
+                assert!(op["security"].is_array(), "{method} {path}");
+                assert!(op["responses"]["401"].is_object(), "{method} {path}");
+            }
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The route table and the dispatch of one request: route by path (404), then by method
+//! (405 with `Allow`), authenticate (401), read the body within the limit (413), run the
+//! handler, and render whatever comes back in the one JSON shape.
+//!
+//! The table is the only place routes exist, and a test checks it against the OpenAPI
+//! document, so a route cannot be served without being documented or the other way.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use http::{Method, StatusCode};
+use hyper::body::Incoming;
+use percent_encoding::percent_decode_str;
+
+use super::error::ApiError;
+use super::request::{Ctx, Reply};
+use super::{apis, assets, auth, certs, hooks, openapi, orgs, State};
+use crate::http::{self as h, HttpResponse};
+
+/// Runs one request.
+pub type Handler = fn(Ctx) -> BoxFuture<'static, Result<Reply, ApiError>>;
+
+/// One route: a method, a path pattern whose `{name}` segments are parameters, and
+/// whether it needs no credentials.
+pub struct Route {
+    pub method: Method,
+    pub pattern: &'static str,
+    pub public: bool,
+    pub handler: Handler,
+}
+
+macro_rules! route {
+    ($method:ident $pattern:literal => $handler:path) => {
+        Route {
+            method: Method::$method,
+            pattern: $pattern,
+            public: false,
+            handler: |ctx| Box::pin($handler(ctx)),
+        }
+    };
+    ($method:ident $pattern:literal => $handler:path, public) => {
+        Route {
+            method: Method::$method,
+            pattern: $pattern,
+            public: true,
+            handler: |ctx| Box::pin($handler(ctx)),
+        }
+    };
+}
+
+/// Every route of the management API.
+pub fn routes() -> Vec<Route> {
+    vec![
+        route!(GET "/api/openapi.json" => openapi::serve, public),
+        route!(POST "/api/orgs" => orgs::create_org),
+        route!(GET "/api/orgs/{orgId}" => orgs::get_org),
+        route!(GET "/api/users" => orgs::list_users),
+        route!(POST "/api/users" => orgs::create_user),
+        route!(DELETE "/api/users/{userId}" => orgs::delete_user),
+        route!(GET "/api/keys" => orgs::list_keys),
+        route!(POST "/api/keys" => orgs::create_key),
+        route!(DELETE "/api/keys/{keyId}" => orgs::delete_key),
+        route!(GET "/api/assets" => assets::list),
+        route!(POST "/api/assets" => assets::create),
+        route!(GET "/api/assets/{assetID}" => assets::get),
+        route!(PUT "/api/assets/{assetID}" => assets::update),
+        route!(DELETE "/api/assets/{assetID}" => assets::delete),
+        route!(GET "/api/certs" => certs::list),
+        route!(POST "/api/certs" => certs::create),
+        route!(GET "/api/certs/{certId}" => certs::get),
+        route!(DELETE "/api/certs/{certId}" => certs::delete),
+        route!(GET "/api/hooks" => hooks::list),
+        route!(POST "/api/hooks" => hooks::create),
+        route!(GET "/api/hooks/{hookId}" => hooks::get),
+        route!(PUT "/api/hooks/{hookId}" => hooks::update),
+        route!(DELETE "/api/hooks/{hookId}" => hooks::delete),
+        route!(GET "/api/apis/oas" => apis::list_oas),
+        route!(POST "/api/apis/oas" => apis::create_oas),
+        route!(GET "/api/apis/oas/{apiId}" => apis::get_oas),
+        route!(PUT "/api/apis/oas/{apiId}" => apis::update_oas),
+        route!(DELETE "/api/apis/oas/{apiId}" => apis::delete_oas),
+        route!(GET "/api/apis/streams" => apis::list_streams),
+        route!(POST "/api/apis/streams" => apis::create_streams),
+        route!(GET "/api/apis/streams/{apiId}" => apis::get_streams),
+        route!(PUT "/api/apis/streams/{apiId}" => apis::update_streams),
+        route!(DELETE "/api/apis/streams/{apiId}" => apis::delete_streams),
+    ]
+}
+
+/// The parameters of `path` if it matches `pattern`.
+fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
+    let mut params = Vec::new();
+    let mut want = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return Some(params),
+            (Some(w), Some(g)) if w.starts_with('{') => {
+                if g.is_empty() {
+                    return None;
+                }
+                params.push(percent_decode_str(g).decode_utf8().ok()?.into_owned());
+            }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return None,
+        }
+    }
+}
+
+/// Answers one request.
+pub async fn handle(state: Arc<State>, req: http::Request<Incoming>) -> HttpResponse {
+    match dispatch(state, req).await {
+        Ok(reply) => h::json(reply.status, &reply.body),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(state: Arc<State>, req: http::Request<Incoming>) -> Result<Reply, ApiError> {
+    let raw_path = req.uri().path();
+    // `/api/assets/` is `/api/assets`.
+    let path = match raw_path.trim_end_matches('/') {
+        "" => "/",
+        p => p,
+    };
+    if path == "/ping" && req.method() == Method::GET {
+        return Ok(Reply {
+            status: StatusCode::OK,
+            body: serde_json::json!({"Status": "OK", "Message": "pong"}),
+        });
+    }
+    let mut allowed: Vec<String> = Vec::new();
+    let mut found = None;
+    for route in state.routes.iter() {
+        if let Some(params) = matches(route.pattern, path) {
+            if route.method == req.method() {
+                found = Some((route, params));
+                break;
+            }
+            allowed.push(route.method.to_string());
+        }
+    }
+    let Some((route, params)) = found else {
+        if allowed.is_empty() {
+            return Err(ApiError::NotFound(format!("no such path: {raw_path}")));
+        }
+        return Err(ApiError::MethodNotAllowed {
+            allow: allowed.join(", "),
+        });
+    };
+    let (parts, body) = req.into_parts();
+    let caller = if route.public {
+        auth::Caller {
+            org_id: String::new(),
+            user_id: String::new(),
+            key_id: String::new(),
+            role: auth::Role::Member,
+        }
+    } else {
+        auth::authenticate(&state.store, &parts.headers).await?
+    };
+    let max = state.config.http.max_body_bytes;
+    let idle = state.config.http.body_read_timeout.0;
+    let body = read_limited(h::boxed(h::IdleTimeout::new(body, idle)), max).await?;
+    let query = parts
+        .uri
+        .query()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .into_owned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let ctx = Ctx {
+        state: state.clone(),
+        caller,
+        params,
+        query,
+        headers: parts.headers,
+        body,
+    };
+    (route.handler)(ctx).await
+}
+
+/// How much of a too-large body is still read (and dropped) so that the client, which
+/// is usually still sending, gets the 413 rather than a reset connection.
+const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Reads the body, refusing more than `max` bytes with 413.
+async fn read_limited(mut body: h::Body, max: usize) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::bad_request(format!("cannot read the body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            seen = seen.saturating_add(data.len());
+            if seen > max {
+                if seen > max.saturating_add(DRAIN_LIMIT) {
+                    break;
+                }
+                continue;
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    if seen > max {
+        return Err(ApiError::TooLarge(max));
+    }
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_take_parameters_and_nothing_else() {
+        assert_eq!(matches("/api/assets", "/api/assets"), Some(vec![]));
+        assert_eq!(
+            matches("/api/assets/{id}", "/api/assets/a%20b"),
+            Some(vec!["a b".to_owned()])
+        );
+        assert_eq!(matches("/api/assets/{id}", "/api/assets"), None);
+        assert_eq!(matches("/api/assets/{id}", "/api/assets/a/b"), None);
+        assert_eq!(matches("/api/assets/{id}", "/api/assets/%FF"), None);
+        assert_eq!(matches("/api/assets", "/api/assetsx"), None);
+    }
+
+    #[test]
+    fn no_two_routes_share_a_method_and_pattern() {
+        let routes = routes();
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &routes {
+            assert!(
+                seen.insert((r.method.to_string(), r.pattern)),
+                "{} {}",
+                r.method,
+                r.pattern
+            );
+        }
+        // Only the document itself is open without a key.
+        let public: Vec<_> = routes
+            .iter()
+            .filter(|r| r.public)
+            .map(|r| r.pattern)
+            .collect();
+        assert_eq!(public, ["/api/openapi.json"]);
+    }
+}
