@@ -92,6 +92,90 @@ pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Outpu
     }
 }
 
+/// `sluice serve`: the dashboard and the gateway in one process, sharing one store (an
+/// SQLite file under `./data` unless configured), with streaming on. Returns the exit
+/// code.
+pub async fn serve(
+    gateway_file: Option<&std::path::Path>,
+    dashboard_file: Option<&std::path::Path>,
+) -> i32 {
+    use crate::dashboard::{config as db_config, open_store, Dashboard};
+    use crate::gateway::config as gw_config;
+    // The embedded defaults, under any file and environment variable.
+    let gw_defaults = format!(
+        "store:\n  url: {}\nstreaming:\n  enabled: true\n",
+        db_config::DEFAULT_STORE_URL
+    );
+    let gw = match gateway_file {
+        Some(f) => gw_config::load(Some(f), &gw_config::env_overrides()),
+        None => gw_config::parse(
+            "(sluice serve defaults)",
+            &gw_defaults,
+            &gw_config::env_overrides(),
+        ),
+    };
+    let db = match dashboard_file {
+        Some(f) => db_config::load(Some(f), &db_config::env_overrides()),
+        None => db_config::parse(
+            "(sluice serve defaults)",
+            "streaming:\n  enabled: true\n",
+            &db_config::env_overrides(),
+        ),
+    };
+    let (gw, db) = match (gw, db) {
+        (Ok(gw), Ok(db)) => (gw, db),
+        (gw, db) => {
+            for errors in [gw.err(), db.err()].into_iter().flatten() {
+                eprintln!("{errors}");
+            }
+            return 1;
+        }
+    };
+    init_logging(&gw.logger);
+    // One store for both when they name the same one: the gateway sees the dashboard's
+    // APIs and keys.
+    let store = match open_store(&db).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    };
+    let dashboard = match Dashboard::with_store(db, store.clone()).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: dashboard: {e}");
+            return 1;
+        }
+    };
+    let gateway = match crate::gateway::Gateway::start_with_store(gw, store).await {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: gateway: {e}");
+            return 1;
+        }
+    };
+    println!(
+        "Sluice is serving: dashboard http://{}/api, gateway http://{}",
+        dashboard.address, gateway.address
+    );
+    if let Some(admin) = &dashboard.bootstrapped {
+        print_new_admin(admin);
+    }
+    for e in &gateway.shared.table.current().errors {
+        eprintln!("warning: {e}");
+    }
+    let stop = CancellationToken::new();
+    let dash = tokio::spawn(dashboard.serve(stop.clone()));
+    let gate = tokio::spawn(gateway.serve(stop.clone()));
+    shutdown_signal().await;
+    info!("Stopping: finishing requests in flight.");
+    stop.cancel();
+    let _ = dash.await;
+    let _ = gate.await;
+    0
+}
+
 /// `sluice dashboard`: serves the management API until a signal arrives. On a first start
 /// (an empty store) it creates an organisation and an admin, and prints the admin's key
 /// once. Returns the exit code.

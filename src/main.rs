@@ -78,6 +78,17 @@ enum Command {
         #[command(subcommand)]
         action: Option<DashboardAction>,
     },
+    /// Run the dashboard and the gateway in one process on embedded defaults: one SQLite
+    /// store under ./data, streaming on, the dashboard on 127.0.0.1:3000 and the gateway on
+    /// 127.0.0.1:8080. APIs created through the dashboard are served by the gateway at once.
+    Serve {
+        /// Gateway config (YAML); `SLUICE_GW_<SECTION>_<KEY>` variables override it.
+        #[arg(long)]
+        gateway_config: Option<PathBuf>,
+        /// Dashboard config (YAML); `SLUICE_DB_<SECTION>_<KEY>` variables override it.
+        #[arg(long)]
+        dashboard_config: Option<PathBuf>,
+    },
     /// List the available components with their fields, types, defaults and help.
     List {
         /// Only this family.
@@ -178,6 +189,19 @@ fn main() -> ExitCode {
                     }
                 }
             }),
+            Err(e) => {
+                eprintln!("error: cannot start the runtime: {e}");
+                1
+            }
+        },
+        Command::Serve {
+            gateway_config,
+            dashboard_config,
+        } => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(sluice::cli::serve(
+                gateway_config.as_deref(),
+                dashboard_config.as_deref(),
+            )),
             Err(e) => {
                 eprintln!("error: cannot start the runtime: {e}");
                 1

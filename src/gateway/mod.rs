@@ -85,6 +85,15 @@ impl Gateway {
     /// Opens the store, connects to Redis, loads the APIs and binds the listener.
     pub async fn start(config: GatewayConfig) -> Result<Gateway, StartError> {
         let store = Store::open(&config.store.url).await?;
+        Self::start_with_store(config, store).await
+    }
+
+    /// As [`start`](Gateway::start), on a store that is already open (`sluice serve`
+    /// shares one with its dashboard); `store.url` is then not read.
+    pub async fn start_with_store(
+        config: GatewayConfig,
+        store: Store,
+    ) -> Result<Gateway, StartError> {
         let limiter = match &config.redis.url {
             Some(url) => {
                 let prefix = config

@@ -1,0 +1,102 @@
+//! `sluice serve`, as the README shows it: a newcomer starts it, reads the printed admin
+//! key, posts a streaming API to the dashboard and consumes it through the gateway.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+mod common;
+
+#[tokio::test]
+async fn serve_runs_the_dashboard_and_the_gateway_on_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db_port, gw_port) = (common::free_port(), common::free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
+        .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The admin key is printed once, on the first start.
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let key = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(k) = line.strip_prefix("Admin key (shown once; keep it): ") {
+                return k.to_owned();
+            }
+        }
+        panic!("no admin key printed");
+    })
+    .await
+    .unwrap();
+    assert!(
+        dir.path().join("data/sluice.db").exists(),
+        "the store lives under ./data"
+    );
+
+    let doc = r#"openapi: 3.0.3
+info: {title: Live, version: "1.0"}
+paths: {}
+x-sluice-api-gateway:
+  info: {id: live, name: Live}
+  server:
+    listenPath: {value: /live/, strip: true}
+x-sluice-streaming:
+  streams:
+    main:
+      input:
+        http_server: {path: /publish, allowed_verbs: [POST]}
+      output:
+        http_server: {stream_path: /events}
+"#;
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("http://127.0.0.1:{db_port}/api/apis/streams"))
+        .header("authorization", &key)
+        .header("content-type", "application/vnd.sluice.streams.oas")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+
+    // Served by the gateway within a second.
+    let events = format!("http://127.0.0.1:{gw_port}/live/events");
+    let started = std::time::Instant::now();
+    let resp = loop {
+        let r = http.get(&events).send().await.unwrap();
+        if r.status() == 200 {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "not served: {}",
+            r.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut body = resp.bytes_stream();
+    let publish = http
+        .post(format!("http://127.0.0.1:{gw_port}/live/publish"))
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(publish.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("data: hello") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), body.next())
+            .await
+            .expect("the event arrives")
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
