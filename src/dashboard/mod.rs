@@ -41,8 +41,9 @@ pub struct State {
     pub sealer: Option<Sealer>,
     pub routes: Vec<router::Route>,
     /// Serialises API writes in this process, so that the check for a listen path in use
-    /// and the write that takes it are not interleaved with another such pair.
-    pub api_writes: tokio::sync::Mutex<()>,
+    /// and the write that takes it are not interleaved with another such pair; it holds
+    /// the listen paths in use, so a check need not read every stored API.
+    pub api_writes: tokio::sync::Mutex<apis::ListenPaths>,
 }
 
 /// Why the dashboard could not start.
@@ -107,7 +108,7 @@ impl Dashboard {
             store,
             config,
             routes: router::routes(),
-            api_writes: tokio::sync::Mutex::new(()),
+            api_writes: tokio::sync::Mutex::new(apis::ListenPaths::default()),
         });
         Ok(Dashboard {
             state,
