@@ -105,7 +105,8 @@ for backend in sqlite postgres; do
         openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
             -subj "/CN=host$i.example" -addext "subjectAltName=DNS:host$i.example" \
             -keyout /dev/null -out "$work/c.pem" 2>/dev/null
-        curl -fsS -X POST -H "Authorization: $key" --data-binary "@$work/c.pem" \
+        curl -fsS -X POST -H "Authorization: $key" -H "Content-Type: application/x-pem-file" \
+            --data-binary "@$work/c.pem" \
             "http://127.0.0.1:$port/api/certs" >/dev/null
     done
     log "$backend: GET /api/certs"
