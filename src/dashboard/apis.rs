@@ -466,6 +466,7 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
             Some((&ctx.caller.org_id, &prepared.listen_path)),
         )
         .await;
+    ctx.state.api_changed.notify_one();
     let message = format!("{} created", kind.noun());
     Reply::outcome(
         StatusCode::CREATED,
@@ -527,6 +528,7 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
             Some((&ctx.caller.org_id, &prepared.listen_path)),
         )
         .await;
+    ctx.state.api_changed.notify_one();
     let message = format!("{} updated", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&prepared.id), &prepared.id)
 }
@@ -548,6 +550,7 @@ async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
         return Err(ApiError::not_found(kind.noun()));
     }
     paths.wrote(&ctx.state.store, &api.id, None).await;
+    ctx.state.api_changed.notify_one();
     let message = format!("{} deleted", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&api.id), &api.id)
 }
