@@ -244,7 +244,7 @@ pub async fn dashboard_bootstrap(config_file: Option<&std::path::Path>, org: Opt
 }
 
 /// Shows a new admin's key on standard output: the only time it is ever shown.
-fn print_new_admin(admin: &crate::dashboard::auth::NewAdmin) {
+pub fn print_new_admin(admin: &crate::dashboard::auth::NewAdmin) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,

@@ -4,6 +4,8 @@
 //! accepts the gateway serves; problems come back as 422 with the path of each in the
 //! document. Stored APIs reach every gateway that uses the same store.
 
+use std::collections::HashMap;
+
 use http::StatusCode;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -13,7 +15,7 @@ use super::assets::OAS_TEMPLATE;
 use super::error::{ApiError, ErrorBody, Problem};
 use super::request::{new_id, now, parse_json, rfc3339, Ctx, Outcome, Reply};
 use crate::gateway::api::{self as gw_api, EXTENSION};
-use crate::store::StoredApi;
+use crate::store::{Store, StoredApi};
 
 /// The media type of a streaming API definition (JSON or YAML).
 pub const STREAMS_MEDIA_TYPE: &str = "application/vnd.sluice.streams.oas";
@@ -313,29 +315,85 @@ fn stored_listen_path(doc: &Value) -> Option<String> {
     })
 }
 
-/// 409 when another API (of any organisation: one gateway serves them all) listens on
-/// `listen_path`.
-async fn check_listen_path(ctx: &Ctx, id: &str, listen_path: &str) -> Result<(), ApiError> {
-    for api in ctx.state.store.list_apis().await? {
-        if api.id == id {
-            continue;
+/// The listen path of every stored API, as of one revision of the store's APIs. API
+/// writes hold it locked, which also makes each check-then-write atomic in this process.
+#[derive(Debug, Default)]
+pub struct ListenPaths {
+    /// The `apis_revision` the map reflects; `None` until loaded, or after a write whose
+    /// revision showed that another process wrote too.
+    revision: Option<i64>,
+    /// API id to (organisation, listen path).
+    by_api: HashMap<String, (String, String)>,
+}
+
+impl ListenPaths {
+    /// Brings the map up to date: a read of one counter when nothing changed, every
+    /// stored document when something did.
+    async fn refresh(&mut self, store: &Store) -> Result<(), ApiError> {
+        let revision = store.apis_revision().await?;
+        if self.revision == Some(revision) {
+            return Ok(());
         }
-        let Ok(doc) = serde_json::from_str::<Value>(&api.document) else {
-            continue;
-        };
-        if stored_listen_path(&doc).as_deref() == Some(listen_path) {
-            // Another organisation's API is not named.
-            let whose = if api.org_id == ctx.caller.org_id {
-                format!(" by API `{}`", api.id)
-            } else {
-                String::new()
-            };
-            return Err(ApiError::Conflict(format!(
-                "listen path `{listen_path}` is already used{whose}"
-            )));
+        // The revision is read first: a write landing in between makes the next refresh
+        // load again, never miss it.
+        self.by_api = store
+            .list_apis()
+            .await?
+            .into_iter()
+            .filter_map(|api| {
+                let doc = serde_json::from_str::<Value>(&api.document).ok()?;
+                let lp = stored_listen_path(&doc)?;
+                Some((api.id, (api.org_id, lp)))
+            })
+            .collect();
+        self.revision = Some(revision);
+        Ok(())
+    }
+
+    /// 409 when another API (of any organisation: one gateway serves them all) listens
+    /// on `listen_path`.
+    fn check(&self, caller_org: &str, id: &str, listen_path: &str) -> Result<(), ApiError> {
+        let taken = self
+            .by_api
+            .iter()
+            .find(|(other, (_, lp))| other.as_str() != id && lp == listen_path);
+        match taken {
+            None => Ok(()),
+            Some((other, (org, _))) => {
+                // Another organisation's API is not named.
+                let whose = if org == caller_org {
+                    format!(" by API `{other}`")
+                } else {
+                    String::new()
+                };
+                Err(ApiError::Conflict(format!(
+                    "listen path `{listen_path}` is already used{whose}"
+                )))
+            }
         }
     }
-    Ok(())
+
+    /// Records this process's write of `id` (`None`: deleted). When the store's revision
+    /// moved by more than this one write, another process wrote as well, and the map is
+    /// reloaded next time instead.
+    async fn wrote(&mut self, store: &Store, id: &str, now: Option<(&str, &str)>) {
+        let after = store.apis_revision().await.ok();
+        match (self.revision, after) {
+            (Some(before), Some(after)) if after == before + 1 => {
+                match now {
+                    Some((org, lp)) => {
+                        self.by_api
+                            .insert(id.to_owned(), (org.to_owned(), lp.to_owned()));
+                    }
+                    None => {
+                        self.by_api.remove(id);
+                    }
+                }
+                self.revision = Some(after);
+            }
+            _ => self.revision = None,
+        }
+    }
 }
 
 fn refuse_if_streaming_off(ctx: &Ctx, kind: Kind) -> Result<(), ApiError> {
@@ -388,9 +446,10 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
             &prepared.id,
         );
     }
-    let _one_writer = ctx.state.api_writes.lock().await;
+    let mut paths = ctx.state.api_writes.lock().await;
+    paths.refresh(&ctx.state.store).await?;
+    paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
     // A taken id is refused by the store itself (409), whichever process took it.
-    check_listen_path(&ctx, &prepared.id, &prepared.listen_path).await?;
     ctx.state
         .store
         .insert_api(&StoredApi {
@@ -400,6 +459,14 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
             updated_at: now(),
         })
         .await?;
+    paths
+        .wrote(
+            &ctx.state.store,
+            &prepared.id,
+            Some((&ctx.caller.org_id, &prepared.listen_path)),
+        )
+        .await;
+    ctx.state.api_changed.notify_one();
     let message = format!("{} created", kind.noun());
     Reply::outcome(
         StatusCode::CREATED,
@@ -440,10 +507,11 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
             &prepared.id,
         );
     }
-    let _one_writer = ctx.state.api_writes.lock().await;
+    let mut paths = ctx.state.api_writes.lock().await;
     // Deleted since it was found: replacing it would bring it back.
     find(&ctx, kind).await?;
-    check_listen_path(&ctx, &prepared.id, &prepared.listen_path).await?;
+    paths.refresh(&ctx.state.store).await?;
+    paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
     ctx.state
         .store
         .put_api(&StoredApi {
@@ -453,6 +521,14 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
             updated_at: now(),
         })
         .await?;
+    paths
+        .wrote(
+            &ctx.state.store,
+            &prepared.id,
+            Some((&ctx.caller.org_id, &prepared.listen_path)),
+        )
+        .await;
+    ctx.state.api_changed.notify_one();
     let message = format!("{} updated", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&prepared.id), &prepared.id)
 }
@@ -467,10 +543,14 @@ async fn get(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
 
 async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     let (api, _) = find(&ctx, kind).await?;
-    let _one_writer = ctx.state.api_writes.lock().await;
+    let mut paths = ctx.state.api_writes.lock().await;
+    // The map is brought up to date first, so that `wrote` compares with this write only.
+    paths.refresh(&ctx.state.store).await?;
     if !ctx.state.store.delete_api(&api.id).await? {
         return Err(ApiError::not_found(kind.noun()));
     }
+    paths.wrote(&ctx.state.store, &api.id, None).await;
+    ctx.state.api_changed.notify_one();
     let message = format!("{} deleted", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&api.id), &api.id)
 }
@@ -799,6 +879,35 @@ mod tests {
         let mut base = json!({"a": {"b": 1, "c": 2}, "d": [1]});
         merge(&mut base, json!({"a": {"c": 3}, "d": [2], "e": true}));
         assert_eq!(base, json!({"a": {"b": 1, "c": 3}, "d": [2], "e": true}));
+    }
+
+    #[tokio::test]
+    async fn the_listen_path_map_follows_the_store() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let api = |id: &str, lp: &str| StoredApi {
+            id: id.into(),
+            org_id: "o".into(),
+            document: json!({EXTENSION: {"server": {"listenPath": {"value": lp}}}}).to_string(),
+            updated_at: 0,
+        };
+        store.put_api(&api("a", "/a/")).await.unwrap();
+        let mut paths = ListenPaths::default();
+        paths.refresh(&store).await.unwrap();
+        assert!(paths.check("o", "b", "/a").is_err());
+        assert!(paths.check("o", "a", "/a").is_ok());
+        // Its own write is recorded without a reload.
+        store.put_api(&api("b", "/b/")).await.unwrap();
+        paths.wrote(&store, "b", Some(("o", "/b"))).await;
+        assert!(paths.revision.is_some());
+        assert!(paths.check("o", "c", "/b").is_err());
+        // A write by someone else in between: the next refresh reloads.
+        store.put_api(&api("c", "/c/")).await.unwrap();
+        store.delete_api("b").await.unwrap();
+        paths.wrote(&store, "b", None).await;
+        assert!(paths.revision.is_none());
+        paths.refresh(&store).await.unwrap();
+        assert!(paths.check("o", "x", "/c").is_err());
+        assert!(paths.check("o", "x", "/b").is_ok());
     }
 
     #[test]

@@ -129,7 +129,7 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, 
 }
 
 /// A new organisation's first admin and key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct NewAdmin {
     pub org_id: String,
     pub org_name: String,
@@ -137,6 +137,18 @@ pub struct NewAdmin {
     pub key_id: String,
     /// The key: shown to its owner once, never stored.
     pub key: String,
+}
+
+impl std::fmt::Debug for NewAdmin {
+    // The key stays out of debug output and logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewAdmin")
+            .field("org_id", &self.org_id)
+            .field("org_name", &self.org_name)
+            .field("user_id", &self.user_id)
+            .field("key_id", &self.key_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Creates an organisation named `org_name` with a user `admin_name` of role `role` and

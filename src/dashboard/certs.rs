@@ -242,7 +242,11 @@ fn parse_upload(org_id: &str, text: &str) -> Result<Parsed, ApiError> {
         })?;
         parsed_chain.push(cert);
     }
-    let leaf: &X509Certificate<'_> = &parsed_chain[0];
+    let Some(leaf) = parsed_chain.first() else {
+        return Err(ApiError::bad_request(
+            "no certificate: the body must hold a PEM `CERTIFICATE` block",
+        ));
+    };
     if let Some((der, _)) = &key {
         check_key_matches(der, leaf)?;
     }
@@ -614,6 +618,21 @@ mod tests {
         assert_eq!(details["key_type"], "EC");
         assert_eq!(details["chain_length"], 1);
         assert_eq!(details["sans"]["dns"][1], "*.example.org");
+    }
+
+    #[test]
+    fn odd_pem_text_is_an_error_not_a_panic() {
+        for text in [
+            "-----BEGIN -----",
+            "-----BEGIN X",
+            "-----BEGIN X----------END X-----",
+            "-----BEGIN é-----\nAAAA\n-----END é-----",
+            "-----BEGIN CERTIFICATE-----\n-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----",
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+            "\u{0}-----BEGIN CERTIFICATE-----\nProc-Type: 4,ENCRYPTED\n-----END CERTIFICATE-----",
+        ] {
+            assert!(parse_upload("o", text).is_err(), "{text:?}");
+        }
     }
 
     #[test]

@@ -41,8 +41,13 @@ pub struct State {
     pub sealer: Option<Sealer>,
     pub routes: Vec<router::Route>,
     /// Serialises API writes in this process, so that the check for a listen path in use
-    /// and the write that takes it are not interleaved with another such pair.
-    pub api_writes: tokio::sync::Mutex<()>,
+    /// and the write that takes it are not interleaved with another such pair; it holds
+    /// the listen paths in use, so a check need not read every stored API.
+    pub api_writes: tokio::sync::Mutex<apis::ListenPaths>,
+    /// Signalled (`notify_one`) after every API this dashboard creates, replaces or
+    /// deletes, for one listener in the same process: a gateway there can reload at once
+    /// instead of at its next poll.
+    pub api_changed: tokio::sync::Notify,
 }
 
 /// Why the dashboard could not start.
@@ -107,7 +112,8 @@ impl Dashboard {
             store,
             config,
             routes: router::routes(),
-            api_writes: tokio::sync::Mutex::new(()),
+            api_writes: tokio::sync::Mutex::new(apis::ListenPaths::default()),
+            api_changed: tokio::sync::Notify::new(),
         });
         Ok(Dashboard {
             state,
@@ -130,5 +136,49 @@ impl Dashboard {
         });
         info!(address = %self.address, "Dashboard listening.");
         server::serve_connections(self.listener, None, timeouts, service, stop).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The in-process use `sluice serve` makes: a store opened by the caller, port 0, a
+    /// key from the config, and a signal when an API changes.
+    #[tokio::test]
+    async fn runs_in_process_on_a_given_store_and_signals_api_changes() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut config = DashboardConfig::default();
+        config.listen.port = 0;
+        config.admin.key = Some("in-process-key-0123456789".into());
+        let dashboard = Dashboard::with_store(config, store).await.unwrap();
+        let admin = dashboard.bootstrapped.clone().expect("a first admin");
+        assert_eq!(admin.key, "in-process-key-0123456789");
+        let address = dashboard.address;
+        let state = dashboard.state.clone();
+        let stop = CancellationToken::new();
+        let serving = tokio::spawn(dashboard.serve(stop.clone()));
+
+        let api = serde_json::json!({
+            "openapi": "3.0.3",
+            "info": {"title": "t", "version": "1"},
+            "paths": {},
+            "x-sluice-api-gateway": {"upstream": {"url": "http://127.0.0.1:9"}}
+        });
+        let resp = reqwest::Client::new()
+            .post(format!("http://{address}/api/apis/oas"))
+            .header("Authorization", "in-process-key-0123456789")
+            .json(&api)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        tokio::time::timeout(Duration::from_secs(5), state.api_changed.notified())
+            .await
+            .expect("the change is signalled");
+        assert_eq!(state.store.list_apis().await.unwrap().len(), 1);
+        stop.cancel();
+        serving.await.unwrap();
     }
 }

@@ -213,8 +213,8 @@ pub async fn list_users(ctx: Ctx) -> Result<Reply, ApiError> {
     )
 }
 
-/// Makes a key for `user_id` of the caller's organisation.
-async fn make_key(ctx: &Ctx, user_id: &str) -> Result<(DashboardKeyRecord, String), ApiError> {
+/// A new key for `user_id` of the caller's organisation: its record and its text.
+fn new_key(ctx: &Ctx, user_id: &str) -> (DashboardKeyRecord, String) {
     let key = generate_key();
     let record = DashboardKeyRecord {
         id: new_id(),
@@ -223,8 +223,7 @@ async fn make_key(ctx: &Ctx, user_id: &str) -> Result<(DashboardKeyRecord, Strin
         org_id: ctx.caller.org_id.clone(),
         created_at: now(),
     };
-    ctx.state.store.insert_dashboard_key(&record).await?;
-    Ok((record, key))
+    (record, key)
 }
 
 #[utoipa::path(
@@ -257,8 +256,8 @@ pub async fn create_user(ctx: Ctx) -> Result<Reply, ApiError> {
         role: role.as_str().into(),
         created_at: now(),
     };
-    ctx.state.store.insert_user(&user).await?;
-    let (record, key) = make_key(&ctx, &user.id).await?;
+    let (record, key) = new_key(&ctx, &user.id);
+    ctx.state.store.insert_user(&user, &record).await?;
     Reply::json(
         StatusCode::CREATED,
         KeyOutcome {
@@ -366,7 +365,8 @@ pub async fn create_key(ctx: Ctx) -> Result<Reply, ApiError> {
     {
         return Err(ApiError::not_found("user"));
     }
-    let (record, key) = make_key(&ctx, &user_id).await?;
+    let (record, key) = new_key(&ctx, &user_id);
+    ctx.state.store.insert_dashboard_key(&record).await?;
     Reply::json(
         StatusCode::CREATED,
         KeyOutcome {

@@ -146,12 +146,22 @@ impl Store {
         }))
     }
 
-    /// Adds a user. A second user of the same name in one organisation is a conflict.
-    pub async fn insert_user(&self, user: &UserRecord) -> Result<(), StoreError> {
-        let done = with_pool!(self, |pool| insert_user!(user)
-            .execute(pool)
+    /// Adds a user with a first key, both or neither. A second user of the same name in
+    /// one organisation is a conflict.
+    pub async fn insert_user(
+        &self,
+        user: &UserRecord,
+        key: &DashboardKeyRecord,
+    ) -> Result<(), StoreError> {
+        let done: Result<(), sqlx::Error> = with_pool!(self, |pool| {
+            async {
+                let mut tx = pool.begin().await?;
+                insert_user!(user).execute(&mut *tx).await?;
+                insert_key!(key).execute(&mut *tx).await?;
+                tx.commit().await
+            }
             .await
-            .map(|_| ()));
+        });
         done.map_err(|e| conflict_or(e, &format!("user '{}'", user.name)))
     }
 
@@ -285,6 +295,13 @@ pub(crate) async fn store_with_orgs(orgs: &[&str]) -> Store {
 mod tests {
     use super::*;
 
+    impl UserRecord {
+        fn renamed(mut self, name: &str) -> UserRecord {
+            self.name = name.into();
+            self
+        }
+    }
+
     #[tokio::test]
     async fn an_org_is_created_whole_or_not_at_all() {
         let store = store_with_orgs(&["o1"]).await;
@@ -352,10 +369,33 @@ mod tests {
             role: "member".into(),
             created_at: 3,
         };
-        store.insert_user(&user("u1", "o1")).await.unwrap();
-        store.insert_user(&user("u2", "o2")).await.unwrap();
-        let err = store.insert_user(&user("u3", "o1")).await.unwrap_err();
+        let key = |id: &str, user: &str, org: &str| DashboardKeyRecord {
+            id: id.into(),
+            hash: format!("hash-{id}"),
+            user_id: user.into(),
+            org_id: org.into(),
+            created_at: 3,
+        };
+        store
+            .insert_user(&user("u1", "o1"), &key("k1", "u1", "o1"))
+            .await
+            .unwrap();
+        store
+            .insert_user(&user("u2", "o2"), &key("k2", "u2", "o2"))
+            .await
+            .unwrap();
+        let err = store
+            .insert_user(&user("u3", "o1"), &key("k3", "u3", "o1"))
+            .await
+            .unwrap_err();
         assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+        // A key that cannot be stored leaves no user behind.
+        let err = store
+            .insert_user(&user("u4", "o1").renamed("ops"), &key("k1", "u4", "o1"))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+        assert!(store.user("o1", "u4").await.unwrap().is_none());
         assert_eq!(store.user("o1", "u1").await.unwrap().unwrap().name, "dev");
         assert!(store.user("o2", "u1").await.unwrap().is_none());
     }
