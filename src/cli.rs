@@ -165,6 +165,15 @@ pub async fn serve(
     for e in &gateway.shared.table.current().errors {
         eprintln!("warning: {e}");
     }
+    // An API written through the dashboard is loaded by the gateway at once, not at its
+    // next poll.
+    let (state, shared) = (dashboard.state.clone(), gateway.shared.clone());
+    let relay = tokio::spawn(async move {
+        loop {
+            state.api_changed.notified().await;
+            shared.reload_now.notify_one();
+        }
+    });
     let stop = CancellationToken::new();
     let dash = tokio::spawn(dashboard.serve(stop.clone()));
     let gate = tokio::spawn(gateway.serve(stop.clone()));
@@ -173,6 +182,7 @@ pub async fn serve(
     stop.cancel();
     let _ = dash.await;
     let _ = gate.await;
+    relay.abort();
     0
 }
 
