@@ -229,16 +229,26 @@ pub fn metrics_response(handle: &PrometheusHandle) -> HttpResponse {
 /// A TLS acceptor from PEM certificate chain and key files, offering HTTP/2 and
 /// HTTP/1.1 by ALPN.
 pub fn tls_acceptor(cert_file: &Path, key_file: &Path) -> Result<TlsAcceptor, String> {
+    let cert_pem = std::fs::read(cert_file)
+        .map_err(|e| format!("cannot read {}: {e}", cert_file.display()))?;
+    let key_pem =
+        std::fs::read(key_file).map_err(|e| format!("cannot read {}: {e}", key_file.display()))?;
+    tls_acceptor_from_pem(&cert_pem, &key_pem)
+        .map_err(|e| format!("{} and {}: {e}", cert_file.display(), key_file.display()))
+}
+
+/// A TLS acceptor from a PEM certificate chain and a PEM private key held in memory.
+pub fn tls_acceptor_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_file_iter(cert_file)
-        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read certificates from {}: {e}", cert_file.display()))?;
+    let certs = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot read the certificates: {e}"))?;
     if certs.is_empty() {
-        return Err(format!("no certificate in {}", cert_file.display()));
+        return Err("no certificate in the PEM text".into());
     }
-    let key = PrivateKeyDer::from_pem_file(key_file)
-        .map_err(|e| format!("cannot read a private key from {}: {e}", key_file.display()))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| format!("cannot read the private key: {e}"))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

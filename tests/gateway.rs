@@ -1055,3 +1055,58 @@ async fn websocket_upgrades_pass_through() {
         tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/ws-api/ws", gw.port)).await;
     assert!(refused.is_err());
 }
+
+#[tokio::test]
+async fn tls_from_a_certificate_the_dashboard_stored() {
+    use sluice::store::seal::Sealer;
+    use sluice::store::{CertRecord, Store};
+    let up = Upstream::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let store_url = format!("sqlite://{}", tmp.path().join("sluice.db").display());
+    let store = Store::open(&store_url).await.unwrap();
+    let admin = sluice::dashboard::auth::bootstrap(&store, "default", None)
+        .await
+        .unwrap()
+        .unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let sealed = Sealer::new("dashboard-secret")
+        .seal(cert.key_pair.serialize_pem().as_bytes())
+        .unwrap();
+    store
+        .insert_cert(&CertRecord {
+            org_id: admin.org_id.clone(),
+            id: "f00dfeed".into(),
+            subject_cn: "127.0.0.1".into(),
+            issuer_cn: "127.0.0.1".into(),
+            not_before: "2020-01-01T00:00:00Z".into(),
+            not_after: "2100-01-01T00:00:00Z".into(),
+            is_ca: false,
+            dns_names: "[]".into(),
+            details: "{}".into(),
+            pem: cert.cert.pem(),
+            key_sealed: Some(sealed),
+            created_at: 0,
+        })
+        .await
+        .unwrap();
+    store.close().await;
+    let config =
+        "tls:\n  enabled: true\n  certificate_id: f00dfeed\n  store_secret: dashboard-secret\n";
+    let gw = Gw::start_in(
+        tmp.path().to_path_buf(),
+        None,
+        &[("a.yaml", api("tls", "/tls", &up.url(), ""))],
+        config,
+        &[],
+    )
+    .await;
+    let r = gw.http.get(gw.url("/tls/x")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // The wrong secret cannot open the key: the gateway refuses to start.
+    let (code, err) = harness::refused(&format!(
+        "store:\n  url: {store_url}\ntls:\n  enabled: true\n  certificate_id: f00dfeed\n  store_secret: wrong\n"
+    ))
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot be opened"), "{err}");
+}

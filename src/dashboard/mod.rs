@@ -17,7 +17,6 @@ pub mod openapi;
 pub mod orgs;
 pub mod request;
 pub mod router;
-pub mod seal;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -28,10 +27,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::server::{self, Service, Timeouts};
+use crate::store::seal::Sealer;
 use crate::store::{Store, StoreError};
 use auth::NewAdmin;
 use config::DashboardConfig;
-use seal::Sealer;
 
 /// What every request shares.
 pub struct State {

@@ -94,6 +94,10 @@ pub struct TlsConfig {
     pub cert_file: Option<PathBuf>,
     /// PEM private key.
     pub key_file: Option<PathBuf>,
+    /// Or a certificate stored by the dashboard, by its SHA-256 fingerprint (its id)...
+    pub certificate_id: Option<String>,
+    /// ...whose private key is opened with the dashboard's `secret`.
+    pub store_secret: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -289,7 +293,16 @@ pub fn parse(
 /// Sections whose keys the environment may override, with their keys.
 const SECTIONS: &[(&str, &[&str])] = &[
     ("listen", &["address", "port"]),
-    ("tls", &["enabled", "cert_file", "key_file"]),
+    (
+        "tls",
+        &[
+            "enabled",
+            "cert_file",
+            "key_file",
+            "certificate_id",
+            "store_secret",
+        ],
+    ),
     ("apps", &["path", "poll_interval"]),
     ("store", &["url", "apis"]),
     ("redis", &["url", "prefix"]),
@@ -393,11 +406,23 @@ impl GatewayConfig {
     fn check(&self, doc: &yaml::Document) -> Result<(), ConfigErrors> {
         let mut errors = Vec::new();
         let at = |path: &str| doc.location(path, doc.locate(path));
-        if self.tls.enabled && (self.tls.cert_file.is_none() || self.tls.key_file.is_none()) {
-            errors.push(
-                ConfigError::new("TLS is enabled: `cert_file` and `key_file` are both needed")
-                    .at(at("tls")),
-            );
+        let files = self.tls.cert_file.is_some() || self.tls.key_file.is_some();
+        let stored = self.tls.certificate_id.is_some();
+        if self.tls.enabled {
+            let problem = match (files, stored) {
+                (true, true) => Some("give either `cert_file` and `key_file`, or `certificate_id`, not both"),
+                (false, false) => Some("TLS is enabled: `cert_file` and `key_file` are both needed, or a stored `certificate_id`"),
+                (true, false) if self.tls.cert_file.is_none() || self.tls.key_file.is_none() => {
+                    Some("TLS is enabled: `cert_file` and `key_file` are both needed")
+                }
+                (false, true) if self.tls.store_secret.is_none() => Some(
+                    "a stored certificate needs `store_secret` (the dashboard's secret) to open its key",
+                ),
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                errors.push(ConfigError::new(problem).at(at("tls")));
+            }
         }
         if let Some(secret) = &self.secret {
             if secret.len() < 8 {

@@ -106,12 +106,7 @@ impl Gateway {
             None => Limiter::local(),
         };
         let tls = if config.tls.enabled {
-            let (Some(cert), Some(key)) = (&config.tls.cert_file, &config.tls.key_file) else {
-                return Err(StartError::Tls(
-                    "`cert_file` and `key_file` are needed".into(),
-                ));
-            };
-            Some(server::tls_acceptor(cert, key).map_err(StartError::Tls)?)
+            Some(tls_acceptor(&config.tls, &store).await?)
         } else {
             None
         };
@@ -232,6 +227,34 @@ impl Gateway {
         .await;
         reloader.abort();
         self.shared.streams.stop_all().await;
+    }
+}
+
+/// The TLS identity: PEM files, or a certificate the dashboard stored.
+async fn tls_acceptor(
+    tls: &config::TlsConfig,
+    store: &Store,
+) -> Result<tokio_rustls::TlsAcceptor, StartError> {
+    if let Some(id) = &tls.certificate_id {
+        let record = store
+            .cert_by_fingerprint(id)
+            .await?
+            .ok_or_else(|| StartError::Tls(format!("no stored certificate `{id}`")))?;
+        let sealed = record.key_sealed.ok_or_else(|| {
+            StartError::Tls(format!("the stored certificate `{id}` has no private key"))
+        })?;
+        let secret = tls.store_secret.as_deref().unwrap_or_default();
+        let key = crate::store::seal::Sealer::new(secret)
+            .open(&sealed)
+            .map_err(|e| StartError::Tls(e.to_string()))?;
+        return server::tls_acceptor_from_pem(record.pem.as_bytes(), &key)
+            .map_err(|e| StartError::Tls(format!("stored certificate `{id}`: {e}")));
+    }
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => server::tls_acceptor(cert, key).map_err(StartError::Tls),
+        _ => Err(StartError::Tls(
+            "`cert_file` and `key_file` are needed".into(),
+        )),
     }
 }
 

@@ -134,6 +134,17 @@ impl Store {
         Ok(row.map(CertRecord::from))
     }
 
+    /// The certificate with this fingerprint in any organisation (a gateway's TLS
+    /// certificate is named by fingerprint alone); the first one stored when several
+    /// organisations hold it.
+    pub async fn cert_by_fingerprint(&self, id: &str) -> Result<Option<CertRecord>, StoreError> {
+        let sql = format!("{COLUMNS} WHERE id = $1 ORDER BY created_at LIMIT 1");
+        let row: Option<CertRow> = with_pool!(self, |pool| {
+            sqlx::query_as(&sql).bind(id).fetch_optional(pool).await?
+        });
+        Ok(row.map(CertRecord::from))
+    }
+
     /// Removes a certificate. `false` when there is none.
     pub async fn delete_cert(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
         let n = with_pool!(self, |pool| {

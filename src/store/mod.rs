@@ -43,6 +43,7 @@ mod keys;
 mod location;
 mod migrations;
 mod orgs;
+pub mod seal;
 
 pub use apis::StoredApi;
 pub use assets::AssetRecord;

@@ -1,5 +1,6 @@
 //! Sealing certificate private keys at rest: AES-256-GCM under a key derived from the
-//! configured secret (SHA-256), a fresh random nonce per seal. The sealed text is
+//! configured secret (SHA-256), a fresh random nonce per seal. The dashboard seals what
+//! it stores; a gateway given the same secret opens it to serve TLS. The sealed text is
 //! `v1:` followed by base64 of nonce and ciphertext, so a later scheme can sit beside it.
 
 use aes_gcm::aead::{Aead, KeyInit};
