@@ -145,7 +145,8 @@ impl Gateway {
             tls: tls.is_some(),
             config,
         });
-        shared.reload(true).await;
+        // Streams start once the serving threads run (see `serve`).
+        shared.table.refresh(true).await;
         shared.ready.store(true, Ordering::Release);
         Ok(Gateway {
             shared,
@@ -178,6 +179,9 @@ impl Gateway {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let mut threads = Vec::new();
         let mut first = Some(self.listener);
+        let (runtime_tx, mut runtime_rx) = tokio::sync::mpsc::unbounded_channel();
+        // A serving thread keeps its runtime, and the streams on it, until released.
+        let release = CancellationToken::new();
         for i in 0..workers.max(1) {
             let listener = match first.take() {
                 Some(l) => l,
@@ -190,6 +194,8 @@ impl Gateway {
                 },
             };
             let (tls, service, stop) = (self.tls.clone(), service.clone(), stop.clone());
+            let runtime_tx = runtime_tx.clone();
+            let release = release.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("sluice-gw-{i}"))
                 .spawn(move || {
@@ -203,6 +209,8 @@ impl Gateway {
                             return;
                         }
                     };
+                    let _ = runtime_tx.send(rt.handle().clone());
+                    drop(runtime_tx);
                     rt.block_on(async move {
                         let _ = listener.set_nonblocking(true);
                         match tokio::net::TcpListener::from_std(listener) {
@@ -211,6 +219,7 @@ impl Gateway {
                             }
                             Err(e) => tracing::error!(error = %e, "Cannot listen."),
                         }
+                        release.cancelled().await;
                     });
                 });
             match spawned {
@@ -218,15 +227,25 @@ impl Gateway {
                 Err(e) => tracing::error!(error = %e, "Cannot start a worker thread."),
             }
         }
+        drop(runtime_tx);
+        let mut runtimes = Vec::new();
+        while let Some(handle) = runtime_rx.recv().await {
+            runtimes.push(handle);
+        }
+        self.shared.streams.run_on(runtimes);
+        self.shared.streams.sync(&self.shared.table.current()).await;
         stop.cancelled().await;
+        reloader.abort();
+        // Streams stop first: their open SSE and WebSocket responses end with them, so
+        // that the connections can finish.
+        self.shared.streams.stop_all().await;
+        release.cancel();
         let _ = tokio::task::spawn_blocking(move || {
             for t in threads {
                 let _ = t.join();
             }
         })
         .await;
-        reloader.abort();
-        self.shared.streams.stop_all().await;
     }
 }
 

@@ -54,6 +54,10 @@ pub struct StreamSettings {
 pub struct StreamHost {
     settings: StreamSettings,
     apis: RwLock<HashMap<String, Arc<ApiStreams>>>,
+    /// The runtimes of the serving threads: streams run there, beside the requests
+    /// that feed and read them, instead of a thread away.
+    runtimes: RwLock<Vec<tokio::runtime::Handle>>,
+    next_runtime: std::sync::atomic::AtomicUsize,
 }
 
 impl StreamHost {
@@ -61,7 +65,26 @@ impl StreamHost {
         StreamHost {
             settings,
             apis: RwLock::new(HashMap::new()),
+            runtimes: RwLock::new(Vec::new()),
+            next_runtime: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Where streams started from now on run: the serving threads' runtimes, in turn.
+    pub fn run_on(&self, runtimes: Vec<tokio::runtime::Handle>) {
+        *self.runtimes.write() = runtimes;
+    }
+
+    /// The runtime for the next stream, if serving threads gave theirs.
+    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        let runtimes = self.runtimes.read();
+        if runtimes.is_empty() {
+            return None;
+        }
+        let i = self
+            .next_runtime
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(runtimes[i % runtimes.len()].clone())
     }
 
     pub fn enabled(&self) -> bool {
@@ -196,7 +219,7 @@ impl StreamHost {
                     })
                 })
                 .clone();
-            sync_api(api, &streams, self.settings.drain).await;
+            sync_api(api, &streams, self.settings.drain, || self.runtime()).await;
         }
     }
 
@@ -222,7 +245,12 @@ impl StreamHost {
     }
 }
 
-async fn sync_api(api: &Api, streams: &ApiStreams, drain: Duration) {
+async fn sync_api(
+    api: &Api,
+    streams: &ApiStreams,
+    drain: Duration,
+    runtime: impl Fn() -> Option<tokio::runtime::Handle>,
+) {
     // Per-client streams whose template changed or went lose their instances.
     let changed: Vec<String> = {
         let mut templates = streams.templates.lock();
@@ -266,7 +294,13 @@ async fn sync_api(api: &Api, streams: &ApiStreams, drain: Duration) {
         if configs.contains_key(name) {
             continue;
         }
-        match manager.start(&stream_name(&api.id, name), &stream.config) {
+        // The stream's tasks are spawned on the runtime entered here.
+        let handle = runtime();
+        let started = {
+            let _entered = handle.as_ref().map(|h| h.enter());
+            manager.start(&stream_name(&api.id, name), &stream.config)
+        };
+        match started {
             Ok(()) => {
                 configs.insert(name.to_owned(), stream.raw.clone());
                 info!(api_id = %api.id, stream = %name, "Stream started.");
