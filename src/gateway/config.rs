@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::yaml::{Mark, NodeKind};
-use crate::config::{de, yaml, ConfigError, ConfigErrors, Location, Node};
+use crate::config::overrides::{self, Overridable};
+use crate::config::{de, yaml, ConfigError, ConfigErrors};
 use crate::duration::Duration;
 use crate::logging::LoggerConfig;
 
@@ -263,144 +263,50 @@ pub fn parse(
     env: &[(String, String)],
 ) -> Result<GatewayConfig, ConfigErrors> {
     let mut doc = yaml::parse(name, text, &crate::config::process_env)?;
-    if doc.root.is_null() {
-        doc.root = Node {
-            kind: NodeKind::Map(Vec::new()),
-            mark: Mark { line: 1, col: 1 },
-        };
-    }
-    let mut errors = Vec::new();
-    for (var, value) in env {
-        if let Some(rest) = var.strip_prefix(ENV_PREFIX) {
-            if let Err(e) = apply_override(&mut doc.root, rest, value) {
-                errors.push(ConfigError::new(e).at(Location {
-                    file: "environment".into(),
-                    path: var.clone(),
-                    line: 0,
-                    col: 0,
-                }));
-            }
-        }
-    }
-    if !errors.is_empty() {
-        return Err(ConfigErrors(errors));
-    }
+    overrides::apply(&mut doc, ENV_PREFIX, &OVERRIDABLE, env)?;
     let config: GatewayConfig = de::from_node(&doc, &doc.root, "").map_err(ConfigErrors::from)?;
     config.check(&doc)?;
     Ok(config)
 }
 
-/// Sections whose keys the environment may override, with their keys.
-const SECTIONS: &[(&str, &[&str])] = &[
-    ("listen", &["address", "port"]),
-    (
-        "tls",
-        &[
-            "enabled",
-            "cert_file",
-            "key_file",
-            "certificate_id",
-            "store_secret",
-        ],
-    ),
-    ("apps", &["path", "poll_interval"]),
-    ("store", &["url", "apis"]),
-    ("redis", &["url", "prefix"]),
-    (
-        "streaming",
-        &[
-            "enabled",
-            "allow_unsafe",
-            "drain_timeout",
-            "max_client_streams",
-            "client_idle_timeout",
-        ],
-    ),
-    (
-        "proxy",
-        &["timeout", "connect_timeout", "max_idle_per_host"],
-    ),
-    ("http", &["header_read_timeout", "body_read_timeout"]),
-    ("keys", &["cache_ttl"]),
-    ("logger", &["level", "format"]),
-    ("metrics", &["enabled"]),
-];
-const TOP_LEVEL: &[&str] = &["secret", "access_log", "workers"];
-
-/// Sets the key that `name` (the variable without its prefix, e.g. `TLS_CERT_FILE`)
-/// stands for.
-fn apply_override(root: &mut Node, name: &str, value: &str) -> Result<(), String> {
-    let lower = name.to_ascii_lowercase();
-    if TOP_LEVEL.contains(&lower.as_str()) {
-        set(root, &lower, value);
-        return Ok(());
-    }
-    for (section, keys) in SECTIONS {
-        let Some(key) = lower
-            .strip_prefix(section)
-            .and_then(|rest| rest.strip_prefix('_'))
-        else {
-            continue;
-        };
-        if !keys.contains(&key) {
-            return Err(format!(
-                "`{key}` is not a key of `{section}` (keys: {})",
-                keys.join(", ")
-            ));
-        }
-        let NodeKind::Map(entries) = &mut root.kind else {
-            return Err("the config document is not a mapping".into());
-        };
-        let position = entries
-            .iter()
-            .position(|(k, _)| k.as_str() == Some(section));
-        let index = match position {
-            Some(i) => i,
-            None => {
-                entries.push((
-                    Node::scalar(section),
-                    Node {
-                        kind: NodeKind::Map(Vec::new()),
-                        mark: Mark::default(),
-                    },
-                ));
-                entries.len() - 1
-            }
-        };
-        let node = &mut entries[index].1;
-        if node.is_null() {
-            node.kind = NodeKind::Map(Vec::new());
-        }
-        set(node, key, value);
-        return Ok(());
-    }
-    Err(format!(
-        "no such config key; sections: {}",
-        SECTIONS
-            .iter()
-            .map(|(s, _)| *s)
-            .chain(TOP_LEVEL.iter().copied())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
-}
-
-/// Replaces or adds `key` in the mapping `node` with a plain scalar, typed as YAML types
-/// it (so `true` is a boolean and `8081` a number).
-fn set(node: &mut Node, key: &str, value: &str) {
-    let NodeKind::Map(entries) = &mut node.kind else {
-        return;
-    };
-    let new = Node::scalar(value);
-    match entries.iter_mut().find(|(k, _)| k.as_str() == Some(key)) {
-        Some((_, v)) => {
-            let mark = v.mark;
-            *v = new;
-            v.mark = mark;
-        }
-        None => entries.push((Node::scalar(key), new)),
-    }
-}
+/// The keys the environment may override.
+const OVERRIDABLE: Overridable = Overridable {
+    sections: &[
+        ("listen", &["address", "port"]),
+        (
+            "tls",
+            &[
+                "enabled",
+                "cert_file",
+                "key_file",
+                "certificate_id",
+                "store_secret",
+            ],
+        ),
+        ("apps", &["path", "poll_interval"]),
+        ("store", &["url", "apis"]),
+        ("redis", &["url", "prefix"]),
+        (
+            "streaming",
+            &[
+                "enabled",
+                "allow_unsafe",
+                "drain_timeout",
+                "max_client_streams",
+                "client_idle_timeout",
+            ],
+        ),
+        (
+            "proxy",
+            &["timeout", "connect_timeout", "max_idle_per_host"],
+        ),
+        ("http", &["header_read_timeout", "body_read_timeout"]),
+        ("keys", &["cache_ttl"]),
+        ("logger", &["level", "format"]),
+        ("metrics", &["enabled"]),
+    ],
+    top_level: &["secret", "access_log", "workers"],
+};
 
 impl GatewayConfig {
     fn check(&self, doc: &yaml::Document) -> Result<(), ConfigErrors> {
@@ -469,9 +375,7 @@ impl GatewayConfig {
 
 /// The process's `SLUICE_GW_` variables.
 pub fn env_overrides() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
-        .collect()
+    overrides::from_process(ENV_PREFIX)
 }
 
 #[cfg(test)]
