@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use aes_gcm::aead::{Aead, KeyInit};
 use base64::Engine;
-use parking_lot::Mutex;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -243,7 +242,8 @@ const CACHE_MAX: usize = 100_000;
 pub struct Keys {
     store: Store,
     ttl: Duration,
-    cache: Mutex<Cache>,
+    // Read far more often than written: every request of a cached key only reads.
+    cache: parking_lot::RwLock<Cache>,
     /// Seals HMAC secrets; derived from the gateway secret.
     sealer: Option<aes_gcm::Aes256Gcm>,
 }
@@ -257,7 +257,7 @@ impl Keys {
         Keys {
             store,
             ttl,
-            cache: Mutex::new(HashMap::new()),
+            cache: parking_lot::RwLock::new(HashMap::new()),
             sealer,
         }
     }
@@ -321,7 +321,7 @@ impl Keys {
     }
 
     fn cached(&self, hash: &str) -> Option<Option<Arc<Session>>> {
-        let cache = self.cache.lock();
+        let cache = self.cache.read();
         cache
             .get(hash)
             .filter(|(at, _)| at.elapsed() < self.ttl)
@@ -329,7 +329,7 @@ impl Keys {
     }
 
     fn remember(&self, hash: String, session: Option<Arc<Session>>) {
-        let mut cache = self.cache.lock();
+        let mut cache = self.cache.write();
         if cache.len() >= CACHE_MAX {
             let ttl = self.ttl;
             cache.retain(|_, (at, _)| at.elapsed() < ttl);
@@ -361,7 +361,7 @@ impl Keys {
 
     /// Forgets cached lookups, after a key changed here.
     pub fn forget_all(&self) {
-        self.cache.lock().clear();
+        self.cache.write().clear();
     }
 
     /// Makes a key. Returns the token (shown once), the HMAC secret if asked for, and the
