@@ -195,9 +195,22 @@ pub struct Session {
     pub id: String,
     pub org_id: String,
     pub policy: Policy,
+    /// The limiter's buckets of this key, named once rather than on every request.
+    pub rate_bucket: String,
+    pub quota_bucket: String,
 }
 
 impl Session {
+    pub fn new(id: String, org_id: String, policy: Policy) -> Self {
+        Session {
+            rate_bucket: format!("key:{id}:rate"),
+            quota_bucket: format!("key:{id}:quota"),
+            id,
+            org_id,
+            policy,
+        }
+    }
+
     pub fn expired(&self, now: i64) -> bool {
         self.policy.expires.is_some_and(|e| e <= now)
     }
@@ -402,11 +415,7 @@ impl Keys {
             Err(e) => return Err(e.into()),
         }
         self.forget_all();
-        let session = Session {
-            id,
-            org_id: record.org_id,
-            policy,
-        };
+        let session = Session::new(id, record.org_id, policy);
         Ok((token, hmac_secret, session))
     }
 
@@ -441,11 +450,7 @@ impl Keys {
         self.forget_all();
         Ok((
             hmac_secret,
-            Session {
-                id: id.to_owned(),
-                org_id: updated.org_id,
-                policy,
-            },
+            Session::new(id.to_owned(), updated.org_id, policy),
         ))
     }
 
@@ -585,11 +590,11 @@ fn seal(sealer: &aes_gcm::Aes256Gcm, plain: &[u8]) -> String {
 
 fn session_of(record: &KeyRecord) -> Option<Session> {
     let policy: Policy = serde_json::from_str(&record.policy).ok()?;
-    Some(Session {
-        id: record.id.clone(),
-        org_id: record.org_id.clone(),
+    Some(Session::new(
+        record.id.clone(),
+        record.org_id.clone(),
         policy,
-    })
+    ))
 }
 
 #[cfg(test)]

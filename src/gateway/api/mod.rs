@@ -48,6 +48,8 @@ pub struct Api {
     pub allow_list: bool,
     pub global: extension::Global,
     pub rate: Option<Rate>,
+    /// The limiter's bucket of `rate`.
+    pub rate_bucket: String,
     /// The streams of `x-sluice-streaming`.
     pub streams: Vec<streaming::ApiStream>,
     /// The paths (below the listen path) the streams serve.
@@ -567,6 +569,7 @@ fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api
         return Err(fail(Some(id), errors));
     }
     Ok(Api {
+        rate_bucket: format!("api:{id}:rate"),
         org_id: ext.info.org_id.clone().unwrap_or_default(),
         name: ext.info.name.clone(),
         active: ext.info.state.active,

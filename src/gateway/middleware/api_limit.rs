@@ -6,8 +6,7 @@ use crate::gateway::events::EventKind;
 
 pub async fn run(ctx: &mut Ctx<'_>) -> Step {
     if let Some(rate) = ctx.api.rate {
-        let bucket = format!("api:{}:rate", ctx.api.id);
-        let decision = ctx.gw.limiter.check_rate(&bucket, rate).await;
+        let decision = ctx.gw.limiter.check_rate(&ctx.api.rate_bucket, rate).await;
         enforce(
             ctx,
             decision,

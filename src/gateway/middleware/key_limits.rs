@@ -8,8 +8,7 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Step {
         return Ok(());
     };
     if let Some(rate) = session.policy.rate() {
-        let bucket = format!("key:{}:rate", session.id);
-        let decision = ctx.gw.limiter.check_rate(&bucket, rate).await;
+        let decision = ctx.gw.limiter.check_rate(&session.rate_bucket, rate).await;
         enforce(
             ctx,
             decision,
