@@ -279,6 +279,15 @@ async fn opens_with_h2_preface(stream: &TcpStream) -> bool {
     false
 }
 
+/// `address:port` as binding reads it, bracketing an IPv6 address.
+pub fn socket_address(address: &str, port: u16) -> String {
+    if address.contains(':') && !address.starts_with('[') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
 /// Binds `address`, saying clearly what went wrong when it cannot.
 pub async fn bind(address: &str) -> std::io::Result<(TcpListener, SocketAddr)> {
     let listener = TcpListener::bind(address)

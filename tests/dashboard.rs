@@ -11,14 +11,12 @@
 
 mod common;
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -27,7 +25,6 @@ use common::{free_port, DEADLINE};
 const ADMIN_KEY: &str = "test-admin-key-0123456789";
 const SECRET: &str = "a-test-secret-for-sealing";
 const STREAMS: &str = "application/vnd.sluice.streams.oas";
-const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// A running dashboard process.
 struct Db {
@@ -972,48 +969,9 @@ async fn every_endpoint_on_sqlite() {
     scenario(tmp.path().to_path_buf(), store).await;
 }
 
-fn admin_url() -> String {
-    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-async fn admin_pool() -> PgPool {
-    let url = admin_url();
-    PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is unreachable: {e}"))
-}
-
-/// Runs `test` with the URL of a new, empty PostgreSQL database, dropped afterwards
-/// whether `test` passed or not.
-async fn with_postgres<F, Fut>(test: F)
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let admin = admin_pool().await;
-    let name = format!("sluice_dash_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
-    let mut url = url::Url::parse(&admin_url()).expect("SLUICE_TEST_POSTGRES_URL is a URL");
-    url.set_path(&name);
-    let outcome = tokio::spawn(test(url.to_string())).await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("cannot drop database {name}: {e}"));
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
 #[tokio::test]
 async fn every_endpoint_on_postgres() {
-    with_postgres(|url| async move {
+    common::postgres::with_postgres("sluice_dash", |url| async move {
         let tmp = tempfile::tempdir().unwrap();
         scenario(tmp.path().to_path_buf(), url).await;
     })

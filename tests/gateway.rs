@@ -914,8 +914,7 @@ async fn a_bad_api_does_not_stop_the_others_and_is_reported_where_it_is() {
     .await;
     assert_eq!(get(&gw, "/good/x").await.0, 200);
     assert_eq!(get(&gw, "/broken/x").await.0, 404);
-    let r = gw.admin(Method::GET, "/sluice/apis").send().await.unwrap();
-    let body: Value = r.json().await.unwrap();
+    let body = gw.apis().await;
     let error = body["errors"][0]["error"].as_str().unwrap().to_owned();
     assert!(error.contains("API `broken`"), "{error}");
     assert!(error.contains("broken.yaml:20:7"), "{error}");

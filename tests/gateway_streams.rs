@@ -266,14 +266,7 @@ async fn host_reaching_components_and_mappings_are_refused() {
         "        file: {path: /tmp/sluice-should-not-exist.log}",
     );
     let gw = Gw::start(&[("live.yaml", with_file.clone())], STREAMING_ON).await;
-    let apis: Value = gw
-        .admin(Method::GET, "/sluice/apis")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let apis = gw.apis().await;
     let error = apis["errors"][0]["error"].as_str().unwrap();
     assert!(
         error.contains("`file` reaches the gateway's host"),
@@ -305,14 +298,7 @@ async fn host_reaching_components_and_mappings_are_refused() {
         "streaming:\n  enabled: true\n  allow_unsafe: [file]\n",
     )
     .await;
-    let apis: Value = allowed
-        .admin(Method::GET, "/sluice/apis")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let apis = allowed.apis().await;
     assert_eq!(apis["apis"][0]["id"], "live", "{apis}");
 }
 
@@ -368,14 +354,7 @@ async fn the_streaming_examples_load_and_carry_messages() {
     let apis: Vec<(&str, String)> = apis.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let tmp = tempfile::tempdir().unwrap();
     let gw = Gw::start_in(tmp.path().to_path_buf(), None, &apis, STREAMING_ON, &env).await;
-    let listed: Value = gw
-        .admin(Method::GET, "/sluice/apis")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = gw.apis().await;
     assert_eq!(listed["errors"], json!([]), "{listed}");
     assert_eq!(
         listed["apis"].as_array().unwrap().len(),
@@ -495,13 +474,11 @@ x-sluice-streaming:
         "alice sees only hers"
     );
 
-    let instances = |gw: &Gw| {
-        let req = gw.admin(Method::GET, "/sluice/apis");
-        async move {
-            let v: Value = req.send().await.unwrap().json().await.unwrap();
-            v["apis"][0]["client_streams"].as_u64().unwrap()
-        }
-    };
+    async fn instances(gw: &Gw) -> u64 {
+        gw.apis().await["apis"][0]["client_streams"]
+            .as_u64()
+            .unwrap()
+    }
     assert_eq!(instances(&gw).await, 2);
     // While a client is connected its instance stays, idle time or not.
     drop(bob);

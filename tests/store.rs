@@ -6,55 +6,12 @@
 //! that one and drops it at the end, so runs never disturb each other. When the server
 //! cannot be reached the tests fail: they do not skip.
 
+mod common;
+
 use std::error::Error;
-use std::future::Future;
-use std::time::Duration;
 
 use sluice::store::{KeyRecord, Store, StoreError, StoredApi};
-use sqlx::postgres::{PgPool, PgPoolOptions};
-
-const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-
-fn admin_url() -> String {
-    std::env::var("SLUICE_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
-}
-
-async fn admin_pool() -> PgPool {
-    let url = admin_url();
-    PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(10))
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {url} is unreachable: {e}"))
-}
-
-/// Runs `test` with the URL of a new, empty PostgreSQL database, and drops the database
-/// afterwards, whether `test` passed or panicked.
-async fn with_postgres<F, Fut>(test: F)
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let admin = admin_pool().await;
-    let name = format!("sluice_store_{}", uuid::Uuid::new_v4().simple());
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
-    let mut url = url::Url::parse(&admin_url()).expect("SLUICE_TEST_POSTGRES_URL is a URL");
-    url.set_path(&name);
-    // A task, so that a failed assertion comes back here as an error and the database is
-    // still dropped.
-    let outcome = tokio::spawn(test(url.to_string())).await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        .execute(&admin)
-        .await
-        .unwrap_or_else(|e| panic!("cannot drop database {name}: {e}"));
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
+use sqlx::postgres::PgPool;
 
 fn key(id: &str, hash: &str, org_id: &str) -> KeyRecord {
     KeyRecord {
@@ -207,7 +164,7 @@ async fn sqlite_scenario() {
 
 #[tokio::test]
 async fn postgres_scenario() {
-    with_postgres(|url| scenario(url, "postgres")).await;
+    common::postgres::with_postgres("sluice_store", |url| scenario(url, "postgres")).await;
 }
 
 /// An error's text, its debug form and the text of every cause below it.
@@ -268,7 +225,7 @@ async fn unreachable_or_missing_postgres_hides_the_password() {
     assert!(printed.to_lowercase().contains("refused"), "{printed}");
 
     // The real server, but a database that does not exist.
-    let mut url = url::Url::parse(&admin_url()).unwrap();
+    let mut url = url::Url::parse(&common::postgres::admin_url()).unwrap();
     url.set_password(Some(SECRET)).unwrap();
     url.set_path(&format!(
         "sluice_store_missing_{}",
@@ -283,7 +240,7 @@ async fn unreachable_or_missing_postgres_hides_the_password() {
 
 #[tokio::test]
 async fn postgres_database_of_a_newer_version_is_refused() {
-    with_postgres(|url| async move {
+    common::postgres::with_postgres("sluice_store", |url| async move {
         let store = Store::open(&url).await.unwrap();
         store.close().await;
         // Pretend a newer binary applied a migration this one does not know.

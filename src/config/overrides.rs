@@ -49,6 +49,38 @@ pub fn apply(
     }
 }
 
+/// The name and text of a service config: `file`, or an empty document (every default)
+/// when there is none.
+pub fn read(file: Option<&std::path::Path>) -> Result<(String, String), ConfigErrors> {
+    match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigErrors(vec![ConfigError::new(format!(
+                    "cannot read {}: {e}",
+                    path.display()
+                ))])
+            })?;
+            Ok((path.display().to_string(), text))
+        }
+        None => Ok(("(defaults)".to_owned(), String::new())),
+    }
+}
+
+/// Parses a service config with the `prefix` variables of `env` applied. The document
+/// comes back too, for checks that report positions.
+pub fn parse<T: serde::de::DeserializeOwned>(
+    name: &str,
+    text: &str,
+    prefix: &str,
+    keys: &Overridable,
+    env: &[(String, String)],
+) -> Result<(T, Document), ConfigErrors> {
+    let mut doc = super::yaml::parse(name, text, &super::process_env)?;
+    apply(&mut doc, prefix, keys, env)?;
+    let config = super::de::from_node(&doc, &doc.root, "").map_err(ConfigErrors::from)?;
+    Ok((config, doc))
+}
+
 /// The process's variables that start with `prefix`.
 pub fn from_process(prefix: &str) -> Vec<(String, String)> {
     std::env::vars()

@@ -439,26 +439,56 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     };
     let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, None)?;
     if dry_run {
-        return Reply::outcome(
-            StatusCode::OK,
-            "the definition is valid (dry run: nothing was saved)",
-            None,
-            &prepared.id,
-        );
+        return dry_run_reply(&prepared);
     }
+    save(&ctx, kind, &doc, &prepared, false).await?;
+    let message = format!("{} created", kind.noun());
+    Reply::outcome(
+        StatusCode::CREATED,
+        &message,
+        Some(&prepared.id),
+        &prepared.id,
+    )
+}
+
+fn dry_run_reply(prepared: &Prepared) -> Result<Reply, ApiError> {
+    Reply::outcome(
+        StatusCode::OK,
+        "the definition is valid (dry run: nothing was saved)",
+        None,
+        &prepared.id,
+    )
+}
+
+/// Stores a prepared definition under the write lock once its listen path is checked,
+/// and tells the gateway. A new one (`replace` false) is inserted, which the store
+/// refuses (409) when the id is taken, whichever process took it; a replaced one must
+/// still exist.
+async fn save(
+    ctx: &Ctx,
+    kind: Kind,
+    doc: &Value,
+    prepared: &Prepared,
+    replace: bool,
+) -> Result<(), ApiError> {
     let mut paths = ctx.state.api_writes.lock().await;
+    if replace {
+        // Deleted since it was found: replacing it would bring it back.
+        find(ctx, kind).await?;
+    }
     paths.refresh(&ctx.state.store).await?;
     paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
-    // A taken id is refused by the store itself (409), whichever process took it.
-    ctx.state
-        .store
-        .insert_api(&StoredApi {
-            id: prepared.id.clone(),
-            org_id: ctx.caller.org_id.clone(),
-            document: doc.to_string(),
-            updated_at: now(),
-        })
-        .await?;
+    let api = StoredApi {
+        id: prepared.id.clone(),
+        org_id: ctx.caller.org_id.clone(),
+        document: doc.to_string(),
+        updated_at: now(),
+    };
+    if replace {
+        ctx.state.store.put_api(&api).await?;
+    } else {
+        ctx.state.store.insert_api(&api).await?;
+    }
     paths
         .wrote(
             &ctx.state.store,
@@ -467,13 +497,7 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
         )
         .await;
     ctx.state.api_changed.notify_one();
-    let message = format!("{} created", kind.noun());
-    Reply::outcome(
-        StatusCode::CREATED,
-        &message,
-        Some(&prepared.id),
-        &prepared.id,
-    )
+    Ok(())
 }
 
 /// The caller's API of this kind with the path's id, or 404.
@@ -500,35 +524,9 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     let mut doc = read_document(&ctx, kind)?;
     let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, Some(ctx.param(0)))?;
     if dry_run {
-        return Reply::outcome(
-            StatusCode::OK,
-            "the definition is valid (dry run: nothing was saved)",
-            None,
-            &prepared.id,
-        );
+        return dry_run_reply(&prepared);
     }
-    let mut paths = ctx.state.api_writes.lock().await;
-    // Deleted since it was found: replacing it would bring it back.
-    find(&ctx, kind).await?;
-    paths.refresh(&ctx.state.store).await?;
-    paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
-    ctx.state
-        .store
-        .put_api(&StoredApi {
-            id: prepared.id.clone(),
-            org_id: ctx.caller.org_id.clone(),
-            document: doc.to_string(),
-            updated_at: now(),
-        })
-        .await?;
-    paths
-        .wrote(
-            &ctx.state.store,
-            &prepared.id,
-            Some((&ctx.caller.org_id, &prepared.listen_path)),
-        )
-        .await;
-    ctx.state.api_changed.notify_one();
+    save(&ctx, kind, &doc, &prepared, true).await?;
     let message = format!("{} updated", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&prepared.id), &prepared.id)
 }

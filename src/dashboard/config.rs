@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::config::overrides::{self, Overridable};
-use crate::config::{de, yaml, ConfigError, ConfigErrors};
+use crate::config::{yaml, ConfigError, ConfigErrors};
 use crate::duration::Duration;
 use crate::logging::LoggerConfig;
 
@@ -61,11 +61,7 @@ impl Default for ListenConfig {
 impl ListenConfig {
     /// `address:port`, bracketing an IPv6 address.
     pub fn socket(&self) -> String {
-        if self.address.contains(':') && !self.address.starts_with('[') {
-            format!("[{}]:{}", self.address, self.port)
-        } else {
-            format!("{}:{}", self.address, self.port)
-        }
+        crate::server::socket_address(&self.address, self.port)
     }
 }
 
@@ -164,18 +160,7 @@ pub fn load(
     file: Option<&Path>,
     env: &[(String, String)],
 ) -> Result<DashboardConfig, ConfigErrors> {
-    let (name, text) = match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigErrors(vec![ConfigError::new(format!(
-                    "cannot read {}: {e}",
-                    path.display()
-                ))])
-            })?;
-            (path.display().to_string(), text)
-        }
-        None => ("(defaults)".to_owned(), String::new()),
-    };
+    let (name, text) = overrides::read(file)?;
     parse(&name, &text, env)
 }
 
@@ -185,9 +170,8 @@ pub fn parse(
     text: &str,
     env: &[(String, String)],
 ) -> Result<DashboardConfig, ConfigErrors> {
-    let mut doc = yaml::parse(name, text, &crate::config::process_env)?;
-    overrides::apply(&mut doc, ENV_PREFIX, &OVERRIDABLE, env)?;
-    let config: DashboardConfig = de::from_node(&doc, &doc.root, "").map_err(ConfigErrors::from)?;
+    let (config, doc): (DashboardConfig, _) =
+        overrides::parse(name, text, ENV_PREFIX, &OVERRIDABLE, env)?;
     config.check(&doc)?;
     Ok(config)
 }

@@ -15,7 +15,7 @@ use http::{Method, StatusCode};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use super::keys::{KeyError, KeyRequest};
+use super::keys::{self, KeyError, KeyRequest};
 use super::middleware::error;
 use super::{api, Shared};
 use crate::http::{self as h, HttpRequest, HttpResponse};
@@ -205,7 +205,7 @@ async fn reset_quota(gw: &Shared, id: &str) -> HttpResponse {
 }
 
 async fn forget_counters(gw: &Shared, id: &str) {
-    for bucket in [format!("key:{id}:rate"), format!("key:{id}:quota")] {
+    for bucket in [keys::rate_bucket(id), keys::quota_bucket(id)] {
         if let Err(e) = gw.limiter.reset(&bucket).await {
             tracing::warn!(error = %e, "Cannot reset a key's counters.");
         }

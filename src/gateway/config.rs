@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::config::overrides::{self, Overridable};
-use crate::config::{de, yaml, ConfigError, ConfigErrors};
+use crate::config::{yaml, ConfigError, ConfigErrors};
 use crate::duration::Duration;
 use crate::logging::LoggerConfig;
 
@@ -78,11 +78,7 @@ impl Default for ListenConfig {
 impl ListenConfig {
     /// `address:port`, bracketing an IPv6 address.
     pub fn socket(&self) -> String {
-        if self.address.contains(':') && !self.address.starts_with('[') {
-            format!("[{}]:{}", self.address, self.port)
-        } else {
-            format!("{}:{}", self.address, self.port)
-        }
+        crate::server::socket_address(&self.address, self.port)
     }
 }
 
@@ -241,18 +237,7 @@ impl Default for MetricsConfig {
 /// Loads `file` (or the defaults when `None`), applies the `SLUICE_GW_` overrides from
 /// `env`, and checks what can be checked without touching the network.
 pub fn load(file: Option<&Path>, env: &[(String, String)]) -> Result<GatewayConfig, ConfigErrors> {
-    let (name, text) = match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigErrors(vec![ConfigError::new(format!(
-                    "cannot read {}: {e}",
-                    path.display()
-                ))])
-            })?;
-            (path.display().to_string(), text)
-        }
-        None => ("(defaults)".to_owned(), String::new()),
-    };
+    let (name, text) = overrides::read(file)?;
     parse(&name, &text, env)
 }
 
@@ -262,9 +247,8 @@ pub fn parse(
     text: &str,
     env: &[(String, String)],
 ) -> Result<GatewayConfig, ConfigErrors> {
-    let mut doc = yaml::parse(name, text, &crate::config::process_env)?;
-    overrides::apply(&mut doc, ENV_PREFIX, &OVERRIDABLE, env)?;
-    let config: GatewayConfig = de::from_node(&doc, &doc.root, "").map_err(ConfigErrors::from)?;
+    let (config, doc): (GatewayConfig, _) =
+        overrides::parse(name, text, ENV_PREFIX, &OVERRIDABLE, env)?;
     config.check(&doc)?;
     Ok(config)
 }

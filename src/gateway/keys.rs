@@ -200,11 +200,21 @@ pub struct Session {
     pub quota_bucket: String,
 }
 
+/// The limiter's bucket of a key's rate limit.
+pub fn rate_bucket(key_id: &str) -> String {
+    format!("key:{key_id}:rate")
+}
+
+/// The limiter's bucket of a key's quota.
+pub fn quota_bucket(key_id: &str) -> String {
+    format!("key:{key_id}:quota")
+}
+
 impl Session {
     pub fn new(id: String, org_id: String, policy: Policy) -> Self {
         Session {
-            rate_bucket: format!("key:{id}:rate"),
-            quota_bucket: format!("key:{id}:quota"),
+            rate_bucket: rate_bucket(&id),
+            quota_bucket: quota_bucket(&id),
             id,
             org_id,
             policy,

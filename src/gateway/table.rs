@@ -129,11 +129,11 @@ impl ApiTable {
     async fn load(&self) -> Table {
         let previous = self.current();
         let mut loaded: Vec<Result<Api, ApiError>> = Vec::new();
-        let mut sources_tried: Vec<String> = Vec::new();
+        // The store's APIs of last time, kept when the store cannot be read now.
+        let mut kept: Vec<Arc<Api>> = Vec::new();
         if let Some(dir) = &self.sources.dir {
             for path in definition_files(dir) {
                 let name = path.display().to_string();
-                sources_tried.push(name.clone());
                 let result = match std::fs::read_to_string(&path) {
                     Ok(text) => api::from_file_with(&name, &text, &self.sources.options),
                     Err(e) => Err(ApiError {
@@ -151,7 +151,6 @@ impl ApiTable {
                 Ok(apis) => {
                     for stored in apis {
                         let source = format!("store:{}", stored.id);
-                        sources_tried.push(source.clone());
                         let result = serde_json::from_str(&stored.document)
                             .map_err(|e| ApiError {
                                 api_id: Some(stored.id.clone()),
@@ -169,16 +168,17 @@ impl ApiTable {
                 Err(e) => {
                     // Keep serving what the store gave last time.
                     warn!(error = %e, "Cannot read APIs from the store.");
-                    for api in previous.apis() {
-                        if api.source.starts_with("store:") {
-                            sources_tried.push(api.source.clone());
-                        }
-                    }
+                    kept.extend(
+                        previous
+                            .apis()
+                            .filter(|a| a.source.starts_with("store:"))
+                            .cloned(),
+                    );
                 }
             }
         }
         let mut table = Table::default();
-        let mut apis: Vec<Arc<Api>> = Vec::new();
+        let mut apis = kept;
         for result in loaded {
             match result {
                 Ok(api) => apis.push(Arc::new(api)),
@@ -189,15 +189,6 @@ impl ApiTable {
                     }
                     table.errors.push(e);
                 }
-            }
-        }
-        // Store APIs the store could not be asked about this time.
-        for api in previous.apis() {
-            if api.source.starts_with("store:")
-                && sources_tried.contains(&api.source)
-                && !apis.iter().any(|a| a.source == api.source)
-            {
-                apis.push(api.clone());
             }
         }
         apis.sort_by(|a, b| a.source.cmp(&b.source));

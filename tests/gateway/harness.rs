@@ -136,6 +136,17 @@ impl Gw {
             .header("x-sluice-authorization", SECRET)
     }
 
+    /// `GET /sluice/apis`: the APIs served and the definitions that failed.
+    pub async fn apis(&self) -> serde_json::Value {
+        self.admin(reqwest::Method::GET, "/sluice/apis")
+            .send()
+            .await
+            .expect("list APIs")
+            .json()
+            .await
+            .expect("APIs JSON")
+    }
+
     /// Makes a key through the gateway API; returns the whole answer.
     pub async fn create_key(&self, body: Value) -> Value {
         let resp = self

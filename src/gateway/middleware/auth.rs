@@ -21,10 +21,7 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Step {
     let Some(auth) = &ctx.api.auth else {
         return Ok(());
     };
-    let req = std::mem::replace(
-        &mut ctx.req,
-        crate::http::HttpRequest::new(crate::http::empty()),
-    );
+    let req = ctx.take_req();
     let (parts, body) = req.into_parts();
     let mut first_error: Option<AuthError> = None;
     let mut passed_alt: Option<Vec<Passed>> = None;

@@ -57,6 +57,11 @@ impl Ctx<'_> {
         self.op.as_ref().map(|(op, _)| *op)
     }
 
+    /// The request, taken out for a step that consumes it (an empty one is left).
+    pub fn take_req(&mut self) -> HttpRequest {
+        std::mem::replace(&mut self.req, HttpRequest::new(h::empty()))
+    }
+
     pub fn key_id(&self) -> Option<&str> {
         self.session.as_ref().map(|s| s.id.as_str())
     }
@@ -96,7 +101,7 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
     size_limit::run(ctx).await?;
     validate::run(ctx).await?;
     headers::transform_request(ctx);
-    let req = std::mem::replace(&mut ctx.req, HttpRequest::new(h::empty()));
+    let req = ctx.take_req();
     let req = match stream::divert(ctx, req) {
         Ok(diverted) => return Ok(diverted.await),
         Err(req) => req,
@@ -111,7 +116,7 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
     if let Some(resp) = mock::respond(ctx) {
         return Ok(resp);
     }
-    let req = std::mem::replace(&mut ctx.req, HttpRequest::new(h::empty()));
+    let req = ctx.take_req();
     match ctx
         .gw
         .proxy

@@ -56,7 +56,7 @@ fn too_large(limit: u64) -> crate::http::HttpResponse {
 /// Reads the request body into memory (at most `max` bytes), leaving it in place for
 /// the steps after.
 pub async fn buffer(ctx: &mut Ctx<'_>, max: usize) -> Result<bytes::Bytes, BodyError> {
-    let req = std::mem::replace(&mut ctx.req, HttpRequest::new(h::empty()));
+    let req = ctx.take_req();
     let (mut parts, body) = req.into_parts();
     let result = h::read_body(body, max).await;
     let bytes = result.as_ref().cloned().unwrap_or_default();

@@ -87,10 +87,6 @@ impl StreamHost {
         Some(runtimes[i % runtimes.len()].clone())
     }
 
-    pub fn enabled(&self) -> bool {
-        self.settings.enabled
-    }
-
     /// Stops the per-client instances that no client used for the idle time.
     pub async fn collect_idle(&self) {
         let all: Vec<Arc<ApiStreams>> = self.apis.read().values().cloned().collect();
@@ -185,21 +181,8 @@ impl StreamHost {
         };
         for (id, streams) in gone {
             self.apis.write().remove(&id);
-            let templates: Vec<String> = streams.templates.lock().keys().cloned().collect();
-            streams
-                .clients
-                .stop(None, &templates, self.settings.drain)
-                .await;
-            let mut running = streams.running.lock().await;
-            let names: Vec<String> = running.1.keys().cloned().collect();
-            for name in names {
-                running
-                    .0
-                    .stop(&stream_name(&id, &name), self.settings.drain)
-                    .await;
-                info!(api_id = %id, stream = %name, "Stream stopped: its API is gone.");
-            }
-            running.1.clear();
+            streams.stop(&id, self.settings.drain).await;
+            info!(api_id = %id, "Streams stopped: their API is gone.");
         }
         for api in table.apis().filter(|a| !a.streams.is_empty()) {
             let streams = self
@@ -227,20 +210,20 @@ impl StreamHost {
     pub async fn stop_all(&self) {
         let all: Vec<(String, Arc<ApiStreams>)> = self.apis.write().drain().collect();
         for (id, streams) in all {
-            let templates: Vec<String> = streams.templates.lock().keys().cloned().collect();
-            streams
-                .clients
-                .stop(None, &templates, self.settings.drain)
-                .await;
-            let mut running = streams.running.lock().await;
-            let names: Vec<String> = running.1.keys().cloned().collect();
-            for name in names {
-                running
-                    .0
-                    .stop(&stream_name(&id, &name), self.settings.drain)
-                    .await;
-            }
-            running.1.clear();
+            streams.stop(&id, self.settings.drain).await;
+        }
+    }
+}
+
+impl ApiStreams {
+    /// Stops every stream of the API, per-client instances included.
+    async fn stop(&self, api_id: &str, drain: Duration) {
+        let templates: Vec<String> = self.templates.lock().keys().cloned().collect();
+        self.clients.stop(None, &templates, drain).await;
+        let mut running = self.running.lock().await;
+        let (manager, configs) = &mut *running;
+        for name in std::mem::take(configs).into_keys() {
+            manager.stop(&stream_name(api_id, &name), drain).await;
         }
     }
 }
