@@ -26,3 +26,4 @@ pub mod server;
 pub mod store;
 pub mod stream;
 pub mod value;
+pub mod webhook;

@@ -26,6 +26,10 @@ pub(super) const SQLITE: &[Embedded] = &[
         "0002_dashboard.sql",
         include_str!("../../migrations/sqlite/0002_dashboard.sql"),
     ),
+    (
+        "0003_webhooks.sql",
+        include_str!("../../migrations/sqlite/0003_webhooks.sql"),
+    ),
 ];
 
 /// PostgreSQL migrations, oldest first.
@@ -37,6 +41,10 @@ pub(super) const POSTGRES: &[Embedded] = &[
     (
         "0002_dashboard.sql",
         include_str!("../../migrations/postgres/0002_dashboard.sql"),
+    ),
+    (
+        "0003_webhooks.sql",
+        include_str!("../../migrations/postgres/0003_webhooks.sql"),
     ),
 ];
 

@@ -6,8 +6,9 @@
 //! binary (`migrations/sqlite/`, `migrations/postgres/`).
 //!
 //! Each kind of resource has its own file with its record type and its `impl Store` block
-//! (`keys.rs`, `apis.rs`, and the dashboard's `orgs.rs`, `assets.rs`, `certs.rs`,
-//! `hooks.rs`). The query code is written once for both backends: `with_pool!`
+//! (`keys.rs`, `apis.rs`, the dashboard's `orgs.rs`, `assets.rs`, `certs.rs`,
+//! `hooks.rs`, `portal.rs`, and the webhook queue, `deliveries.rs`). The query code is
+//! written once for both backends: `with_pool!`
 //! compiles a body once per backend, and the SQL uses `$1`-style placeholders, which both
 //! SQLite and PostgreSQL accept. Adding a resource means a new migration file in each
 //! folder (listed in `migrations.rs`) and a new file here.
@@ -38,6 +39,7 @@ macro_rules! with_pool {
 mod apis;
 mod assets;
 mod certs;
+mod deliveries;
 mod hooks;
 mod keys;
 mod location;
@@ -48,6 +50,9 @@ pub mod seal;
 pub use apis::StoredApi;
 pub use assets::AssetRecord;
 pub use certs::{CertRecord, KeyFilter};
+pub use deliveries::{
+    AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, DEAD, DELIVERED, PENDING,
+};
 pub use hooks::HookRecord;
 pub use keys::KeyRecord;
 pub use orgs::{DashboardKeyRecord, OrgRecord, UserRecord};

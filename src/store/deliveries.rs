@@ -1,0 +1,444 @@
+//! The webhook delivery queue: calls the service owes receivers, with the log of every
+//! attempt. Rows stay after delivery (the log is what the management API shows); a row
+//! that used its last attempt is `dead` until replayed.
+//!
+//! Workers claim due rows with a lease (`lease_until`): the claim is one `UPDATE` whose
+//! condition re-checks the lease, so two workers, in one process or several sharing a
+//! PostgreSQL store, never hold the same row at once. A worker killed mid-attempt leaves a
+//! lease that simply runs out, and the row is sent again: delivery is at least once.
+
+use super::{Page, Store, StoreError};
+
+/// A delivery waiting to be, or already, sent.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct DeliveryRecord {
+    /// Also the `Idempotency-Key` of every attempt.
+    pub id: String,
+    pub org_id: String,
+    /// What made it: `hook:<webhook id>`, `handler:<api id>` or `subscription:<id>`.
+    pub source: String,
+    /// The event's name.
+    pub event: String,
+    pub method: String,
+    pub url: String,
+    /// A JSON object of header names to values.
+    pub headers: String,
+    pub body: Vec<u8>,
+    /// The receiver's signing secret, sealed; unsigned deliveries have none.
+    pub secret_sealed: Option<String>,
+    /// `pending`, `delivered` or `dead`.
+    pub status: String,
+    pub attempts: i64,
+    pub max_attempts: i64,
+    /// Unix milliseconds.
+    pub next_attempt_at: i64,
+    /// Unix milliseconds; a worker holds the row until then.
+    pub lease_until: i64,
+    /// The HTTP status of the last attempt, when one came back.
+    pub last_status: Option<i64>,
+    pub last_error: Option<String>,
+    /// Unix milliseconds.
+    pub created_at: i64,
+    /// Unix milliseconds.
+    pub updated_at: i64,
+}
+
+/// The status of a delivery still to be sent.
+pub const PENDING: &str = "pending";
+/// The status of a delivery a receiver took.
+pub const DELIVERED: &str = "delivered";
+/// The status of a delivery whose attempts ran out, or that a receiver refused.
+pub const DEAD: &str = "dead";
+
+/// One attempt at a delivery.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct AttemptRecord {
+    pub delivery_id: String,
+    /// From 1.
+    pub attempt: i64,
+    /// Unix milliseconds.
+    pub at: i64,
+    /// The receiver's HTTP status, when it answered.
+    pub status: Option<i64>,
+    /// Why the attempt failed, when it did.
+    pub error: Option<String>,
+    pub latency_ms: i64,
+}
+
+/// What becomes of a delivery after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterAttempt {
+    Delivered,
+    /// Try again at this unix millisecond.
+    Retry(i64),
+    Dead,
+}
+
+/// An attempt's result, to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptResult {
+    pub attempt: AttemptRecord,
+    pub then: AfterAttempt,
+}
+
+const COLUMNS: &str = "id, org_id, source, event, method, url, headers, body, secret_sealed, \
+     status, attempts, max_attempts, next_attempt_at, lease_until, last_status, last_error, \
+     created_at, updated_at";
+
+const INSERT: &str = "INSERT INTO deliveries (id, org_id, source, event, method, url, headers, \
+     body, secret_sealed, status, attempts, max_attempts, next_attempt_at, lease_until, \
+     created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', 0, $10, $11, 0, $11, $11) \
+     ON CONFLICT (id) DO NOTHING";
+
+const INSERT_ATTEMPT: &str = "INSERT INTO delivery_attempts \
+     (delivery_id, attempt, at, status, error, latency_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+     ON CONFLICT (delivery_id, attempt) DO NOTHING";
+
+const AFTER_ATTEMPT: &str = "UPDATE deliveries SET status = $2, attempts = $3, \
+     next_attempt_at = $4, lease_until = 0, last_status = $5, last_error = $6, updated_at = $7 \
+     WHERE id = $1";
+
+impl Store {
+    /// Queues deliveries, all or none. A delivery whose id is already queued is skipped
+    /// (a sender retrying the same event queues it once); returns how many were added.
+    pub async fn enqueue_deliveries(
+        &self,
+        deliveries: &[DeliveryRecord],
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let added: u64 = with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            let mut added = 0;
+            for d in deliveries {
+                added += sqlx::query(INSERT)
+                    .bind(d.id.as_str())
+                    .bind(d.org_id.as_str())
+                    .bind(d.source.as_str())
+                    .bind(d.event.as_str())
+                    .bind(d.method.as_str())
+                    .bind(d.url.as_str())
+                    .bind(d.headers.as_str())
+                    .bind(d.body.as_slice())
+                    .bind(d.secret_sealed.as_deref())
+                    .bind(d.max_attempts)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            }
+            tx.commit().await?;
+            added
+        });
+        Ok(added)
+    }
+
+    /// Claims up to `limit` due deliveries for `lease_ms`, oldest due first. With
+    /// `signed: false` only deliveries without a signing secret are taken (a worker that
+    /// cannot open sealed secrets leaves them to one that can).
+    pub async fn claim_deliveries(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: i64,
+        signed: bool,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let unsigned_only = if signed {
+            ""
+        } else {
+            " AND secret_sealed IS NULL"
+        };
+        // The outer condition repeats the inner one: a row another worker claimed between
+        // the two is re-checked and skipped.
+        let sql = format!(
+            "UPDATE deliveries SET lease_until = $1 + $2 WHERE id IN (SELECT id FROM deliveries \
+             WHERE status = 'pending' AND next_attempt_at <= $1 AND lease_until <= $1{unsigned_only} \
+             ORDER BY next_attempt_at LIMIT $3) AND status = 'pending' AND lease_until <= $1 \
+             RETURNING {COLUMNS}"
+        );
+        let rows = with_pool!(self, |pool| {
+            sqlx::query_as(&sql)
+                .bind(now_ms)
+                .bind(lease_ms)
+                .bind(limit)
+                .fetch_all(pool)
+                .await?
+        });
+        Ok(rows)
+    }
+
+    /// Records attempts and what follows each, in one transaction.
+    pub async fn record_attempts(
+        &self,
+        results: &[AttemptResult],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        with_pool!(self, |pool| {
+            let mut tx = pool.begin().await?;
+            for r in results {
+                let a = &r.attempt;
+                sqlx::query(INSERT_ATTEMPT)
+                    .bind(a.delivery_id.as_str())
+                    .bind(a.attempt)
+                    .bind(a.at)
+                    .bind(a.status)
+                    .bind(a.error.as_deref())
+                    .bind(a.latency_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                let (status, next) = match r.then {
+                    AfterAttempt::Delivered => (DELIVERED, 0),
+                    AfterAttempt::Retry(at) => (PENDING, at),
+                    AfterAttempt::Dead => (DEAD, 0),
+                };
+                sqlx::query(AFTER_ATTEMPT)
+                    .bind(a.delivery_id.as_str())
+                    .bind(status)
+                    .bind(a.attempt)
+                    .bind(next)
+                    .bind(a.status)
+                    .bind(a.error.as_deref())
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// One page of the organisation's deliveries, newest first, optionally of one status,
+    /// and how many there are.
+    pub async fn list_deliveries(
+        &self,
+        org_id: &str,
+        status: Option<&str>,
+        page: Page,
+    ) -> Result<(Vec<DeliveryRecord>, i64), StoreError> {
+        let filter = if status.is_some() {
+            "org_id = $1 AND status = $2"
+        } else {
+            "org_id = $1 AND $2 IS NULL"
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM deliveries WHERE {filter} \
+             ORDER BY created_at DESC, id LIMIT $3 OFFSET $4"
+        );
+        let count = format!("SELECT COUNT(*) FROM deliveries WHERE {filter}");
+        let (rows, (total,)) = with_pool!(self, |pool| {
+            let rows = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(status)
+                .bind(page.limit)
+                .bind(page.offset)
+                .fetch_all(pool)
+                .await?;
+            let total: (i64,) = sqlx::query_as(&count)
+                .bind(org_id)
+                .bind(status)
+                .fetch_one(pool)
+                .await?;
+            (rows, total)
+        });
+        Ok((rows, total))
+    }
+
+    /// The organisation's delivery `id` with its attempts, oldest first.
+    pub async fn delivery(
+        &self,
+        org_id: &str,
+        id: &str,
+    ) -> Result<Option<(DeliveryRecord, Vec<AttemptRecord>)>, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM deliveries WHERE org_id = $1 AND id = $2");
+        let found: Option<(DeliveryRecord, Vec<AttemptRecord>)> = with_pool!(self, |pool| {
+            let row: Option<DeliveryRecord> = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(id)
+                .fetch_optional(pool)
+                .await?;
+            match row {
+                None => None,
+                Some(row) => {
+                    let attempts = sqlx::query_as(
+                        "SELECT delivery_id, attempt, at, status, error, latency_ms \
+                         FROM delivery_attempts WHERE delivery_id = $1 ORDER BY attempt",
+                    )
+                    .bind(id)
+                    .fetch_all(pool)
+                    .await?;
+                    Some((row, attempts))
+                }
+            }
+        });
+        Ok(found)
+    }
+
+    /// Puts a dead delivery back in the queue, due now, with `attempts` more attempts.
+    /// `false` when the organisation has no dead delivery `id`.
+    pub async fn replay_delivery(
+        &self,
+        org_id: &str,
+        id: &str,
+        attempts: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let n = with_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE deliveries SET status = 'pending', max_attempts = attempts + $3, \
+                 next_attempt_at = $4, lease_until = 0, updated_at = $4 \
+                 WHERE org_id = $1 AND id = $2 AND status = 'dead'",
+            )
+            .bind(org_id)
+            .bind(id)
+            .bind(attempts)
+            .bind(now_ms)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    /// How many deliveries of the organisation have each status, as
+    /// `(pending, delivered, dead)`.
+    pub async fn delivery_counts(&self, org_id: &str) -> Result<(i64, i64, i64), StoreError> {
+        let rows: Vec<(String, i64)> = with_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT status, COUNT(*) FROM deliveries WHERE org_id = $1 GROUP BY status",
+            )
+            .bind(org_id)
+            .fetch_all(pool)
+            .await?
+        });
+        let count = |s: &str| {
+            rows.iter()
+                .find(|(status, _)| status == s)
+                .map_or(0, |(_, n)| *n)
+        };
+        Ok((count(PENDING), count(DELIVERED), count(DEAD)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn delivery(id: &str, org: &str) -> DeliveryRecord {
+        DeliveryRecord {
+            id: id.into(),
+            org_id: org.into(),
+            source: "hook:h".into(),
+            event: "auth_failure".into(),
+            method: "POST".into(),
+            url: "http://127.0.0.1:1/".into(),
+            headers: "{}".into(),
+            body: b"{}".to_vec(),
+            secret_sealed: None,
+            status: PENDING.into(),
+            attempts: 0,
+            max_attempts: 3,
+            next_attempt_at: 0,
+            lease_until: 0,
+            last_status: None,
+            last_error: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn attempt(id: &str, n: i64, status: Option<i64>) -> AttemptRecord {
+        AttemptRecord {
+            delivery_id: id.into(),
+            attempt: n,
+            at: 100,
+            status,
+            error: None,
+            latency_ms: 3,
+        }
+    }
+
+    #[tokio::test]
+    async fn enqueue_claim_record_replay() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut signed = delivery("d2", "o1");
+        signed.secret_sealed = Some("sealed".into());
+        let queued = vec![delivery("d1", "o1"), signed];
+        assert_eq!(store.enqueue_deliveries(&queued, 10).await.unwrap(), 2);
+        // The same ids again add nothing.
+        assert_eq!(store.enqueue_deliveries(&queued, 11).await.unwrap(), 0);
+
+        // A worker without the sealing secret takes only the unsigned one.
+        let got = store.claim_deliveries(20, 1000, 10, false).await.unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, "d1");
+        assert_eq!(got[0].lease_until, 1020);
+        // Leased rows are not claimed twice.
+        let got = store.claim_deliveries(21, 1000, 10, true).await.unwrap();
+        assert_eq!(got.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["d2"]);
+        assert!(store
+            .claim_deliveries(22, 1000, 10, true)
+            .await
+            .unwrap()
+            .is_empty());
+
+        store
+            .record_attempts(
+                &[
+                    AttemptResult {
+                        attempt: attempt("d1", 1, Some(503)),
+                        then: AfterAttempt::Retry(500),
+                    },
+                    AttemptResult {
+                        attempt: attempt("d2", 1, Some(404)),
+                        then: AfterAttempt::Dead,
+                    },
+                ],
+                30,
+            )
+            .await
+            .unwrap();
+        // Not due yet; then due once its time comes, lease or not.
+        assert!(store
+            .claim_deliveries(400, 1000, 10, true)
+            .await
+            .unwrap()
+            .is_empty());
+        let got = store.claim_deliveries(500, 1000, 10, true).await.unwrap();
+        assert_eq!(got[0].id, "d1");
+        assert_eq!((got[0].attempts, got[0].last_status), (1, Some(503)));
+        store
+            .record_attempts(
+                &[AttemptResult {
+                    attempt: attempt("d1", 2, Some(200)),
+                    then: AfterAttempt::Delivered,
+                }],
+                600,
+            )
+            .await
+            .unwrap();
+
+        let (d1, attempts) = store.delivery("o1", "d1").await.unwrap().unwrap();
+        assert_eq!(d1.status, DELIVERED);
+        assert_eq!(attempts.len(), 2);
+        assert_eq!(attempts[1].status, Some(200));
+        assert!(store.delivery("o2", "d1").await.unwrap().is_none());
+
+        let (dead, total) = store
+            .list_deliveries("o1", Some(DEAD), Page::ALL)
+            .await
+            .unwrap();
+        assert_eq!((dead.len(), total), (1, 1));
+        assert_eq!(
+            store.list_deliveries("o1", None, Page::ALL).await.unwrap().1,
+            2
+        );
+        assert_eq!(store.delivery_counts("o1").await.unwrap(), (0, 1, 1));
+
+        // Only dead deliveries replay, and only in their organisation.
+        assert!(!store.replay_delivery("o1", "d1", 3, 700).await.unwrap());
+        assert!(!store.replay_delivery("o2", "d2", 3, 700).await.unwrap());
+        assert!(store.replay_delivery("o1", "d2", 3, 700).await.unwrap());
+        let got = store.claim_deliveries(700, 1000, 10, true).await.unwrap();
+        assert_eq!((got[0].id.as_str(), got[0].max_attempts), ("d2", 4));
+    }
+}

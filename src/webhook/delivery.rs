@@ -1,0 +1,374 @@
+//! The delivery worker: takes due deliveries from the store's queue, sends them, and
+//! records each attempt. Connection errors, timeouts, 5xx, 408 and 429 are tried again
+//! after an exponential backoff with jitter; any other 4xx, or the last attempt, makes the
+//! delivery dead (replayable). The queue is in the store, so a restart loses nothing, and
+//! workers in several processes may share it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use rand::Rng;
+use serde::Deserialize;
+use tokio::sync::{mpsc, Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::sign;
+use crate::duration::Duration;
+use crate::store::seal::Sealer;
+use crate::store::{AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, Store};
+
+/// How deliveries are sent and retried.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// Run a worker in this process.
+    pub enabled: bool,
+    /// Attempts per delivery, the first included, before it is dead.
+    pub max_attempts: u32,
+    /// The wait before the second attempt; it doubles for each further one.
+    pub initial_backoff: Duration,
+    /// The longest wait between attempts.
+    pub max_backoff: Duration,
+    /// How long one attempt may take, answer included.
+    pub timeout: Duration,
+    /// Attempts in flight at once.
+    pub concurrency: usize,
+    /// How often the queue is read for deliveries other processes queued.
+    pub poll_interval: Duration,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            enabled: true,
+            max_attempts: 8,
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(600),
+            timeout: Duration::from_secs(10),
+            concurrency: 64,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl DeliveryConfig {
+    /// The wait after failed attempt `attempt` (from 1): `initial_backoff` doubled for
+    /// each attempt before, capped at `max_backoff`, then spread by up to 20% either way
+    /// so that deliveries failed together do not retry together.
+    pub fn backoff(&self, attempt: u32) -> StdDuration {
+        let base = self.initial_backoff.0.as_secs_f64() * 2f64.powi(attempt.saturating_sub(1).min(60) as i32);
+        let capped = base.min(self.max_backoff.0.as_secs_f64());
+        let spread = rand::thread_rng().gen_range(0.8..=1.2);
+        StdDuration::from_secs_f64(capped * spread)
+    }
+}
+
+/// The metric of delivery attempts, by outcome (`delivered`, `retry`, `dead`).
+pub const ATTEMPTS_METRIC: &str = "sluice_webhook_attempts_total";
+/// The metric of attempt latencies, in seconds.
+pub const LATENCY_METRIC: &str = "sluice_webhook_attempt_seconds";
+
+/// Failures that stop a worker from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("cannot build the webhook HTTP client: {0}")]
+    Client(String),
+}
+
+/// Sends the store's queued deliveries until stopped.
+pub struct Deliverer {
+    store: Store,
+    client: reqwest::Client,
+    sealer: Option<Arc<Sealer>>,
+    config: DeliveryConfig,
+    wake: Arc<Notify>,
+}
+
+/// The most attempts recorded in one transaction.
+const RECORD_BATCH: usize = 256;
+
+impl Deliverer {
+    /// A worker over `store`. With a `sealer` it also sends signed deliveries (it can
+    /// open their secrets); without, it leaves them to a worker that can.
+    pub fn new(
+        store: Store,
+        config: DeliveryConfig,
+        sealer: Option<Sealer>,
+    ) -> Result<Deliverer, DeliveryError> {
+        let client = reqwest::Client::builder()
+            .timeout(config.timeout.0)
+            // A redirect would resend the body elsewhere: the receiver's URL is the one
+            // configured.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| DeliveryError::Client(e.to_string()))?;
+        Ok(Deliverer {
+            store,
+            client,
+            sealer: sealer.map(Arc::new),
+            config,
+            wake: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Notifying this makes the worker read the queue now rather than at its next poll;
+    /// whoever queues a delivery in this process calls it.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Sends deliveries until `stop`; attempts in flight then finish (each is bounded by
+    /// the timeout) and are recorded.
+    pub async fn run(self, stop: CancellationToken) {
+        let concurrency = self.config.concurrency.max(1);
+        let slots = Arc::new(Semaphore::new(concurrency));
+        let (results_tx, results_rx) = mpsc::channel(concurrency * 2);
+        let recorder = tokio::spawn(record(self.store.clone(), results_rx));
+        // A claimed row is held for one attempt's time and a margin; a worker that dies
+        // mid-attempt lets it go when that runs out.
+        let lease = self.config.timeout.0 + StdDuration::from_secs(30);
+        let this = Arc::new(self);
+        while !stop.is_cancelled() {
+            // Wait for a free slot before claiming, so claimed rows are sent at once.
+            let Ok(first) = slots.clone().acquire_owned().await else {
+                break;
+            };
+            let free = slots.available_permits() + 1;
+            let claimed = this
+                .store
+                .claim_deliveries(
+                    now_ms(),
+                    lease.as_millis() as i64,
+                    free as i64,
+                    this.sealer.is_some(),
+                )
+                .await;
+            let batch = match claimed {
+                Ok(batch) => batch,
+                Err(e) => {
+                    warn!(error = %e, "webhooks: reading the delivery queue failed");
+                    Vec::new()
+                }
+            };
+            if batch.is_empty() {
+                drop(first);
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = this.wake.notified() => {}
+                    _ = tokio::time::sleep(this.config.poll_interval.0) => {}
+                }
+                continue;
+            }
+            let mut first = Some(first);
+            for delivery in batch {
+                let permit = match first.take() {
+                    Some(p) => p,
+                    None => match slots.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                };
+                let (this, results) = (this.clone(), results_tx.clone());
+                tokio::spawn(async move {
+                    let result = this.attempt(delivery).await;
+                    let _ = results.send(result).await;
+                    drop(permit);
+                });
+            }
+        }
+        // Every slot back means every attempt in flight has sent its result.
+        let _ = slots.acquire_many(concurrency as u32).await;
+        drop(results_tx);
+        let _ = recorder.await;
+    }
+
+    /// One attempt at a delivery, and what follows it.
+    async fn attempt(&self, d: DeliveryRecord) -> AttemptResult {
+        let attempt = d.attempts + 1;
+        let at = now_ms();
+        let started = Instant::now();
+        let (status, error) = match self.request(&d).await {
+            Ok(req) => match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status();
+                    if status.is_success() {
+                        (Some(status), None)
+                    } else {
+                        let body = resp.bytes().await.unwrap_or_default();
+                        let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+                        (Some(status), Some(format!("answered {status}: {}", text.trim())))
+                    }
+                }
+                Err(e) => (None, Some(describe(&e))),
+            },
+            // Nothing can be sent: trying again will not help.
+            Err(why) => {
+                return self.finish(&d, attempt, at, started, None, Some(why), AfterAttempt::Dead)
+            }
+        };
+        let then = match status {
+            Some(s) if s.is_success() => AfterAttempt::Delivered,
+            Some(s) if s.is_client_error() && !retried_client_error(s) => AfterAttempt::Dead,
+            _ if attempt >= d.max_attempts => AfterAttempt::Dead,
+            _ => AfterAttempt::Retry(
+                now_ms() + self.config.backoff(attempt as u32).as_millis() as i64,
+            ),
+        };
+        self.finish(&d, attempt, at, started, status, error, then)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        d: &DeliveryRecord,
+        attempt: i64,
+        at: i64,
+        started: Instant,
+        status: Option<StatusCode>,
+        error: Option<String>,
+        then: AfterAttempt,
+    ) -> AttemptResult {
+        let latency = started.elapsed();
+        let outcome = match then {
+            AfterAttempt::Delivered => "delivered",
+            AfterAttempt::Retry(_) => "retry",
+            AfterAttempt::Dead => "dead",
+        };
+        metrics::counter!(ATTEMPTS_METRIC, "outcome" => outcome).increment(1);
+        metrics::histogram!(LATENCY_METRIC).record(latency.as_secs_f64());
+        match (&then, &error) {
+            (AfterAttempt::Dead, Some(e)) => {
+                warn!(delivery = %d.id, url = %d.url, attempt, error = %e, "webhooks: delivery is dead")
+            }
+            (_, Some(e)) => {
+                debug!(delivery = %d.id, url = %d.url, attempt, error = %e, "webhooks: attempt failed")
+            }
+            _ => {}
+        }
+        AttemptResult {
+            attempt: AttemptRecord {
+                delivery_id: d.id.clone(),
+                attempt,
+                at,
+                status: status.map(|s| i64::from(s.as_u16())),
+                error,
+                latency_ms: latency.as_millis() as i64,
+            },
+            then,
+        }
+    }
+
+    /// The request of one attempt: the stored method, URL, headers and body, the
+    /// idempotency key and event headers, and a fresh signature when the delivery is
+    /// signed.
+    fn request(&self, d: &DeliveryRecord) -> Result<reqwest::RequestBuilder, String> {
+        let method = Method::from_bytes(d.method.as_bytes())
+            .map_err(|_| format!("`{}` is not an HTTP method", d.method))?;
+        let stored: BTreeMap<String, String> = serde_json::from_str(&d.headers)
+            .map_err(|e| format!("the stored headers are not a JSON object: {e}"))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in &stored {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("`{name}` is not a header name"))?;
+            let value = HeaderValue::from_str(value)
+                .map_err(|_| format!("the value of `{name}` is not a header value"))?;
+            headers.insert(name, value);
+        }
+        let header = |v: &str| HeaderValue::from_str(v).map_err(|_| format!("`{v}` is not a header value"));
+        headers.insert(sign::IDEMPOTENCY_HEADER, header(&d.id)?);
+        headers.insert(sign::EVENT_HEADER, header(&d.event)?);
+        if !headers.contains_key(http::header::CONTENT_TYPE) {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        if let Some(sealed) = &d.secret_sealed {
+            let sealer = self
+                .sealer
+                .as_ref()
+                .ok_or("no secret to open the signing secret with")?;
+            let secret = sealer
+                .open(sealed)
+                .map_err(|_| "the signing secret cannot be opened with this secret".to_owned())?;
+            let signature = sign::sign(&secret, now_ms() / 1000, &d.body);
+            headers.insert(sign::SIGNATURE_HEADER, header(&signature)?);
+        }
+        Ok(self
+            .client
+            .request(method, &d.url)
+            .headers(headers)
+            .body(d.body.clone()))
+    }
+}
+
+/// 4xx answers that mean "later", not "never".
+fn retried_client_error(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS
+    )
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connect() {
+        format!("cannot connect: {}", std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()))
+    } else {
+        e.to_string()
+    }
+}
+
+/// Writes attempt results in batches: whatever arrived while the last batch was written
+/// goes in the next transaction. A result that cannot be written is lost only as a
+/// record; its lease runs out and the delivery is sent again.
+async fn record(store: Store, mut results: mpsc::Receiver<AttemptResult>) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while let Some(first) = results.recv().await {
+        batch.push(first);
+        while batch.len() < RECORD_BATCH {
+            match results.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = store.record_attempts(&batch, now_ms()).await {
+            warn!(error = %e, attempts = batch.len(), "webhooks: recording attempts failed; they will be sent again");
+        }
+        batch.clear();
+    }
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_within_its_cap_and_jitter() {
+        let config = DeliveryConfig {
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+            ..DeliveryConfig::default()
+        };
+        for (attempt, base) in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (60, 10.0)] {
+            let d = config.backoff(attempt).as_secs_f64();
+            assert!(d >= base * 0.8 - 1e-9 && d <= base * 1.2 + 1e-9, "{attempt}: {d}");
+        }
+    }
+
+    #[test]
+    fn which_client_errors_retry() {
+        assert!(retried_client_error(StatusCode::TOO_MANY_REQUESTS));
+        assert!(retried_client_error(StatusCode::REQUEST_TIMEOUT));
+        assert!(!retried_client_error(StatusCode::NOT_FOUND));
+    }
+}
