@@ -141,6 +141,18 @@ pub async fn serve(
             return 1;
         }
     };
+    // Sealing (stored certificates' keys, webhook secrets) needs a secret; the embedded
+    // defaults keep one beside the store rather than going without.
+    let mut db = db;
+    if db.secret.is_none() && db.store.url == db_config::DEFAULT_STORE_URL {
+        match data_secret(std::path::Path::new("./data/secret")) {
+            Ok(secret) => db.secret = Some(secret),
+            Err(e) => {
+                eprintln!("error: ./data/secret: {e}");
+                return 1;
+            }
+        }
+    }
     let dashboard = match Dashboard::with_store(db, store.clone()).await {
         Ok(d) => d,
         Err(e) => {
@@ -184,6 +196,29 @@ pub async fn serve(
     let _ = gate.await;
     relay.abort();
     0
+}
+
+/// The secret kept in `path`, made (random, readable by the owner only) when missing.
+fn data_secret(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Write;
+    match std::fs::read_to_string(path) {
+        Ok(text) if text.trim().len() >= 32 => return Ok(text.trim().to_owned()),
+        Ok(_) => {
+            return Err(std::io::Error::other(
+                "holds less than 32 characters; remove it to have a new one made",
+            ))
+        }
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    let secret = hex::encode(rand::random::<[u8; 32]>());
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    file.write_all(secret.as_bytes())?;
+    Ok(secret)
 }
 
 /// `sluice dashboard`: serves the management API until a signal arrives. On a first start

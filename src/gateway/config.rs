@@ -36,6 +36,8 @@ pub struct GatewayConfig {
     /// Threads that serve requests; one per core when unset.
     pub workers: Option<usize>,
     pub metrics: MetricsConfig,
+    /// Delivery of the webhooks that event handlers fire.
+    pub webhooks: crate::webhook::DeliveryConfig,
 }
 
 impl Default for GatewayConfig {
@@ -55,6 +57,7 @@ impl Default for GatewayConfig {
             access_log: true,
             workers: None,
             metrics: MetricsConfig::default(),
+            webhooks: crate::webhook::DeliveryConfig::default(),
         }
     }
 }
@@ -288,6 +291,19 @@ const OVERRIDABLE: Overridable = Overridable {
         ("keys", &["cache_ttl"]),
         ("logger", &["level", "format"]),
         ("metrics", &["enabled"]),
+        (
+            "webhooks",
+            &[
+                "enabled",
+                "max_attempts",
+                "initial_backoff",
+                "max_backoff",
+                "timeout",
+                "concurrency",
+                "poll_interval",
+                "templates",
+            ],
+        ),
     ],
     top_level: &["secret", "access_log", "workers"],
 };

@@ -1,11 +1,12 @@
 //! The gateway's event bus: what went wrong for whom (auth failures, limits hit, expired
-//! keys, upstream errors), for subscribers such as webhooks. Publishing never waits: a
-//! subscriber that falls behind misses events rather than slowing requests.
+//! keys, upstream errors, streams that fail), for subscribers such as webhooks (see
+//! `hooks.rs`). Publishing never waits: a subscriber that falls behind misses events
+//! rather than slowing requests.
 
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     AuthFailure,
@@ -13,9 +14,25 @@ pub enum EventKind {
     QuotaExceeded,
     KeyExpired,
     UpstreamError,
+    StreamError,
 }
 
 impl EventKind {
+    /// Every event, for documentation and checks.
+    pub const ALL: [EventKind; 6] = [
+        EventKind::AuthFailure,
+        EventKind::RateLimitExceeded,
+        EventKind::QuotaExceeded,
+        EventKind::KeyExpired,
+        EventKind::UpstreamError,
+        EventKind::StreamError,
+    ];
+
+    /// The event named `name` (as [`as_str`](EventKind::as_str) writes it).
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::AuthFailure => "auth_failure",
@@ -23,6 +40,7 @@ impl EventKind {
             EventKind::QuotaExceeded => "quota_exceeded",
             EventKind::KeyExpired => "key_expired",
             EventKind::UpstreamError => "upstream_error",
+            EventKind::StreamError => "stream_error",
         }
     }
 }
@@ -104,5 +122,15 @@ mod tests {
         // Publishing with nobody listening is fine.
         drop(rx);
         bus.publish(EventKind::AuthFailure, "pets", None, "/pets", "no key");
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for kind in EventKind::ALL {
+            assert_eq!(EventKind::from_name(kind.as_str()), Some(kind));
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.as_str());
+        }
+        assert_eq!(EventKind::from_name("nope"), None);
     }
 }

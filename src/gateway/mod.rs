@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod events;
+pub mod hooks;
 pub mod keys;
 pub mod limit;
 pub mod middleware;
@@ -30,6 +31,7 @@ use tracing::{error, info};
 use crate::http::{self as h, HttpResponse};
 use crate::server::{self, Service, Timeouts};
 use crate::store::Store;
+use crate::webhook::{Deliverer, Templates};
 use config::GatewayConfig;
 use events::EventBus;
 use keys::Keys;
@@ -69,6 +71,8 @@ pub enum StartError {
     Tls(String),
     #[error("proxy: {0}")]
     Proxy(String),
+    #[error("webhooks: {0}")]
+    Webhooks(#[from] crate::webhook::DeliveryError),
     #[error("{0}")]
     Listen(#[from] std::io::Error),
 }
@@ -79,6 +83,9 @@ pub struct Gateway {
     pub address: SocketAddr,
     listener: std::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    store: Store,
+    /// Sends the queued webhooks, when `webhooks.enabled`.
+    deliverer: Option<Deliverer>,
 }
 
 impl Gateway {
@@ -117,6 +124,8 @@ impl Gateway {
         )
         .map_err(StartError::Proxy)?;
         let metrics = config.metrics.enabled.then(crate::metrics::install);
+        let config_webhooks = config.webhooks.clone();
+        let events = EventBus::default();
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
@@ -124,7 +133,11 @@ impl Gateway {
                 allow_unsafe: config.streaming.allow_unsafe.clone(),
             },
         });
-        let keys = Keys::new(store, config.keys.cache_ttl.0, config.secret.as_deref());
+        let keys = Keys::new(
+            store.clone(),
+            config.keys.cache_ttl.0,
+            config.secret.as_deref(),
+        );
         let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
         let shared = Arc::new(Shared {
             table,
@@ -132,14 +145,17 @@ impl Gateway {
             limiter,
             proxy,
             cache: ResponseCache::default(),
-            events: EventBus::default(),
+            events: events.clone(),
             metrics,
-            streams: StreamHost::new(streams::StreamSettings {
-                enabled: config.streaming.enabled,
-                drain: config.streaming.drain_timeout.0,
-                max_client_streams: config.streaming.max_client_streams,
-                client_idle_timeout: config.streaming.client_idle_timeout.0,
-            }),
+            streams: StreamHost::new(
+                events,
+                streams::StreamSettings {
+                    enabled: config.streaming.enabled,
+                    drain: config.streaming.drain_timeout.0,
+                    max_client_streams: config.streaming.max_client_streams,
+                    client_idle_timeout: config.streaming.client_idle_timeout.0,
+                },
+            ),
             reload_now: tokio::sync::Notify::new(),
             ready: AtomicBool::new(false),
             tls: tls.is_some(),
@@ -153,13 +169,40 @@ impl Gateway {
             address,
             listener,
             tls,
+            deliverer: match config_webhooks.enabled {
+                true => Some(Deliverer::new(store.clone(), config_webhooks, None)?),
+                false => None,
+            },
+            store,
         })
     }
 
+    /// Starts the event handlers' dispatcher and the delivery worker; both end at
+    /// `stop`. Deliveries are unsigned here, so the worker needs no sealing secret.
+    fn start_webhooks(&mut self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
+        let config = &self.shared.config.webhooks;
+        let deliverer = self.deliverer.take();
+        let dispatcher = hooks::Dispatcher::new(
+            self.store.clone(),
+            Templates::new(config.templates.clone()),
+            config.max_attempts,
+            deliverer.as_ref().map(Deliverer::waker),
+        );
+        let mut tasks = vec![tokio::spawn(
+            dispatcher.run(self.shared.clone(), stop.clone()),
+        )];
+        if let Some(deliverer) = deliverer {
+            tasks.push(tokio::spawn(deliverer.run(stop.clone())));
+        }
+        tasks
+    }
+
     /// Serves until `stop`; in-flight requests then finish.
-    pub async fn serve(self, stop: CancellationToken) {
+    pub async fn serve(mut self, stop: CancellationToken) {
         let shared = self.shared.clone();
         let reloader = tokio::spawn(reload_loop(shared.clone(), stop.clone()));
+        let webhooks = self.start_webhooks(&stop);
+
         let timeouts = Timeouts {
             header: shared.config.http.header_read_timeout.0,
             body: shared.config.http.body_read_timeout.0,
@@ -236,6 +279,9 @@ impl Gateway {
         self.shared.streams.sync(&self.shared.table.current()).await;
         stop.cancelled().await;
         reloader.abort();
+        for task in webhooks {
+            let _ = task.await;
+        }
         // Streams stop first: their open SSE and WebSocket responses end with them, so
         // that the connections can finish.
         self.shared.streams.stop_all().await;

@@ -12,6 +12,7 @@ pub mod kafka;
 pub mod mqtt;
 pub mod nats;
 pub mod nats_jetstream;
+pub mod portal_webhook;
 pub mod redis_pubsub;
 pub mod redis_streams;
 pub mod retry;
@@ -33,6 +34,7 @@ crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBu
     "mqtt" => Mqtt(mqtt::MqttOutputConfig),
     "nats" => Nats(nats::NatsOutputConfig),
     "nats_jetstream" => NatsJetStream(nats_jetstream::NatsJetStreamOutputConfig),
+    "portal_webhook" => PortalWebhook(portal_webhook::PortalWebhookConfig),
     "redis_pubsub" => RedisPubSub(redis_pubsub::RedisPubSubOutputConfig),
     "redis_streams" => RedisStreams(redis_streams::RedisStreamsOutputConfig),
     "retry" => Retry(retry::RetryConfig),

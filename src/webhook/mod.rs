@@ -7,3 +7,67 @@ pub mod template;
 
 pub use delivery::{Deliverer, DeliveryConfig, DeliveryError};
 pub use template::{TemplateError, Templates};
+
+use std::collections::BTreeMap;
+
+/// The methods a webhook may call its target with.
+pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// `method` in upper case, when it is one of [`METHODS`].
+pub fn check_method(method: &str) -> Result<String, String> {
+    let upper = method.trim().to_ascii_uppercase();
+    if METHODS.contains(&upper.as_str()) {
+        Ok(upper)
+    } else {
+        Err(format!("`{method}` is not one of {}", METHODS.join(", ")))
+    }
+}
+
+/// `url` trimmed, when it is an absolute http or https URL with a host.
+pub fn check_url(url: &str) -> Result<String, String> {
+    let bad = |why: &str| format!("`{url}` {why}");
+    let parsed = url::Url::parse(url.trim()).map_err(|_| bad("is not an absolute URL"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("is not an http or https URL"));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("has no host"));
+    }
+    Ok(url.trim().to_owned())
+}
+
+/// Checks that every name and value can be sent as an HTTP header.
+pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), String> {
+    for (name, value) in headers {
+        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(format!("`{name}` is not a valid header name"));
+        }
+        if http::HeaderValue::from_str(value).is_err() {
+            return Err(format!("the value of `{name}` is not a valid header value"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checks_targets() {
+        assert_eq!(check_method(" post").unwrap(), "POST");
+        assert!(check_method("BREW").is_err());
+        assert_eq!(
+            check_url(" https://h.example/x ").unwrap(),
+            "https://h.example/x"
+        );
+        for bad in ["/relative", "ftp://h/x", "http://", "nonsense"] {
+            assert!(check_url(bad).is_err(), "{bad}");
+        }
+        let mut h = BTreeMap::new();
+        h.insert("X-Ok".to_owned(), "v".to_owned());
+        assert!(check_headers(&h).is_ok());
+        h.insert("bad name".to_owned(), "v".to_owned());
+        assert!(check_headers(&h).is_err());
+    }
+}

@@ -34,19 +34,27 @@ impl Templates {
         Templates { dir }
     }
 
+    /// Checks the form of a template path (relative, never `..`); the file itself is
+    /// read when a body is rendered.
+    pub fn check_path(path: &str) -> Result<(), TemplateError> {
+        if Path::new(path)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            Ok(())
+        } else {
+            Err(TemplateError::Outside(path.to_owned()))
+        }
+    }
+
     /// The text of the template at `path`, relative to the templates directory.
     pub fn read(&self, path: &str) -> Result<String, TemplateError> {
+        Self::check_path(path)?;
         let dir = self
             .dir
             .as_ref()
             .ok_or_else(|| TemplateError::NoDirectory(path.to_owned()))?;
         let relative = Path::new(path);
-        if !relative
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-        {
-            return Err(TemplateError::Outside(path.to_owned()));
-        }
         let read_error = |e: std::io::Error| TemplateError::Read {
             path: path.to_owned(),
             message: e.to_string(),
@@ -119,12 +127,18 @@ mod tests {
         assert_eq!(t.read("sub/a.json").unwrap(), "{{ event }}");
         assert_eq!(t.read("./sub/a.json").unwrap(), "{{ event }}");
         for bad in ["/etc/passwd", "../x", "sub/../../x"] {
-            assert!(matches!(t.read(bad), Err(TemplateError::Outside(_))), "{bad}");
+            assert!(
+                matches!(t.read(bad), Err(TemplateError::Outside(_))),
+                "{bad}"
+            );
         }
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink("/etc", dir.path().join("out")).unwrap();
-            assert!(matches!(t.read("out/hostname"), Err(TemplateError::Outside(_)) | Err(TemplateError::Read { .. })));
+            assert!(matches!(
+                t.read("out/hostname"),
+                Err(TemplateError::Outside(_)) | Err(TemplateError::Read { .. })
+            ));
         }
         assert!(matches!(t.read("missing"), Err(TemplateError::Read { .. })));
         assert!(matches!(

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod postgres;
+pub mod receiver;
 mod sink;
 
 use std::path::{Path, PathBuf};

@@ -105,6 +105,11 @@ impl Gw {
         gw
     }
 
+    /// Kills the process with SIGKILL: no shutdown, nothing flushed.
+    pub async fn kill(mut self) {
+        let _ = self._child.kill().await;
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
     }

@@ -103,6 +103,36 @@ pub struct Server {
     pub listen_path: ListenPath,
     #[serde(default)]
     pub authentication: Option<Authentication>,
+    /// Webhooks fired by the API's events.
+    #[serde(default)]
+    pub event_handlers: Vec<EventHandler>,
+}
+
+/// Binds events to a webhook: a stored one (`webhook`, the id or webhook id of
+/// `/api/hooks`) or one written here (`targetPath` and the rest).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EventHandler {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub events: Vec<String>,
+    #[serde(default)]
+    pub webhook: Option<String>,
+    #[serde(default)]
+    pub method: Option<String>,
+    #[serde(default)]
+    pub target_path: Option<String>,
+    #[serde(default)]
+    pub header_map: BTreeMap<String, String>,
+    /// Relative to the gateway's `webhooks.templates` directory.
+    #[serde(default)]
+    pub template_path: Option<String>,
+    /// The body template itself.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Seconds before the same event fires again for the same key.
+    #[serde(default)]
+    pub event_timeout: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

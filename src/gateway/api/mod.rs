@@ -3,6 +3,7 @@
 //! API's id, the file and the path in the document.
 
 pub mod extension;
+pub mod handlers;
 pub mod paths;
 pub mod streaming;
 pub mod validate;
@@ -54,6 +55,8 @@ pub struct Api {
     pub streams: Vec<streaming::ApiStream>,
     /// The paths (below the listen path) the streams serve.
     pub stream_paths: Vec<String>,
+    /// The webhooks its events fire.
+    pub handlers: Vec<handlers::Handler>,
     /// Where the definition came from (a file path, or `store`).
     pub source: String,
     /// The whole document, for the parts other modules read (streams).
@@ -565,10 +568,20 @@ fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api
         _ => None,
     };
 
+    // Event handlers.
+    let mut handler_errors = Vec::new();
+    let handlers = handlers::check(
+        &ext.server.event_handlers,
+        &x("server.eventHandlers"),
+        &mut handler_errors,
+    );
+    errors.extend(handler_errors.into_iter().map(|(p, m)| err_at(&p, m)));
+
     if !errors.is_empty() {
         return Err(fail(Some(id), errors));
     }
     Ok(Api {
+        handlers,
         rate_bucket: format!("api:{id}:rate"),
         org_id: ext.info.org_id.clone().unwrap_or_default(),
         name: ext.info.name.clone(),

@@ -53,6 +53,8 @@ pub struct StreamSettings {
 
 pub struct StreamHost {
     settings: StreamSettings,
+    /// Where a stream that fails to start is reported (`stream_error`).
+    events: crate::gateway::events::EventBus,
     apis: RwLock<HashMap<String, Arc<ApiStreams>>>,
     /// The runtimes of the serving threads: streams run there, beside the requests
     /// that feed and read them, instead of a thread away.
@@ -61,9 +63,10 @@ pub struct StreamHost {
 }
 
 impl StreamHost {
-    pub fn new(settings: StreamSettings) -> Self {
+    pub fn new(events: crate::gateway::events::EventBus, settings: StreamSettings) -> Self {
         StreamHost {
             settings,
+            events,
             apis: RwLock::new(HashMap::new()),
             runtimes: RwLock::new(Vec::new()),
             next_runtime: std::sync::atomic::AtomicUsize::new(0),
@@ -202,7 +205,10 @@ impl StreamHost {
                     })
                 })
                 .clone();
-            sync_api(api, &streams, self.settings.drain, || self.runtime()).await;
+            sync_api(api, &streams, self.settings.drain, &self.events, || {
+                self.runtime()
+            })
+            .await;
         }
     }
 
@@ -232,6 +238,7 @@ async fn sync_api(
     api: &Api,
     streams: &ApiStreams,
     drain: Duration,
+    events: &crate::gateway::events::EventBus,
     runtime: impl Fn() -> Option<tokio::runtime::Handle>,
 ) {
     // Per-client streams whose template changed or went lose their instances.
@@ -290,6 +297,13 @@ async fn sync_api(
             }
             Err(e) => {
                 error!(api_id = %api.id, stream = %name, error = %e, "Stream failed to start.");
+                events.publish(
+                    crate::gateway::events::EventKind::StreamError,
+                    &api.id,
+                    None,
+                    name,
+                    format!("stream `{name}` failed to start: {e}"),
+                );
             }
         }
     }

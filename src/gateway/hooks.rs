@@ -1,0 +1,350 @@
+//! Event handlers: turns the gateway's events into webhook deliveries. For each event,
+//! the handlers of its API that list it fire, unless the same handler fired the same
+//! event for the same key within its `event_timeout`. A fired handler's call (method,
+//! URL, headers, rendered body) is queued in the store, from where the delivery worker
+//! sends it until it is taken.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{broadcast, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::api::handlers::{Handler, Hook, Target};
+use super::api::Api;
+use super::events::{Event, EventKind};
+use super::Shared;
+use crate::store::{DeliveryRecord, HookRecord, Store, PENDING};
+use crate::webhook::delivery::now_ms;
+use crate::webhook::Templates;
+
+/// The metric of webhooks fired, by API and event.
+pub const FIRED_METRIC: &str = "sluice_gateway_webhooks_fired_total";
+
+/// What a body template sees.
+#[derive(Debug, Serialize)]
+pub struct TemplateContext<'a> {
+    pub event: &'static str,
+    pub api_id: &'a str,
+    pub api_name: &'a str,
+    pub org_id: &'a str,
+    pub key_id: Option<&'a str>,
+    pub path: &'a str,
+    pub message: &'a str,
+    /// Unix milliseconds.
+    pub at: i64,
+    /// RFC 3339, UTC.
+    pub time: String,
+}
+
+/// One handler firing for one key: the cool-down's unit.
+type CoolKey = (String, usize, EventKind, Option<String>);
+
+pub struct Dispatcher {
+    store: Store,
+    templates: Templates,
+    max_attempts: i64,
+    /// Wakes this process's delivery worker, when it runs one.
+    wake: Option<Arc<Notify>>,
+    last_fired: HashMap<CoolKey, Instant>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        store: Store,
+        templates: Templates,
+        max_attempts: u32,
+        wake: Option<Arc<Notify>>,
+    ) -> Dispatcher {
+        Dispatcher {
+            store,
+            templates,
+            max_attempts: i64::from(max_attempts.max(1)),
+            wake,
+            last_fired: HashMap::new(),
+        }
+    }
+
+    /// Handles events until `stop`. Events that arrive together are queued in one
+    /// transaction.
+    pub async fn run(mut self, shared: Arc<Shared>, stop: CancellationToken) {
+        let mut events = shared.events.subscribe();
+        loop {
+            let first = tokio::select! {
+                _ = stop.cancelled() => return,
+                e = events.recv() => e,
+            };
+            let mut batch = Vec::new();
+            let mut next = Some(first);
+            while let Some(received) = next.take() {
+                match received {
+                    Ok(event) => batch.push(event),
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        warn!(
+                            missed = n,
+                            "webhooks: events came faster than they were queued; some were missed"
+                        )
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+                if batch.len() < 256 {
+                    next = match events.try_recv() {
+                        Ok(e) => Some(Ok(e)),
+                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                            Some(Err(broadcast::error::RecvError::Lagged(n)))
+                        }
+                        Err(_) => None,
+                    };
+                }
+            }
+            let current = shared.table.current();
+            let mut deliveries = Vec::new();
+            for event in &batch {
+                if let Some(api) = current.get(&event.api_id) {
+                    deliveries.extend(self.fire(api, event).await);
+                }
+            }
+            if deliveries.is_empty() {
+                continue;
+            }
+            match self.store.enqueue_deliveries(&deliveries, now_ms()).await {
+                Ok(_) => {
+                    if let Some(wake) = &self.wake {
+                        wake.notify_one();
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, lost = deliveries.len(), "webhooks: queueing deliveries failed")
+                }
+            }
+        }
+    }
+
+    /// The deliveries `event` makes through the handlers of `api`.
+    pub async fn fire(&mut self, api: &Api, event: &Event) -> Vec<DeliveryRecord> {
+        let mut out = Vec::new();
+        for (i, handler) in api.handlers.iter().enumerate() {
+            if !handler.events.contains(&event.kind) {
+                continue;
+            }
+            let (hook, source) = match self.resolve(api, handler).await {
+                Some(found) => found,
+                None => continue,
+            };
+            if !self.cooled_down(api, i, event, hook.event_timeout) {
+                continue;
+            }
+            metrics::counter!(FIRED_METRIC, "api_id" => api.id.clone(), "event" => event.kind.as_str())
+                .increment(1);
+            out.push(self.delivery(api, event, &hook, source));
+        }
+        out
+    }
+
+    /// The handler's webhook and the delivery's source; `None` (logged) when a stored
+    /// webhook is gone.
+    async fn resolve(&self, api: &Api, handler: &Handler) -> Option<(Hook, String)> {
+        match &handler.target {
+            Target::Inline(hook) => Some((hook.clone(), format!("handler:{}", api.id))),
+            Target::Stored(id) => match self.store.hook(&api.org_id, id).await {
+                Ok(Some(record)) => {
+                    let source = format!("hook:{}", record.webhook_id);
+                    Some((stored_hook(record), source))
+                }
+                Ok(None) => {
+                    warn!(api_id = %api.id, webhook = %id, "webhooks: the handler's webhook does not exist in the API's organisation");
+                    None
+                }
+                Err(e) => {
+                    warn!(api_id = %api.id, webhook = %id, error = %e, "webhooks: reading the webhook failed");
+                    None
+                }
+            },
+        }
+    }
+
+    /// Whether handler `i` of `api` may fire `event` now; records the firing when so.
+    fn cooled_down(&mut self, api: &Api, i: usize, event: &Event, timeout: u64) -> bool {
+        if timeout == 0 {
+            return true;
+        }
+        let now = Instant::now();
+        let window = Duration::from_secs(timeout);
+        let key = (api.id.clone(), i, event.kind, event.key_id.clone());
+        match self.last_fired.get(&key) {
+            Some(last) if now.duration_since(*last) < window => false,
+            _ => {
+                // Forget firings whose window passed, so the map stays small.
+                if self.last_fired.len() > 10_000 {
+                    self.last_fired
+                        .retain(|_, at| now.duration_since(*at) < Duration::from_secs(3600));
+                }
+                self.last_fired.insert(key, now);
+                true
+            }
+        }
+    }
+
+    fn delivery(&self, api: &Api, event: &Event, hook: &Hook, source: String) -> DeliveryRecord {
+        let context = TemplateContext {
+            event: event.kind.as_str(),
+            api_id: &api.id,
+            api_name: &api.name,
+            org_id: &api.org_id,
+            key_id: event.key_id.as_deref(),
+            path: &event.path,
+            message: &event.message,
+            at: event.at,
+            time: chrono::DateTime::from_timestamp_millis(event.at)
+                .unwrap_or_default()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        };
+        let body = match self.render(hook, &context) {
+            Ok(body) => body,
+            Err(e) => {
+                // The event still goes out, as JSON: a broken template must not hide it.
+                warn!(api_id = %api.id, error = %e, "webhooks: the body template failed; sending the event as JSON");
+                serde_json::to_vec(&context).unwrap_or_default()
+            }
+        };
+        DeliveryRecord {
+            id: uuid::Uuid::now_v7().to_string(),
+            org_id: api.org_id.clone(),
+            source,
+            event: event.kind.as_str().to_owned(),
+            method: hook.method.clone(),
+            url: hook.url.clone(),
+            headers: serde_json::to_string(&hook.headers).unwrap_or_else(|_| "{}".into()),
+            body,
+            secret_sealed: None,
+            status: PENDING.into(),
+            attempts: 0,
+            max_attempts: self.max_attempts,
+            next_attempt_at: 0,
+            lease_until: 0,
+            last_status: None,
+            last_error: None,
+            created_at: 0,
+            updated_at: 0,
+        }
+    }
+
+    fn render(
+        &self,
+        hook: &Hook,
+        context: &TemplateContext<'_>,
+    ) -> Result<Vec<u8>, crate::webhook::TemplateError> {
+        let source = match (&hook.template, hook.template_path.as_str()) {
+            (Some(inline), _) => inline.clone(),
+            (None, "") => return Ok(serde_json::to_vec(context).unwrap_or_default()),
+            (None, path) => self.templates.read(path)?,
+        };
+        let name = if hook.template.is_some() {
+            "template"
+        } else {
+            hook.template_path.as_str()
+        };
+        Templates::render(name, &source, context).map(String::into_bytes)
+    }
+}
+
+/// A dashboard webhook as a handler's call.
+fn stored_hook(record: HookRecord) -> Hook {
+    let headers: BTreeMap<String, String> = record
+        .header_map
+        .as_deref()
+        .and_then(|h| serde_json::from_str(h).ok())
+        .unwrap_or_default();
+    Hook {
+        method: record.method,
+        url: record.target_path,
+        headers,
+        template_path: record.template_path,
+        template: None,
+        event_timeout: u64::try_from(record.event_timeout).unwrap_or(0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::api;
+
+    fn api_with(handlers: &str) -> Api {
+        let doc = format!(
+            "openapi: 3.0.3\ninfo: {{title: t, version: '1'}}\npaths: {{}}\nx-sluice-api-gateway:\n  info: {{id: pets, name: Pets, orgId: o1}}\n  upstream: {{url: 'http://127.0.0.1:9'}}\n  server:\n    listenPath: {{value: /pets}}\n    eventHandlers:\n{handlers}"
+        );
+        api::from_file("test.yaml", &doc).unwrap()
+    }
+
+    fn event(kind: EventKind, key: Option<&str>) -> Event {
+        Event {
+            kind,
+            api_id: "pets".into(),
+            key_id: key.map(str::to_owned),
+            message: "no key".into(),
+            path: "/pets/1".into(),
+            at: 1_700_000_000_000,
+        }
+    }
+
+    #[tokio::test]
+    async fn fires_matching_handlers_with_cool_down() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut d = Dispatcher::new(store, Templates::default(), 5, None);
+        let api = api_with(
+            "      - events: [auth_failure]\n        targetPath: http://127.0.0.1:9/a\n        headerMap: {X-Team: ops}\n        template: '{\"e\": \"{{ event }}\", \"k\": {{ key_id | tojson }}, \"p\": \"{{ path }}\"}'\n        eventTimeout: 60\n      - events: [quota_exceeded]\n        targetPath: http://127.0.0.1:9/b\n",
+        );
+        let got = d
+            .fire(&api, &event(EventKind::AuthFailure, Some("k1")))
+            .await;
+        assert_eq!(got.len(), 1);
+        let first = &got[0];
+        assert_eq!(first.url, "http://127.0.0.1:9/a");
+        assert_eq!(first.org_id, "o1");
+        assert_eq!(first.max_attempts, 5);
+        assert_eq!(first.headers, r#"{"X-Team":"ops"}"#);
+        assert_eq!(
+            String::from_utf8_lossy(&first.body),
+            r#"{"e": "auth_failure", "k": "k1", "p": "/pets/1"}"#
+        );
+        // Cooling down for k1, not for another key.
+        assert!(d
+            .fire(&api, &event(EventKind::AuthFailure, Some("k1")))
+            .await
+            .is_empty());
+        assert_eq!(
+            d.fire(&api, &event(EventKind::AuthFailure, Some("k2")))
+                .await
+                .len(),
+            1
+        );
+        // No template: the event as JSON; no cool-down.
+        for _ in 0..2 {
+            let got = d.fire(&api, &event(EventKind::QuotaExceeded, None)).await;
+            let body: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
+            assert_eq!(body["event"], "quota_exceeded");
+            assert_eq!(body["api_id"], "pets");
+            assert_eq!(body["time"], "2023-11-14T22:13:20.000Z");
+        }
+        assert!(d
+            .fire(&api, &event(EventKind::UpstreamError, None))
+            .await
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_broken_template_still_sends_the_event() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut d = Dispatcher::new(store, Templates::default(), 5, None);
+        let api = api_with(
+            "      - events: [auth_failure]\n        targetPath: http://127.0.0.1:9/a\n        templatePath: missing.json\n",
+        );
+        let got = d.fire(&api, &event(EventKind::AuthFailure, None)).await;
+        let body: serde_json::Value = serde_json::from_slice(&got[0].body).unwrap();
+        assert_eq!(body["event"], "auth_failure");
+    }
+}
