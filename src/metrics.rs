@@ -37,6 +37,11 @@ pub const HTTP_STREAM_REPLAYED_EVENTS: &str = "sluice_http_stream_replayed_event
 pub const GATEWAY_REQUESTS: &str = "sluice_gateway_requests_total";
 pub const GATEWAY_REQUEST_DURATION: &str = "sluice_gateway_request_duration_seconds";
 pub const GATEWAY_EVENTS: &str = "sluice_gateway_events_total";
+pub const GATEWAY_WEBHOOKS_FIRED: &str = "sluice_gateway_webhooks_fired_total";
+
+// Webhook deliveries, by `outcome` (delivered, retry, dead).
+pub const WEBHOOK_ATTEMPTS: &str = "sluice_webhook_attempts_total";
+pub const WEBHOOK_ATTEMPT_DURATION: &str = "sluice_webhook_attempt_seconds";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -84,6 +89,21 @@ fn describe() {
         GATEWAY_EVENTS,
         Unit::Count,
         "Gateway events (auth failures, limits hit, expired keys, upstream errors)."
+    );
+    describe_counter!(
+        GATEWAY_WEBHOOKS_FIRED,
+        Unit::Count,
+        "Webhooks an API's event handlers fired, after their cool-down."
+    );
+    describe_counter!(
+        WEBHOOK_ATTEMPTS,
+        Unit::Count,
+        "Webhook delivery attempts, by what followed: delivered, retry or dead."
+    );
+    describe_histogram!(
+        WEBHOOK_ATTEMPT_DURATION,
+        Unit::Seconds,
+        "Time of one webhook delivery attempt, answer included."
     );
     describe_counter!(
         RECEIVED_MESSAGES,

@@ -393,3 +393,170 @@ async fn the_documented_python_verifier_accepts_sluice_signatures() {
         (false, "invalid".into())
     );
 }
+
+/// `sluice dashboard` with its delivery worker, on a SQLite store in `dir`.
+async fn dashboard(dir: &std::path::Path) -> (tokio::process::Child, u16) {
+    let port = common::free_port();
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    command
+        .arg("dashboard")
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SLUICE_DB_") {
+            command.env_remove(k);
+        }
+    }
+    let child = command
+        .env("SLUICE_DB_LISTEN_PORT", port.to_string())
+        .env(
+            "SLUICE_DB_STORE_URL",
+            format!("sqlite://{}", dir.join("store.db").display()),
+        )
+        .env("SLUICE_DB_ADMIN_KEY", PORTAL_ADMIN)
+        .env("SLUICE_DB_SECRET", "portal-test-sealing-secret")
+        .env("SLUICE_DB_WEBHOOKS_INITIAL_BACKOFF", "100ms")
+        .env("SLUICE_DB_WEBHOOKS_POLL_INTERVAL", "50ms")
+        .env("SLUICE_DB_LOGGER_LEVEL", "warn")
+        .spawn()
+        .expect("spawn sluice dashboard");
+    let http = reqwest::Client::new();
+    let start = std::time::Instant::now();
+    while http
+        .get(format!("http://127.0.0.1:{port}/api/openapi.json"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(start.elapsed() < WAIT, "the dashboard did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, port)
+}
+
+const PORTAL_ADMIN: &str = "portal-test-admin-key-0123";
+
+async fn portal_call(
+    port: u16,
+    method: reqwest::Method,
+    path: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let resp = reqwest::Client::new()
+        .request(method, format!("http://127.0.0.1:{port}/api{path}"))
+        .bearer_auth(PORTAL_ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(status.is_success(), "{path}: {status} {body}");
+    body
+}
+
+/// Checks a delivery's signature the way a subscriber would, with its own HMAC code.
+fn signature_ok(secret: &str, header: &str, body: &[u8]) -> bool {
+    use hmac::{Hmac, Mac};
+    let mut t = None;
+    let mut v1 = Vec::new();
+    for part in header.split(',') {
+        match part.split_once('=') {
+            Some(("t", v)) => t = Some(v.to_owned()),
+            Some(("v1", v)) => v1.push(v.to_owned()),
+            _ => {}
+        }
+    }
+    let Some(t) = t else { return false };
+    let fresh = (chrono::Utc::now().timestamp() - t.parse::<i64>().unwrap_or(0)).abs() <= 300;
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(body);
+    let expected = hex::encode(mac.finalize().into_bytes());
+    fresh && v1.iter().any(|s| *s == expected)
+}
+
+#[tokio::test]
+async fn a_stream_publishes_through_the_portal_to_the_subscribers_that_chose_the_event() {
+    let created = Receiver::start(&[], 200).await;
+    let paid_only = Receiver::start(&[], 200).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (_dashboard, port) = dashboard(tmp.path()).await;
+
+    let product = portal_call(
+        port,
+        reqwest::Method::POST,
+        "/portal/products",
+        serde_json::json!({"name": "orders", "webhooks": {"enabled": true, "events": ["order.created", "order.paid"]}}),
+    )
+    .await;
+    let product_id = product["id"].as_str().unwrap().to_owned();
+    let publish_secret = product["publish_secret"].as_str().unwrap().to_owned();
+    for (name, receiver, event, secret) in [
+        ("shop", &created, "order.created", "shop-subscriber-secret"),
+        (
+            "ledger",
+            &paid_only,
+            "order.paid",
+            "ledger-subscriber-secret",
+        ),
+    ] {
+        portal_call(
+            port,
+            reqwest::Method::POST,
+            "/portal/apps",
+            serde_json::json!({"name": name, "developer": "dev@example.com", "product_id": product_id,
+                "webhooks": [{"url": receiver.url("/events"), "secret": secret, "events": [event]}]}),
+        )
+        .await;
+    }
+
+    // A stream publishes three `order.created` events.
+    let stream = format!(
+        "input:\n  generate:\n    mapping: 'root.order = count(\"orders\")'\n    count: 3\n    interval: 0s\noutput:\n  portal_webhook:\n    event_type: order.created\n    portal_url: http://127.0.0.1:{port}/api/portal/products/{product_id}/events\n    secret: {publish_secret}\nlogger:\n  level: warn\n"
+    );
+    let path = tmp.path().join("stream.yaml");
+    std::fs::write(&path, stream).unwrap();
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("run")
+        .arg(&path)
+        .output();
+    let out = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the stream ends")
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let got = created.wait_for(3, WAIT).await;
+    let mut orders = Vec::new();
+    for call in &got {
+        assert_eq!(call.method, "POST");
+        assert_eq!(call.header("sluice-event"), Some("order.created"));
+        let signature = call.header("sluice-signature").expect("signed");
+        assert!(
+            signature_ok("shop-subscriber-secret", signature, &call.body),
+            "{signature}"
+        );
+        assert!(!signature_ok(
+            "ledger-subscriber-secret",
+            signature,
+            &call.body
+        ));
+        let body: serde_json::Value = serde_json::from_slice(&call.body).unwrap();
+        assert_eq!(body["event"], "order.created");
+        assert_eq!(body["product_id"], product_id.as_str());
+        assert_eq!(body["id"].as_str(), call.header("idempotency-key"));
+        orders.push(body["data"]["order"].as_i64().unwrap());
+    }
+    orders.sort();
+    assert_eq!(orders, [1, 2, 3]);
+    // The subscriber that chose only `order.paid` gets nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(paid_only.received().is_empty());
+    assert_eq!(created.received().len(), 3);
+}

@@ -21,9 +21,6 @@ use crate::store::{DeliveryRecord, HookRecord, Store, PENDING};
 use crate::webhook::delivery::now_ms;
 use crate::webhook::Templates;
 
-/// The metric of webhooks fired, by API and event.
-pub const FIRED_METRIC: &str = "sluice_gateway_webhooks_fired_total";
-
 /// What a body template sees.
 #[derive(Debug, Serialize)]
 pub struct TemplateContext<'a> {
@@ -137,7 +134,7 @@ impl Dispatcher {
             if !self.cooled_down(api, i, event, hook.event_timeout) {
                 continue;
             }
-            metrics::counter!(FIRED_METRIC, "api_id" => api.id.clone(), "event" => event.kind.as_str())
+            metrics::counter!(crate::metrics::GATEWAY_WEBHOOKS_FIRED, "api_id" => api.id.clone(), "event" => event.kind.as_str())
                 .increment(1);
             out.push(self.delivery(api, event, &hook, source));
         }

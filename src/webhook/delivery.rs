@@ -71,11 +71,6 @@ impl DeliveryConfig {
     }
 }
 
-/// The metric of delivery attempts, by outcome (`delivered`, `retry`, `dead`).
-pub const ATTEMPTS_METRIC: &str = "sluice_webhook_attempts_total";
-/// The metric of attempt latencies, in seconds.
-pub const LATENCY_METRIC: &str = "sluice_webhook_attempt_seconds";
-
 /// Failures that stop a worker from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum DeliveryError {
@@ -253,8 +248,8 @@ impl Deliverer {
             AfterAttempt::Retry(_) => "retry",
             AfterAttempt::Dead => "dead",
         };
-        metrics::counter!(ATTEMPTS_METRIC, "outcome" => outcome).increment(1);
-        metrics::histogram!(LATENCY_METRIC).record(latency.as_secs_f64());
+        metrics::counter!(crate::metrics::WEBHOOK_ATTEMPTS, "outcome" => outcome).increment(1);
+        metrics::histogram!(crate::metrics::WEBHOOK_ATTEMPT_DURATION).record(latency.as_secs_f64());
         match (&then, &error) {
             (AfterAttempt::Dead, Some(e)) => {
                 warn!(delivery = %d.id, url = %d.url, attempt, error = %e, "webhooks: delivery is dead")
