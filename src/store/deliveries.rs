@@ -374,7 +374,10 @@ mod tests {
         assert_eq!(got[0].lease_until, 1020);
         // Leased rows are not claimed twice.
         let got = store.claim_deliveries(21, 1000, 10, true).await.unwrap();
-        assert_eq!(got.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["d2"]);
+        assert_eq!(
+            got.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+            ["d2"]
+        );
         assert!(store
             .claim_deliveries(22, 1000, 10, true)
             .await
@@ -429,7 +432,11 @@ mod tests {
             .unwrap();
         assert_eq!((dead.len(), total), (1, 1));
         assert_eq!(
-            store.list_deliveries("o1", None, Page::ALL).await.unwrap().1,
+            store
+                .list_deliveries("o1", None, Page::ALL)
+                .await
+                .unwrap()
+                .1,
             2
         );
         assert_eq!(store.delivery_counts("o1").await.unwrap(), (0, 1, 1));

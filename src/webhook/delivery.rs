@@ -59,7 +59,8 @@ impl DeliveryConfig {
     /// each attempt before, capped at `max_backoff`, then spread by up to 20% either way
     /// so that deliveries failed together do not retry together.
     pub fn backoff(&self, attempt: u32) -> StdDuration {
-        let base = self.initial_backoff.0.as_secs_f64() * 2f64.powi(attempt.saturating_sub(1).min(60) as i32);
+        let base = self.initial_backoff.0.as_secs_f64()
+            * 2f64.powi(attempt.saturating_sub(1).min(60) as i32);
         let capped = base.min(self.max_backoff.0.as_secs_f64());
         let spread = rand::thread_rng().gen_range(0.8..=1.2);
         StdDuration::from_secs_f64(capped * spread)
@@ -190,7 +191,7 @@ impl Deliverer {
         let attempt = d.attempts + 1;
         let at = now_ms();
         let started = Instant::now();
-        let (status, error) = match self.request(&d).await {
+        let (status, error) = match self.request(&d) {
             Ok(req) => match req.send().await {
                 Ok(resp) => {
                     let status = resp.status();
@@ -199,14 +200,25 @@ impl Deliverer {
                     } else {
                         let body = resp.bytes().await.unwrap_or_default();
                         let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-                        (Some(status), Some(format!("answered {status}: {}", text.trim())))
+                        (
+                            Some(status),
+                            Some(format!("answered {status}: {}", text.trim())),
+                        )
                     }
                 }
                 Err(e) => (None, Some(describe(&e))),
             },
             // Nothing can be sent: trying again will not help.
             Err(why) => {
-                return self.finish(&d, attempt, at, started, None, Some(why), AfterAttempt::Dead)
+                return self.finish(
+                    &d,
+                    attempt,
+                    at,
+                    started,
+                    None,
+                    Some(why),
+                    AfterAttempt::Dead,
+                )
             }
         };
         let then = match status {
@@ -277,7 +289,8 @@ impl Deliverer {
                 .map_err(|_| format!("the value of `{name}` is not a header value"))?;
             headers.insert(name, value);
         }
-        let header = |v: &str| HeaderValue::from_str(v).map_err(|_| format!("`{v}` is not a header value"));
+        let header =
+            |v: &str| HeaderValue::from_str(v).map_err(|_| format!("`{v}` is not a header value"));
         headers.insert(sign::IDEMPOTENCY_HEADER, header(&d.id)?);
         headers.insert(sign::EVENT_HEADER, header(&d.event)?);
         if !headers.contains_key(http::header::CONTENT_TYPE) {
@@ -317,7 +330,10 @@ fn describe(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         "timed out".into()
     } else if e.is_connect() {
-        format!("cannot connect: {}", std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string()))
+        format!(
+            "cannot connect: {}",
+            std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string())
+        )
     } else {
         e.to_string()
     }
@@ -359,9 +375,19 @@ mod tests {
             max_backoff: Duration::from_secs(10),
             ..DeliveryConfig::default()
         };
-        for (attempt, base) in [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 10.0), (60, 10.0)] {
+        for (attempt, base) in [
+            (1, 1.0),
+            (2, 2.0),
+            (3, 4.0),
+            (4, 8.0),
+            (5, 10.0),
+            (60, 10.0),
+        ] {
             let d = config.backoff(attempt).as_secs_f64();
-            assert!(d >= base * 0.8 - 1e-9 && d <= base * 1.2 + 1e-9, "{attempt}: {d}");
+            assert!(
+                d >= base * 0.8 - 1e-9 && d <= base * 1.2 + 1e-9,
+                "{attempt}: {d}"
+            );
         }
     }
 

@@ -49,8 +49,12 @@ pub fn verify(secret: &[u8], header: &str, body: &[u8], now: i64) -> Result<(), 
     let mut signatures = Vec::new();
     for part in header.split(',') {
         match part.trim().split_once('=') {
-            Some(("t", t)) => timestamp = Some(t.parse::<i64>().map_err(|_| SignatureError::Malformed)?),
-            Some(("v1", v)) => signatures.push(hex::decode(v).map_err(|_| SignatureError::Malformed)?),
+            Some(("t", t)) => {
+                timestamp = Some(t.parse::<i64>().map_err(|_| SignatureError::Malformed)?)
+            }
+            Some(("v1", v)) => {
+                signatures.push(hex::decode(v).map_err(|_| SignatureError::Malformed)?)
+            }
             // Unknown schemes are ignored, so newer senders stay readable.
             Some(_) => {}
             None => return Err(SignatureError::Malformed),
@@ -82,7 +86,10 @@ mod tests {
     fn signs_and_verifies() {
         let header = sign(b"s3cret", 1_700_000_000, b"{\"a\":1}");
         assert!(header.starts_with("t=1700000000,v1="));
-        assert_eq!(verify(b"s3cret", &header, b"{\"a\":1}", 1_700_000_100), Ok(()));
+        assert_eq!(
+            verify(b"s3cret", &header, b"{\"a\":1}", 1_700_000_100),
+            Ok(())
+        );
         assert_eq!(
             verify(b"other", &header, b"{\"a\":1}", 1_700_000_100),
             Err(SignatureError::Mismatch)

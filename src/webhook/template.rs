@@ -119,12 +119,18 @@ mod tests {
         assert_eq!(t.read("sub/a.json").unwrap(), "{{ event }}");
         assert_eq!(t.read("./sub/a.json").unwrap(), "{{ event }}");
         for bad in ["/etc/passwd", "../x", "sub/../../x"] {
-            assert!(matches!(t.read(bad), Err(TemplateError::Outside(_))), "{bad}");
+            assert!(
+                matches!(t.read(bad), Err(TemplateError::Outside(_))),
+                "{bad}"
+            );
         }
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink("/etc", dir.path().join("out")).unwrap();
-            assert!(matches!(t.read("out/hostname"), Err(TemplateError::Outside(_)) | Err(TemplateError::Read { .. })));
+            assert!(matches!(
+                t.read("out/hostname"),
+                Err(TemplateError::Outside(_)) | Err(TemplateError::Read { .. })
+            ));
         }
         assert!(matches!(t.read("missing"), Err(TemplateError::Read { .. })));
         assert!(matches!(
