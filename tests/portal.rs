@@ -234,6 +234,9 @@ async fn scenario(dir: &Path, store_url: &str) {
             "`publish_secret`",
         ),
         (json!({"name": "P", "colour": "red"}), "colour"),
+        // PostgreSQL text cannot hold NUL: refused as input, never a store failure.
+        (json!({"name": "a\u{0}b"}), "`name`"),
+        (json!({"name": "P", "api_ids": ["a\u{0}"]}), "`api_ids[0]`"),
     ] {
         assert_error(
             &send(db.req(Method::POST, "/api/portal/products").json(&body)).await,
@@ -394,6 +397,20 @@ async fn scenario(dir: &Path, store_url: &str) {
             needle,
         );
     }
+    assert_error(
+        &send(
+            db.req(Method::POST, "/api/portal/apps")
+                .json(&json!({"name": "Shop", "product_id": "p\u{0}"})),
+        )
+        .await,
+        400,
+        "`product_id`",
+    );
+    assert_error(
+        &send(db.req(Method::GET, "/api/portal/products/p%00")).await,
+        404,
+        "no such path",
+    );
     // Another organisation's product is not one of the caller's.
     assert_error(
         &send(

@@ -208,6 +208,10 @@ fn check_text(field: &str, text: &str, required: bool, max: usize) -> Result<(),
     if text.chars().count() > max {
         return Err(invalid(field, format!("at most {max} characters")));
     }
+    // PostgreSQL text cannot hold NUL; refuse it here rather than fail in the store.
+    if text.contains('\0') {
+        return Err(invalid(field, "must not contain NUL characters"));
+    }
     Ok(())
 }
 
@@ -259,6 +263,9 @@ fn check_url(field: &str, text: &str) -> Result<String, ApiError> {
     let bad = |why: &str| invalid(field, format!("`{text}` {why}"));
     if text.len() > MAX_URL_LEN {
         return Err(invalid(field, format!("at most {MAX_URL_LEN} bytes")));
+    }
+    if text.trim().chars().any(char::is_control) {
+        return Err(bad("holds control characters"));
     }
     let url = url::Url::parse(text.trim()).map_err(|_| bad("is not an absolute URL"))?;
     if !matches!(url.scheme(), "http" | "https") {
@@ -338,12 +345,13 @@ async fn apply_product(
         if api_ids[..i].contains(id) {
             return Err(invalid(&field, format!("`{id}` is listed twice")));
         }
-        let known = ctx
-            .state
-            .store
-            .api(id)
-            .await?
-            .is_some_and(|api| api.org_id == ctx.caller.org_id);
+        let known = !id.contains('\0')
+            && ctx
+                .state
+                .store
+                .api(id)
+                .await?
+                .is_some_and(|api| api.org_id == ctx.caller.org_id);
         if !known {
             return Err(invalid(
                 &field,
@@ -560,20 +568,23 @@ async fn apply_app(ctx: &Ctx, input: AppInput, record: &mut AppRecord) -> Result
     check_text("name", &input.name, true, 200)?;
     let developer = input.developer.unwrap_or_default();
     check_text("developer", &developer, false, 200)?;
-    let product = ctx
-        .state
-        .store
-        .product(&ctx.caller.org_id, &input.product_id)
-        .await?
-        .ok_or_else(|| {
-            invalid(
-                "product_id",
-                format!(
-                    "`{}` is not a product of the organisation",
-                    input.product_id
-                ),
-            )
-        })?;
+    let found = if input.product_id.contains('\0') {
+        None
+    } else {
+        ctx.state
+            .store
+            .product(&ctx.caller.org_id, &input.product_id)
+            .await?
+    };
+    let product = found.ok_or_else(|| {
+        invalid(
+            "product_id",
+            format!(
+                "`{}` is not a product of the organisation",
+                input.product_id
+            ),
+        )
+    })?;
     let inputs = input.webhooks.unwrap_or_default();
     if inputs.len() > MAX_SUBSCRIPTIONS {
         return Err(invalid(
@@ -1008,7 +1019,13 @@ mod tests {
             check_url("u", " https://example.com/h ").unwrap(),
             "https://example.com/h"
         );
-        for bad in ["/relative", "ftp://x/y", "http://", "nonsense"] {
+        for bad in [
+            "/relative",
+            "ftp://x/y",
+            "http://",
+            "nonsense",
+            "http://x/\0",
+        ] {
             assert!(check_url("webhooks[0].url", bad)
                 .unwrap_err()
                 .to_string()

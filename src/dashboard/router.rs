@@ -114,7 +114,13 @@ fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
                 if g.is_empty() {
                     return None;
                 }
-                params.push(percent_decode_str(g).decode_utf8().ok()?.into_owned());
+                let param = percent_decode_str(g).decode_utf8().ok()?;
+                // No stored id holds NUL, and PostgreSQL refuses it in a query: such a
+                // path names nothing.
+                if param.contains('\0') {
+                    return None;
+                }
+                params.push(param.into_owned());
             }
             (Some(w), Some(g)) if w == g => {}
             _ => return None,
@@ -239,6 +245,7 @@ mod tests {
         assert_eq!(matches("/api/assets/{id}", "/api/assets"), None);
         assert_eq!(matches("/api/assets/{id}", "/api/assets/a/b"), None);
         assert_eq!(matches("/api/assets/{id}", "/api/assets/%FF"), None);
+        assert_eq!(matches("/api/assets/{id}", "/api/assets/a%00"), None);
         assert_eq!(matches("/api/assets", "/api/assetsx"), None);
     }
 
