@@ -12,6 +12,7 @@ use crate::config::overrides::{self, Overridable};
 use crate::config::{yaml, ConfigError, ConfigErrors};
 use crate::duration::Duration;
 use crate::logging::LoggerConfig;
+use crate::webhook::DeliveryConfig;
 
 /// The prefix of the environment variables that override config keys.
 pub const ENV_PREFIX: &str = "SLUICE_DB_";
@@ -39,6 +40,9 @@ pub struct DashboardConfig {
     /// Seals the private keys of uploaded certificates (AES-256-GCM with a key derived
     /// from it). Without it the dashboard refuses private keys.
     pub secret: Option<String>,
+    /// The worker that sends webhook deliveries (the portal's subscriptions), and how
+    /// many attempts each delivery gets.
+    pub webhooks: DeliveryConfig,
     pub logger: LoggerConfig,
 }
 
@@ -149,6 +153,18 @@ const OVERRIDABLE: Overridable = Overridable {
             &["max_body_bytes", "header_read_timeout", "body_read_timeout"],
         ),
         ("admin", &["key", "org"]),
+        (
+            "webhooks",
+            &[
+                "enabled",
+                "max_attempts",
+                "initial_backoff",
+                "max_backoff",
+                "timeout",
+                "concurrency",
+                "poll_interval",
+            ],
+        ),
         ("logger", &["level", "format"]),
     ],
     top_level: &["secret"],
@@ -214,6 +230,12 @@ impl DashboardConfig {
         if self.admin.org.trim().is_empty() {
             errors.push(ConfigError::new("must not be empty").at(at("admin.org")));
         }
+        if self.webhooks.max_attempts == 0 {
+            errors.push(ConfigError::new("must be above zero").at(at("webhooks.max_attempts")));
+        }
+        if self.webhooks.concurrency == 0 {
+            errors.push(ConfigError::new("must be above zero").at(at("webhooks.concurrency")));
+        }
         if self.store.url.trim().is_empty() {
             errors.push(ConfigError::new("must not be empty").at(at("store.url")));
         }
@@ -245,6 +267,26 @@ mod tests {
         assert_eq!(c.pagination.page_size, 10);
         assert!(c.secret.is_none());
         assert!(c.admin.key.is_none());
+        assert_eq!(c.webhooks, DeliveryConfig::default());
+    }
+
+    #[test]
+    fn webhooks_are_configured_and_overridden() {
+        let text = "webhooks:\n  enabled: false\n  max_attempts: 3\n";
+        let c = parse(
+            "db.yaml",
+            text,
+            &env(&[
+                ("SLUICE_DB_WEBHOOKS_MAX_ATTEMPTS", "5"),
+                ("SLUICE_DB_WEBHOOKS_INITIAL_BACKOFF", "250ms"),
+            ]),
+        )
+        .unwrap();
+        assert!(!c.webhooks.enabled);
+        assert_eq!(c.webhooks.max_attempts, 5);
+        assert_eq!(c.webhooks.initial_backoff, Duration::from_millis(250));
+        let e = parse("db.yaml", "webhooks:\n  max_attempts: 0\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("webhooks.max_attempts"), "{e}");
     }
 
     #[test]

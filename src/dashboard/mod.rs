@@ -1,6 +1,7 @@
 //! The dashboard (`sluice dashboard`): the management API under `/api` for assets,
 //! certificates, webhooks, APIs (plain OpenAPI and streaming), organisations, users and
-//! keys, on the shared [`Store`]. APIs it accepts are written to the store, where every
+//! keys, the developer portal (products, apps, their webhook subscriptions and the events
+//! published to them) and the log of webhook deliveries, on the shared [`Store`]. APIs it accepts are written to the store, where every
 //! gateway using the same store picks them up.
 //!
 //! One file per resource; `router.rs` holds the route table, `error.rs` the one error
@@ -11,10 +12,12 @@ pub mod assets;
 pub mod auth;
 pub mod certs;
 pub mod config;
+pub mod deliveries;
 pub mod error;
 pub mod hooks;
 pub mod openapi;
 pub mod orgs;
+pub mod portal;
 pub mod request;
 pub mod router;
 
@@ -29,6 +32,7 @@ use tracing::info;
 use crate::server::{self, Service, Timeouts};
 use crate::store::seal::Sealer;
 use crate::store::{Store, StoreError};
+use crate::webhook::{Deliverer, DeliveryError};
 use auth::NewAdmin;
 use config::DashboardConfig;
 
@@ -36,7 +40,8 @@ use config::DashboardConfig;
 pub struct State {
     pub store: Store,
     pub config: DashboardConfig,
-    /// Seals certificate private keys; `None` without a configured secret.
+    /// Seals certificate private keys and the portal's secrets; `None` without a
+    /// configured secret.
     pub sealer: Option<Sealer>,
     pub routes: Vec<router::Route>,
     /// Serialises API writes in this process, so that the check for a listen path in use
@@ -47,6 +52,10 @@ pub struct State {
     /// deletes, for one listener in the same process: a gateway there can reload at once
     /// instead of at its next poll.
     pub api_changed: tokio::sync::Notify,
+    /// Wakes this process's delivery worker (`notify_one`) when deliveries are queued, so
+    /// they go out at once rather than at its next poll. Without a worker (`webhooks`
+    /// disabled) nobody listens, and another process's worker finds them by polling.
+    pub deliveries_queued: Arc<tokio::sync::Notify>,
 }
 
 /// Why the dashboard could not start.
@@ -62,6 +71,8 @@ pub enum StartError {
     },
     #[error("{0}")]
     Listen(#[from] std::io::Error),
+    #[error("webhooks: {0}")]
+    Webhooks(#[from] DeliveryError),
 }
 
 /// Opens the configured store. The default one lives under `./data`, which is created
@@ -87,6 +98,8 @@ pub struct Dashboard {
     /// the operator once and never again.
     pub bootstrapped: Option<NewAdmin>,
     listener: tokio::net::TcpListener,
+    /// The delivery worker, run by [`serve`](Dashboard::serve) when `webhooks.enabled`.
+    deliverer: Option<Deliverer>,
 }
 
 impl Dashboard {
@@ -105,25 +118,41 @@ impl Dashboard {
     ) -> Result<Dashboard, StartError> {
         let bootstrapped =
             auth::bootstrap(&store, &config.admin.org, config.admin.key.as_deref()).await?;
+        let sealer = config.secret.as_deref().map(Sealer::new);
+        let deliverer = if config.webhooks.enabled {
+            Some(Deliverer::new(
+                store.clone(),
+                config.webhooks.clone(),
+                sealer.clone(),
+            )?)
+        } else {
+            None
+        };
         let (listener, address) = server::bind(&config.listen.socket()).await?;
         let state = Arc::new(State {
-            sealer: config.secret.as_deref().map(Sealer::new),
+            sealer,
             store,
             config,
             routes: router::routes(),
             api_writes: tokio::sync::Mutex::new(apis::ListenPaths::default()),
             api_changed: tokio::sync::Notify::new(),
+            deliveries_queued: deliverer
+                .as_ref()
+                .map_or_else(Default::default, Deliverer::waker),
         });
         Ok(Dashboard {
             state,
             address,
             bootstrapped,
             listener,
+            deliverer,
         })
     }
 
-    /// Serves until `stop`; requests in flight then finish.
+    /// Serves, and sends webhook deliveries when `webhooks.enabled`, until `stop`;
+    /// requests and delivery attempts in flight then finish.
     pub async fn serve(self, stop: CancellationToken) {
+        let worker = self.deliverer.map(|d| tokio::spawn(d.run(stop.clone())));
         let timeouts = Timeouts {
             header: self.state.config.http.header_read_timeout.0,
             body: self.state.config.http.body_read_timeout.0,
@@ -135,6 +164,9 @@ impl Dashboard {
         });
         info!(address = %self.address, "Dashboard listening.");
         server::serve_connections(self.listener, None, timeouts, service, stop).await;
+        if let Some(worker) = worker {
+            let _ = worker.await;
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use percent_encoding::percent_decode_str;
 
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
-use super::{apis, assets, auth, certs, hooks, openapi, orgs, State};
+use super::{apis, assets, auth, certs, deliveries, hooks, openapi, orgs, portal, State};
 use crate::http::{self as h, HttpResponse};
 
 /// Runs one request.
@@ -84,6 +84,21 @@ pub fn routes() -> Vec<Route> {
         route!(GET "/api/apis/streams/{apiId}" => apis::get_streams),
         route!(PUT "/api/apis/streams/{apiId}" => apis::update_streams),
         route!(DELETE "/api/apis/streams/{apiId}" => apis::delete_streams),
+        route!(GET "/api/portal/products" => portal::list_products),
+        route!(POST "/api/portal/products" => portal::create_product),
+        route!(GET "/api/portal/products/{productId}" => portal::get_product),
+        route!(PUT "/api/portal/products/{productId}" => portal::update_product),
+        route!(DELETE "/api/portal/products/{productId}" => portal::delete_product),
+        // Signed with the product's publish secret instead of a dashboard key.
+        route!(POST "/api/portal/products/{productId}/events" => portal::publish_event, public),
+        route!(GET "/api/portal/apps" => portal::list_apps),
+        route!(POST "/api/portal/apps" => portal::create_app),
+        route!(GET "/api/portal/apps/{appId}" => portal::get_app),
+        route!(PUT "/api/portal/apps/{appId}" => portal::update_app),
+        route!(DELETE "/api/portal/apps/{appId}" => portal::delete_app),
+        route!(GET "/api/deliveries" => deliveries::list),
+        route!(GET "/api/deliveries/{deliveryId}" => deliveries::get),
+        route!(POST "/api/deliveries/{deliveryId}/replay" => deliveries::replay),
     ]
 }
 
@@ -99,7 +114,13 @@ fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
                 if g.is_empty() {
                     return None;
                 }
-                params.push(percent_decode_str(g).decode_utf8().ok()?.into_owned());
+                let param = percent_decode_str(g).decode_utf8().ok()?;
+                // No stored id holds NUL, and PostgreSQL refuses it in a query: such a
+                // path names nothing.
+                if param.contains('\0') {
+                    return None;
+                }
+                params.push(param.into_owned());
             }
             (Some(w), Some(g)) if w == g => {}
             _ => return None,
@@ -224,6 +245,7 @@ mod tests {
         assert_eq!(matches("/api/assets/{id}", "/api/assets"), None);
         assert_eq!(matches("/api/assets/{id}", "/api/assets/a/b"), None);
         assert_eq!(matches("/api/assets/{id}", "/api/assets/%FF"), None);
+        assert_eq!(matches("/api/assets/{id}", "/api/assets/a%00"), None);
         assert_eq!(matches("/api/assets", "/api/assetsx"), None);
     }
 
@@ -239,12 +261,19 @@ mod tests {
                 r.pattern
             );
         }
-        // Only the document itself is open without a key.
+        // Only the document itself, and events signed with a product's secret, are open
+        // without a key.
         let public: Vec<_> = routes
             .iter()
             .filter(|r| r.public)
             .map(|r| r.pattern)
             .collect();
-        assert_eq!(public, ["/api/openapi.json"]);
+        assert_eq!(
+            public,
+            [
+                "/api/openapi.json",
+                "/api/portal/products/{productId}/events"
+            ]
+        );
     }
 }

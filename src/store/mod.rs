@@ -45,6 +45,7 @@ mod keys;
 mod location;
 mod migrations;
 mod orgs;
+mod portal;
 pub mod seal;
 
 pub use apis::StoredApi;
@@ -56,6 +57,7 @@ pub use deliveries::{
 pub use hooks::HookRecord;
 pub use keys::KeyRecord;
 pub use orgs::{DashboardKeyRecord, OrgRecord, UserRecord};
+pub use portal::{AppRecord, ProductRecord, SubscriptionRecord};
 
 use location::Location;
 

@@ -1,0 +1,858 @@
+//! Black-box tests of the dashboard's developer portal and delivery log: the built
+//! binary with a config in a temporary directory, real HTTP, against a SQLite file and
+//! against a real PostgreSQL server (its own database per test, through
+//! `SLUICE_TEST_POSTGRES_URL`; an unreachable server fails the test).
+//!
+//! The delivery worker is off in these dashboards, so queued deliveries stay as the
+//! ingestion left them; sending is the worker's own tests' business.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+use common::{free_port, DEADLINE};
+use sluice::store::{AfterAttempt, AttemptRecord, AttemptResult, Store};
+use sluice::webhook::sign;
+
+const ADMIN_KEY: &str = "portal-admin-key-0123456789";
+const SECRET: &str = "a-test-secret-for-sealing";
+const MAX_BODY: usize = 65_536;
+/// The attempts a delivery gets, and a replay adds.
+const MAX_ATTEMPTS: i64 = 4;
+const SUB_SECRETS: [&str; 3] = [
+    "subscriber-secret-aaaa-0001",
+    "subscriber-secret-bbbb-0002",
+    "subscriber-secret-cccc-0003",
+];
+
+/// A running dashboard process.
+struct Db {
+    child: Child,
+    port: u16,
+    http: reqwest::Client,
+}
+
+impl Db {
+    async fn start(dir: &Path, store: &str, extra: &str) -> Db {
+        let port = free_port();
+        let config = format!(
+            "listen:\n  address: 127.0.0.1\n  port: {port}\nstore:\n  url: {store}\n\
+             logger:\n  level: warn\nadmin:\n  key: {ADMIN_KEY}\nhttp:\n  max_body_bytes: {MAX_BODY}\n{extra}\n"
+        );
+        let path = dir.join(format!("dashboard-{port}.yaml"));
+        std::fs::write(&path, config).expect("write config");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command
+            .arg("dashboard")
+            .arg("--config")
+            .arg(&path)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        // The test's own environment must not reconfigure the dashboard.
+        for (k, _) in std::env::vars() {
+            if k.starts_with("SLUICE_DB_") {
+                command.env_remove(k);
+            }
+        }
+        let child = command.spawn().expect("spawn sluice dashboard");
+        assert!(
+            wait_up(port).await,
+            "the dashboard did not come up within {DEADLINE:?}"
+        );
+        Db {
+            child,
+            port,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn req(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.as_key(ADMIN_KEY, method, path)
+    }
+
+    fn as_key(&self, key: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, self.url(path))
+            .header("Authorization", format!("Bearer {key}"))
+    }
+
+    /// An event for `product`, signed with `secret` at `t` (now when `None`).
+    fn event(
+        &self,
+        product: &str,
+        secret: &str,
+        event: &str,
+        body: &str,
+        t: Option<i64>,
+    ) -> reqwest::RequestBuilder {
+        let t = t.unwrap_or_else(|| chrono::Utc::now().timestamp());
+        self.http
+            .post(self.url(&format!("/api/portal/products/{product}/events")))
+            .header(
+                "Sluice-Signature",
+                sign::sign(secret.as_bytes(), t, body.as_bytes()),
+            )
+            .header("Sluice-Event", event)
+            .header("Content-Type", "application/json")
+            .body(body.to_owned())
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+async fn wait_up(port: u16) -> bool {
+    let start = Instant::now();
+    let http = reqwest::Client::new();
+    while start.elapsed() < DEADLINE {
+        if let Ok(r) = http
+            .get(format!("http://127.0.0.1:{port}/ping"))
+            .send()
+            .await
+        {
+            if r.status() == 200 {
+                return true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Sends `req`; the status, the JSON body (null when not JSON) and the raw text.
+async fn send_raw(req: reqwest::RequestBuilder) -> (StatusCode, Value, String) {
+    let resp = req.send().await.expect("request");
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+        text,
+    )
+}
+
+async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+    let (status, body, _) = send_raw(req).await;
+    (status, body)
+}
+
+/// Asserts the error shape and status, and that the message holds `needle`.
+fn assert_error(got: &(StatusCode, Value), status: u16, needle: &str) {
+    assert_eq!(got.0.as_u16(), status, "{}", got.1);
+    assert_eq!(got.1["Status"], "Error", "{}", got.1);
+    let message = got.1["Message"].as_str().unwrap_or_default();
+    assert!(message.contains(needle), "{message:?} lacks {needle:?}");
+}
+
+/// Asserts a write answer and returns its `ID`.
+fn assert_outcome(got: &(StatusCode, Value), status: u16) -> String {
+    assert_eq!(got.0.as_u16(), status, "{}", got.1);
+    assert_eq!(got.1["Status"], "OK", "{}", got.1);
+    got.1["ID"].as_str().expect("ID").to_owned()
+}
+
+/// Asserts that no subscription secret appears in `text`.
+fn assert_no_secrets(text: &str) {
+    for secret in SUB_SECRETS {
+        assert!(!text.contains(secret), "a secret leaked: {text}");
+    }
+    assert!(!text.contains("secret_sealed"), "{text}");
+}
+
+fn plain_api(id: &str) -> Value {
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": id, "version": "1.0"},
+        "paths": {},
+        "x-sluice-api-gateway": {
+            "info": {"id": id, "name": id},
+            "upstream": {"url": "http://127.0.0.1:9"},
+            "server": {"listenPath": {"value": format!("/{id}/"), "strip": true}}
+        }
+    })
+}
+
+fn config() -> String {
+    format!("secret: {SECRET}\nwebhooks:\n  enabled: false\n  max_attempts: {MAX_ATTEMPTS}\n")
+}
+
+async fn scenario(dir: &Path, store_url: &str) {
+    let db = Db::start(dir, store_url, &config()).await;
+
+    // A second organisation, to check that nothing crosses over.
+    let other = send(
+        db.req(Method::POST, "/api/orgs")
+            .json(&json!({"name": "other"})),
+    )
+    .await;
+    assert_eq!(other.0, 201, "{}", other.1);
+    let other_key = other.1["key"].as_str().unwrap().to_owned();
+    assert_eq!(
+        assert_outcome(
+            &send(
+                db.req(Method::POST, "/api/apis/oas")
+                    .json(&plain_api("pets"))
+            )
+            .await,
+            201
+        ),
+        "pets"
+    );
+
+    // --- Products: validation names the field.
+    for (body, needle) in [
+        (json!({}), "`name`"),
+        (json!({"name": "  "}), "`name`"),
+        (json!({"name": "P", "api_ids": ["nope"]}), "`api_ids[0]`"),
+        (
+            json!({"name": "P", "api_ids": ["pets", "pets"]}),
+            "`api_ids[1]`",
+        ),
+        (
+            json!({"name": "P", "webhooks": {"enabled": true, "events": ["a b"]}}),
+            "`webhooks.events[0]`",
+        ),
+        (
+            json!({"name": "P", "webhooks": {"enabled": true, "events": ["a", "a"]}}),
+            "`webhooks.events[1]`",
+        ),
+        (
+            json!({"name": "P", "publish_secret": "too-short"}),
+            "`publish_secret`",
+        ),
+        (json!({"name": "P", "colour": "red"}), "colour"),
+        // PostgreSQL text cannot hold NUL: refused as input, never a store failure.
+        (json!({"name": "a\u{0}b"}), "`name`"),
+        (json!({"name": "P", "api_ids": ["a\u{0}"]}), "`api_ids[0]`"),
+    ] {
+        assert_error(
+            &send(db.req(Method::POST, "/api/portal/products").json(&body)).await,
+            400,
+            needle,
+        );
+    }
+    // Another organisation's API is not one of the caller's.
+    assert_error(
+        &send(
+            db.as_key(&other_key, Method::POST, "/api/portal/products")
+                .json(&json!({"name": "P", "api_ids": ["pets"]})),
+        )
+        .await,
+        400,
+        "`api_ids[0]`",
+    );
+
+    let created = send(db.req(Method::POST, "/api/portal/products").json(&json!({
+        "name": "Orders",
+        "description": "Order events",
+        "api_ids": ["pets"],
+        "webhooks": {"enabled": true, "events": ["order.paid", "order.shipped"]}
+    })))
+    .await;
+    let p1 = assert_outcome(&created, 201);
+    let p1_secret = created.1["publish_secret"].as_str().unwrap().to_owned();
+    assert!(p1_secret.len() >= 16, "{p1_secret}");
+    let chosen_secret = "publish-secret-of-p2-0123";
+    let p2 = assert_outcome(
+        &send(db.req(Method::POST, "/api/portal/products").json(&json!({
+            "name": "Closed",
+            "webhooks": {"enabled": false, "events": ["x"]},
+            "publish_secret": chosen_secret
+        })))
+        .await,
+        201,
+    );
+
+    let got = send(db.req(Method::GET, &format!("/api/portal/products/{p1}"))).await;
+    assert_eq!(got.0, 200, "{}", got.1);
+    assert_eq!(got.1["name"], "Orders");
+    assert_eq!(got.1["api_ids"], json!(["pets"]));
+    assert_eq!(
+        got.1["webhooks"],
+        json!({"enabled": true, "events": ["order.paid", "order.shipped"]})
+    );
+    assert_eq!(got.1["publish_secret"], p1_secret.as_str());
+    assert!(got.1["created_at"].as_str().unwrap().ends_with('Z'));
+    let list = send(db.req(Method::GET, "/api/portal/products")).await;
+    assert_eq!(list.1["products"].as_array().unwrap().len(), 2);
+    assert_eq!(list.1["pages"], 1);
+
+    // PUT replaces, and keeps the publish secret when none is sent.
+    let put = send(
+        db.req(Method::PUT, &format!("/api/portal/products/{p1}"))
+            .json(&json!({
+                "name": "Orders v2",
+                "api_ids": ["pets"],
+                "webhooks": {"enabled": true, "events": ["order.paid", "order.shipped", "order.refunded"]}
+            })),
+    )
+    .await;
+    assert_outcome(&put, 200);
+    assert_eq!(put.1["publish_secret"], p1_secret.as_str());
+    let got = send(db.req(Method::GET, &format!("/api/portal/products/{p1}"))).await;
+    assert_eq!(got.1["name"], "Orders v2");
+    assert_eq!(got.1["webhooks"]["events"].as_array().unwrap().len(), 3);
+    // Then back to two events, so that one is not open.
+    assert_outcome(
+        &send(
+            db.req(Method::PUT, &format!("/api/portal/products/{p1}"))
+                .json(&json!({
+                    "name": "Orders",
+                    "api_ids": ["pets"],
+                    "webhooks": {"enabled": true, "events": ["order.paid", "order.shipped"]}
+                })),
+        )
+        .await,
+        200,
+    );
+
+    // The other organisation sees none of it.
+    let theirs = send(db.as_key(&other_key, Method::GET, "/api/portal/products")).await;
+    assert_eq!(theirs.1["products"], json!([]));
+    assert_eq!(theirs.1["pages"], 0);
+    for method in [Method::GET, Method::DELETE] {
+        assert_error(
+            &send(db.as_key(&other_key, method, &format!("/api/portal/products/{p1}"))).await,
+            404,
+            "not found",
+        );
+    }
+    assert_error(
+        &send(
+            db.as_key(
+                &other_key,
+                Method::PUT,
+                &format!("/api/portal/products/{p1}"),
+            )
+            .json(&json!({"name": "hijack"})),
+        )
+        .await,
+        404,
+        "not found",
+    );
+
+    // --- Apps: validation names the field.
+    let sub = |url: &str, secret: Option<&str>, events: &[&str]| {
+        let mut s = json!({"url": url, "events": events});
+        if let Some(secret) = secret {
+            s["secret"] = json!(secret);
+        }
+        s
+    };
+    let s0 = SUB_SECRETS[0];
+    for (body, needle) in [
+        (json!({"name": "Shop"}), "product_id"),
+        (
+            json!({"name": "Shop", "product_id": "nope"}),
+            "`product_id`",
+        ),
+        (
+            json!({"name": "Shop", "product_id": p1, "webhooks": [sub("https://example.com/h", None, &["order.paid"])]}),
+            "`webhooks[0].secret`",
+        ),
+        (
+            json!({"name": "Shop", "product_id": p1, "webhooks": [sub("https://example.com/h", Some("short"), &["order.paid"])]}),
+            "`webhooks[0].secret`",
+        ),
+        (
+            json!({"name": "Shop", "product_id": p1, "webhooks": [sub("ftp://example.com/h", Some(s0), &["order.paid"])]}),
+            "`webhooks[0].url`",
+        ),
+        (
+            json!({"name": "Shop", "product_id": p1, "webhooks": [sub("https://example.com/h", Some(s0), &[])]}),
+            "`webhooks[0].events`",
+        ),
+        (
+            json!({"name": "Shop", "product_id": p1, "webhooks": [
+                sub("https://example.com/h", Some(s0), &["order.paid"]),
+                sub("https://example.com/h", Some(s0), &["order.paid", "order.refunded"])
+            ]}),
+            &format!("invalid field `webhooks[1].events[1]`: `order.refunded` is not an event product `{p1}` opens to subscription"),
+        ),
+        (
+            json!({"name": "Shop", "product_id": p2, "webhooks": [sub("https://example.com/h", Some(s0), &["x"])]}),
+            "`webhooks[0].events[0]`",
+        ),
+        (
+            json!({"name": "Shop", "product_id": p1, "webhooks": [{"id": "made-up", "url": "https://example.com/h", "events": ["order.paid"]}]}),
+            "`webhooks[0].id`",
+        ),
+    ] {
+        assert_error(
+            &send(db.req(Method::POST, "/api/portal/apps").json(&body)).await,
+            400,
+            needle,
+        );
+    }
+    assert_error(
+        &send(
+            db.req(Method::POST, "/api/portal/apps")
+                .json(&json!({"name": "Shop", "product_id": "p\u{0}"})),
+        )
+        .await,
+        400,
+        "`product_id`",
+    );
+    assert_error(
+        &send(db.req(Method::GET, "/api/portal/products/p%00")).await,
+        404,
+        "no such path",
+    );
+    // Another organisation's product is not one of the caller's.
+    assert_error(
+        &send(
+            db.as_key(&other_key, Method::POST, "/api/portal/apps")
+                .json(&json!({"name": "Shop", "product_id": p1})),
+        )
+        .await,
+        400,
+        "`product_id`",
+    );
+
+    let created = send_raw(db.req(Method::POST, "/api/portal/apps").json(&json!({
+        "name": "Shop",
+        "developer": "dev@example.com",
+        "product_id": p1,
+        "webhooks": [
+            sub("https://a.example.com/hook", Some(SUB_SECRETS[0]), &["order.paid"]),
+            sub("https://b.example.com/hook", Some(SUB_SECRETS[1]), &["order.paid", "order.shipped"]),
+            sub("https://c.example.com/hook", Some(SUB_SECRETS[2]), &["order.shipped"]),
+        ]
+    })))
+    .await;
+    assert_no_secrets(&created.2);
+    let a1 = assert_outcome(&(created.0, created.1), 201);
+    let got = send_raw(db.req(Method::GET, &format!("/api/portal/apps/{a1}"))).await;
+    assert_eq!(got.0, 200, "{}", got.1);
+    assert_no_secrets(&got.2);
+    assert_eq!(got.1["product_id"], p1.as_str());
+    assert_eq!(got.1["developer"], "dev@example.com");
+    let subs = got.1["webhooks"].as_array().unwrap().clone();
+    assert_eq!(subs.len(), 3);
+    assert!(subs
+        .iter()
+        .all(|s| s["secret_set"] == true && s.get("secret").is_none()));
+    let sub_ids: Vec<String> = subs
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    let listed = send_raw(db.req(Method::GET, "/api/portal/apps")).await;
+    assert_no_secrets(&listed.2);
+    assert_eq!(listed.1["apps"].as_array().unwrap().len(), 1);
+    assert_eq!(listed.1["apps"][0]["webhooks"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        send(db.as_key(&other_key, Method::GET, "/api/portal/apps"))
+            .await
+            .1["apps"],
+        json!([])
+    );
+    assert_error(
+        &send(db.as_key(&other_key, Method::GET, &format!("/api/portal/apps/{a1}"))).await,
+        404,
+        "not found",
+    );
+
+    // PUT keeps a subscription (and its secret) named by id without a secret, changes
+    // another, and drops the third.
+    let put = send_raw(
+        db.req(Method::PUT, &format!("/api/portal/apps/{a1}"))
+            .json(&json!({
+                "name": "Shop",
+                "developer": "dev@example.com",
+                "product_id": p1,
+                "webhooks": [
+                    {"id": sub_ids[0], "url": "https://a.example.com/hook", "events": ["order.paid"]},
+                    {"id": sub_ids[1], "url": "https://b.example.com/v2", "secret": SUB_SECRETS[1], "events": ["order.paid", "order.shipped"]},
+                ]
+            })),
+    )
+    .await;
+    assert_no_secrets(&put.2);
+    assert_outcome(&(put.0, put.1), 200);
+    let got = send(db.req(Method::GET, &format!("/api/portal/apps/{a1}"))).await;
+    let ids: Vec<&str> = got.1["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [sub_ids[0].as_str(), sub_ids[1].as_str()]);
+    assert_eq!(got.1["webhooks"][1]["url"], "https://b.example.com/v2");
+
+    // --- Ingestion: the signature, the event, the idempotency key.
+    let body = r#"{"order":"o-1","total":12.5}"#;
+    let no_signature = db
+        .http
+        .post(db.url(&format!("/api/portal/products/{p1}/events")))
+        .header("Sluice-Event", "order.paid")
+        .body(body);
+    assert_error(&send(no_signature).await, 401, "Sluice-Signature");
+    let malformed = db
+        .http
+        .post(db.url(&format!("/api/portal/products/{p1}/events")))
+        .header("Sluice-Signature", "v1=zz")
+        .header("Sluice-Event", "order.paid")
+        .body(body);
+    assert_error(&send(malformed).await, 401, "Sluice-Signature");
+    let stale = Some(chrono::Utc::now().timestamp() - 1000);
+    assert_error(
+        &send(db.event(&p1, &p1_secret, "order.paid", body, stale)).await,
+        401,
+        "seconds from now",
+    );
+    assert_error(
+        &send(db.event(&p1, "not-the-publish-secret", "order.paid", body, None)).await,
+        401,
+        "does not match",
+    );
+    // The signature covers the body.
+    let tampered = db
+        .event(&p1, &p1_secret, "order.paid", body, None)
+        .body(r#"{"order":"o-1","total":0}"#);
+    assert_error(&send(tampered).await, 401, "does not match");
+    let no_event = db
+        .http
+        .post(db.url(&format!("/api/portal/products/{p1}/events")))
+        .header(
+            "Sluice-Signature",
+            sign::sign(
+                p1_secret.as_bytes(),
+                chrono::Utc::now().timestamp(),
+                body.as_bytes(),
+            ),
+        )
+        .body(body);
+    assert_error(&send(no_event).await, 400, "Sluice-Event");
+    assert_error(
+        &send(db.event(&p1, &p1_secret, "order.refunded", body, None)).await,
+        400,
+        &format!("`order.refunded` is not an event product `{p1}` opens to subscription"),
+    );
+    assert_error(
+        &send(db.event(&p2, chosen_secret, "x", body, None)).await,
+        409,
+        "disabled",
+    );
+    assert_error(
+        &send(db.event("no-such-product", &p1_secret, "order.paid", body, None)).await,
+        404,
+        "not found",
+    );
+    assert_error(
+        &send(
+            db.event(&p1, &p1_secret, "order.paid", body, None)
+                .header("Idempotency-Key", "k".repeat(201)),
+        )
+        .await,
+        400,
+        "Idempotency-Key",
+    );
+    let huge = "x".repeat(MAX_BODY + 1);
+    assert_eq!(
+        send(db.event(&p1, &p1_secret, "order.paid", &huge, None))
+            .await
+            .0,
+        413
+    );
+    // Nothing was queued by any of that.
+    let none = send(db.req(Method::GET, "/api/deliveries")).await;
+    assert_eq!(none.1["deliveries"], json!([]), "{}", none.1);
+
+    // Two subscriptions chose `order.paid`; sent twice with one key, it is queued once.
+    for _ in 0..2 {
+        let accepted = send(
+            db.event(&p1, &p1_secret, "order.paid", body, None)
+                .header("Idempotency-Key", "evt-1"),
+        )
+        .await;
+        assert_eq!(accepted.0, 202, "{}", accepted.1);
+        assert_eq!(accepted.1, json!({"event_id": "evt-1", "deliveries": 2}));
+    }
+    let list = send(db.req(Method::GET, "/api/deliveries?p=-1")).await;
+    let deliveries = list.1["deliveries"].as_array().unwrap().clone();
+    assert_eq!(deliveries.len(), 2, "{}", list.1);
+    let mut sources: Vec<&str> = deliveries
+        .iter()
+        .map(|d| d["source"].as_str().unwrap())
+        .collect();
+    sources.sort();
+    let mut expected = vec![
+        format!("subscription:{}", sub_ids[0]),
+        format!("subscription:{}", sub_ids[1]),
+    ];
+    expected.sort();
+    assert_eq!(sources, expected);
+
+    // One chose `order.shipped`; without a key the event gets one. A body that is not
+    // JSON is delivered as a string.
+    let accepted = send(db.event(&p1, &p1_secret, "order.shipped", "plain text", None)).await;
+    assert_eq!(accepted.0, 202, "{}", accepted.1);
+    assert_eq!(accepted.1["deliveries"], 1);
+    let generated = accepted.1["event_id"].as_str().unwrap().to_owned();
+    assert_eq!(generated.len(), 36, "{generated}");
+
+    // --- The delivery log.
+    let all = send_raw(db.req(Method::GET, "/api/deliveries?p=-1")).await;
+    assert_no_secrets(&all.2);
+    assert_eq!(all.1["deliveries"].as_array().unwrap().len(), 3);
+    let pending = send(db.req(Method::GET, "/api/deliveries?status=pending")).await;
+    assert_eq!(pending.1["deliveries"].as_array().unwrap().len(), 3);
+    assert_eq!(pending.1["pages"], 1);
+    let dead = send(db.req(Method::GET, "/api/deliveries?status=dead")).await;
+    assert_eq!(dead.1["deliveries"], json!([]));
+    assert_error(
+        &send(db.req(Method::GET, "/api/deliveries?status=lost")).await,
+        400,
+        "`status`",
+    );
+    assert_eq!(
+        send(db.as_key(&other_key, Method::GET, "/api/deliveries"))
+            .await
+            .1["deliveries"],
+        json!([])
+    );
+
+    let shipped = all.1["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["event"] == "order.shipped")
+        .unwrap()
+        .clone();
+    assert_eq!(shipped["source"], format!("subscription:{}", sub_ids[1]));
+    assert_eq!(shipped["url"], "https://b.example.com/v2");
+    assert_eq!(shipped["method"], "POST");
+    assert_eq!(shipped["status"], "pending");
+    assert_eq!(shipped["attempts"], 0);
+    assert_eq!(shipped["max_attempts"], MAX_ATTEMPTS);
+    assert!(shipped["next_attempt_at"].is_string());
+    let envelope: Value = serde_json::from_str(shipped["body"].as_str().unwrap()).unwrap();
+    assert_eq!(envelope["id"], generated.as_str());
+    assert_eq!(envelope["event"], "order.shipped");
+    assert_eq!(envelope["product_id"], p1.as_str());
+    assert_eq!(envelope["data"], "plain text");
+    assert!(envelope["created_at"].as_str().unwrap().ends_with('Z'));
+
+    let paid_id = deliveries[0]["id"].as_str().unwrap().to_owned();
+    let detail = send_raw(db.req(Method::GET, &format!("/api/deliveries/{paid_id}"))).await;
+    assert_eq!(detail.0, 200, "{}", detail.1);
+    assert_no_secrets(&detail.2);
+    assert_eq!(detail.1["attempts"], json!([]));
+    let envelope: Value =
+        serde_json::from_str(detail.1["delivery"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(envelope["id"], "evt-1");
+    assert_eq!(envelope["data"], json!({"order": "o-1", "total": 12.5}));
+    assert_error(
+        &send(db.as_key(
+            &other_key,
+            Method::GET,
+            &format!("/api/deliveries/{paid_id}"),
+        ))
+        .await,
+        404,
+        "not found",
+    );
+    assert_error(
+        &send(db.req(Method::GET, "/api/deliveries/nope")).await,
+        404,
+        "not found",
+    );
+
+    // --- Replay: only a dead delivery.
+    assert_error(
+        &send(db.req(Method::POST, &format!("/api/deliveries/{paid_id}/replay"))).await,
+        409,
+        "only a dead delivery",
+    );
+    assert_error(
+        &send(db.req(Method::POST, "/api/deliveries/nope/replay")).await,
+        404,
+        "not found",
+    );
+    let store = Store::open(store_url).await.expect("open the store");
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    store
+        .record_attempts(
+            &[AttemptResult {
+                attempt: AttemptRecord {
+                    delivery_id: paid_id.clone(),
+                    attempt: 1,
+                    at: now_ms,
+                    status: Some(410),
+                    error: Some("answered 410 Gone".into()),
+                    latency_ms: 12,
+                },
+                then: AfterAttempt::Dead,
+            }],
+            now_ms,
+        )
+        .await
+        .expect("record an attempt");
+    store.close().await;
+    let detail = send(db.req(Method::GET, &format!("/api/deliveries/{paid_id}"))).await;
+    assert_eq!(detail.1["delivery"]["status"], "dead");
+    assert!(detail.1["delivery"]["next_attempt_at"].is_null());
+    assert_eq!(detail.1["delivery"]["last_status"], 410);
+    assert_eq!(
+        detail.1["attempts"][0]["error"], "answered 410 Gone",
+        "{}",
+        detail.1
+    );
+    assert_eq!(detail.1["attempts"][0]["latency_ms"], 12);
+    assert_eq!(
+        send(db.req(Method::GET, "/api/deliveries?status=dead"))
+            .await
+            .1["deliveries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_error(
+        &send(db.as_key(
+            &other_key,
+            Method::POST,
+            &format!("/api/deliveries/{paid_id}/replay"),
+        ))
+        .await,
+        404,
+        "not found",
+    );
+    assert_eq!(
+        assert_outcome(
+            &send(db.req(Method::POST, &format!("/api/deliveries/{paid_id}/replay"))).await,
+            200
+        ),
+        paid_id
+    );
+    let detail = send(db.req(Method::GET, &format!("/api/deliveries/{paid_id}"))).await;
+    assert_eq!(detail.1["delivery"]["status"], "pending");
+    assert_eq!(detail.1["delivery"]["max_attempts"], 1 + MAX_ATTEMPTS);
+    assert_error(
+        &send(db.req(Method::POST, &format!("/api/deliveries/{paid_id}/replay"))).await,
+        409,
+        "pending",
+    );
+
+    // --- Deletes: an app, then a product with whatever apps it still has.
+    assert_outcome(
+        &send(db.req(Method::DELETE, &format!("/api/portal/apps/{a1}"))).await,
+        200,
+    );
+    assert_error(
+        &send(db.req(Method::GET, &format!("/api/portal/apps/{a1}"))).await,
+        404,
+        "not found",
+    );
+    let a2 = assert_outcome(
+        &send(
+            db.req(Method::POST, "/api/portal/apps")
+                .json(&json!({"name": "Second", "product_id": p1})),
+        )
+        .await,
+        201,
+    );
+    assert_outcome(
+        &send(db.req(Method::DELETE, &format!("/api/portal/products/{p1}"))).await,
+        200,
+    );
+    assert_error(
+        &send(db.req(Method::GET, &format!("/api/portal/products/{p1}"))).await,
+        404,
+        "not found",
+    );
+    assert_error(
+        &send(db.req(Method::GET, &format!("/api/portal/apps/{a2}"))).await,
+        404,
+        "not found",
+    );
+    // The log outlives the product.
+    assert_eq!(
+        send(db.req(Method::GET, "/api/deliveries?p=-1")).await.1["deliveries"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    db.stop().await;
+}
+
+#[tokio::test]
+async fn the_portal_on_sqlite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
+    scenario(tmp.path(), &store).await;
+}
+
+#[tokio::test]
+async fn the_portal_on_postgres() {
+    common::postgres::with_postgres("sluice_portal", |url| async move {
+        let tmp = tempfile::tempdir().unwrap();
+        scenario(tmp.path(), &url).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_a_secret_the_portal_refuses_what_it_would_seal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
+    let db = Db::start(tmp.path(), &store, "webhooks:\n  enabled: false\n").await;
+    assert_error(
+        &send(
+            db.req(Method::POST, "/api/portal/products")
+                .json(&json!({"name": "P"})),
+        )
+        .await,
+        409,
+        "`secret`",
+    );
+    // Reading still works.
+    assert_eq!(
+        send(db.req(Method::GET, "/api/portal/products")).await.0,
+        200
+    );
+    db.stop().await;
+}
+
+#[tokio::test]
+async fn a_dashboard_with_its_delivery_worker_takes_events() {
+    // The worker is on (the default); the receiver does not exist, so the delivery
+    // stays queued or fails, but the event is accepted and logged either way.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
+    let db = Db::start(tmp.path(), &store, &format!("secret: {SECRET}\n")).await;
+    let created = send(db.req(Method::POST, "/api/portal/products").json(&json!({
+        "name": "P", "webhooks": {"enabled": true, "events": ["e"]}
+    })))
+    .await;
+    let product = assert_outcome(&created, 201);
+    let secret = created.1["publish_secret"].as_str().unwrap().to_owned();
+    assert_outcome(
+        &send(db.req(Method::POST, "/api/portal/apps").json(&json!({
+            "name": "A", "product_id": product,
+            "webhooks": [{"url": "http://127.0.0.1:9/hook", "secret": SUB_SECRETS[0], "events": ["e"]}]
+        })))
+        .await,
+        201,
+    );
+    let accepted = send(db.event(&product, &secret, "e", "{}", None)).await;
+    assert_eq!(accepted.0, 202, "{}", accepted.1);
+    assert_eq!(accepted.1["deliveries"], 1);
+    let list = send(db.req(Method::GET, "/api/deliveries")).await;
+    assert_eq!(list.1["deliveries"].as_array().unwrap().len(), 1);
+    db.stop().await;
+}
