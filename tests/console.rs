@@ -108,6 +108,24 @@ async fn the_console_works_in_a_browser() {
         "openapi: 3.0.3\ninfo: {title: Petstore, version: '1'}\npaths: {}\nx-sluice-api-gateway:\n  upstream: {url: 'http://127.0.0.1:9'}\n  server: {listenPath: {value: /pets/}}\n".into(),
     )
     .await;
+    post(
+        &http,
+        format!("{base}/api/assets"),
+        "application/json",
+        serde_json::json!({
+            "id": "events-template",
+            "name": "Events template",
+            "kind": "oas-template",
+            "data": {
+                "openapi": "3.0.3",
+                "info": {"title": "Events", "version": "1.0"},
+                "paths": {},
+                "x-sluice-api-gateway": {"middleware": {"global": {"cache": {"enabled": false}}}}
+            }
+        })
+        .to_string(),
+    )
+    .await;
     for (name, days) in [("api.example.com", 700), ("legacy.example.com", 9)] {
         post(
             &http,

@@ -140,7 +140,6 @@ await step('the APIs page lists an API created through the API', async () => {
   assert.match(await row.textContent(), /Plain/);
   assert.match(await row.textContent(), /Active/);
   await assertLabelled('APIs');
-  await shot('apis');
 });
 
 const BROKEN = `openapi: 3.0.3
@@ -214,6 +213,31 @@ await step('the new API can be deactivated', async () => {
   const orders = listed.body.apis.find((a) => a.name === 'Orders stream');
   assert.equal(orders.active, false);
   await page.getByRole('button', { name: 'Activate Orders stream' }).waitFor();
+  await shot('apis');
+});
+
+await step('a streaming API is made from a template asset', async () => {
+  await page.getByRole('link', { name: 'New streaming API' }).click();
+  await page.getByLabel('Start from template').selectOption('events-template');
+  const editor = page.getByLabel('Definition (YAML or JSON)');
+  // The starter becomes the part merged onto the template.
+  assert.match(await editor.inputValue(), /^# Merged onto the template/);
+  await editor.fill((await editor.inputValue()).replace('name: My stream', 'name: From template'));
+  await page.getByRole('button', { name: 'Create' }).click();
+  await page.getByRole('row').filter({ hasText: 'From template' }).waitFor();
+  const listed = await api('GET', '/api/apis/streams?p=-1');
+  const made = listed.body.apis.find((a) => a.name === 'From template');
+  const doc = await api('GET', `/api/apis/streams/${made.id}`);
+  assert.equal(doc.body.info.title, 'Events', 'the template was not used');
+});
+
+await step('an API opens in the editor and saves unchanged', async () => {
+  await page.getByRole('link', { name: 'Edit Orders stream' }).click();
+  await page.getByRole('heading', { name: 'Edit Orders stream' }).waitFor();
+  assert.match(await page.getByLabel('Definition (YAML or JSON)').inputValue(), /"stream_path": "\/events"/);
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByRole('heading', { name: 'APIs', level: 1 }).waitFor();
+  await page.getByRole('row').filter({ hasText: 'Orders stream' }).filter({ hasText: 'Inactive' }).waitFor();
 });
 
 await step('the APIs page reads at phone width', async () => {
@@ -228,6 +252,10 @@ await step('certificates are listed with their expiry flagged', async () => {
   await page.getByRole('link', { name: 'Certificates' }).click();
   await page.getByRole('heading', { name: 'Certificates', level: 1 }).waitFor();
   await page.getByRole('table', { name: 'Certificates' }).waitFor();
+  const soon = page.getByRole('row').filter({ hasText: 'legacy.example.com' });
+  assert.match(await soon.textContent(), /Expires in \d+ days?/);
+  const later = page.getByRole('row').filter({ hasText: 'api.example.com' });
+  assert.doesNotMatch(await later.textContent(), /Expire/);
   await assertLabelled('certificates');
   await shot('certificates');
 });
