@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # fresh clone reuses them.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
-# Brokers and services the integration tests talk to.
-for setup in scripts/brokers.sh; do
+# Brokers and services the integration tests talk to, and the browser that drives the
+# web console.
+for setup in scripts/brokers.sh scripts/browser.sh; do
   if [ -x "$setup" ]; then
     "$setup"
   fi

@@ -13,7 +13,8 @@ use utoipa::ToSchema;
 
 use super::assets::OAS_TEMPLATE;
 use super::error::{ApiError, ErrorBody, Problem};
-use super::request::{new_id, now, parse_json, rfc3339, Ctx, Outcome, Reply};
+use super::request::{new_id, now, rfc3339, Ctx, Outcome, Reply};
+use crate::config::yaml;
 use crate::gateway::api::{self as gw_api, EXTENSION};
 use crate::store::{Store, StoredApi};
 
@@ -56,6 +57,9 @@ pub struct ApiSummary {
     pub listen_path: String,
     /// Whether it carries `x-sluice-streaming`.
     pub streaming: bool,
+    /// `x-sluice-api-gateway.info.state.active`: whether gateways serve it (true when
+    /// the document does not say).
+    pub active: bool,
     /// RFC 3339, UTC.
     pub updated_at: String,
 }
@@ -102,12 +106,20 @@ fn read_document(ctx: &Ctx, kind: Kind) -> Result<Value, ApiError> {
             "the body is empty: an OpenAPI document is expected",
         ));
     } else if trimmed.starts_with('{') {
-        parse_json(text.as_bytes())?
+        serde_json::from_str(text).map_err(|e| {
+            unparsable(
+                format!("the body is not valid JSON: {e}"),
+                Some((e.line(), e.column())),
+            )
+        })?
     } else {
         // Parsed to a plain value: nothing in a request is substituted from the host's
         // environment, unlike API files on disk.
         serde_yaml::from_str(text).map_err(|e| {
-            ApiError::bad_request(format!("the body is not a JSON or YAML document: {e}"))
+            unparsable(
+                format!("the body is not a JSON or YAML document: {e}"),
+                e.location().map(|l| (l.line(), l.column())),
+            )
         })?
     };
     if !doc.is_object() {
@@ -116,6 +128,40 @@ fn read_document(ctx: &Ctx, kind: Kind) -> Result<Value, ApiError> {
         ));
     }
     Ok(doc)
+}
+
+/// A 400 for a body that does not parse, placed where the parser stopped.
+fn unparsable(message: String, at: Option<(usize, usize)>) -> ApiError {
+    let mut problem = Problem::at("", &message);
+    if let Some((line, column)) = at.filter(|&(line, _)| line > 0) {
+        problem.line = Some(line);
+        problem.column = Some(column.max(1));
+    }
+    ApiError::Unparsable { message, problem }
+}
+
+/// Places each problem of a definition that does not compile at its key in the posted
+/// `text`, so that an editor can point at it; other errors pass unchanged.
+fn place(e: ApiError, text: &str) -> ApiError {
+    let ApiError::Invalid {
+        message,
+        mut errors,
+    } = e
+    else {
+        return e;
+    };
+    // Read again, this time keeping positions; `${...}` is not the host's environment
+    // here, so every variable reads as empty rather than failing the parse.
+    if let Ok(doc) = yaml::parse("request", text, &|_| Some(String::new())) {
+        for problem in &mut errors {
+            let mark = doc.locate(&problem.path);
+            if mark.line > 0 {
+                problem.line = Some(mark.line);
+                problem.column = Some(mark.col);
+            }
+        }
+    }
+    ApiError::Invalid { message, errors }
 }
 
 /// Puts `over` onto `base`: objects merge member by member, anything else replaces.
@@ -152,10 +198,7 @@ fn object_at<'a>(
 fn invalid(path: &str, message: &str) -> ApiError {
     ApiError::Invalid {
         message: format!("the definition is invalid: {path}: {message}"),
-        errors: vec![Problem {
-            path: path.to_owned(),
-            message: message.to_owned(),
-        }],
+        errors: vec![Problem::at(path, message)],
     }
 }
 
@@ -250,13 +293,9 @@ fn prepare(
             .errors
             .0
             .iter()
-            .map(|c| Problem {
-                path: c
-                    .location
-                    .as_ref()
-                    .map(|l| l.path.clone())
-                    .unwrap_or_default(),
-                message: c.message.clone(),
+            .map(|c| {
+                let path = c.location.as_ref().map(|l| l.path.as_str());
+                Problem::at(path.unwrap_or_default(), &c.message)
             })
             .collect();
         ApiError::Invalid {
@@ -437,7 +476,8 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
         }
         _ => posted,
     };
-    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, None)?;
+    let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
+    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, None).map_err(|e| place(e, text))?;
     if dry_run {
         return dry_run_reply(&prepared);
     }
@@ -522,7 +562,9 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     let dry_run = ctx.flag("dry_run")?;
     find(&ctx, kind).await?;
     let mut doc = read_document(&ctx, kind)?;
-    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, Some(ctx.param(0)))?;
+    let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
+    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, Some(ctx.param(0)))
+        .map_err(|e| place(e, text))?;
     if dry_run {
         return dry_run_reply(&prepared);
     }
@@ -572,6 +614,11 @@ async fn list(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
                 .to_owned(),
             listen_path: stored_listen_path(&doc).unwrap_or_default(),
             streaming: kind == Kind::Streams,
+            active: doc
+                .get(EXTENSION)
+                .and_then(|e| e.pointer("/info/state/active"))
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
             updated_at: rfc3339(api.updated_at),
             id: api.id,
         });
@@ -906,6 +953,35 @@ mod tests {
         paths.refresh(&store).await.unwrap();
         assert!(paths.check("o", "x", "/c").is_err());
         assert!(paths.check("o", "x", "/b").is_ok());
+    }
+
+    #[test]
+    fn problems_are_placed_in_the_posted_text() {
+        let text = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths: {}\nx-sluice-api-gateway:\n  upstream:\n    url: ftp://x\n";
+        let mut doc: Value = serde_yaml::from_str(text).unwrap();
+        let e = place(prepare(&mut doc, Kind::Oas, "o", None).unwrap_err(), text);
+        let ApiError::Invalid { errors, .. } = e else {
+            panic!("{e:?}")
+        };
+        let p = errors
+            .iter()
+            .find(|p| p.path.ends_with("upstream.url"))
+            .expect("the url's problem");
+        assert_eq!((p.line, p.column), (Some(6), Some(5)), "{p:?}");
+    }
+
+    #[test]
+    fn unparsable_documents_say_where() {
+        let yaml = "openapi: 3.0.3\ninfo: [\n";
+        let e = serde_yaml::from_str::<Value>(yaml).unwrap_err();
+        let ApiError::Unparsable { problem, .. } =
+            unparsable(e.to_string(), e.location().map(|l| (l.line(), l.column())))
+        else {
+            panic!()
+        };
+        assert_eq!(problem.line, Some(3));
+        let e = serde_json::from_str::<Value>("{\n  \"a\": ,\n}").unwrap_err();
+        assert_eq!((e.line(), e.column()), (2, 8));
     }
 
     #[test]

@@ -39,6 +39,10 @@ pub enum ApiError {
         message: String,
         errors: Vec<Problem>,
     },
+    /// A document that does not parse (400), with where the parser stopped, so that an
+    /// editor can point at it.
+    #[error("{message}")]
+    Unparsable { message: String, problem: Problem },
     /// The store failed; a conflict it reports becomes 409, anything else 500.
     #[error("store: {0}")]
     Store(#[from] StoreError),
@@ -54,6 +58,26 @@ pub struct Problem {
     /// the whole document.
     pub path: String,
     pub message: String,
+    /// Where in the posted text, 1-based: the key at `path`, or the closest enclosing one
+    /// written in the text (a member filled in from a template or by the dashboard has
+    /// none of its own). Absent when the text could not be placed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// 1-based, in characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+}
+
+impl Problem {
+    /// A problem not yet placed in the text.
+    pub fn at(path: &str, message: &str) -> Problem {
+        Problem {
+            path: path.to_owned(),
+            message: message.to_owned(),
+            line: None,
+            column: None,
+        }
+    }
 }
 
 /// The body of every error response.
@@ -64,7 +88,8 @@ pub struct ErrorBody {
     pub status: String,
     #[serde(rename = "Message")]
     pub message: String,
-    /// Only for 422: each problem of the definition.
+    /// For 422, each problem of the definition; for a 400 of a document that does not
+    /// parse, the one place where parsing stopped.
     #[serde(rename = "Errors", skip_serializing_if = "Option::is_none")]
     pub errors: Option<Vec<Problem>>,
 }
@@ -80,7 +105,7 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::Unparsable { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -110,6 +135,7 @@ impl ApiError {
                 ("internal error; see the dashboard's log".to_owned(), None)
             }
             ApiError::Invalid { message, errors } => (message, Some(errors)),
+            ApiError::Unparsable { message, problem } => (message, Some(vec![problem])),
             ref other => (other.to_string(), None),
         };
         let body = ErrorBody {
@@ -175,10 +201,10 @@ mod tests {
     async fn invalid_definitions_list_their_problems() {
         let resp = ApiError::Invalid {
             message: "the definition is invalid".into(),
-            errors: vec![Problem {
-                path: "x-sluice-api-gateway.upstream.url".into(),
-                message: "not a URL".into(),
-            }],
+            errors: vec![Problem::at(
+                "x-sluice-api-gateway.upstream.url",
+                "not a URL",
+            )],
         }
         .into_response();
         assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);

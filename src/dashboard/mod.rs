@@ -5,13 +5,15 @@
 //! gateway using the same store picks them up.
 //!
 //! One file per resource; `router.rs` holds the route table, `error.rs` the one error
-//! rendering, `auth.rs` who is calling, `openapi.rs` the API's own OpenAPI document.
+//! rendering, `auth.rs` who is calling, `openapi.rs` the API's own OpenAPI document,
+//! `console.rs` the web console's files (served at `/`, a client of the API only).
 
 pub mod apis;
 pub mod assets;
 pub mod auth;
 pub mod certs;
 pub mod config;
+pub mod console;
 pub mod deliveries;
 pub mod error;
 pub mod hooks;
@@ -44,6 +46,8 @@ pub struct State {
     /// configured secret.
     pub sealer: Option<Sealer>,
     pub routes: Vec<router::Route>,
+    /// The web console's embedded files.
+    pub console: console::Console,
     /// Serialises API writes in this process, so that the check for a listen path in use
     /// and the write that takes it are not interleaved with another such pair; it holds
     /// the listen paths in use, so a check need not read every stored API.
@@ -134,6 +138,7 @@ impl Dashboard {
             store,
             config,
             routes: router::routes(),
+            console: console::Console::new(),
             api_writes: tokio::sync::Mutex::new(apis::ListenPaths::default()),
             api_changed: tokio::sync::Notify::new(),
             deliveries_queued: deliverer

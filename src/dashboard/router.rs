@@ -1,4 +1,5 @@
-//! The route table and the dispatch of one request: route by path (404), then by method
+//! The route table and the dispatch of one request: the web console's files first (`/`
+//! and `/console/`, never a path under `/api`), then route by path (404), then by method
 //! (405 with `Allow`), authenticate (401), read the body within the limit (413), run the
 //! handler, and render whatever comes back in the one JSON shape.
 //!
@@ -130,6 +131,12 @@ fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
 
 /// Answers one request.
 pub async fn handle(state: Arc<State>, req: http::Request<Incoming>) -> HttpResponse {
+    if let Some(resp) = state
+        .console
+        .answer(req.method(), req.uri().path(), req.headers())
+    {
+        return resp;
+    }
     match dispatch(state, req).await {
         Ok(reply) => h::json(reply.status, &reply.body),
         Err(e) => e.into_response(),
@@ -275,5 +282,20 @@ mod tests {
                 "/api/portal/products/{productId}/events"
             ]
         );
+    }
+
+    /// The console's files need no key: none of them may shadow an API path.
+    #[test]
+    fn the_console_never_answers_an_api_path() {
+        let console = super::super::console::Console::new();
+        for r in routes() {
+            let path = r.pattern.replace(['{', '}'], "");
+            assert!(
+                console
+                    .answer(&r.method, &path, &http::HeaderMap::new())
+                    .is_none(),
+                "{path}"
+            );
+        }
     }
 }
