@@ -96,7 +96,7 @@ call() { # method, path, body
 
 product="$(call POST /portal/products \
     '{"name": "bench", "webhooks": {"enabled": true, "events": ["bench.event"]}}')"
-product_id="$(echo "$product" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')"
+product_id="$(echo "$product" | python3 -c 'import json,sys; print(json.load(sys.stdin)["ID"])')"
 publish_secret="$(echo "$product" | python3 -c 'import json,sys; print(json.load(sys.stdin)["publish_secret"])')"
 for i in $(seq 0 $((subscribers - 1))); do
     call POST /portal/apps "{\"name\": \"app$i\", \"developer\": \"dev$i@example.com\",
