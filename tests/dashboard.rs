@@ -1143,3 +1143,72 @@ async fn a_gateway_on_the_same_store_serves_a_new_api_within_a_second() {
     }
     db.stop().await;
 }
+
+#[tokio::test]
+async fn the_mapping_playground_runs_sandboxed_and_places_problems() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("map.db").display());
+    let db = Db::start(tmp.path(), &store, &format!("admin:\n  key: {ADMIN_KEY}\n")).await;
+    let run = |body: Value| send(db.req(Method::POST, "/api/mapping/run").json(&body));
+
+    let ok = run(json!({
+        "mapping": "root = this\nroot.name = this.name.uppercase()\nmeta topic = \"orders\"",
+        "input": "{\"name\": \"ada\"}",
+        "metadata": {"source": "test"}
+    }))
+    .await;
+    assert_eq!(ok.0, 200, "{}", ok.1);
+    let output: Value = serde_json::from_str(ok.1["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output, json!({"name": "ADA"}));
+    assert_eq!(
+        ok.1["metadata"],
+        json!({"source": "test", "topic": "orders"})
+    );
+    assert_eq!(ok.1["deleted"], false);
+
+    let deleted = run(json!({"mapping": "root = deleted()", "input": "x"})).await;
+    assert_eq!(
+        (deleted.0.as_u16(), &deleted.1["deleted"]),
+        (200, &json!(true))
+    );
+
+    // Failing on this message is a result, not an error of the request.
+    let failed = run(json!({"mapping": "root = this.a.uppercase()", "input": "{\"a\": 1}"})).await;
+    assert_eq!(failed.0, 200, "{}", failed.1);
+    assert!(
+        failed.1["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{}",
+        failed.1
+    );
+    assert!(failed.1["output"].is_null());
+
+    // A compile problem is placed in the mapping's text.
+    let bad = run(json!({"mapping": "root = this\nroot.x = this.name.nope()"})).await;
+    assert_eq!(bad.0, 422, "{}", bad.1);
+    assert_eq!(bad.1["Errors"][0]["line"], 2, "{}", bad.1);
+    assert!(bad.1["Errors"][0]["column"].as_u64().is_some());
+
+    // Nothing that reads the host.
+    for host in [
+        "root = env(\"HOME\")",
+        "root = file(\"/etc/passwd\")",
+        "import \"x.blobl\"\nroot = this",
+    ] {
+        let refused = run(json!({"mapping": host})).await;
+        assert_eq!(refused.0, 422, "{host}: {}", refused.1);
+    }
+    assert_error(&run(json!({"input": "x"})).await, 400, "mapping");
+    assert_error(
+        &run(json!({"mapping": "root = this", "extra": 1})).await,
+        400,
+        "extra",
+    );
+    let anonymous = send(
+        reqwest::Client::new()
+            .post(db.url("/api/mapping/run"))
+            .json(&json!({"mapping": "root = this"})),
+    )
+    .await;
+    assert_eq!(anonymous.0, 401);
+    db.stop().await;
+}

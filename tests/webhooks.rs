@@ -474,7 +474,7 @@ fn signature_ok(secret: &str, header: &str, body: &[u8]) -> bool {
     mac.update(format!("{t}.").as_bytes());
     mac.update(body);
     let expected = hex::encode(mac.finalize().into_bytes());
-    fresh && v1.iter().any(|s| *s == expected)
+    fresh && v1.contains(&expected)
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
-use super::{apis, assets, certs, deliveries, error, hooks, orgs, portal, request};
+use super::{apis, assets, certs, deliveries, error, hooks, mapping, orgs, portal, request};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -64,6 +64,7 @@ use super::{apis, assets, certs, deliveries, error, hooks, orgs, portal, request
         deliveries::list,
         deliveries::get,
         deliveries::replay,
+        mapping::run,
     ),
     components(schemas(
         error::ErrorBody,
@@ -79,6 +80,8 @@ use super::{apis, assets, certs, deliveries, error, hooks, orgs, portal, request
         certs::CertFull,
         certs::CertUpload,
         hooks::Webhook,
+        mapping::MappingRun,
+        mapping::MappingResult,
         hooks::WebhookInput,
         hooks::WebhookList,
         apis::ApiSummary,
@@ -118,6 +121,7 @@ use super::{apis, assets, certs, deliveries, error, hooks, orgs, portal, request
         (name = "orgs", description = "Organisations, users and keys."),
         (name = "portal", description = "Developer portal: products, apps, their webhook subscriptions, and published events."),
         (name = "deliveries", description = "The webhook delivery log and replays."),
+        (name = "mapping", description = "The mapping playground: a mapping run on one message."),
         (name = "meta", description = "This document."),
     )
 )]

@@ -15,7 +15,7 @@ use percent_encoding::percent_decode_str;
 
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
-use super::{apis, assets, auth, certs, deliveries, hooks, openapi, orgs, portal, State};
+use super::{apis, assets, auth, certs, deliveries, hooks, mapping, openapi, orgs, portal, State};
 use crate::http::{self as h, HttpResponse};
 
 /// Runs one request.
@@ -70,6 +70,7 @@ pub fn routes() -> Vec<Route> {
         route!(POST "/api/certs" => certs::create),
         route!(GET "/api/certs/{certId}" => certs::get),
         route!(DELETE "/api/certs/{certId}" => certs::delete),
+        route!(POST "/api/mapping/run" => mapping::run),
         route!(GET "/api/hooks" => hooks::list),
         route!(POST "/api/hooks" => hooks::create),
         route!(GET "/api/hooks/{hookId}" => hooks::get),

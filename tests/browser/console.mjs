@@ -303,6 +303,28 @@ await step('a dashboard key is created, then revoked and refused', async () => {
   assert.equal((await api('GET', '/api/keys', key)).status, 401);
 });
 
+await step('the mapping playground runs a mapping and places its problems', async () => {
+  await page.getByRole('link', { name: 'Mapping' }).click();
+  await page.getByRole('heading', { name: 'Mapping playground', level: 1 }).waitFor();
+  const output = page.locator('#mapping-output');
+  // The example runs at once: the server's own executor computed the total.
+  await page.waitForFunction(() => document.querySelector('#mapping-output').textContent.includes('"total": 7.5'));
+  assert.match(await output.textContent(), /"name": "ADA"/);
+  assert.match(await page.locator('#mapping-output-metadata').textContent(), /"topic": "orders"/);
+  await page.getByLabel('Input message').fill('{"name": "bob", "items": []}');
+  await page.waitForFunction(() => document.querySelector('#mapping-output').textContent.includes('"name": "BOB"'));
+  await page.getByLabel('Mapping', { exact: true }).fill('root = this\nroot.x = this.name.nope()\n');
+  const problem = page.locator('#mapping-problems .problem').first();
+  await problem.waitFor();
+  assert.match(await problem.textContent(), /^2:\d+ /);
+  assert.equal(await output.textContent(), '');
+  await assertLabelled('mapping');
+  await page.getByLabel('Mapping', { exact: true }).fill('root = this\nroot.total = this.items.map_each(i -> i.price).sum()\n');
+  await page.getByLabel('Input message').fill('{"items": [{"price": 2}, {"price": 40}]}');
+  await page.waitForFunction(() => document.querySelector('#mapping-output').textContent.includes('"total": 42'));
+  await shot('mapping');
+});
+
 await step('the page logged no errors (no CSP violation, no exception)', async () => {
   assert.deepEqual(pageErrors, []);
 });

@@ -1,0 +1,116 @@
+//! The mapping playground: runs a mapping on one message with the server's own compiler
+//! and executor, so what the console shows is what a stream would do. Mappings posted
+//! here are sandboxed (nothing that reads the host, no `import`).
+
+use std::collections::BTreeMap;
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody, Problem};
+use super::request::{Ctx, Reply};
+use crate::mapping::{Env, Mapping};
+use crate::message::{Message, Metadata};
+use crate::value::Value;
+
+/// A mapping and the message to run it on.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MappingRun {
+    /// The mapping's text.
+    pub mapping: String,
+    /// The message's payload, as text (JSON for `this` to be structured).
+    #[serde(default)]
+    pub input: String,
+    /// The message's metadata.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<BTreeMap<String, Json>>,
+}
+
+/// What the mapping made of the message.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MappingResult {
+    /// The new payload, as text; null when the mapping deleted the message or failed.
+    pub output: Option<String>,
+    /// The new metadata.
+    #[schema(value_type = Object)]
+    pub metadata: Json,
+    /// The mapping deleted the message (`root = deleted()`).
+    pub deleted: bool,
+    /// Why the mapping failed on this message, when it did.
+    pub error: Option<String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/mapping/run",
+    tag = "mapping",
+    request_body(content = MappingRun, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The mapping ran: its output, or the error it raised on this message.", body = MappingResult),
+        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        (status = 422, description = "The mapping does not compile: each problem with its line and column.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn run(ctx: Ctx) -> Result<Reply, ApiError> {
+    let input: MappingRun = ctx.json()?;
+    let env = Env::default().sandboxed();
+    let mapping =
+        Mapping::compile(&input.mapping, &env).map_err(|diagnostics| ApiError::Invalid {
+            message: "the mapping does not compile".into(),
+            errors: diagnostics
+                .iter()
+                .map(|d| Problem {
+                    path: "mapping".into(),
+                    message: match &d.hint {
+                        Some(hint) => format!("{} ({hint})", d.message),
+                        None => d.message.clone(),
+                    },
+                    line: Some(d.line),
+                    column: Some(d.col),
+                })
+                .collect(),
+        })?;
+    let mut message = Message::new(input.input.into_bytes());
+    if let Some(meta) = input.metadata {
+        let converted: Metadata = meta.into_iter().map(|(k, v)| (k, Value::from(v))).collect();
+        message.set_metadata(converted);
+    }
+    let batch = vec![message];
+    let result = match mapping.apply(&batch, 0) {
+        Ok(Some(out)) => MappingResult {
+            output: Some(String::from_utf8_lossy(out.payload()).into_owned()),
+            metadata: metadata_json(out.metadata()),
+            deleted: false,
+            error: None,
+        },
+        Ok(None) => MappingResult {
+            output: None,
+            metadata: metadata_json(batch[0].metadata()),
+            deleted: true,
+            error: None,
+        },
+        Err(e) => MappingResult {
+            output: None,
+            metadata: metadata_json(batch[0].metadata()),
+            deleted: false,
+            error: Some(e.to_string()),
+        },
+    };
+    Reply::json(StatusCode::OK, result)
+}
+
+fn metadata_json(meta: &Metadata) -> Json {
+    Json::Object(
+        meta.iter()
+            .map(|(k, v)| (k.clone(), serde_json::to_value(v).unwrap_or(Json::Null)))
+            .collect(),
+    )
+}
