@@ -10,7 +10,7 @@ mod common;
 
 use std::error::Error;
 
-use sluice::store::{KeyRecord, Store, StoreError, StoredApi};
+use sluice::store::{DeliveryRecord, KeyRecord, Store, StoreError, StoredApi};
 use sqlx::postgres::PgPool;
 
 fn key(id: &str, hash: &str, org_id: &str) -> KeyRecord {
@@ -32,6 +32,29 @@ fn api(id: &str, org_id: &str, version: u32) -> StoredApi {
             r#"{{"openapi":"3.0.3","info":{{"title":"{id}","version":"{version}"}}}}"#
         ),
         updated_at: 1_700_000_000 + i64::from(version),
+    }
+}
+
+fn delivery(id: &str) -> DeliveryRecord {
+    DeliveryRecord {
+        id: id.into(),
+        org_id: "org-q".into(),
+        source: "hook:h".into(),
+        event: "auth_failure".into(),
+        method: "POST".into(),
+        url: "http://127.0.0.1:1/".into(),
+        headers: "{}".into(),
+        body: b"{}".to_vec(),
+        secret_sealed: None,
+        status: "pending".into(),
+        attempts: 0,
+        max_attempts: 3,
+        next_attempt_at: 0,
+        lease_until: 0,
+        last_status: None,
+        last_error: None,
+        created_at: 0,
+        updated_at: 0,
     }
 }
 
@@ -150,6 +173,37 @@ async fn scenario(url: String, backend: &str) {
     }
     assert_eq!(a.apis_revision().await.unwrap(), r3 + 10);
     assert_eq!(b.list_apis().await.unwrap().len(), 11);
+
+    // The webhook queue: two stores claiming at once never hold the same delivery, and
+    // every delivery is claimed once.
+    let queued: Vec<DeliveryRecord> = (0..200).map(|i| delivery(&format!("d{i:03}"))).collect();
+    assert_eq!(a.enqueue_deliveries(&queued, 10).await.unwrap(), 200);
+    assert_eq!(b.enqueue_deliveries(&queued[..5], 11).await.unwrap(), 0);
+    let claimers: Vec<_> = (0..8)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let got = store.claim_deliveries(20, 60_000, 7, true).await.unwrap();
+                    if got.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(got.into_iter().map(|d| d.id));
+                }
+            })
+        })
+        .collect();
+    let mut claimed = Vec::new();
+    for task in claimers {
+        claimed.extend(task.await.unwrap());
+    }
+    claimed.sort();
+    let all: Vec<String> = queued.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(
+        claimed, all,
+        "{backend}: each delivery claimed exactly once"
+    );
 
     a.close().await;
     b.close().await;

@@ -107,6 +107,7 @@ impl Store {
         deliveries: &[DeliveryRecord],
         now_ms: i64,
     ) -> Result<u64, StoreError> {
+        let _turn = self.queue_write_turn().await;
         let added: u64 = with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             let mut added = 0;
@@ -143,17 +144,19 @@ impl Store {
         limit: i64,
         signed: bool,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let _turn = self.queue_write_turn().await;
         let unsigned_only = if signed {
             ""
         } else {
             " AND secret_sealed IS NULL"
         };
         // The outer condition repeats the inner one: a row another worker claimed between
-        // the two is re-checked and skipped.
+        // the two is re-checked and skipped. It is written `status || ''` so that SQLite
+        // finds the rows by id rather than walking every pending row by status.
         let sql = format!(
             "UPDATE deliveries SET lease_until = $1 + $2 WHERE id IN (SELECT id FROM deliveries \
              WHERE status = 'pending' AND next_attempt_at <= $1 AND lease_until <= $1{unsigned_only} \
-             ORDER BY next_attempt_at LIMIT $3) AND status = 'pending' AND lease_until <= $1 \
+             ORDER BY next_attempt_at LIMIT $3) AND status || '' = 'pending' AND lease_until <= $1 \
              RETURNING {COLUMNS}"
         );
         let rows = with_pool!(self, |pool| {
@@ -173,6 +176,7 @@ impl Store {
         results: &[AttemptResult],
         now_ms: i64,
     ) -> Result<(), StoreError> {
+        let _turn = self.queue_write_turn().await;
         with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             for r in results {
@@ -282,6 +286,7 @@ impl Store {
         attempts: i64,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
+        let _turn = self.queue_write_turn().await;
         let n = with_pool!(self, |pool| {
             sqlx::query(
                 "UPDATE deliveries SET status = 'pending', max_attempts = attempts + $3, \

@@ -21,7 +21,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::Connection;
 
 /// Runs `$body` with `$pool` bound to the store's connection pool, whichever backend it is.
@@ -75,6 +77,10 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
+    /// Queue writes of one SQLite store wait their turn here: SQLite takes one writer at
+    /// a time, and connections that collide otherwise back off in sleeps of
+    /// milliseconds, which dominated busy webhook queues.
+    queue_writes: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The connection pool of one backend.
@@ -199,6 +205,12 @@ impl Store {
                     // WAL: readers do not block the writer, and several processes can share
                     // the file; the busy timeout makes a second writer wait, not fail.
                     .journal_mode(SqliteJournalMode::Wal)
+                    // In WAL mode, NORMAL syncs at checkpoints rather than at every commit:
+                    // a committed write survives the process being killed (it is in the
+                    // WAL file), and only an operating-system crash can lose the last
+                    // commits. Every commit syncing (FULL) made each webhook event and
+                    // delivery record wait for the disk.
+                    .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(SQLITE_BUSY_TIMEOUT)
                     .foreign_keys(true);
                 let pool = SqlitePoolOptions::new()
@@ -229,7 +241,10 @@ impl Store {
                 Pool::Postgres(pool)
             }
         };
-        let store = Store { pool };
+        let store = Store {
+            pool,
+            queue_writes: Default::default(),
+        };
         store.migrate(&url_redacted).await?;
         Ok(store)
     }
@@ -271,6 +286,16 @@ impl Store {
                 .await?
         });
         Ok(revision)
+    }
+}
+
+impl Store {
+    /// Takes the turn of a queue write on SQLite; PostgreSQL lets writers run together.
+    pub(crate) async fn queue_write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        match self.pool {
+            Pool::Sqlite(_) => Some(self.queue_writes.lock().await),
+            Pool::Postgres(_) => None,
+        }
     }
 }
 
@@ -424,6 +449,7 @@ mod tests {
         // A lazy pool never connects, so this needs no database.
         let options = SqliteConnectOptions::from_str("sqlite::memory:").unwrap();
         let store = Store {
+            queue_writes: Default::default(),
             pool: Pool::Sqlite(SqlitePoolOptions::new().connect_lazy_with(options)),
         };
         assert_eq!(format!("{store:?}"), "Store { backend: \"sqlite\", .. }");

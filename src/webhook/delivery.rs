@@ -124,6 +124,7 @@ impl Deliverer {
     /// the timeout) and are recorded.
     pub async fn run(self, stop: CancellationToken) {
         let concurrency = self.config.concurrency.max(1);
+        let chunk = (concurrency / 4).max(1) as u32;
         let slots = Arc::new(Semaphore::new(concurrency));
         let (results_tx, results_rx) = mpsc::channel(concurrency * 2);
         let recorder = tokio::spawn(record(self.store.clone(), results_rx));
@@ -132,11 +133,12 @@ impl Deliverer {
         let lease = self.config.timeout.0 + StdDuration::from_secs(30);
         let this = Arc::new(self);
         while !stop.is_cancelled() {
-            // Wait for a free slot before claiming, so claimed rows are sent at once.
-            let Ok(first) = slots.clone().acquire_owned().await else {
+            // Wait for a share of the slots to be free before claiming, so claimed rows
+            // are sent at once and a busy queue is claimed in chunks, not row by row.
+            let Ok(held) = slots.clone().acquire_many_owned(chunk).await else {
                 break;
             };
-            let free = slots.available_permits() + 1;
+            let free = slots.available_permits() + chunk as usize;
             let claimed = this
                 .store
                 .claim_deliveries(
@@ -154,7 +156,7 @@ impl Deliverer {
                 }
             };
             if batch.is_empty() {
-                drop(first);
+                drop(held);
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = this.wake.notified() => {}
@@ -162,10 +164,18 @@ impl Deliverer {
                 }
                 continue;
             }
-            let mut first = Some(first);
+            let mut held = Some(held);
             for delivery in batch {
-                let permit = match first.take() {
-                    Some(p) => p,
+                // Each attempt holds one slot: one of those waited for, then any other.
+                let permit = match held.take() {
+                    Some(mut many) if many.num_permits() > 1 => match many.split(1) {
+                        Some(one) => {
+                            held = Some(many);
+                            one
+                        }
+                        None => many,
+                    },
+                    Some(one) => one,
                     None => match slots.clone().acquire_owned().await {
                         Ok(p) => p,
                         Err(_) => break,
