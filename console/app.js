@@ -18,6 +18,7 @@ const ROUTES = [
   { path: /^\/certs$/, section: 'certs', page: () => import('./pages/certs.js'), show: (m, view) => m.render(view) },
   { path: /^\/hooks$/, section: 'hooks', page: () => import('./pages/hooks.js'), show: (m, view) => m.render(view) },
   { path: /^\/keys$/, section: 'keys', page: () => import('./pages/keys.js'), show: (m, view) => m.render(view) },
+  { path: /^\/live\/([^/]+)$/, section: 'apis', page: () => import('./pages/live.js'), show: (m, view, [id]) => m.render(view, decodeURIComponent(id)) },
   { path: /^\/mapping$/, section: 'mapping', page: () => import('./pages/mapping.js'), show: (m, view) => m.render(view) },
 ];
 const HOME = '#/apis';

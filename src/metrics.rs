@@ -45,6 +45,11 @@ pub const WEBHOOK_ATTEMPT_DURATION: &str = "sluice_webhook_attempt_seconds";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// The handle of this process's recorder, when one was installed.
+pub fn installed() -> Option<PrometheusHandle> {
+    HANDLE.get().cloned()
+}
+
 /// Installs the Prometheus recorder once per process and returns the handle that renders
 /// `/metrics`. Later calls return the same handle.
 pub fn install() -> PrometheusHandle {

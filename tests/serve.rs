@@ -99,4 +99,34 @@ x-sluice-streaming:
             .unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
+
+    // The live view counts what went through each node and sees the connected client.
+    let live: serde_json::Value = http
+        .get(format!(
+            "http://127.0.0.1:{db_port}/api/apis/streams/live/live"
+        ))
+        .header("authorization", &key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(live["running_here"], true, "{live}");
+    let stream = &live["streams"][0];
+    assert_eq!(stream["name"], "main");
+    let nodes = stream["nodes"].as_array().unwrap();
+    let kinds: Vec<&str> = nodes.iter().map(|n| n["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["input", "output"], "{live}");
+    assert_eq!(nodes[0]["type"], "http_server");
+    assert_eq!(nodes[0]["received"], 1.0, "{live}");
+    assert_eq!(nodes[1]["sent"], 1.0, "{live}");
+    let events = stream["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["route"] == "/events")
+        .expect("the SSE route");
+    assert_eq!(events["transport"], "sse", "{live}");
+    assert_eq!(events["connections"], 1.0, "{live}");
 }

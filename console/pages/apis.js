@@ -53,6 +53,9 @@ async function refresh(list, message) {
       time(api.updated_at),
       h('div', { class: 'actions' },
         h('a', { class: 'button small secondary', href: editHref, 'aria-label': `Edit ${name}` }, 'Edit'),
+        api.kind === 'streams'
+          ? h('a', { class: 'button small secondary', href: `#/live/${encodeURIComponent(api.id)}`, 'aria-label': `Live view of ${name}` }, 'Live')
+          : null,
         button(api.active ? 'Deactivate' : 'Activate', async () => {
           try {
             await setActive(api, !api.active);

@@ -541,7 +541,7 @@ async fn save(
 }
 
 /// The caller's API of this kind with the path's id, or 404.
-async fn find(ctx: &Ctx, kind: Kind) -> Result<(StoredApi, Value), ApiError> {
+pub(super) async fn find(ctx: &Ctx, kind: Kind) -> Result<(StoredApi, Value), ApiError> {
     let missing = || ApiError::not_found(kind.noun());
     let api = ctx
         .state

@@ -17,6 +17,7 @@ pub mod console;
 pub mod deliveries;
 pub mod error;
 pub mod hooks;
+pub mod live;
 pub mod mapping;
 pub mod openapi;
 pub mod orgs;

@@ -8,7 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
-use super::{apis, assets, certs, deliveries, error, hooks, mapping, orgs, portal, request};
+use super::{apis, assets, certs, deliveries, error, hooks, live, mapping, orgs, portal, request};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -50,6 +50,7 @@ use super::{apis, assets, certs, deliveries, error, hooks, mapping, orgs, portal
         apis::get_streams,
         apis::update_streams,
         apis::delete_streams,
+        live::live,
         portal::list_products,
         portal::create_product,
         portal::get_product,
@@ -81,6 +82,10 @@ use super::{apis, assets, certs, deliveries, error, hooks, mapping, orgs, portal
         certs::CertUpload,
         hooks::Webhook,
         mapping::MappingRun,
+        live::LiveApi,
+        live::LiveStream,
+        live::LiveNode,
+        live::LiveRoute,
         mapping::MappingResult,
         hooks::WebhookInput,
         hooks::WebhookList,

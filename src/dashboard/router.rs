@@ -15,7 +15,9 @@ use percent_encoding::percent_decode_str;
 
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
-use super::{apis, assets, auth, certs, deliveries, hooks, mapping, openapi, orgs, portal, State};
+use super::{
+    apis, assets, auth, certs, deliveries, hooks, live, mapping, openapi, orgs, portal, State,
+};
 use crate::http::{self as h, HttpResponse};
 
 /// Runs one request.
@@ -86,6 +88,7 @@ pub fn routes() -> Vec<Route> {
         route!(GET "/api/apis/streams/{apiId}" => apis::get_streams),
         route!(PUT "/api/apis/streams/{apiId}" => apis::update_streams),
         route!(DELETE "/api/apis/streams/{apiId}" => apis::delete_streams),
+        route!(GET "/api/apis/streams/{apiId}/live" => live::live),
         route!(GET "/api/portal/products" => portal::list_products),
         route!(POST "/api/portal/products" => portal::create_product),
         route!(GET "/api/portal/products/{productId}" => portal::get_product),

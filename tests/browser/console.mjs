@@ -240,6 +240,22 @@ await step('an API opens in the editor and saves unchanged', async () => {
   await page.getByRole('row').filter({ hasText: 'Orders stream' }).filter({ hasText: 'Inactive' }).waitFor();
 });
 
+await step('a streaming API has a live view of its graph', async () => {
+  await page.getByRole('link', { name: 'Live view of Orders stream' }).click();
+  await page.getByRole('heading', { name: /^Live: / }).waitFor();
+  const graph = page.getByRole('list', { name: /^Graph of stream / }).first();
+  await graph.waitFor();
+  const kinds = await graph.locator('.node .node-kind').allTextContents();
+  assert.equal(kinds[0], 'input');
+  assert.equal(kinds[kinds.length - 1], 'output');
+  // This dashboard runs no streams itself: it says so, and shows the definition's graph.
+  await page.locator('#live-status .notice').waitFor();
+  await assertLabelled('live');
+  await shot('live');
+  await page.getByRole('link', { name: 'Back to the APIs' }).click();
+  await page.getByRole('heading', { name: 'APIs', level: 1 }).waitFor();
+});
+
 await step('the APIs page reads at phone width', async () => {
   await page.setViewportSize(PHONE);
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);

@@ -1,0 +1,123 @@
+// A streaming API's live view: each stream's graph (inputs, processors, outputs as
+// boxes, channels as arrows) with per-node rates and error counts read every second,
+// a small chart of the last five minutes per node, and the clients connected to its
+// routes. The numbers come from `GET /api/apis/streams/{id}/live`.
+
+import { call } from '../api.js';
+import { h, heading, notice, show } from '../ui.js';
+
+const PERIOD_MS = 1000;
+const HISTORY = 300; // samples: five minutes at one a second
+
+export async function render(view, id) {
+  const status = h('div', { id: 'live-status' });
+  const streams = h('div', { id: 'live-streams' });
+  view.replaceChildren(
+    heading(`Live: ${id}`),
+    h('p', {}, h('a', { href: '#/apis' }, 'Back to the APIs')),
+    status,
+    streams);
+  const history = new Map(); // node key -> {last, sent: [rates], received: [rates]}
+  let first = true;
+  const tick = async () => {
+    if (!view.isConnected) return false;
+    let live;
+    try {
+      live = await call('GET', `/api/apis/streams/${encodeURIComponent(id)}/live`);
+    } catch (e) {
+      show(status, notice('error', `The live view could not be read: ${e.message}`));
+      return true;
+    }
+    show(status, live.running_here
+      ? null
+      : notice('info', 'These streams do not run in the dashboard\u2019s process (run `sluice serve` to see their counters here): the graph is the definition\u2019s.'));
+    if (first) {
+      streams.replaceChildren(...live.streams.map((s) => streamCard(s)));
+      first = false;
+    }
+    for (const stream of live.streams) update(streams, stream, live.at, history);
+    return true;
+  };
+  await tick();
+  const timer = setInterval(async () => {
+    if (!(await tick())) clearInterval(timer);
+  }, PERIOD_MS);
+}
+
+const key = (stream, node) => `${stream}\u0000${node.component}`;
+
+function streamCard(stream) {
+  const graph = h('ol', { class: 'graph', 'aria-label': `Graph of stream ${stream.name}` });
+  stream.nodes.forEach((node, i) => {
+    if (i > 0) graph.append(h('li', { class: 'arrow', 'aria-hidden': 'true' }, '\u2192'));
+    graph.append(h('li', { class: `node ${node.kind}`, 'data-node': key(stream.name, node) },
+      h('span', { class: 'node-kind' }, node.kind),
+      h('strong', {}, node.type),
+      h('code', { class: 'node-name' }, node.component),
+      h('dl', {},
+        h('dt', {}, 'in/s'), h('dd', { class: 'rate-in' }, '\u2013'),
+        h('dt', {}, 'out/s'), h('dd', { class: 'rate-out' }, '\u2013'),
+        h('dt', {}, 'errors'), h('dd', { class: 'errors' }, String(node.errors))),
+      chart()));
+  });
+  return h('section', { class: 'card live-stream', 'data-stream': stream.name, 'aria-labelledby': `stream-${stream.name}` },
+    h('h2', { id: `stream-${stream.name}` }, stream.name),
+    graph,
+    h('h3', {}, 'Connected clients'),
+    h('ul', { class: 'clients' }));
+}
+
+function chart() {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${HISTORY} 40`);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  svg.setAttribute('class', 'spark');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', 'Messages out per second, last five minutes');
+  const line = document.createElementNS(ns, 'polyline');
+  line.setAttribute('fill', 'none');
+  svg.append(line);
+  return svg;
+}
+
+function update(root, stream, at, history) {
+  const card = [...root.querySelectorAll('.live-stream')].find((c) => c.dataset.stream === stream.name);
+  if (!card) return;
+  for (const node of stream.nodes) {
+    const k = key(stream.name, node);
+    const box = [...card.querySelectorAll('.node')].find((b) => b.dataset.node === k);
+    if (!box) continue;
+    const past = history.get(k) || { last: null, out: [] };
+    let rateIn = null;
+    let rateOut = null;
+    if (past.last && at > past.last.at) {
+      const secs = (at - past.last.at) / 1000;
+      rateIn = Math.max(0, (node.received - past.last.received) / secs);
+      rateOut = Math.max(0, (node.sent - past.last.sent) / secs);
+      past.out.push(rateOut);
+      if (past.out.length > HISTORY) past.out.shift();
+    }
+    past.last = { at, received: node.received, sent: node.sent };
+    history.set(k, past);
+    box.querySelector('.rate-in').textContent = rateIn === null ? '\u2013' : format(rateIn);
+    box.querySelector('.rate-out').textContent = rateOut === null ? '\u2013' : format(rateOut);
+    box.querySelector('.errors').textContent = String(node.errors);
+    box.classList.toggle('failing', node.errors > 0);
+    draw(box.querySelector('polyline'), past.out);
+  }
+  const clients = card.querySelector('.clients');
+  clients.replaceChildren(...(stream.clients.length
+    ? stream.clients.map((c) => h('li', {}, h('code', {}, c.route), ` ${c.transport}: `, h('strong', { class: 'connections' }, String(c.connections))))
+    : [h('li', {}, 'None.')]));
+}
+
+function draw(line, values) {
+  const top = Math.max(1, ...values);
+  const offset = HISTORY - values.length;
+  line.setAttribute('points', values.map((v, i) => `${offset + i},${(40 - (v / top) * 38).toFixed(1)}`).join(' '));
+}
+
+function format(rate) {
+  return rate >= 100 ? Math.round(rate).toLocaleString('en') : rate.toFixed(1);
+}
