@@ -1,4 +1,4 @@
-//! The web console in a real browser: a `sluice dashboard` on a temporary store, an API
+//! The web console in a real browser: `sluice serve` in a temporary directory, APIs
 //! and certificates created through the management API, then the scenarios of
 //! `tests/browser/console.mjs` in headless Chromium (sign-in, the APIs page, the editor's
 //! positioned problems, activation, webhooks, keys; screenshots of each page).
@@ -57,36 +57,30 @@ async fn the_console_works_in_a_browser() {
         "the browser test needs Chromium and its driver: run scripts/browser.sh (scripts/test.sh does)"
     );
 
+    // `sluice serve`: the console's dashboard with a gateway in the same process, so
+    // that the live view has running streams to show.
     let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port();
-    let config = dir.path().join("dashboard.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen:\n  address: 127.0.0.1\n  port: {port}\nstore:\n  url: sqlite://{}/store.db\nstreaming:\n  enabled: true\nlogger:\n  level: warn\n",
-            dir.path().display()
-        ),
-    )
-    .expect("write config");
-    std::fs::write(dir.path().join("store.db"), b"").expect("create the store");
+    let (port, gw_port) = (free_port(), free_port());
     let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
     command
-        .arg("dashboard")
-        .arg("--config")
-        .arg(&config)
+        .arg("serve")
         .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
     for (k, _) in std::env::vars() {
-        if k.starts_with("SLUICE_DB_") {
+        if k.starts_with("SLUICE_DB_") || k.starts_with("SLUICE_GW_") {
             command.env_remove(k);
         }
     }
-    let _dashboard = command
+    let _serve = command
         .env("SLUICE_DB_ADMIN_KEY", ADMIN_KEY)
+        .env("SLUICE_DB_LISTEN_PORT", port.to_string())
+        .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .env("SLUICE_GW_LOGGER_LEVEL", "warn")
+        .env("SLUICE_DB_LOGGER_LEVEL", "warn")
         .spawn()
-        .expect("spawn sluice dashboard");
+        .expect("spawn sluice serve");
     let base = format!("http://127.0.0.1:{port}");
     let http = reqwest::Client::new();
     let start = Instant::now();
@@ -126,6 +120,15 @@ async fn the_console_works_in_a_browser() {
         .to_string(),
     )
     .await;
+    // A running streaming API for the live view: messages posted to the gateway pass
+    // through a mapping to a drop output.
+    post(
+        &http,
+        format!("{base}/api/apis/streams"),
+        "application/vnd.sluice.streams.oas",
+        "openapi: 3.0.3\ninfo: {title: Ticker, version: '1'}\npaths: {}\nx-sluice-api-gateway:\n  info: {id: ticker, name: Ticker}\n  server: {listenPath: {value: /ticker/, strip: true}}\nx-sluice-streaming:\n  streams:\n    main:\n      input: {http_server: {path: /publish, allowed_verbs: [POST]}}\n      pipeline:\n        processors:\n          - mapping: 'root = content().string().uppercase()'\n      output: {drop: {}}\n".into(),
+    )
+    .await;
     for (name, days) in [("api.example.com", 700), ("legacy.example.com", 9)] {
         post(
             &http,
@@ -149,6 +152,10 @@ async fn the_console_works_in_a_browser() {
         .env("SLUICE_CONSOLE_KEY", ADMIN_KEY)
         .env("SLUICE_CONSOLE_API", "Petstore")
         .env("SLUICE_CONSOLE_SHOTS", &shots)
+        .env(
+            "SLUICE_CONSOLE_GATEWAY",
+            format!("http://127.0.0.1:{gw_port}"),
+        )
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(BROWSER_DEADLINE, run)

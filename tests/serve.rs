@@ -129,4 +129,53 @@ x-sluice-streaming:
         .expect("the SSE route");
     assert_eq!(events["transport"], "sse", "{live}");
     assert_eq!(events["connections"], 1.0, "{live}");
+
+    // The live tail: opened by the first call, it samples what the output delivers,
+    // with credentials-bearing metadata hidden.
+    let tail_url = format!("http://127.0.0.1:{db_port}/api/apis/streams/live/tail");
+    let open = http
+        .post(format!("{tail_url}?stream=main"))
+        .header("authorization", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open.status(), 200);
+    let publish = http
+        .post(format!("http://127.0.0.1:{gw_port}/live/publish"))
+        .header("authorization", "Bearer do-not-show")
+        .body("tail me")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(publish.status(), 200);
+    let started = std::time::Instant::now();
+    let message = loop {
+        let tail: serde_json::Value = http
+            .post(format!("{tail_url}?stream=main&after=0"))
+            .header("authorization", &key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(m) = tail["messages"].as_array().and_then(|m| m.last()) {
+            break m.clone();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "nothing in the tail"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(message["payload"], "tail me", "{message}");
+    assert!(!message.to_string().contains("do-not-show"), "{message}");
+    assert_eq!(message["metadata"]["authorization"], "***", "{message}");
+    let unknown = http
+        .post(format!("{tail_url}?stream=nope"))
+        .header("authorization", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
 }

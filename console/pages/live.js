@@ -1,10 +1,11 @@
 // A streaming API's live view: each stream's graph (inputs, processors, outputs as
 // boxes, channels as arrows) with per-node rates and error counts read every second,
 // a small chart of the last five minutes per node, and the clients connected to its
-// routes. The numbers come from `GET /api/apis/streams/{id}/live`.
+// routes. The numbers come from `GET /api/apis/streams/{id}/live`. A stream's tail (a
+// sample of what it delivered) is opt-in: it is read only while its switch is on.
 
 import { call } from '../api.js';
-import { h, heading, notice, show } from '../ui.js';
+import { button, h, heading, notice, show } from '../ui.js';
 
 const PERIOD_MS = 1000;
 const HISTORY = 300; // samples: five minutes at one a second
@@ -32,7 +33,7 @@ export async function render(view, id) {
       ? null
       : notice('info', 'These streams do not run in the dashboard\u2019s process (run `sluice serve` to see their counters here): the graph is the definition\u2019s.'));
     if (first) {
-      streams.replaceChildren(...live.streams.map((s) => streamCard(s)));
+      streams.replaceChildren(...live.streams.map((s) => streamCard(s, id, live.running_here)));
       first = false;
     }
     for (const stream of live.streams) update(streams, stream, live.at, history);
@@ -46,7 +47,7 @@ export async function render(view, id) {
 
 const key = (stream, node) => `${stream}\u0000${node.component}`;
 
-function streamCard(stream) {
+function streamCard(stream, apiId, running) {
   const graph = h('ol', { class: 'graph', 'aria-label': `Graph of stream ${stream.name}` });
   stream.nodes.forEach((node, i) => {
     if (i > 0) graph.append(h('li', { class: 'arrow', 'aria-hidden': 'true' }, '\u2192'));
@@ -64,7 +65,56 @@ function streamCard(stream) {
     h('h2', { id: `stream-${stream.name}` }, stream.name),
     graph,
     h('h3', {}, 'Connected clients'),
-    h('ul', { class: 'clients' }));
+    h('ul', { class: 'clients' }),
+    running ? tailSection(apiId, stream.name) : null);
+}
+
+/** The opt-in tail: while on, the latest sampled messages, newest first, read every second. */
+function tailSection(apiId, name) {
+  const list = h('ol', { class: 'tail', 'aria-label': `Messages of stream ${name}`, 'aria-live': 'polite' });
+  const status = h('div', {});
+  let after = 0;
+  let timer = null;
+  const read = async () => {
+    if (!list.isConnected) {
+      clearInterval(timer);
+      return;
+    }
+    try {
+      const tail = await call('POST', `/api/apis/streams/${encodeURIComponent(apiId)}/tail`, { query: { stream: name, after } });
+      for (const m of tail.messages) {
+        after = Math.max(after, m.seq);
+        const meta = Object.entries(m.metadata).map(([k, v]) => `${k}: ${v}`).join('\n');
+        list.prepend(h('li', {},
+          h('time', { datetime: m.at }, m.at.slice(11, 23)),
+          h('pre', { class: 'code output' }, m.payload + (m.truncated ? ' \u2026' : '')),
+          meta ? h('details', {}, h('summary', {}, 'Metadata'), h('pre', { class: 'code output' }, meta)) : null));
+      }
+      while (list.children.length > 50) list.lastChild.remove();
+      show(status, null);
+    } catch (e) {
+      show(status, notice('error', `The tail could not be read: ${e.message}`));
+    }
+  };
+  const toggle = button('Start tail', () => {
+    if (timer) {
+      clearInterval(timer);
+      timer = null;
+      toggle.textContent = 'Start tail';
+      toggle.setAttribute('aria-pressed', 'false');
+      return;
+    }
+    read();
+    timer = setInterval(read, PERIOD_MS);
+    toggle.textContent = 'Stop tail';
+    toggle.setAttribute('aria-pressed', 'true');
+  }, { class: 'small secondary', 'aria-pressed': 'false', 'aria-label': `Tail of stream ${name}` });
+  return h('div', { class: 'tail-section' },
+    h('h3', {}, 'Tail'),
+    h('p', { class: 'hint' }, 'A sample of what the stream delivers (at most ten messages a second, the last 50 kept), taken only while the tail is on. Credentials in metadata read ***.'),
+    toggle,
+    status,
+    list);
 }
 
 function chart() {

@@ -105,6 +105,105 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
     )
 }
 
+/// Header-like metadata never shown in the tail, whatever the stream's config says.
+const REDACTED: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+];
+
+/// The tail of one stream: what it delivered lately.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Tail {
+    pub stream: String,
+    /// Pass the last `seq` seen as `after` to get only newer messages.
+    pub messages: Vec<TailMessage>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TailMessage {
+    pub seq: u64,
+    /// RFC 3339, UTC.
+    pub at: String,
+    /// The payload as text (invalid UTF-8 replaced), cut at 2 KiB.
+    pub payload: String,
+    pub truncated: bool,
+    /// Metadata; secrets-bearing keys (authorization, cookies, API keys) read `***`.
+    #[schema(value_type = Object)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/apis/streams/{apiId}/tail",
+    tag = "apis",
+    params(
+        ("apiId" = String, Path, description = "The streaming API's id."),
+        ("stream" = String, Query, description = "The stream's name in the API."),
+        ("after" = Option<u64>, Query, description = "Only messages after this `seq`."),
+    ),
+    responses(
+        (status = 200, description = "The latest sampled messages; the tail stays open 30 s after each call.", body = Tail),
+        (status = 400, description = "A bad query parameter.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such streaming API or stream, or the stream does not run in this process.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+/// A `POST` because it opens (or keeps open) the tail: sampling starts with the first
+/// call, not before.
+pub async fn tail(ctx: Ctx) -> Result<Reply, ApiError> {
+    let (api, doc) = find(&ctx, Kind::Streams).await?;
+    let stream = ctx
+        .query("stream")
+        .ok_or_else(|| ApiError::bad_request("missing query parameter `stream`"))?
+        .to_owned();
+    let after = match ctx.query("after") {
+        None | Some("") => 0,
+        Some(v) => v.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid query parameter `after`: `{v}` is not a number"
+            ))
+        })?,
+    };
+    let defined = doc
+        .get("x-sluice-streaming")
+        .and_then(|s| s.get("streams"))
+        .and_then(|s| s.get(&stream))
+        .is_some();
+    if !defined {
+        return Err(ApiError::not_found(&format!("stream `{stream}`")));
+    }
+    let Some(tap) = crate::stream::tap::find(&format!("{}.{stream}", api.id)) else {
+        return Err(ApiError::NotFound(format!(
+            "stream `{stream}` does not run in this process (its tail is where it runs: `sluice serve`)"
+        )));
+    };
+    let messages = tap
+        .read(after)
+        .into_iter()
+        .map(|s| TailMessage {
+            seq: s.seq,
+            at: chrono::DateTime::from_timestamp_millis(s.at)
+                .unwrap_or_default()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            payload: String::from_utf8_lossy(&s.payload).into_owned(),
+            truncated: s.truncated,
+            metadata: s
+                .metadata
+                .into_iter()
+                .map(|(k, v)| {
+                    let hidden = REDACTED.iter().any(|r| k.eq_ignore_ascii_case(r));
+                    (k, if hidden { "***".into() } else { v })
+                })
+                .collect(),
+        })
+        .collect();
+    Reply::json(StatusCode::OK, Tail { stream, messages })
+}
+
 /// One sample of the Prometheus text: name, labels, value.
 #[derive(Debug, PartialEq)]
 struct Sample {

@@ -89,6 +89,7 @@ pub fn routes() -> Vec<Route> {
         route!(PUT "/api/apis/streams/{apiId}" => apis::update_streams),
         route!(DELETE "/api/apis/streams/{apiId}" => apis::delete_streams),
         route!(GET "/api/apis/streams/{apiId}/live" => live::live),
+        route!(POST "/api/apis/streams/{apiId}/tail" => live::tail),
         route!(GET "/api/portal/products" => portal::list_products),
         route!(POST "/api/portal/products" => portal::create_product),
         route!(GET "/api/portal/products/{productId}" => portal::get_product),

@@ -7,6 +7,7 @@ pub mod manager;
 mod output;
 mod pipeline;
 pub mod readiness;
+pub mod tap;
 #[cfg(test)]
 mod tests;
 
@@ -323,6 +324,7 @@ fn build_output(
                 id,
                 writer,
                 metrics,
+                tap: tap::of(&cx.stream),
             }))
         }
         OutputBuild::Router(router, children) => {

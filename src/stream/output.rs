@@ -18,11 +18,14 @@ use crate::message::{batch_bytes, Ack, Batch, Outcome, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
 
 use super::readiness::Readiness;
+use super::tap::Tap;
 
 pub struct WriterNode {
     pub id: String,
     pub writer: Writer,
     pub metrics: NodeMetrics,
+    /// The stream's live tail, offered what this node delivered.
+    pub tap: Arc<Tap>,
 }
 
 /// A batch being written and the acks it settles: one per transaction in it, with the
@@ -48,6 +51,7 @@ impl WriterNode {
             id,
             writer,
             metrics,
+            tap,
         } = self;
         let output = writer.output;
         let policy = writer.batching;
@@ -118,18 +122,18 @@ impl WriterNode {
                         if policy.is_full(pending.batch.len(), pending.bytes)
                             || pending.acks.len() >= max_reads
                         {
-                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
+                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap));
                         }
                     }
                     None => {
                         open = false;
                         if !pending.acks.is_empty() {
-                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
+                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap));
                         }
                     }
                 },
                 _ = &mut timer, if connected && deadline.is_some() && writes.len() < max_in_flight => {
-                    writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics));
+                    writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap));
                 }
                 Some(lost) = writes.next(), if !writes.is_empty() => {
                     if lost && connected {
@@ -158,7 +162,7 @@ fn take(pending: &mut Flush, deadline: &mut Option<TokioInstant>) -> Flush {
 }
 
 /// Writes one flush and settles its acks. Returns true if the connection was lost.
-async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics) -> bool {
+async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics, tap: &Tap) -> bool {
     let (n, bytes) = (flush.batch.len(), flush.bytes);
     metrics.received_messages.increment(n as u64);
     metrics.received_bytes.increment(bytes as u64);
@@ -170,6 +174,7 @@ async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics) -> bool
         Ok(()) => {
             metrics.sent_messages.increment(n as u64);
             metrics.sent_bytes.increment(bytes as u64);
+            tap.offer(&flush.batch);
             for (ack, range) in flush.acks {
                 ack.offer_reply(&flush.batch[range]);
                 ack.resolve(Outcome::Delivered);

@@ -118,6 +118,7 @@ fn writer_node(output: impl Output + 'static, max_in_flight: usize) -> WriterNod
             batching: BatchPolicy::default(),
         },
         metrics: NodeMetrics::new(labels("output", Kind::Output)),
+        tap: Default::default(),
     }
 }
 

@@ -5,6 +5,7 @@
 //   SLUICE_CONSOLE_KEY   an admin key
 //   SLUICE_CONSOLE_API   the name of an API created through the management API
 //   SLUICE_CONSOLE_SHOTS a directory for the PNG screenshots
+//   SLUICE_CONSOLE_GATEWAY the gateway's base URL (the console runs under `sluice serve`)
 //   CHROMIUM             the browser (default /usr/bin/chromium)
 // Exits 0 when every scenario passed; otherwise prints the failed step and exits 1.
 
@@ -16,7 +17,8 @@ const base = process.env.SLUICE_CONSOLE_URL;
 const adminKey = process.env.SLUICE_CONSOLE_KEY;
 const existingApi = process.env.SLUICE_CONSOLE_API;
 const shots = process.env.SLUICE_CONSOLE_SHOTS;
-assert.ok(base && adminKey && existingApi && shots, 'SLUICE_CONSOLE_URL, _KEY, _API and _SHOTS are required');
+const gateway = process.env.SLUICE_CONSOLE_GATEWAY;
+assert.ok(base && adminKey && existingApi && shots && gateway, 'SLUICE_CONSOLE_URL, _KEY, _API, _SHOTS and _GATEWAY are required');
 
 const DESKTOP = { width: 1280, height: 800 };
 const PHONE = { width: 390, height: 844 };
@@ -248,10 +250,42 @@ await step('a streaming API has a live view of its graph', async () => {
   const kinds = await graph.locator('.node .node-kind').allTextContents();
   assert.equal(kinds[0], 'input');
   assert.equal(kinds[kinds.length - 1], 'output');
-  // This dashboard runs no streams itself: it says so, and shows the definition's graph.
-  await page.locator('#live-status .notice').waitFor();
+  await page.getByRole('link', { name: 'Back to the APIs' }).click();
+  await page.getByRole('heading', { name: 'APIs', level: 1 }).waitFor();
+});
+
+await step('a running stream shows its rates move and its tail', async () => {
+  await page.getByRole('link', { name: 'Live view of Ticker' }).click();
+  await page.getByRole('heading', { name: 'Live: ticker' }).waitFor();
+  await page.locator('.graph .node').first().waitFor();
+  const kinds = await page.locator('.graph .node .node-kind').allTextContents();
+  assert.deepEqual(kinds, ['input', 'processor', 'output']);
+  assert.equal(await page.locator('#live-status .notice').count(), 0, 'the streams run in this process');
+  await page.getByRole('button', { name: 'Tail of stream main' }).click();
+  // Messages posted to the gateway, as a producer would, for a few seconds.
+  let posted = 0;
+  const producer = (async () => {
+    for (let i = 1; i <= 30; i += 1) {
+      const resp = await fetch(`${gateway}/ticker/publish`, { method: 'POST', body: `tick ${i}`, headers: { Authorization: 'Bearer hidden-token' } });
+      assert.equal(resp.status, 200);
+      posted = i;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  })();
+  // The tail shows what the output delivered (after the mapping), credentials hidden.
+  await page.locator('.tail li pre').filter({ hasText: /^TICK \d+$/ }).first().waitFor();
+  // The rates move: some node passes messages at more than zero a second.
+  await page.waitForFunction(() => [...document.querySelectorAll('.rate-out')]
+    .some((el) => parseFloat(el.textContent.replace(/,/g, '')) > 0));
+  await producer;
+  assert.equal(posted, 30);
+  const tail = await page.locator('.tail').textContent();
+  assert.ok(!tail.includes('hidden-token'), 'a credential shows in the tail');
+  const points = await page.locator('.graph .node polyline').first().getAttribute('points');
+  assert.ok(points && points.split(' ').length >= 2, 'the chart has no points');
   await assertLabelled('live');
   await shot('live');
+  await page.getByRole('button', { name: 'Tail of stream main' }).click();
   await page.getByRole('link', { name: 'Back to the APIs' }).click();
   await page.getByRole('heading', { name: 'APIs', level: 1 }).waitFor();
 });
