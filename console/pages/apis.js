@@ -1,5 +1,6 @@
-// APIs: the organisation's plain and streaming APIs with their state and listen path;
-// activate, deactivate and delete here, create and edit in the editor.
+// APIs: the organisation's plain and streaming APIs with their state, listen path and
+// live request rate (read every two seconds); activate, deactivate and delete here,
+// create and edit in the editor.
 
 import { call } from '../api.js';
 import { announce, button, h, heading, notice, show, table, time } from '../ui.js';
@@ -18,6 +19,41 @@ export async function render(view) {
     message,
     list);
   await refresh(list, message);
+  watchRates(list);
+}
+
+const RATE_PERIOD_MS = 2000;
+
+/** Fills each row's rate cell from two readings of `GET /api/apis/requests`. */
+function watchRates(list) {
+  let last = null;
+  const read = async () => {
+    if (!list.isConnected) return false;
+    let now;
+    try {
+      now = await call('GET', '/api/apis/requests');
+    } catch {
+      return true; // The rates stay as they were; the list itself still works.
+    }
+    for (const cell of list.querySelectorAll('[data-rate-of]')) {
+      const id = cell.dataset.rateOf;
+      const count = now.apis.find((a) => a.api_id === id);
+      const before = last && last.apis.find((a) => a.api_id === id);
+      if (!now.running_here) {
+        cell.textContent = 'n/a';
+        cell.title = 'No gateway runs in the dashboard\u2019s process';
+      } else if (count && before && now.at > last.at) {
+        const rate = Math.max(0, (count.requests - before.requests) / ((now.at - last.at) / 1000));
+        cell.textContent = rate >= 100 ? Math.round(rate).toLocaleString('en') : rate.toFixed(1);
+      }
+    }
+    last = now;
+    return true;
+  };
+  read();
+  const timer = setInterval(async () => {
+    if (!(await read())) clearInterval(timer);
+  }, RATE_PERIOD_MS);
 }
 
 async function refresh(list, message) {
@@ -50,6 +86,7 @@ async function refresh(list, message) {
       api.kind === 'streams' ? 'Streaming' : 'Plain',
       h('code', {}, api.listen_path),
       h('span', { class: `badge ${api.active ? 'ok' : 'off'}` }, api.active ? 'Active' : 'Inactive'),
+      h('span', { class: 'rate', 'data-rate-of': api.id }, '\u2013'),
       time(api.updated_at),
       h('div', { class: 'actions' },
         h('a', { class: 'button small secondary', href: editHref, 'aria-label': `Edit ${name}` }, 'Edit'),
@@ -75,7 +112,7 @@ async function refresh(list, message) {
         }, { class: 'small danger', 'aria-label': `Delete ${name}` })),
     ];
   });
-  show(list, table('Plain and streaming APIs', ['Name', 'Kind', 'Listen path', 'State', 'Updated', 'Actions'], rows,
+  show(list, table('Plain and streaming APIs', ['Name', 'Kind', 'Listen path', 'State', 'Requests/s', 'Updated', 'Actions'], rows,
     'No APIs yet: create one with the buttons above.'));
 }
 

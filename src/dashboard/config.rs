@@ -43,7 +43,17 @@ pub struct DashboardConfig {
     /// The worker that sends webhook deliveries (the portal's subscriptions), and how
     /// many attempts each delivery gets.
     pub webhooks: DeliveryConfig,
+    pub console: ConsoleConfig,
     pub logger: LoggerConfig,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// Metadata keys (any case) a stream's live tail shows as `***`, besides the ones that
+    /// always are (`authorization`, `proxy-authorization`, `cookie`, `set-cookie`,
+    /// `x-api-key`).
+    pub redact: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -311,6 +321,14 @@ mod tests {
         assert_eq!(c.admin.key.as_deref(), Some("0123456789abcdef"));
         assert_eq!(c.secret.as_deref(), Some("a-long-enough-secret"));
         assert_eq!(c.store.url, "postgres://db/x");
+    }
+
+    #[test]
+    fn the_console_redacts_more_keys_when_told() {
+        let c = parse("db.yaml", "console:\n  redact: [x-trace-token]\n", &[]).unwrap();
+        assert_eq!(c.console.redact, ["x-trace-token"]);
+        let e = parse("db.yaml", "console:\n  redcat: []\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("db.yaml:2:"), "{e}");
     }
 
     #[test]

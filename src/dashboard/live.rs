@@ -105,6 +105,80 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
     )
 }
 
+/// Requests the gateway in this process answered, per API of the caller's organisation.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiRequests {
+    /// A gateway runs in this process, so the counts are live.
+    pub running_here: bool,
+    pub apis: Vec<ApiRequestCount>,
+    /// When the counters were read, in unix milliseconds.
+    pub at: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema, PartialEq)]
+pub struct ApiRequestCount {
+    pub api_id: String,
+    /// Requests answered since the gateway started.
+    pub requests: f64,
+    /// Of those, answered with a 5xx.
+    pub errors: f64,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/apis/requests",
+    tag = "apis",
+    responses(
+        (status = 200, description = "Request counts per API; rates are the difference of two readings over their `at`.", body = ApiRequests),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn requests(ctx: Ctx) -> Result<Reply, ApiError> {
+    let ids: Vec<String> = ctx
+        .state
+        .store
+        .list_apis_of_org(&ctx.caller.org_id)
+        .await?
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    let text = m::installed().map(|h| h.render()).unwrap_or_default();
+    let series = parse(&text);
+    let apis = request_counts(&series, &ids);
+    Reply::json(
+        StatusCode::OK,
+        ApiRequests {
+            running_here: series.iter().any(|s| s.name == m::GATEWAY_REQUESTS),
+            apis,
+            at: chrono::Utc::now().timestamp_millis(),
+        },
+    )
+}
+
+/// The request counts of the APIs `ids`, in that order (zero for an API not seen).
+fn request_counts(series: &[Sample], ids: &[String]) -> Vec<ApiRequestCount> {
+    ids.iter()
+        .map(|id| {
+            let mine = series
+                .iter()
+                .filter(|s| s.name == m::GATEWAY_REQUESTS && s.labels.get("api_id") == Some(id));
+            let (mut requests, mut errors) = (0.0, 0.0);
+            for s in mine {
+                requests += s.value;
+                if s.labels.get("status_class").map(String::as_str) == Some("5xx") {
+                    errors += s.value;
+                }
+            }
+            ApiRequestCount {
+                api_id: id.clone(),
+                requests,
+                errors,
+            }
+        })
+        .collect()
+}
+
 /// Header-like metadata never shown in the tail, whatever the stream's config says.
 const REDACTED: &[&str] = &[
     "authorization",
@@ -130,7 +204,8 @@ pub struct TailMessage {
     /// The payload as text (invalid UTF-8 replaced), cut at 2 KiB.
     pub payload: String,
     pub truncated: bool,
-    /// Metadata; secrets-bearing keys (authorization, cookies, API keys) read `***`.
+    /// Metadata; credential-bearing keys (authorization, cookies, API keys) and those of
+    /// the dashboard's `console.redact` read `***`.
     #[schema(value_type = Object)]
     pub metadata: BTreeMap<String, String>,
 }
@@ -181,6 +256,7 @@ pub async fn tail(ctx: Ctx) -> Result<Reply, ApiError> {
             "stream `{stream}` does not run in this process (its tail is where it runs: `sluice serve`)"
         )));
     };
+    let redact = &ctx.state.config.console.redact;
     let messages = tap
         .read(after)
         .into_iter()
@@ -195,7 +271,8 @@ pub async fn tail(ctx: Ctx) -> Result<Reply, ApiError> {
                 .metadata
                 .into_iter()
                 .map(|(k, v)| {
-                    let hidden = REDACTED.iter().any(|r| k.eq_ignore_ascii_case(r));
+                    let hidden = REDACTED.iter().any(|r| k.eq_ignore_ascii_case(r))
+                        || redact.iter().any(|r| k.eq_ignore_ascii_case(r));
                     (k, if hidden { "***".into() } else { v })
                 })
                 .collect(),
@@ -431,6 +508,27 @@ not a sample {
             }]
         );
         assert!(nodes_of(&series, "pets.none").is_empty());
+    }
+
+    #[test]
+    fn request_counts_add_up_status_classes() {
+        let text = "sluice_gateway_requests_total{api_id=\"pets\",status_class=\"2xx\"} 7\nsluice_gateway_requests_total{api_id=\"pets\",status_class=\"5xx\"} 2\nsluice_gateway_requests_total{api_id=\"theirs\",status_class=\"2xx\"} 9\n";
+        let got = request_counts(&parse(text), &["pets".into(), "idle".into()]);
+        assert_eq!(
+            got,
+            [
+                ApiRequestCount {
+                    api_id: "pets".into(),
+                    requests: 9.0,
+                    errors: 2.0
+                },
+                ApiRequestCount {
+                    api_id: "idle".into(),
+                    requests: 0.0,
+                    errors: 0.0
+                },
+            ]
+        );
     }
 
     #[test]

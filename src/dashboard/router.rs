@@ -78,6 +78,7 @@ pub fn routes() -> Vec<Route> {
         route!(GET "/api/hooks/{hookId}" => hooks::get),
         route!(PUT "/api/hooks/{hookId}" => hooks::update),
         route!(DELETE "/api/hooks/{hookId}" => hooks::delete),
+        route!(GET "/api/apis/requests" => live::requests),
         route!(GET "/api/apis/oas" => apis::list_oas),
         route!(POST "/api/apis/oas" => apis::create_oas),
         route!(GET "/api/apis/oas/{apiId}" => apis::get_oas),

@@ -288,6 +288,20 @@ await step('a running stream shows its rates move and its tail', async () => {
   await page.getByRole('button', { name: 'Tail of stream main' }).click();
   await page.getByRole('link', { name: 'Back to the APIs' }).click();
   await page.getByRole('heading', { name: 'APIs', level: 1 }).waitFor();
+  // The APIs list shows the request rate of each API while requests come in.
+  let more = true;
+  const again = (async () => {
+    while (more) {
+      await fetch(`${gateway}/ticker/publish`, { method: 'POST', body: 'tock' });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  })();
+  await page.waitForFunction(() => {
+    const cell = document.querySelector('[data-rate-of="ticker"]');
+    return cell && parseFloat(cell.textContent.replace(/,/g, '')) > 0;
+  });
+  more = false;
+  await again;
 });
 
 await step('the APIs page reads at phone width', async () => {
