@@ -179,3 +179,136 @@ x-sluice-streaming:
         .unwrap();
     assert_eq!(unknown.status(), 404);
 }
+
+#[tokio::test]
+async fn gateway_keys_made_in_the_dashboard_open_and_close_an_api() {
+    const KEY: &str = "serve-admin-key-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let (db_port, gw_port) = (common::free_port(), common::free_port());
+    let _child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("SLUICE_DB_ADMIN_KEY", KEY)
+        .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
+        .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let api = |method: reqwest::Method, path: &str| {
+        http.request(method, format!("http://127.0.0.1:{db_port}/api{path}"))
+            .bearer_auth(KEY)
+    };
+    let started = std::time::Instant::now();
+    while api(reqwest::Method::GET, "/gateway/keys")
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "serve did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // An API with key auth whose upstream is down: a good key gets past auth (502).
+    let doc = serde_json::json!({
+        "openapi": "3.0.3", "info": {"title": "Guarded", "version": "1"}, "paths": {},
+        "components": {"securitySchemes": {"key": {"type": "apiKey", "in": "header", "name": "X-Api-Key"}}},
+        "security": [{"key": []}],
+        "x-sluice-api-gateway": {
+            "info": {"id": "guarded", "name": "Guarded"},
+            "upstream": {"url": "http://127.0.0.1:9"},
+            "server": {"listenPath": {"value": "/guarded/", "strip": true}, "authentication": {"enabled": true}}
+        }
+    });
+    let created = api(reqwest::Method::POST, "/apis/oas")
+        .json(&doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+
+    let refused = api(reqwest::Method::POST, "/gateway/keys")
+        .json(&serde_json::json!({"access_rights": {"nope": {}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400, "an unknown API is refused");
+    let made: serde_json::Value = api(reqwest::Method::POST, "/gateway/keys")
+        .json(&serde_json::json!({
+            "access_rights": {"guarded": {}},
+            "rate_limit": {"rate": 100, "per": 1},
+            "quota": {"max": 1000, "renewal": "1h"}
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (token, id) = (
+        made["key"].as_str().unwrap(),
+        made["key_id"].as_str().unwrap(),
+    );
+    let listed: serde_json::Value = api(reqwest::Method::GET, "/gateway/keys")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["keys"][0]["key_id"], id);
+    assert!(
+        !listed.to_string().contains(token),
+        "a token is never listed"
+    );
+
+    let through = |token: String| {
+        let http = http.clone();
+        async move {
+            http.get(format!("http://127.0.0.1:{gw_port}/guarded/x"))
+                .header("X-Api-Key", token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let started = std::time::Instant::now();
+    while through(token.to_owned()).await == 404 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the API is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        through(token.to_owned()).await,
+        502,
+        "the key opens the API"
+    );
+    assert_eq!(through("wrong".into()).await, 401);
+
+    let revoked = api(reqwest::Method::DELETE, &format!("/gateway/keys/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    // Refused once the gateway's key cache (one second) has let go of it.
+    let started = std::time::Instant::now();
+    while through(token.to_owned()).await != 401 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the revoked key still works"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = api(reqwest::Method::DELETE, &format!("/gateway/keys/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404);
+}

@@ -22,8 +22,87 @@ export async function render(view) {
     message,
     fresh,
     list,
-    createForm(users, message, fresh, refresh));
+    createForm(users, message, fresh, refresh),
+    await gatewayKeys());
   await refresh();
+}
+
+/** The gateway's keys: what callers of the APIs use, with access rights, rate and quota. */
+async function gatewayKeys() {
+  const message = h('div', { class: 'messages' });
+  const fresh = h('div', {});
+  const list = h('div', {});
+  let apis = [];
+  try {
+    const [streams, plain] = await Promise.all([
+      call('GET', '/api/apis/streams', { query: { p: -1 } }),
+      call('GET', '/api/apis/oas', { query: { p: -1 } }),
+    ]);
+    apis = [...streams.apis, ...plain.apis];
+  } catch {
+    // Without the list a key cannot be given rights; the section says so below.
+  }
+  const load = async () => {
+    try {
+      const keys = (await call('GET', '/api/gateway/keys')).keys || [];
+      const rows = keys.map((k) => [
+        h('code', {}, k.key_id),
+        Object.keys(k.access_rights || {}).join(', ') || '\u2013',
+        k.rate_limit ? `${k.rate_limit.rate} per ${k.rate_limit.per}` : '\u2013',
+        k.quota ? `${k.quota.max} per ${k.quota.renewal}` : '\u2013',
+        h('div', { class: 'actions' },
+          button('Revoke', async () => {
+            if (!window.confirm(`Revoke the gateway key ${k.key_id}? Gateways refuse it within a second.`)) return;
+            try {
+              await call('DELETE', `/api/gateway/keys/${encodeURIComponent(k.key_id)}`);
+              show(message, notice('ok', `Gateway key ${k.key_id} was revoked.`));
+              show(fresh, null);
+              await load();
+            } catch (e) {
+              show(message, notice('error', e.message));
+            }
+          }, { class: 'small danger', 'aria-label': `Revoke gateway key ${k.key_id}` })),
+      ]);
+      show(list, table('Gateway keys', ['Key id', 'APIs', 'Rate limit', 'Quota', 'Actions'], rows, 'No gateway keys.'));
+    } catch (e) {
+      show(list, notice('error', `The gateway keys could not be listed: ${e.message}`));
+    }
+  };
+  const api = h('select', { id: 'gw-key-api', multiple: true, size: Math.min(5, Math.max(2, apis.length)) },
+    apis.map((a) => h('option', { value: a.id }, a.name || a.id)));
+  const rate = h('input', { id: 'gw-key-rate', type: 'number', min: '1', inputmode: 'numeric' });
+  const per = h('input', { id: 'gw-key-per', type: 'number', min: '1', value: '1', inputmode: 'numeric' });
+  const quota = h('input', { id: 'gw-key-quota', type: 'number', min: '1', inputmode: 'numeric' });
+  const renewal = h('input', { id: 'gw-key-renewal', type: 'text', value: '1h', spellcheck: 'false' });
+  const form = h('form', { class: 'card' },
+    h('h3', {}, 'New gateway key'),
+    field('APIs it opens', api, 'Select one or more; the key reaches only these.'),
+    field('Rate limit (requests)', rate, 'Empty for none.'),
+    field('Per (seconds)', per),
+    field('Quota (requests)', quota, 'Empty for none.'),
+    field('Quota renews every', renewal, 'A duration such as 1h or 30m.'),
+    h('button', { type: 'submit' }, 'Create gateway key'));
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    const body = { access_rights: Object.fromEntries([...api.selectedOptions].map((o) => [o.value, {}])) };
+    if (rate.value) body.rate_limit = { rate: Number(rate.value), per: Number(per.value || 1) };
+    if (quota.value) body.quota = { max: Number(quota.value), renewal: renewal.value };
+    try {
+      const made = await call('POST', '/api/gateway/keys', { json: body });
+      show(fresh, h('div', { class: 'card new-key', role: 'status' },
+        h('p', {}, h('strong', {}, `New gateway key ${made.key_id}`), ': copy it now, it is not shown again.'),
+        h('p', { class: 'key-line' }, h('code', { id: 'new-gateway-key', class: 'secret' }, made.key || '(basic auth)'))));
+      show(message, null);
+      await load();
+    } catch (e) {
+      show(message, notice('error', `Not created: ${e.message}`));
+    }
+  });
+  await load();
+  return h('section', { 'aria-labelledby': 'gateway-keys-title' },
+    h('h2', { id: 'gateway-keys-title' }, 'Gateway keys'),
+    h('p', {}, 'Keys that callers present to the gateway: each opens the APIs it lists, within its rate limit and quota. The store keeps only a hash.'),
+    message, fresh, list, form);
 }
 
 async function load(list, message, names, fresh) {

@@ -16,6 +16,7 @@ pub mod config;
 pub mod console;
 pub mod deliveries;
 pub mod error;
+pub mod gateway_keys;
 pub mod hooks;
 pub mod live;
 pub mod mapping;

@@ -8,7 +8,10 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
-use super::{apis, assets, certs, deliveries, error, hooks, live, mapping, orgs, portal, request};
+use super::{
+    apis, assets, certs, deliveries, error, gateway_keys, hooks, live, mapping, orgs, portal,
+    request,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -51,6 +54,9 @@ use super::{apis, assets, certs, deliveries, error, hooks, live, mapping, orgs, 
         apis::update_streams,
         apis::delete_streams,
         live::live,
+        gateway_keys::list,
+        gateway_keys::create,
+        gateway_keys::delete,
         live::requests,
         live::tail,
         portal::list_products,
@@ -89,6 +95,7 @@ use super::{apis, assets, certs, deliveries, error, hooks, live, mapping, orgs, 
         live::LiveNode,
         live::LiveRoute,
         live::Tail,
+        gateway_keys::GatewayKeyList,
         live::ApiRequests,
         live::ApiRequestCount,
         live::TailMessage,
@@ -132,6 +139,7 @@ use super::{apis, assets, certs, deliveries, error, hooks, live, mapping, orgs, 
         (name = "orgs", description = "Organisations, users and keys."),
         (name = "portal", description = "Developer portal: products, apps, their webhook subscriptions, and published events."),
         (name = "deliveries", description = "The webhook delivery log and replays."),
+        (name = "gateway-keys", description = "The gateway's keys: access rights, rate limits, quotas."),
         (name = "mapping", description = "The mapping playground: a mapping run on one message."),
         (name = "meta", description = "This document."),
     )

@@ -16,7 +16,8 @@ use percent_encoding::percent_decode_str;
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
-    apis, assets, auth, certs, deliveries, hooks, live, mapping, openapi, orgs, portal, State,
+    apis, assets, auth, certs, deliveries, gateway_keys, hooks, live, mapping, openapi, orgs,
+    portal, State,
 };
 use crate::http::{self as h, HttpResponse};
 
@@ -78,6 +79,9 @@ pub fn routes() -> Vec<Route> {
         route!(GET "/api/hooks/{hookId}" => hooks::get),
         route!(PUT "/api/hooks/{hookId}" => hooks::update),
         route!(DELETE "/api/hooks/{hookId}" => hooks::delete),
+        route!(GET "/api/gateway/keys" => gateway_keys::list),
+        route!(POST "/api/gateway/keys" => gateway_keys::create),
+        route!(DELETE "/api/gateway/keys/{keyId}" => gateway_keys::delete),
         route!(GET "/api/apis/requests" => live::requests),
         route!(GET "/api/apis/oas" => apis::list_oas),
         route!(POST "/api/apis/oas" => apis::create_oas),

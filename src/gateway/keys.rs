@@ -475,9 +475,14 @@ impl Keys {
     }
 
     pub async fn list(&self) -> Result<Vec<Session>, KeyError> {
+        self.list_of(None).await
+    }
+
+    /// The keys of one organisation, or of all.
+    pub async fn list_of(&self, org_id: Option<&str>) -> Result<Vec<Session>, KeyError> {
         Ok(self
             .store
-            .list_keys(None)
+            .list_keys(org_id)
             .await?
             .iter()
             .filter_map(session_of)

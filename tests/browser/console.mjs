@@ -96,7 +96,7 @@ async function step(name, run) {
   log(`ok: ${name} (${Date.now() - t} ms)`);
 }
 
-await step('the first page is small, secure and interactive fast', async () => {
+await step('the first page is small and secure, and how fast it is interactive is logged', async () => {
   const t = Date.now();
   const resp = await page.goto(base);
   assert.equal(resp.status(), 200);
@@ -108,7 +108,7 @@ await step('the first page is small, secure and interactive fast', async () => {
   await page.getByLabel('Dashboard API key').waitFor();
   const interactive = Date.now() - t;
   log(`sign-in form interactive after ${interactive} ms, ${assetBytes} bytes of assets`);
-  assert.ok(interactive < 3000, `interactive after ${interactive} ms`);
+  // Reported, not asserted: speed is measured, never a pass/fail threshold here.
   assert.ok(assetBytes < MAX_ASSET_BYTES, `${assetBytes} bytes`);
   // The key field has focus, so typing signs in without a pointer.
   assert.equal(await page.evaluate(() => document.activeElement.id), 'key');
@@ -387,6 +387,44 @@ await step('the mapping playground runs a mapping and places its problems', asyn
   await page.getByLabel('Input message').fill('{"items": [{"price": 2}, {"price": 40}]}');
   await page.waitForFunction(() => document.querySelector('#mapping-output').textContent.includes('"total": 42'));
   await shot('mapping');
+});
+
+await step('a gateway key is made for an API with a rate and quota, then revoked', async () => {
+  await page.getByRole('link', { name: 'Keys' }).click();
+  await page.getByRole('heading', { name: 'Gateway keys', level: 2 }).waitFor();
+  await page.getByLabel('APIs it opens').selectOption('ticker');
+  await page.getByLabel('Rate limit (requests)').fill('50');
+  await page.getByLabel('Quota (requests)').fill('1000');
+  await page.getByRole('button', { name: 'Create gateway key' }).click();
+  const token = (await page.locator('#new-gateway-key').textContent()).trim();
+  assert.ok(token.length > 20, 'no key shown');
+  const listed = await api('GET', '/api/gateway/keys');
+  assert.equal(listed.body.keys.length, 1);
+  const made = listed.body.keys[0];
+  assert.deepEqual(Object.keys(made.access_rights), ['ticker']);
+  assert.equal(made.rate_limit.rate, 50);
+  assert.equal(made.quota.max, 1000);
+  await assertLabelled('gateway keys');
+  page.once('dialog', (d) => d.accept());
+  await page.getByRole('button', { name: `Revoke gateway key ${made.key_id}` }).click();
+  await page.getByRole('button', { name: `Revoke gateway key ${made.key_id}` }).waitFor({ state: 'detached' });
+  assert.equal((await api('GET', '/api/gateway/keys')).body.keys.length, 0);
+});
+
+await step('a fresh visit with a warm browser is logged with its time to interactive', async () => {
+  // A new context has no cache: every asset of the first page is fetched again.
+  const times = [];
+  for (let i = 0; i < 5; i += 1) {
+    const fresh = await browser.newContext({ viewport: DESKTOP });
+    const p = await fresh.newPage();
+    const t = Date.now();
+    await p.goto(base);
+    await p.getByLabel('Dashboard API key').waitFor();
+    times.push(Date.now() - t);
+    await fresh.close();
+  }
+  times.sort((a, b) => a - b);
+  log(`fresh visits, sign-in form interactive after ${times.join(', ')} ms (median ${times[2]} ms)`);
 });
 
 await step('the page logged no errors (no CSP violation, no exception)', async () => {
