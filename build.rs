@@ -22,9 +22,11 @@ fn main() {
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
             .join("/");
+        // Relative to the crate being compiled, not this checkout: a build directory
+        // shared by several clones may reuse this file after the clone that made it is gone.
         out.push_str(&format!(
-            "    ({rel:?}, include_bytes!({:?}) as &[u8]),\n",
-            file.display().to_string()
+            "    ({rel:?}, include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {:?})) as &[u8]),\n",
+            format!("/console/{rel}")
         ));
     }
     out.push_str("]\n");

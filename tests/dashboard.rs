@@ -11,145 +11,20 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
+use common::dashboard::{assert_error, send, wait_up, Db};
 use common::{free_port, DEADLINE};
 
 const ADMIN_KEY: &str = "test-admin-key-0123456789";
 const SECRET: &str = "a-test-secret-for-sealing";
 const STREAMS: &str = "application/vnd.sluice.streams.oas";
-
-/// A running dashboard process.
-struct Db {
-    child: Child,
-    port: u16,
-    http: reqwest::Client,
-    /// What it printed on standard output (the first start's key).
-    stdout: Vec<String>,
-}
-
-impl Db {
-    /// Starts `sluice dashboard` in `dir` with `store` and extra config `extra`.
-    async fn start(dir: &Path, store: &str, extra: &str) -> Db {
-        Db::start_with(dir, store, extra, &[]).await
-    }
-
-    async fn start_with(dir: &Path, store: &str, extra: &str, env: &[(&str, &str)]) -> Db {
-        let port = free_port();
-        let config = format!(
-            "listen:\n  address: 127.0.0.1\n  port: {port}\nstore:\n  url: {store}\nlogger:\n  level: warn\n{extra}\n"
-        );
-        let path = dir.join(format!("dashboard-{port}.yaml"));
-        std::fs::write(&path, config).expect("write config");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        command
-            .arg("dashboard")
-            .arg("--config")
-            .arg(&path)
-            .current_dir(dir)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        // The test's own environment must not reconfigure the dashboard.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("SLUICE_DB_") {
-                command.env_remove(k);
-            }
-        }
-        command.envs(env.iter().copied());
-        let mut child = command.spawn().expect("spawn sluice dashboard");
-        let out = child.stdout.take().expect("stdout");
-        // The first start prints the admin key before it listens; collect what comes.
-        let lines = tokio::spawn(async move {
-            let mut lines = BufReader::new(out).lines();
-            let mut got = Vec::new();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let done = line.starts_with("Admin key");
-                got.push(line);
-                if done {
-                    break;
-                }
-            }
-            got
-        });
-        assert!(
-            wait_up(port).await,
-            "the dashboard did not come up within {DEADLINE:?}"
-        );
-        // Standard output closes only when the process ends: what was printed before
-        // the port opened is all there is, so stop waiting after a moment.
-        let stdout = match tokio::time::timeout(Duration::from_millis(300), lines).await {
-            Ok(Ok(lines)) => lines,
-            _ => Vec::new(),
-        };
-        Db {
-            child,
-            port,
-            http: reqwest::Client::new(),
-            stdout,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    /// A request with the admin key as `Bearer`.
-    fn req(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.as_key(ADMIN_KEY, method, path)
-    }
-
-    fn as_key(&self, key: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .request(method, self.url(path))
-            .header("Authorization", format!("Bearer {key}"))
-    }
-
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-async fn wait_up(port: u16) -> bool {
-    let start = Instant::now();
-    let http = reqwest::Client::new();
-    while start.elapsed() < DEADLINE {
-        if let Ok(r) = http
-            .get(format!("http://127.0.0.1:{port}/ping"))
-            .send()
-            .await
-        {
-            if r.status() == 200 {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
-/// Sends `req` and returns the status and JSON body (null when the body is not JSON).
-async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
-    let resp = req.send().await.expect("request");
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-/// Asserts the spec's error shape and status, and that the message holds `needle`.
-fn assert_error(got: &(StatusCode, Value), status: u16, needle: &str) {
-    assert_eq!(got.0.as_u16(), status, "{}", got.1);
-    assert_eq!(got.1["Status"], "Error", "{}", got.1);
-    let message = got.1["Message"].as_str().unwrap_or_default();
-    assert!(message.contains(needle), "{message:?} lacks {needle:?}");
-}
 
 /// Asserts the spec's write answer and returns its `ID`.
 fn assert_outcome(got: &(StatusCode, Value), status: u16) -> String {
@@ -231,7 +106,7 @@ fn self_signed(names: &[&str]) -> rcgen::CertifiedKey {
 
 /// Every endpoint and its errors, against the store at `store`.
 async fn scenario(dir: PathBuf, store: String) {
-    let db = Db::start(&dir, &store, &config(2)).await;
+    let db = Db::start(&dir, &store, &config(2), ADMIN_KEY).await;
 
     // --- Auth, routing and the error shape.
     assert_error(
@@ -930,7 +805,7 @@ async fn scenario(dir: PathBuf, store: String) {
 
     // --- Everything is still there after a restart, and no second admin is made.
     db.stop().await;
-    let db = Db::start(&dir, &store, &config(2)).await;
+    let db = Db::start(&dir, &store, &config(2), ADMIN_KEY).await;
     assert!(
         db.stdout.iter().all(|l| !l.contains("Admin key")),
         "{:?}",
@@ -982,7 +857,7 @@ async fn every_endpoint_on_postgres() {
 async fn first_start_prints_the_admin_key_once_and_it_works() {
     let tmp = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", tmp.path().join("first.db").display());
-    let db = Db::start(tmp.path(), &store, "").await;
+    let db = Db::start(tmp.path(), &store, "", ADMIN_KEY).await;
     let line = db
         .stdout
         .iter()
@@ -1055,7 +930,13 @@ async fn the_admin_key_can_come_from_the_environment_and_the_default_store_is_un
 async fn streaming_apis_are_refused_while_streaming_is_off() {
     let tmp = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", tmp.path().join("off.db").display());
-    let db = Db::start(tmp.path(), &store, &format!("admin:\n  key: {ADMIN_KEY}\n")).await;
+    let db = Db::start(
+        tmp.path(),
+        &store,
+        &format!("admin:\n  key: {ADMIN_KEY}\n"),
+        ADMIN_KEY,
+    )
+    .await;
     let r = send(
         db.req(Method::POST, "/api/apis/streams")
             .header("content-type", STREAMS)
@@ -1078,7 +959,13 @@ async fn a_gateway_on_the_same_store_serves_a_new_api_within_a_second() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("shared.db");
     let store = format!("sqlite://{}", file.display());
-    let db = Db::start(tmp.path(), &store, &format!("admin:\n  key: {ADMIN_KEY}\n")).await;
+    let db = Db::start(
+        tmp.path(),
+        &store,
+        &format!("admin:\n  key: {ADMIN_KEY}\n"),
+        ADMIN_KEY,
+    )
+    .await;
     let gw_port = free_port();
     let gw_config = tmp.path().join("gateway.yaml");
     std::fs::write(
@@ -1148,7 +1035,13 @@ async fn a_gateway_on_the_same_store_serves_a_new_api_within_a_second() {
 async fn the_mapping_playground_runs_sandboxed_and_places_problems() {
     let tmp = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", tmp.path().join("map.db").display());
-    let db = Db::start(tmp.path(), &store, &format!("admin:\n  key: {ADMIN_KEY}\n")).await;
+    let db = Db::start(
+        tmp.path(),
+        &store,
+        &format!("admin:\n  key: {ADMIN_KEY}\n"),
+        ADMIN_KEY,
+    )
+    .await;
     let run = |body: Value| send(db.req(Method::POST, "/api/mapping/run").json(&body));
 
     let ok = run(json!({

@@ -9,14 +9,11 @@
 mod common;
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio::process::{Child, Command};
 
-use common::{free_port, DEADLINE};
+use common::dashboard::{assert_error, send, Db};
 use sluice::store::{AfterAttempt, AttemptRecord, AttemptResult, Store};
 use sluice::webhook::sign;
 
@@ -31,105 +28,31 @@ const SUB_SECRETS: [&str; 3] = [
     "subscriber-secret-cccc-0003",
 ];
 
-/// A running dashboard process.
-struct Db {
-    child: Child,
-    port: u16,
-    http: reqwest::Client,
+/// A dashboard of its own for a portal test, with the admin key and a small body limit.
+async fn start(dir: &Path, store: &str, extra: &str) -> Db {
+    let extra = format!("admin:\n  key: {ADMIN_KEY}\nhttp:\n  max_body_bytes: {MAX_BODY}\n{extra}");
+    Db::start(dir, store, &extra, ADMIN_KEY).await
 }
 
-impl Db {
-    async fn start(dir: &Path, store: &str, extra: &str) -> Db {
-        let port = free_port();
-        let config = format!(
-            "listen:\n  address: 127.0.0.1\n  port: {port}\nstore:\n  url: {store}\n\
-             logger:\n  level: warn\nadmin:\n  key: {ADMIN_KEY}\nhttp:\n  max_body_bytes: {MAX_BODY}\n{extra}\n"
-        );
-        let path = dir.join(format!("dashboard-{port}.yaml"));
-        std::fs::write(&path, config).expect("write config");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        command
-            .arg("dashboard")
-            .arg("--config")
-            .arg(&path)
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true);
-        // The test's own environment must not reconfigure the dashboard.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("SLUICE_DB_") {
-                command.env_remove(k);
-            }
-        }
-        let child = command.spawn().expect("spawn sluice dashboard");
-        assert!(
-            wait_up(port).await,
-            "the dashboard did not come up within {DEADLINE:?}"
-        );
-        Db {
-            child,
-            port,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    fn req(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.as_key(ADMIN_KEY, method, path)
-    }
-
-    fn as_key(&self, key: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .request(method, self.url(path))
-            .header("Authorization", format!("Bearer {key}"))
-    }
-
-    /// An event for `product`, signed with `secret` at `t` (now when `None`).
-    fn event(
-        &self,
-        product: &str,
-        secret: &str,
-        event: &str,
-        body: &str,
-        t: Option<i64>,
-    ) -> reqwest::RequestBuilder {
-        let t = t.unwrap_or_else(|| chrono::Utc::now().timestamp());
-        self.http
-            .post(self.url(&format!("/api/portal/products/{product}/events")))
-            .header(
-                "Sluice-Signature",
-                sign::sign(secret.as_bytes(), t, body.as_bytes()),
-            )
-            .header("Sluice-Event", event)
-            .header("Content-Type", "application/json")
-            .body(body.to_owned())
-    }
-
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
-
-async fn wait_up(port: u16) -> bool {
-    let start = Instant::now();
-    let http = reqwest::Client::new();
-    while start.elapsed() < DEADLINE {
-        if let Ok(r) = http
-            .get(format!("http://127.0.0.1:{port}/ping"))
-            .send()
-            .await
-        {
-            if r.status() == 200 {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+/// An event for `product`, signed with `secret` at `t` (now when `None`).
+fn event(
+    db: &Db,
+    product: &str,
+    secret: &str,
+    event: &str,
+    body: &str,
+    t: Option<i64>,
+) -> reqwest::RequestBuilder {
+    let t = t.unwrap_or_else(|| chrono::Utc::now().timestamp());
+    db.http
+        .post(db.url(&format!("/api/portal/products/{product}/events")))
+        .header(
+            "Sluice-Signature",
+            sign::sign(secret.as_bytes(), t, body.as_bytes()),
+        )
+        .header("Sluice-Event", event)
+        .header("Content-Type", "application/json")
+        .body(body.to_owned())
 }
 
 /// Sends `req`; the status, the JSON body (null when not JSON) and the raw text.
@@ -142,19 +65,6 @@ async fn send_raw(req: reqwest::RequestBuilder) -> (StatusCode, Value, String) {
         serde_json::from_str(&text).unwrap_or(Value::Null),
         text,
     )
-}
-
-async fn send(req: reqwest::RequestBuilder) -> (StatusCode, Value) {
-    let (status, body, _) = send_raw(req).await;
-    (status, body)
-}
-
-/// Asserts the error shape and status, and that the message holds `needle`.
-fn assert_error(got: &(StatusCode, Value), status: u16, needle: &str) {
-    assert_eq!(got.0.as_u16(), status, "{}", got.1);
-    assert_eq!(got.1["Status"], "Error", "{}", got.1);
-    let message = got.1["Message"].as_str().unwrap_or_default();
-    assert!(message.contains(needle), "{message:?} lacks {needle:?}");
 }
 
 /// Asserts a write answer and returns its `ID`.
@@ -190,7 +100,7 @@ fn config() -> String {
 }
 
 async fn scenario(dir: &Path, store_url: &str) {
-    let db = Db::start(dir, store_url, &config()).await;
+    let db = start(dir, store_url, &config()).await;
 
     // A second organisation, to check that nothing crosses over.
     let other = send(
@@ -509,19 +419,26 @@ async fn scenario(dir: &Path, store_url: &str) {
     assert_error(&send(malformed).await, 401, "Sluice-Signature");
     let stale = Some(chrono::Utc::now().timestamp() - 1000);
     assert_error(
-        &send(db.event(&p1, &p1_secret, "order.paid", body, stale)).await,
+        &send(event(&db, &p1, &p1_secret, "order.paid", body, stale)).await,
         401,
         "seconds from now",
     );
     assert_error(
-        &send(db.event(&p1, "not-the-publish-secret", "order.paid", body, None)).await,
+        &send(event(
+            &db,
+            &p1,
+            "not-the-publish-secret",
+            "order.paid",
+            body,
+            None,
+        ))
+        .await,
         401,
         "does not match",
     );
     // The signature covers the body.
-    let tampered = db
-        .event(&p1, &p1_secret, "order.paid", body, None)
-        .body(r#"{"order":"o-1","total":0}"#);
+    let tampered =
+        event(&db, &p1, &p1_secret, "order.paid", body, None).body(r#"{"order":"o-1","total":0}"#);
     assert_error(&send(tampered).await, 401, "does not match");
     let no_event = db
         .http
@@ -537,23 +454,31 @@ async fn scenario(dir: &Path, store_url: &str) {
         .body(body);
     assert_error(&send(no_event).await, 400, "Sluice-Event");
     assert_error(
-        &send(db.event(&p1, &p1_secret, "order.refunded", body, None)).await,
+        &send(event(&db, &p1, &p1_secret, "order.refunded", body, None)).await,
         400,
         &format!("`order.refunded` is not an event product `{p1}` opens to subscription"),
     );
     assert_error(
-        &send(db.event(&p2, chosen_secret, "x", body, None)).await,
+        &send(event(&db, &p2, chosen_secret, "x", body, None)).await,
         409,
         "disabled",
     );
     assert_error(
-        &send(db.event("no-such-product", &p1_secret, "order.paid", body, None)).await,
+        &send(event(
+            &db,
+            "no-such-product",
+            &p1_secret,
+            "order.paid",
+            body,
+            None,
+        ))
+        .await,
         404,
         "not found",
     );
     assert_error(
         &send(
-            db.event(&p1, &p1_secret, "order.paid", body, None)
+            event(&db, &p1, &p1_secret, "order.paid", body, None)
                 .header("Idempotency-Key", "k".repeat(201)),
         )
         .await,
@@ -562,7 +487,7 @@ async fn scenario(dir: &Path, store_url: &str) {
     );
     let huge = "x".repeat(MAX_BODY + 1);
     assert_eq!(
-        send(db.event(&p1, &p1_secret, "order.paid", &huge, None))
+        send(event(&db, &p1, &p1_secret, "order.paid", &huge, None))
             .await
             .0,
         413
@@ -574,7 +499,7 @@ async fn scenario(dir: &Path, store_url: &str) {
     // Two subscriptions chose `order.paid`; sent twice with one key, it is queued once.
     for _ in 0..2 {
         let accepted = send(
-            db.event(&p1, &p1_secret, "order.paid", body, None)
+            event(&db, &p1, &p1_secret, "order.paid", body, None)
                 .header("Idempotency-Key", "evt-1"),
         )
         .await;
@@ -598,7 +523,15 @@ async fn scenario(dir: &Path, store_url: &str) {
 
     // One chose `order.shipped`; without a key the event gets one. A body that is not
     // JSON is delivered as a string.
-    let accepted = send(db.event(&p1, &p1_secret, "order.shipped", "plain text", None)).await;
+    let accepted = send(event(
+        &db,
+        &p1,
+        &p1_secret,
+        "order.shipped",
+        "plain text",
+        None,
+    ))
+    .await;
     assert_eq!(accepted.0, 202, "{}", accepted.1);
     assert_eq!(accepted.1["deliveries"], 1);
     let generated = accepted.1["event_id"].as_str().unwrap().to_owned();
@@ -810,7 +743,7 @@ async fn the_portal_on_postgres() {
 async fn without_a_secret_the_portal_refuses_what_it_would_seal() {
     let tmp = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
-    let db = Db::start(tmp.path(), &store, "webhooks:\n  enabled: false\n").await;
+    let db = start(tmp.path(), &store, "webhooks:\n  enabled: false\n").await;
     assert_error(
         &send(
             db.req(Method::POST, "/api/portal/products")
@@ -834,7 +767,7 @@ async fn a_dashboard_with_its_delivery_worker_takes_events() {
     // stays queued or fails, but the event is accepted and logged either way.
     let tmp = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
-    let db = Db::start(tmp.path(), &store, &format!("secret: {SECRET}\n")).await;
+    let db = start(tmp.path(), &store, &format!("secret: {SECRET}\n")).await;
     let created = send(db.req(Method::POST, "/api/portal/products").json(&json!({
         "name": "P", "webhooks": {"enabled": true, "events": ["e"]}
     })))
@@ -849,7 +782,7 @@ async fn a_dashboard_with_its_delivery_worker_takes_events() {
         .await,
         201,
     );
-    let accepted = send(db.event(&product, &secret, "e", "{}", None)).await;
+    let accepted = send(event(&db, &product, &secret, "e", "{}", None)).await;
     assert_eq!(accepted.0, 202, "{}", accepted.1);
     assert_eq!(accepted.1["deliveries"], 1);
     let list = send(db.req(Method::GET, "/api/deliveries")).await;

@@ -12,9 +12,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::request::{check_identifier, new_id, now, Ctx, Outcome, Reply};
 use crate::store::HookRecord;
-
-/// The methods a webhook may call its target with.
-pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+use crate::webhook;
 
 /// A webhook as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -87,51 +85,14 @@ fn view(record: HookRecord) -> Webhook {
     }
 }
 
-fn check_method(method: Option<&str>) -> Result<String, ApiError> {
-    let Some(method) = method else {
-        return Err(ApiError::bad_request("missing field `method`"));
-    };
-    let upper = method.trim().to_ascii_uppercase();
-    if METHODS.contains(&upper.as_str()) {
-        Ok(upper)
-    } else {
-        Err(ApiError::bad_request(format!(
-            "invalid field `method`: `{method}` is not one of {}",
-            METHODS.join(", ")
-        )))
-    }
-}
-
-fn check_target(target: Option<&str>) -> Result<String, ApiError> {
-    let Some(target) = target else {
-        return Err(ApiError::bad_request("missing field `target_path`"));
-    };
-    let bad =
-        |why: &str| ApiError::bad_request(format!("invalid field `target_path`: `{target}` {why}"));
-    let url = url::Url::parse(target.trim()).map_err(|_| bad("is not an absolute URL"))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad("is not an http or https URL"));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(bad("has no host"));
-    }
-    Ok(target.trim().to_owned())
-}
-
-fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
-    for (name, value) in headers {
-        if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(ApiError::bad_request(format!(
-                "invalid field `header_map.{name}`: not a valid header name"
-            )));
-        }
-        if http::HeaderValue::from_str(value).is_err() {
-            return Err(ApiError::bad_request(format!(
-                "invalid field `header_map.{name}`: not a valid header value"
-            )));
-        }
-    }
-    Ok(())
+/// The field's value checked by the webhook module's rule, or a 400 naming the field.
+fn required(
+    field: &str,
+    value: Option<&str>,
+    check: fn(&str) -> Result<String, String>,
+) -> Result<String, ApiError> {
+    let value = value.ok_or_else(|| ApiError::bad_request(format!("missing field `{field}`")))?;
+    check(value).map_err(|why| ApiError::bad_request(format!("invalid field `{field}`: {why}")))
 }
 
 /// Checks an input and fills `record` (whose ids and organisation are already set).
@@ -150,8 +111,12 @@ fn apply(input: WebhookInput, record: &mut HookRecord, caller_org: &str) -> Resu
             ));
         }
     }
-    record.method = check_method(input.method.as_deref())?;
-    record.target_path = check_target(input.target_path.as_deref())?;
+    record.method = required("method", input.method.as_deref(), webhook::check_method)?;
+    record.target_path = required(
+        "target_path",
+        input.target_path.as_deref(),
+        webhook::check_url,
+    )?;
     if let Some(webhook_id) = input.webhook_id {
         check_identifier("webhook_id", &webhook_id)?;
         record.webhook_id = webhook_id;
@@ -164,7 +129,9 @@ fn apply(input: WebhookInput, record: &mut HookRecord, caller_org: &str) -> Resu
     }
     record.event_timeout = timeout;
     if let Some(headers) = &input.header_map {
-        check_headers(headers)?;
+        webhook::check_headers(headers).map_err(|(name, why)| {
+            ApiError::bad_request(format!("invalid field `header_map.{name}`: {why}"))
+        })?;
     }
     record.header_map = input
         .header_map

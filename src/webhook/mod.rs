@@ -36,14 +36,15 @@ pub fn check_url(url: &str) -> Result<String, String> {
     Ok(url.trim().to_owned())
 }
 
-/// Checks that every name and value can be sent as an HTTP header.
-pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), String> {
+/// Checks that every name and value can be sent as an HTTP header; the first that
+/// cannot comes back with the header's name and why.
+pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), (String, &'static str)> {
     for (name, value) in headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(format!("`{name}` is not a valid header name"));
+            return Err((name.clone(), "not a valid header name"));
         }
         if http::HeaderValue::from_str(value).is_err() {
-            return Err(format!("the value of `{name}` is not a valid header value"));
+            return Err((name.clone(), "not a valid header value"));
         }
     }
     Ok(())

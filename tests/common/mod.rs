@@ -1,6 +1,7 @@
 //! Helpers for tests that run `sluice` as a user would: a spawned binary, real sockets.
 #![allow(dead_code)]
 
+pub mod dashboard;
 pub mod postgres;
 pub mod receiver;
 mod sink;

@@ -113,8 +113,8 @@ fn inline(
     let method = webhook::check_method(h.method.as_deref().unwrap_or("POST"))
         .map_err(|e| errors.push((here("method"), e)))
         .ok();
-    if let Err(e) = webhook::check_headers(&h.header_map) {
-        errors.push((here("headerMap"), e));
+    if let Err((name, why)) = webhook::check_headers(&h.header_map) {
+        errors.push((here(&format!("headerMap.{name}")), why.to_owned()));
     }
     let template_path = h.template_path.clone().unwrap_or_default();
     if let Err(e) = Templates::check_path(&template_path) {
