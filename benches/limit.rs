@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use sluice::gateway::limit::{Limiter, LocalLimiter, Rate};
+use sluice::limit::{Limiter, LocalLimiter, Rate};
 
 fn local(c: &mut Criterion) {
     // A rate high enough that most checks pass, as under normal load.

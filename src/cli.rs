@@ -8,12 +8,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 use tracing_subscriber::EnvFilter;
 
+use crate::cache::CacheKind;
 use crate::component::registry::Registry;
 use crate::component::{ComponentSpec, Kind};
 use crate::input::InputKind;
 use crate::logging::{LogFormat, LogLevel, LoggerConfig};
 use crate::output::OutputKind;
 use crate::processor::ProcessorKind;
+use crate::rate_limit::RateLimitKind;
 use crate::server::{self, Server};
 use crate::stream::config::{self, MetricsConfig, RootConfig};
 use crate::stream::manager::Manager;
@@ -39,7 +41,15 @@ pub async fn run_config(root: RootConfig, signal: impl std::future::Future<Outpu
         MetricsConfig::Prometheus {} => Some(crate::metrics::install()),
         MetricsConfig::None {} => None,
     };
-    let env = StreamEnv::standalone();
+    let env = match StreamEnv::standalone().with_resources(&root.resources) {
+        Ok(env) => env,
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return 1;
+        }
+    };
     let mut manager = Manager::new(env.clone());
     if let Err(errors) = manager.start_all(&root.streams) {
         for e in errors {
@@ -422,6 +432,8 @@ pub fn list(kind: Option<Kind>, json: bool, out: &mut dyn Write) -> std::io::Res
         (Kind::Input, InputKind::specs()),
         (Kind::Processor, ProcessorKind::specs()),
         (Kind::Output, OutputKind::specs()),
+        (Kind::Cache, CacheKind::specs()),
+        (Kind::RateLimit, RateLimitKind::specs()),
     ];
     families.retain(|(k, _)| kind.is_none_or(|want| want == *k));
     if json {

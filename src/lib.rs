@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod batching;
+pub mod cache;
 pub mod cli;
 pub mod codec;
 pub mod component;
@@ -16,12 +17,14 @@ pub mod duration;
 pub mod gateway;
 pub mod http;
 pub mod input;
+pub mod limit;
 pub mod logging;
 pub mod mapping;
 pub mod message;
 pub mod metrics;
 pub mod output;
 pub mod processor;
+pub mod rate_limit;
 pub mod server;
 pub mod store;
 pub mod stream;

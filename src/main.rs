@@ -120,6 +120,8 @@ enum Family {
     Inputs,
     Processors,
     Outputs,
+    Caches,
+    RateLimits,
 }
 
 fn main() -> ExitCode {
@@ -212,6 +214,8 @@ fn main() -> ExitCode {
                 Family::Inputs => Kind::Input,
                 Family::Processors => Kind::Processor,
                 Family::Outputs => Kind::Output,
+                Family::Caches => Kind::Cache,
+                Family::RateLimits => Kind::RateLimit,
             });
             match sluice::cli::list(kind, json, &mut std::io::stdout()) {
                 Ok(()) => 0,

@@ -51,7 +51,9 @@ async fn every_stream_example_in_the_docs_builds() {
             }
             let root = sluice::stream::config::parse_str(&name, &block)
                 .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
-            let env = StreamEnv::standalone();
+            let env = StreamEnv::standalone()
+                .with_resources(&root.resources)
+                .unwrap_or_else(|e| panic!("resources: {e:?}"));
             for (stream, cfg) in &root.streams {
                 Stream::build(stream, cfg, &env).unwrap_or_else(|e| panic!("{name}: {e}"));
             }
@@ -70,6 +72,11 @@ fn every_component_is_documented_on_its_page() {
             sluice::processor::ProcessorKind::NAMES,
         ),
         ("docs/outputs.md", sluice::output::OutputKind::NAMES),
+        ("docs/resources.md", sluice::cache::CacheKind::NAMES),
+        (
+            "docs/resources.md",
+            sluice::rate_limit::RateLimitKind::NAMES,
+        ),
     ];
     for (page, names) in pages {
         let text = std::fs::read_to_string(page).unwrap();
@@ -87,13 +94,17 @@ async fn every_spec_example_builds() {
     let specs = sluice::input::InputKind::specs()
         .into_iter()
         .chain(sluice::processor::ProcessorKind::specs())
-        .chain(sluice::output::OutputKind::specs());
+        .chain(sluice::output::OutputKind::specs())
+        .chain(sluice::cache::CacheKind::specs())
+        .chain(sluice::rate_limit::RateLimitKind::specs());
     for (spec, _) in specs {
         assert!(!spec.examples.is_empty(), "{} has no example", spec.name);
         for ex in spec.examples {
             let root = sluice::stream::config::parse_str(spec.name, ex.yaml)
                 .unwrap_or_else(|e| panic!("{} example `{}`: {e}", spec.name, ex.title));
-            let env = StreamEnv::standalone();
+            let env = StreamEnv::standalone()
+                .with_resources(&root.resources)
+                .unwrap_or_else(|e| panic!("resources: {e:?}"));
             for (stream, cfg) in &root.streams {
                 Stream::build(stream, cfg, &env).unwrap_or_else(|e| panic!("{}: {e}", spec.name));
             }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sluice::gateway::limit::{LimitError, Limiter, Rate};
+use sluice::limit::{LimitError, Limiter, Rate};
 
 const URL: &str = "redis://127.0.0.1:6379";
 

@@ -6,6 +6,7 @@
 //! pick reconnect, retry or stop without reading error text.
 
 pub mod registry;
+pub mod resources;
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,11 +21,13 @@ use crate::batching::BatchPolicy;
 use crate::message::{Batch, Message, Outcome, ReplySlot, Transaction};
 
 /// The three kinds of node in a stream graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Input,
     Processor,
     Output,
+    Cache,
+    RateLimit,
 }
 
 impl Kind {
@@ -33,6 +36,8 @@ impl Kind {
             Kind::Input => "input",
             Kind::Processor => "processor",
             Kind::Output => "output",
+            Kind::Cache => "cache",
+            Kind::RateLimit => "rate_limit",
         }
     }
 }
@@ -277,6 +282,11 @@ pub struct BuildContext {
     pub shutdown: CancellationToken,
     /// Labels already used in this stream (they name metrics, so they must be unique).
     labels: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// The caches, rate limits and component resources components may name.
+    pub resources: Arc<resources::Resources>,
+    /// Component resources being built around this component, to refuse a resource that
+    /// refers to itself.
+    resource_trail: Vec<String>,
 }
 
 impl BuildContext {
@@ -290,7 +300,32 @@ impl BuildContext {
             routes,
             shutdown,
             labels: Default::default(),
+            resources: Default::default(),
+            resource_trail: Vec::new(),
         }
+    }
+
+    /// The same context with these resources to look names up in.
+    pub fn with_resources(mut self, resources: Arc<resources::Resources>) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// The context for building the component resource `kind`/`label` in place of a
+    /// reference to it; refuses a resource that (through others) refers to itself.
+    pub fn entering_resource(&self, kind: Kind, label: &str) -> Result<Self, BuildError> {
+        let id = format!("{kind} resource `{label}`");
+        if self.resource_trail.contains(&id) {
+            let mut cycle = self.resource_trail.clone();
+            cycle.push(id);
+            return Err(self.error(format!(
+                "resources refer to each other in a loop: {}",
+                cycle.join(" -> ")
+            )));
+        }
+        let mut cx = self.clone();
+        cx.resource_trail.push(id);
+        Ok(cx)
     }
 
     /// Records a component's label; a label used twice in one stream is an error.

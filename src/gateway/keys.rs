@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 
 use super::api::extension::Per;
 use super::auth::basic;
-use super::limit::Rate;
+use crate::limit::Rate;
 use crate::store::{KeyRecord, Store, StoreError};
 
 /// What a key may do, as the key API takes it.

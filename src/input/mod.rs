@@ -12,6 +12,7 @@ pub mod nats;
 pub mod nats_jetstream;
 pub mod redis_pubsub;
 pub mod redis_streams;
+pub mod resource;
 pub mod stdin;
 
 use crate::component::{BuildContext, BuildError, Input, Kind};
@@ -29,6 +30,7 @@ crate::registry!(Kind::Input, InputKind, InputConfig, BuildInput -> InputBuild {
     "nats_jetstream" => NatsJetStream(nats_jetstream::NatsJetStreamInputConfig),
     "redis_pubsub" => RedisPubSub(redis_pubsub::RedisPubSubInputConfig),
     "redis_streams" => RedisStreams(redis_streams::RedisStreamsInputConfig),
+    "resource" => Resource(resource::ResourceInputConfig),
     "stdin" => Stdin(stdin::StdinConfig),
 });
 

@@ -15,6 +15,7 @@ pub mod nats_jetstream;
 pub mod portal_webhook;
 pub mod redis_pubsub;
 pub mod redis_streams;
+pub mod resource;
 pub mod retry;
 pub mod stdout;
 pub mod switch;
@@ -37,6 +38,7 @@ crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBu
     "portal_webhook" => PortalWebhook(portal_webhook::PortalWebhookConfig),
     "redis_pubsub" => RedisPubSub(redis_pubsub::RedisPubSubOutputConfig),
     "redis_streams" => RedisStreams(redis_streams::RedisStreamsOutputConfig),
+    "resource" => Resource(resource::ResourceOutputConfig),
     "retry" => Retry(retry::RetryConfig),
     "stdout" => Stdout(stdout::StdoutConfig),
     "switch" => Switch(switch::SwitchOutputConfig),

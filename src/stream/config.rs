@@ -14,6 +14,8 @@ use serde::Deserialize;
 
 use std::sync::Arc;
 
+use crate::component::resources::Resources;
+use crate::component::BuildContext;
 use crate::config::yaml::{self, Document, Node};
 use crate::config::{de, process_env, unknown_key, ConfigError, ConfigErrors};
 use crate::duration::Duration;
@@ -23,6 +25,8 @@ use crate::logging::LoggerConfig;
 use crate::output::OutputConfig;
 use crate::processor::ProcessorConfig;
 
+pub use super::resources::ResourcesConfig;
+
 /// One stream: input, processors, output.
 #[derive(Debug, Clone)]
 pub struct StreamConfig {
@@ -31,6 +35,8 @@ pub struct StreamConfig {
     pub output: OutputConfig,
     /// Capacity, in batches, of each channel between two nodes.
     pub channel_capacity: usize,
+    /// Resources of this stream alone, over those of its file.
+    pub resources: ResourcesConfig,
 }
 
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 64;
@@ -138,6 +144,8 @@ pub struct RootConfig {
     pub metrics: MetricsConfig,
     pub shutdown_timeout: Duration,
     pub streams: BTreeMap<String, StreamConfig>,
+    /// Resources shared by every stream.
+    pub resources: ResourcesConfig,
 }
 
 impl Default for RootConfig {
@@ -148,6 +156,7 @@ impl Default for RootConfig {
             metrics: MetricsConfig::default(),
             shutdown_timeout: Duration::from_secs(20),
             streams: BTreeMap::new(),
+            resources: ResourcesConfig::default(),
         }
     }
 }
@@ -163,9 +172,24 @@ const ROOT_KEYS: &[&str] = &[
     "channel_capacity",
     "streams",
     "tests",
+    "cache_resources",
+    "rate_limit_resources",
+    "input_resources",
+    "processor_resources",
+    "output_resources",
 ];
 
-const STREAM_KEYS: &[&str] = &["input", "pipeline", "output", "channel_capacity"];
+const STREAM_KEYS: &[&str] = &[
+    "input",
+    "pipeline",
+    "output",
+    "channel_capacity",
+    "cache_resources",
+    "rate_limit_resources",
+    "input_resources",
+    "processor_resources",
+    "output_resources",
+];
 
 /// Loads config files; settings come from the first file that has them, streams from all.
 /// A stream config file is one whose streams run, so one without any is a mistake.
@@ -237,6 +261,11 @@ fn read_file(path: &Path) -> Result<FileRoot, ConfigErrors> {
 /// load them (stream names and HTTP paths then must not clash across files).
 pub fn lint_files(paths: &[impl AsRef<Path>], together: bool) -> Vec<ConfigError> {
     let (files, mut errors) = read_files(paths);
+    // Each file's own resources, built with their errors placed in that file.
+    let shared: Vec<_> = files
+        .iter()
+        .map(|f| file_resources(&f.root.resources, &f.doc, &mut errors))
+        .collect();
     if together {
         let routes = Routes::new();
         let placed: Vec<_> = files
@@ -250,26 +279,45 @@ pub fn lint_files(paths: &[impl AsRef<Path>], together: bool) -> Vec<ConfigError
             })
             .collect();
         let root = merge_files(paths, files, &mut errors);
+        let cx = BuildContext::new("", routes.clone(), Default::default());
+        let resources = root.resources.build(None, &cx, "").unwrap_or_default();
         for (names, doc, prefixes) in placed {
             for (name, prefix) in names.iter().zip(prefixes) {
                 if let Some(stream) = root.streams.get(name) {
-                    validate_stream(name, stream, &doc, &prefix, &routes, &mut errors);
+                    let r = resources.clone();
+                    validate_stream(name, stream, &doc, &prefix, &routes, r, &mut errors);
                 }
             }
         }
     } else {
-        for file in files {
+        for (file, resources) in files.into_iter().zip(shared) {
             if file.root.streams.is_empty() {
                 errors.push(no_streams(&file.doc.file));
             }
             let routes = Routes::new();
             for (name, stream) in &file.root.streams {
                 let prefix = file.prefix(name);
-                validate_stream(name, stream, &file.doc, &prefix, &routes, &mut errors);
+                let r = resources.clone();
+                validate_stream(name, stream, &file.doc, &prefix, &routes, r, &mut errors);
             }
         }
     }
     errors
+}
+
+/// Builds a file's top-level resources; what fails is reported, placed in `doc`.
+fn file_resources(
+    config: &ResourcesConfig,
+    doc: &Document,
+    errors: &mut Vec<ConfigError>,
+) -> Arc<Resources> {
+    let cx = BuildContext::new("", Routes::new(), Default::default());
+    config.build(None, &cx, "").unwrap_or_else(|failed| {
+        for e in failed {
+            errors.push(ConfigError::new(e.message).at(doc.location(&e.path, doc.locate(&e.path))));
+        }
+        Arc::default()
+    })
 }
 
 /// [`Stream::validate`], with each problem placed in its document.
@@ -279,9 +327,10 @@ fn validate_stream(
     doc: &Document,
     prefix: &str,
     routes: &Arc<Routes>,
+    resources: Arc<Resources>,
     errors: &mut Vec<ConfigError>,
 ) {
-    for e in super::Stream::validate(name, stream, routes) {
+    for e in super::Stream::validate_over(name, stream, routes, resources) {
         let path = de::join(prefix, &e.path);
         let mark = doc.locate(&path);
         errors.push(ConfigError::new(e.message).at(doc.location(&path, mark)));
@@ -336,6 +385,9 @@ fn merge(
             "shutdown_timeout" => into.shutdown_timeout = file.root.shutdown_timeout,
             _ => {}
         }
+    }
+    if let Err(e) = into.resources.merge(file.root.resources, name) {
+        errors.push(e);
     }
     for (stream, cfg) in file.root.streams {
         match into.streams.entry(stream) {
@@ -419,6 +471,9 @@ fn parse_root(
             }
             // Config unit tests are run by `sluice test`, not by the runtime.
             "tests" => {}
+            k if super::resources::KEYS.contains(&k) => {
+                take(root.resources.read(&doc, k, value, k));
+            }
             k if STREAM_KEYS.contains(&k) => has_top_stream = true,
             other => errors.push(unknown_key(&doc, key_node, other, "", ROOT_KEYS)),
         }
@@ -483,6 +538,7 @@ fn stream_fields(
     let mut output = None;
     let mut pipeline = PipelineConfig::default();
     let mut channel_capacity = DEFAULT_CHANNEL_CAPACITY;
+    let mut resources = ResourcesConfig::default();
     for (key_node, value) in node.entries() {
         let key = key_node.as_str().unwrap_or_default();
         let p = de::join(path, key);
@@ -515,6 +571,11 @@ fn stream_fields(
                 Err(e) => errors.push(e),
             },
             _ if at_root => {}
+            k if super::resources::KEYS.contains(&k) => {
+                if let Err(e) = resources.read(doc, k, value, &p) {
+                    errors.push(e);
+                }
+            }
             other => errors.push(unknown_key(doc, key_node, other, path, STREAM_KEYS)),
         }
     }
@@ -536,6 +597,7 @@ fn stream_fields(
                 pipeline,
                 output,
                 channel_capacity,
+                resources,
             };
             Ok(stream)
         }

@@ -7,6 +7,7 @@ pub mod manager;
 mod output;
 mod pipeline;
 pub mod readiness;
+pub mod resources;
 pub mod tap;
 #[cfg(test)]
 mod tests;
@@ -19,17 +20,18 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{info_span, Instrument};
 
-pub use config::{RootConfig, StreamConfig};
+pub use config::{ResourcesConfig, RootConfig, StreamConfig};
 pub use input::InFlight;
 pub use pipeline::{process_all, ProcessorNode};
 pub use readiness::Readiness;
 
+use crate::component::resources::Resources;
 use crate::component::{BuildContext, BuildError, Kind};
 use crate::http::Routes;
-use crate::input::{InputBuild, InputConfig};
+use crate::input::{InputBuild, InputConfig, InputKind};
 use crate::message::Transaction;
 use crate::metrics::NodeMetrics;
-use crate::output::{OutputBuild, OutputConfig};
+use crate::output::{OutputBuild, OutputConfig, OutputKind};
 use crate::processor::ProcessorConfig;
 
 use input::InputNode;
@@ -64,6 +66,8 @@ pub struct StreamEnv {
     pub readiness: Arc<Readiness>,
     /// The parent of the stream's own token: cancelling it stops the stream.
     pub shutdown: CancellationToken,
+    /// The resources shared by the streams (those at the top of their config file).
+    pub resources: Arc<Resources>,
 }
 
 impl StreamEnv {
@@ -72,7 +76,16 @@ impl StreamEnv {
             routes: Routes::new(),
             readiness: Arc::new(Readiness::default()),
             shutdown: CancellationToken::new(),
+            resources: Arc::default(),
         }
+    }
+
+    /// The same environment with `config`'s resources built and shared by its streams.
+    /// Errors are placed at the resource's path from the top of the file.
+    pub fn with_resources(mut self, config: &ResourcesConfig) -> Result<Self, Vec<BuildError>> {
+        let cx = BuildContext::new("", self.routes.clone(), self.shutdown.clone());
+        self.resources = config.build(None, &cx, "")?;
+        Ok(self)
     }
 }
 
@@ -91,10 +104,21 @@ impl Stream {
     /// problem. Nothing connects, nothing runs and nothing outlives the call: components
     /// open connections and files when a stream starts, not when it is built.
     pub fn validate(name: &str, config: &StreamConfig, routes: &Arc<Routes>) -> Vec<BuildError> {
+        Self::validate_over(name, config, routes, Arc::default())
+    }
+
+    /// [`Stream::validate`] for a stream whose file shares `resources`.
+    pub fn validate_over(
+        name: &str,
+        config: &StreamConfig,
+        routes: &Arc<Routes>,
+        resources: Arc<Resources>,
+    ) -> Vec<BuildError> {
         let env = StreamEnv {
             routes: routes.clone(),
             readiness: Arc::new(Readiness::default()),
             shutdown: CancellationToken::new(),
+            resources,
         };
         Self::build_all(name, config, &env)
             .err()
@@ -111,6 +135,10 @@ impl Stream {
         crate::connect::tls::install_crypto_provider();
         let cancel = env.shutdown.child_token();
         let cx = BuildContext::new(name, env.routes.clone(), cancel.clone());
+        let resources = config
+            .resources
+            .build(Some(env.resources.clone()), &cx, "")?;
+        let cx = cx.with_resources(resources);
         let mut errors = Vec::new();
         let mut inputs = Vec::new();
         build_inputs(&config.input, "input", &cx, env, &mut inputs, &mut errors);
@@ -258,6 +286,13 @@ fn build_inputs(
         Kind::Input,
         config.type_name(),
     );
+    let cx = match &config.kind {
+        InputKind::Resource(r) => match cx.entering_resource(Kind::Input, &r.0) {
+            Ok(cx) => cx,
+            Err(e) => return errors.push(e),
+        },
+        _ => cx,
+    };
     if let Some(label) = &config.label {
         collect(cx.claim_label(label), errors);
     }
@@ -312,6 +347,16 @@ fn build_output(
     let path = format!("{path}.{}", config.type_name());
     let name = config.display_name(&path);
     let cx = cx.for_component(path.clone(), name.clone(), Kind::Output, config.type_name());
+    let cx = match &config.kind {
+        OutputKind::Resource(r) => match cx.entering_resource(Kind::Output, &r.0) {
+            Ok(cx) => cx,
+            Err(e) => {
+                errors.push(e);
+                return None;
+            }
+        },
+        _ => cx,
+    };
     let metrics = NodeMetrics::new(cx.metric_labels());
     if let Some(label) = &config.label {
         collect(cx.claim_label(label), errors);

@@ -21,7 +21,7 @@ use crate::config::{de, yaml, ConfigError, ConfigErrors};
 use super::auth::api_key::KeyLocation;
 use super::auth::hmac::HmacSettings;
 use super::auth::jwt::{JwtSettings, JwtVerifier};
-use super::limit::Rate;
+use crate::limit::Rate;
 use extension::{Extension, HeaderTransform, MockResponse};
 use paths::PathTemplate;
 use validate::RequestValidator;

@@ -27,10 +27,10 @@ use http::{HeaderValue, StatusCode};
 use super::api::{Api, Operation};
 use super::events::EventKind;
 use super::keys::Session;
-use super::limit::{Decision, LimitError};
 use super::proxy::Origin;
 use super::Shared;
 use crate::http::{self as h, HttpRequest, HttpResponse};
+use crate::limit::{Decision, LimitError};
 
 /// One request on its way through the chain.
 pub struct Ctx<'a> {

@@ -1,4 +1,5 @@
-//! Rate limits and quotas for the gateway: per key, per API and per operation.
+//! Rate limits and quotas: the gateway's per key, per API and per operation, and the
+//! `rate_limit_resources` of streams.
 //!
 //! A [`Limiter`] answers one question per request: may this request pass the bucket's
 //! rate (or quota), and what should the client be told about it. Buckets are named by the
