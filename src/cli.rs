@@ -426,6 +426,61 @@ pub fn lint(files: &[PathBuf], together: bool, format: LintFormat, out: &mut dyn
     i32::from(!errors.is_empty())
 }
 
+/// `sluice test`: runs the config tests found in `paths` and reports each test, with every
+/// failure placed in its file. Returns 0 when all passed, 1 otherwise.
+pub async fn test(paths: &[PathBuf], out: &mut dyn Write) -> i32 {
+    let files = match crate::testing::discover(paths) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = writeln!(out, "error: {e}");
+            return 1;
+        }
+    };
+    let (mut passed, mut failed, mut broken) = (0usize, 0usize, 0usize);
+    for file in &files {
+        match crate::testing::run_file(file).await {
+            Ok(outcomes) => {
+                for o in outcomes {
+                    let line = o.location.line;
+                    if o.passed() {
+                        passed += 1;
+                        let _ = writeln!(out, "PASS {}:{line} {}", file.display(), o.name);
+                    } else {
+                        failed += 1;
+                        let _ = writeln!(out, "FAIL {}:{line} {}", file.display(), o.name);
+                        for f in &o.failures {
+                            let _ = writeln!(out, "  {f}");
+                        }
+                    }
+                }
+            }
+            Err(errors) => {
+                broken += 1;
+                let _ = writeln!(out, "ERROR {}", file.display());
+                for e in &errors.0 {
+                    let _ = writeln!(out, "  {e}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} test(s) in {} file(s): {passed} passed, {failed} failed{}",
+        passed + failed,
+        files.len(),
+        if broken > 0 {
+            format!(", {broken} file(s) could not be run")
+        } else {
+            String::new()
+        }
+    );
+    if files.is_empty() {
+        let _ = writeln!(out, "error: no config tests found");
+        return 1;
+    }
+    i32::from(failed > 0 || broken > 0)
+}
+
 /// `sluice list`: every component with its fields, types, defaults and help.
 pub fn list(kind: Option<Kind>, json: bool, out: &mut dyn Write) -> std::io::Result<()> {
     let mut families: Vec<(Kind, Vec<(ComponentSpec, RootSchema)>)> = vec![

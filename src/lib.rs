@@ -28,5 +28,6 @@ pub mod rate_limit;
 pub mod server;
 pub mod store;
 pub mod stream;
+pub mod testing;
 pub mod value;
 pub mod webhook;

@@ -46,6 +46,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = LintFormat::Text)]
         format: LintFormat,
     },
+    /// Run the unit tests of stream configs: the `tests` of config files, and the
+    /// `<name>_sluice_test.yaml` files beside them. Directories are searched recursively.
+    /// Exits non-zero when a test fails.
+    Test {
+        /// Files or directories (`dir/...` also means the directory and below).
+        #[arg(default_value = ".")]
+        paths: Vec<PathBuf>,
+    },
     /// Try a mapping: reads one message per line on standard input and writes each result.
     Blobl {
         /// The mapping (or use -f).
@@ -156,6 +164,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Test { paths } => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(sluice::cli::test(&paths, &mut std::io::stdout())),
+            Err(e) => {
+                eprintln!("error: cannot start the runtime: {e}");
+                1
+            }
+        },
         Command::Blobl {
             mapping,
             file,

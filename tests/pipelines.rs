@@ -174,3 +174,73 @@ fn blobl_maps_each_line_and_reports_failures() {
         String::from_utf8_lossy(&parse.stderr)
     );
 }
+
+#[test]
+fn every_example_passes_its_config_tests() {
+    let out = sluice().args(["test", "pipelines/"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // Every example has tests of its own.
+    for entry in std::fs::read_dir("pipelines").unwrap() {
+        let path = entry.unwrap().path();
+        assert!(
+            text.contains(&format!("PASS {}:", path.display())),
+            "{} has no passing test:\n{text}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn a_failing_config_test_is_reported_at_its_condition_and_fails_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("shout.yaml"),
+        "input:\n  stdin: {}\npipeline:\n  processors:\n    - mapping: 'root = content().uppercase()'\noutput:\n  stdout: {}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("shout_sluice_test.yaml"),
+        "tests:\n  - name: shouts\n    input_batch: [{content: hi}]\n    output_batches:\n      - - content_equals: HI\n  - name: whispers\n    input_batch: [{content: hi}]\n    output_batches:\n      - - content_equals: hi\n          bloblang: 'content() == \"HI\"'\n",
+    )
+    .unwrap();
+    let out = sluice().arg("test").arg(dir.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("shout_sluice_test.yaml:2 shouts"), "{text}");
+    assert!(text.contains("FAIL") && text.contains("whispers"), "{text}");
+    assert!(
+        text.contains("shout_sluice_test.yaml:9:11")
+            && text.contains(r#"content_equals: expected "hi", got "HI""#),
+        "{text}"
+    );
+    assert!(
+        !text.contains("bloblang:"),
+        "the passing condition is not reported: {text}"
+    );
+    assert!(
+        text.contains("2 test(s) in 1 file(s): 1 passed, 1 failed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sluice_test_without_tests_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sluice().arg("test").arg(dir.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no config tests found"));
+}
+
+#[test]
+fn the_config_tests_page_example_passes() {
+    let page = std::fs::read_to_string("docs/testing.md").unwrap();
+    let start = page.find("```yaml\n").expect("a YAML example") + "```yaml\n".len();
+    let end = start + page[start..].find("```").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("orders.yaml");
+    std::fs::write(&file, &page[start..end]).unwrap();
+    let out = sluice().arg("test").arg(&file).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}

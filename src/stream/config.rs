@@ -412,6 +412,18 @@ fn parse_root(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<FileRoot, ConfigErrors> {
     let doc = yaml::parse(file, text, env)?;
+    root_from_document(doc, default_stream)
+}
+
+/// Reads a config from a parsed document (which a caller may have edited, as `sluice test`
+/// does with its mocks). `default_stream` names a stream written at the top level.
+pub fn parse_document(doc: Document, default_stream: &str) -> Result<RootConfig, ConfigErrors> {
+    root_from_document(doc, default_stream).map(|f| f.root)
+}
+
+fn root_from_document(doc: Document, default_stream: &str) -> Result<FileRoot, ConfigErrors> {
+    let file = doc.file.clone();
+    let file: &str = &file;
     let mut root = RootConfig::default();
     let mut set = Vec::new();
     let mut errors = Vec::new();
