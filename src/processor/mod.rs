@@ -4,11 +4,17 @@
 pub mod branch;
 pub mod catch;
 pub mod chain;
+pub mod grok;
 pub mod http;
+pub mod jmespath;
+pub mod jq;
+pub mod json_schema;
 pub mod log;
 pub mod mapping;
+pub mod metric;
 pub mod mutation;
 pub mod noop;
+pub mod parse_log;
 pub mod sleep;
 pub mod switch;
 pub mod try_;
@@ -19,11 +25,17 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "bloblang" => Bloblang(mapping::BloblangConfig),
     "branch" => Branch(branch::BranchConfig),
     "catch" => Catch(catch::CatchConfig),
+    "grok" => Grok(grok::GrokConfig),
     "http" => Http(http::HttpProcessorConfig),
+    "jmespath" => Jmespath(jmespath::JmespathConfig),
+    "jq" => Jq(jq::JqConfig),
+    "json_schema" => JsonSchema(json_schema::JsonSchemaConfig),
     "log" => Log(log::LogConfig),
     "mapping" => Mapping(mapping::MappingConfig),
+    "metric" => Metric(metric::MetricConfig),
     "mutation" => Mutation(mutation::MutationConfig),
     "noop" => Noop(noop::NoopConfig),
+    "parse_log" => ParseLog(parse_log::ParseLogConfig),
     "sleep" => Sleep(sleep::SleepConfig),
     "switch" => Switch(switch::SwitchConfig),
     "try" => Try(try_::TryConfig),
