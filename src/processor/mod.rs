@@ -4,6 +4,7 @@
 pub mod branch;
 pub mod catch;
 pub mod chain;
+pub mod command;
 pub mod grok;
 pub mod http;
 pub mod jmespath;
@@ -16,6 +17,7 @@ pub mod mutation;
 pub mod noop;
 pub mod parse_log;
 pub mod sleep;
+pub mod subprocess;
 pub mod switch;
 pub mod try_;
 
@@ -25,6 +27,7 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "bloblang" => Bloblang(mapping::BloblangConfig),
     "branch" => Branch(branch::BranchConfig),
     "catch" => Catch(catch::CatchConfig),
+    "command" => Command(command::CommandConfig),
     "grok" => Grok(grok::GrokConfig),
     "http" => Http(http::HttpProcessorConfig),
     "jmespath" => Jmespath(jmespath::JmespathConfig),
@@ -37,6 +40,7 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "noop" => Noop(noop::NoopConfig),
     "parse_log" => ParseLog(parse_log::ParseLogConfig),
     "sleep" => Sleep(sleep::SleepConfig),
+    "subprocess" => Subprocess(subprocess::SubprocessConfig),
     "switch" => Switch(switch::SwitchConfig),
     "try" => Try(try_::TryConfig),
 });
