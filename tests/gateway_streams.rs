@@ -300,6 +300,35 @@ async fn host_reaching_components_and_mappings_are_refused() {
     .await;
     let apis = allowed.apis().await;
     assert_eq!(apis["apis"][0]["id"], "live", "{apis}");
+
+    // Processors that run programs, and fields that read files, are refused the same
+    // way, and loaded when listed.
+    let with_programs = streaming_api("root = this").replace(
+        "          - mapping: 'root = this'",
+        "          - command: {name: sh}\n          - subprocess: {name: cat}\n          - json_schema: {schema_path: /tmp/sluice-no-schema.json}",
+    );
+    assert!(with_programs.contains("subprocess"), "{with_programs}");
+    let refused = Gw::start(&[("live.yaml", with_programs.clone())], STREAMING_ON).await;
+    let apis = refused.apis().await;
+    let error = apis["errors"][0]["error"].as_str().unwrap();
+    for said in [
+        "`command` reaches the gateway's host",
+        "`subprocess` reaches the gateway's host",
+        "`json_schema.schema_path` reads the gateway's files",
+    ] {
+        assert!(error.contains(said), "{said}: {error}");
+    }
+    let schema = std::env::temp_dir().join("sluice-gateway-schema.json");
+    std::fs::write(&schema, r#"{"type":"object"}"#).unwrap();
+    let with_programs =
+        with_programs.replace("/tmp/sluice-no-schema.json", &schema.display().to_string());
+    let allowed = Gw::start(
+        &[("live.yaml", with_programs)],
+        "streaming:\n  enabled: true\n  allow_unsafe: [command, json_schema, subprocess]\n",
+    )
+    .await;
+    let apis = allowed.apis().await;
+    assert_eq!(apis["apis"][0]["id"], "live", "{apis}");
 }
 
 fn kafka_addr() -> String {

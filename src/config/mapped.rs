@@ -31,6 +31,12 @@ pub fn sandboxed<T>(read: impl FnOnce() -> T) -> T {
     read()
 }
 
+/// Whether the config being read arrived as data (see [`sandboxed`]): components that
+/// could reach the host through their own languages (jq's `env`) leave that out.
+pub fn is_sandboxed() -> bool {
+    SANDBOXED.with(|s| s.get())
+}
+
 /// The environment configs compile mappings in.
 fn env() -> Env {
     if SANDBOXED.with(|s| s.get()) {

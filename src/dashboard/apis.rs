@@ -920,6 +920,48 @@ mod tests {
     }
 
     #[test]
+    fn posted_streams_cannot_reach_the_host() {
+        let posted = |processor: Value| {
+            let mut doc = petstore();
+            doc[STREAMING_EXTENSION] = json!({"streams": {"main": {
+                "input": {"http_server": {"path": "/in"}},
+                "pipeline": {"processors": [processor]},
+                "output": {"drop": {}}
+            }}});
+            prepare(&mut doc, Kind::Streams, "o", None).unwrap_err()
+        };
+        for (processor, said) in [
+            (
+                json!({"command": {"name": "sh"}}),
+                "`command` reaches the gateway's host",
+            ),
+            (
+                json!({"subprocess": {"name": "cat"}}),
+                "`subprocess` reaches the gateway's host",
+            ),
+            (
+                json!({"json_schema": {"schema_path": "/etc/passwd"}}),
+                "`json_schema.schema_path` reads the gateway's files",
+            ),
+            (
+                json!({"grok": {"expressions": ["%{WORD:w}"], "pattern_paths": ["/etc"]}}),
+                "`grok.pattern_paths` reads the gateway's files",
+            ),
+            (json!({"jq": {"query": "env.HOME"}}), "not available"),
+        ] {
+            let e = posted(processor.clone());
+            assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY, "{processor}");
+            let ApiError::Invalid { errors, .. } = e else {
+                panic!("{e:?}")
+            };
+            assert!(
+                errors.iter().any(|p| p.message.contains(said)),
+                "{processor}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
     fn templates_merge_under_the_posted_document() {
         let mut base = json!({"a": {"b": 1, "c": 2}, "d": [1]});
         merge(&mut base, json!({"a": {"c": 3}, "d": [2], "e": true}));

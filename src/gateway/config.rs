@@ -348,12 +348,13 @@ impl GatewayConfig {
             }
         }
         for (i, name) in self.streaming.allow_unsafe.iter().enumerate() {
-            if !crate::gateway::api::streaming::UNSAFE.contains(&name.as_str()) {
+            let allowable = crate::gateway::api::streaming::allowable();
+            if !allowable.contains(&name.as_str()) {
                 let path = format!("streaming.allow_unsafe[{i}]");
                 errors.push(
                     ConfigError::new(format!(
                         "`{name}` is not a component that reaches the host ({})",
-                        crate::gateway::api::streaming::UNSAFE.join(", ")
+                        allowable.join(", ")
                     ))
                     .at(at(&path)),
                 );

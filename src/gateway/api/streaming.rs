@@ -13,10 +13,24 @@ use crate::stream::{Stream, StreamConfig};
 /// The extension key of an API's streams.
 pub const STREAMING: &str = "x-sluice-streaming";
 
-/// Components that reach the host (its files, its standard streams): refused in streams
-/// of the gateway unless `streaming.allow_unsafe` names them, so that whoever may post an
-/// API cannot read or write the gateway's files.
-pub const UNSAFE: &[&str] = &["file", "stdin", "stdout"];
+/// Components that reach the host (its files, its standard streams, its programs):
+/// refused in streams of the gateway unless `streaming.allow_unsafe` names them, so that
+/// whoever may post an API cannot read or write the gateway's files or run its commands.
+pub const UNSAFE: &[&str] = &["command", "file", "stdin", "stdout", "subprocess"];
+
+/// Fields that make an otherwise harmless component read the host's files when the
+/// stream is built: refused the same way unless `streaming.allow_unsafe` names the
+/// component.
+pub const UNSAFE_FIELDS: &[(&str, &str)] =
+    &[("grok", "pattern_paths"), ("json_schema", "schema_path")];
+
+/// Every name `streaming.allow_unsafe` accepts.
+pub fn allowable() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = UNSAFE.to_vec();
+    names.extend(UNSAFE_FIELDS.iter().map(|(component, _)| *component));
+    names.sort_unstable();
+    names
+}
 
 /// The prefix of the placeholders that make a stream per client.
 pub const CONTEXT: &str = "$sluice_context.";
@@ -142,13 +156,31 @@ fn unsafe_components(
         let Some(k) = key.as_str() else { continue };
         let here = de::join(path, k);
         let settings = matches!(value.kind, NodeKind::Map(_)) || value.is_null();
-        if settings && UNSAFE.contains(&k) && !allow.iter().any(|a| a == k) {
+        let allowed = allow.iter().any(|a| a == k);
+        if settings && UNSAFE.contains(&k) && !allowed {
             errors.push(
                 ConfigError::new(format!(
                     "`{k}` reaches the gateway's host and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
                 ))
                 .at(doc.location(&here, key.mark)),
             );
+        }
+        for (component, field) in UNSAFE_FIELDS {
+            if k != *component || allowed {
+                continue;
+            }
+            if let Some((fkey, _)) = value
+                .entries()
+                .iter()
+                .find(|(f, _)| f.as_str() == Some(*field))
+            {
+                errors.push(
+                    ConfigError::new(format!(
+                        "`{k}.{field}` reads the gateway's files and is refused in streams served by the gateway (list `{k}` in the gateway's `streaming.allow_unsafe` to allow it)"
+                    ))
+                    .at(doc.location(&de::join(&here, field), fkey.mark)),
+                );
+            }
         }
         unsafe_components(doc, value, &here, allow, errors);
     }
