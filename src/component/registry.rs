@@ -23,6 +23,23 @@ pub trait Registry: Sized + Clone + fmt::Debug {
 
     /// Each type's spec and the JSON schema of its config.
     fn specs() -> Vec<(ComponentSpec, schemars::schema::RootSchema)>;
+
+    /// What a component of this family may carry under `processors` (inputs and outputs
+    /// carry processor configs; other families [`Nothing`]).
+    type Attached: Clone + fmt::Debug + de::DeserializeOwned;
+    /// Whether the family takes a `processors` key at all.
+    const ATTACHES: bool;
+}
+
+/// The `processors` of a family that has none: never deserialized, since the key is
+/// refused first.
+#[derive(Debug, Clone)]
+pub enum Nothing {}
+
+impl<'de> Deserialize<'de> for Nothing {
+    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(de::Error::custom("this component takes no `processors`"))
+    }
 }
 
 /// Implemented by every component config: its documentation.
@@ -30,11 +47,13 @@ pub trait Spec {
     const SPEC: ComponentSpec;
 }
 
-/// One configured component: a label and the typed config.
+/// One configured component: a label, the typed config, and for inputs and outputs the
+/// processors applied to what it reads or before it writes.
 #[derive(Debug, Clone)]
-pub struct Component<T> {
+pub struct Component<T: Registry> {
     pub label: Option<String>,
     pub kind: T,
+    pub processors: Vec<T::Attached>,
 }
 
 impl<T: Registry> Component<T> {
@@ -60,6 +79,7 @@ fn type_list<T: Registry>() -> String {
 
 enum Key {
     Label,
+    Processors,
     Type(&'static str),
 }
 
@@ -72,6 +92,9 @@ impl<'de, T: Registry> DeserializeSeed<'de> for KeySeed<T> {
         let key = String::deserialize(d)?;
         if key == "label" {
             return Ok(Key::Label);
+        }
+        if key == "processors" && T::ATTACHES {
+            return Ok(Key::Processors);
         }
         match T::NAMES.iter().find(|n| **n == key) {
             Some(name) => Ok(Key::Type(name)),
@@ -106,9 +129,11 @@ impl<'de, T: Registry> Visitor<'de> for ComponentVisitor<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Component<T>, A::Error> {
         let mut label = None;
         let mut kind: Option<T> = None;
+        let mut processors = Vec::new();
         while let Some(key) = map.next_key_seed(KeySeed::<T>(PhantomData))? {
             match key {
                 Key::Label => label = Some(map.next_value::<String>()?),
+                Key::Processors => processors = map.next_value::<Vec<T::Attached>>()?,
                 Key::Type(name) => {
                     if let Some(existing) = &kind {
                         return Err(de::Error::custom(format!(
@@ -122,7 +147,11 @@ impl<'de, T: Registry> Visitor<'de> for ComponentVisitor<T> {
             }
         }
         match kind {
-            Some(kind) => Ok(Component { label, kind }),
+            Some(kind) => Ok(Component {
+                label,
+                kind,
+                processors,
+            }),
             None => Err(de::Error::custom(format!(
                 "the {} has no type: add one of {}",
                 T::KIND,
@@ -163,6 +192,28 @@ macro_rules! registry {
     ($kind:expr, $Enum:ident, $Alias:ident, $Build:ident -> $Built:ty {
         $($key:literal => $Variant:ident($Ty:ty)),* $(,)?
     }) => {
+        $crate::registry!($kind, $Enum, $Alias, $Build -> $Built, attached: none {
+            $($key => $Variant($Ty)),*
+        });
+    };
+    ($kind:expr, $Enum:ident, $Alias:ident, $Build:ident -> $Built:ty, attached: none {
+        $($key:literal => $Variant:ident($Ty:ty)),* $(,)?
+    }) => {
+        $crate::registry!(@family $kind, $Enum, $Alias, $Build -> $Built,
+            $crate::component::registry::Nothing, false {
+            $($key => $Variant($Ty)),*
+        });
+    };
+    ($kind:expr, $Enum:ident, $Alias:ident, $Build:ident -> $Built:ty, attached: $Att:ty {
+        $($key:literal => $Variant:ident($Ty:ty)),* $(,)?
+    }) => {
+        $crate::registry!(@family $kind, $Enum, $Alias, $Build -> $Built, $Att, true {
+            $($key => $Variant($Ty)),*
+        });
+    };
+    (@family $kind:expr, $Enum:ident, $Alias:ident, $Build:ident -> $Built:ty, $Att:ty, $attaches:literal {
+        $($key:literal => $Variant:ident($Ty:ty)),* $(,)?
+    }) => {
         #[derive(Debug, Clone)]
         pub enum $Enum {
             $($Variant($Ty)),*
@@ -183,6 +234,8 @@ macro_rules! registry {
 
         impl $crate::component::registry::Registry for $Enum {
             const KIND: $crate::component::Kind = $kind;
+            type Attached = $Att;
+            const ATTACHES: bool = $attaches;
             const NAMES: &'static [&'static str] = &[$($key),*];
 
             fn name(&self) -> &'static str {

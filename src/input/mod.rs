@@ -17,7 +17,7 @@ pub mod stdin;
 
 use crate::component::{BuildContext, BuildError, Input, Kind};
 
-crate::registry!(Kind::Input, InputKind, InputConfig, BuildInput -> InputBuild {
+crate::registry!(Kind::Input, InputKind, InputConfig, BuildInput -> InputBuild, attached: crate::processor::ProcessorConfig {
     "amqp_0_9" => Amqp09(amqp_0_9::AmqpInputConfig),
     "broker" => Broker(broker::BrokerInputConfig),
     "file" => File(file::FileInputConfig),

@@ -23,7 +23,7 @@ pub mod websocket_server;
 
 use crate::component::{BuildContext, BuildError, Kind, Router, Writer};
 
-crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBuild {
+crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBuild, attached: crate::processor::ProcessorConfig {
     "amqp_0_9" => Amqp09(amqp_0_9::AmqpOutputConfig),
     "broker" => Broker(broker::BrokerOutputConfig),
     "drop" => Drop(drop::DropConfig),

@@ -1,6 +1,7 @@
 //! Stream graphs: a [`StreamConfig`] is built into nodes (inputs, one pipeline, an output
 //! tree) joined by bounded channels, started as tasks, and stopped with a drain deadline.
 
+mod attached;
 pub mod config;
 mod input;
 pub mod manager;
@@ -32,7 +33,7 @@ use crate::input::{InputBuild, InputConfig, InputKind};
 use crate::message::Transaction;
 use crate::metrics::NodeMetrics;
 use crate::output::{OutputBuild, OutputConfig, OutputKind};
-use crate::processor::ProcessorConfig;
+use crate::processor::{self, ProcessorConfig};
 
 use input::InputNode;
 use output::{RouterNode, WriterNode};
@@ -299,6 +300,9 @@ fn build_inputs(
     let Some(built) = collect(config.kind.build(&cx), errors) else {
         return;
     };
+    let Some(built) = attach_to_input(built, config, &path, &cx, errors) else {
+        return;
+    };
     match built {
         InputBuild::Leaf(input) => {
             let id = node_id(&cx.stream, &config.display_name(&path));
@@ -316,6 +320,76 @@ fn build_inputs(
             }
         }
     }
+}
+
+/// The `processors` of an input or output, built at `{path}.processors`.
+fn attached_chain(
+    processors: &[ProcessorConfig],
+    path: &str,
+    cx: &BuildContext,
+    errors: &mut Vec<BuildError>,
+) -> Option<processor::chain::Chain> {
+    collect(
+        processor::chain::Chain::build(processors, cx, &format!("{path}.processors")),
+        errors,
+    )
+}
+
+/// Wraps an input leaf in its `processors`. A `broker`'s own processors apply to what
+/// each of its inputs reads, after their own.
+fn attach_to_input(
+    built: InputBuild,
+    config: &InputConfig,
+    path: &str,
+    cx: &BuildContext,
+    errors: &mut Vec<BuildError>,
+) -> Option<InputBuild> {
+    if config.processors.is_empty() {
+        return Some(built);
+    }
+    match built {
+        InputBuild::Leaf(inner) => {
+            let chain = attached_chain(&config.processors, path, cx, errors)?;
+            Some(InputBuild::Leaf(Box::new(attached::ProcessedInput {
+                inner,
+                chain,
+            })))
+        }
+        InputBuild::Merge(children) => Some(InputBuild::Merge(
+            children
+                .into_iter()
+                .map(|mut child| {
+                    child.processors.extend(config.processors.iter().cloned());
+                    child
+                })
+                .collect(),
+        )),
+    }
+}
+
+/// Wraps an output (a writer, or a router before it routes) in its `processors`.
+fn attach_to_output(
+    built: OutputBuild,
+    config: &OutputConfig,
+    path: &str,
+    cx: &BuildContext,
+    errors: &mut Vec<BuildError>,
+) -> Option<OutputBuild> {
+    if config.processors.is_empty() {
+        return Some(built);
+    }
+    let chain = attached_chain(&config.processors, path, cx, errors)?;
+    Some(match built {
+        OutputBuild::Writer(mut writer) => {
+            let inner = std::mem::replace(&mut writer.output, Box::new(crate::output::drop::Drop));
+            writer.output = Box::new(attached::ProcessedOutput { inner, chain });
+            OutputBuild::Writer(writer)
+        }
+        OutputBuild::Router(inner, children) => OutputBuild::Router(
+            Box::new(attached::ProcessedRouter { inner, chain }),
+            children,
+        ),
+    })
 }
 
 /// Builds one processor with its metrics, as a pipeline node.
@@ -361,7 +435,8 @@ fn build_output(
     if let Some(label) = &config.label {
         collect(cx.claim_label(label), errors);
     }
-    match collect(config.kind.build(&cx), errors)? {
+    let built = collect(config.kind.build(&cx), errors)?;
+    match attach_to_output(built, config, &path, &cx, errors)? {
         OutputBuild::Writer(writer) => {
             let id = node_id(&cx.stream, &name);
             env.readiness.register(&id);

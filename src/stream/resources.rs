@@ -163,7 +163,7 @@ impl ResourcesConfig {
     }
 }
 
-fn label<T>(c: &Component<T>) -> String {
+fn label<T: Registry>(c: &Component<T>) -> String {
     c.label.clone().unwrap_or_default()
 }
 
