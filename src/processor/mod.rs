@@ -1,15 +1,19 @@
 //! Processors: what happens to messages between input and output. One file per
 //! processor; the list below registers them.
 
+pub mod bounds_check;
 pub mod branch;
 pub mod catch;
 pub mod chain;
 pub mod http;
+pub mod insert_part;
 pub mod log;
 pub mod mapping;
 pub mod mutation;
 pub mod noop;
+pub mod select_parts;
 pub mod sleep;
+pub mod split;
 pub mod switch;
 pub mod try_;
 
@@ -17,14 +21,18 @@ use crate::component::{BuildContext, BuildError, Kind, Processor};
 
 crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor -> Box<dyn Processor> {
     "bloblang" => Bloblang(mapping::BloblangConfig),
+    "bounds_check" => BoundsCheck(bounds_check::BoundsCheckConfig),
     "branch" => Branch(branch::BranchConfig),
     "catch" => Catch(catch::CatchConfig),
     "http" => Http(http::HttpProcessorConfig),
+    "insert_part" => InsertPart(insert_part::InsertPartConfig),
     "log" => Log(log::LogConfig),
     "mapping" => Mapping(mapping::MappingConfig),
     "mutation" => Mutation(mutation::MutationConfig),
     "noop" => Noop(noop::NoopConfig),
+    "select_parts" => SelectParts(select_parts::SelectPartsConfig),
     "sleep" => Sleep(sleep::SleepConfig),
+    "split" => Split(split::SplitConfig),
     "switch" => Switch(switch::SwitchConfig),
     "try" => Try(try_::TryConfig),
 });
