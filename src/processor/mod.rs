@@ -5,6 +5,8 @@ pub mod bounds_check;
 pub mod branch;
 pub mod catch;
 pub mod chain;
+pub mod compress;
+pub mod decompress;
 pub mod http;
 pub mod insert_part;
 pub mod log;
@@ -24,6 +26,8 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "bounds_check" => BoundsCheck(bounds_check::BoundsCheckConfig),
     "branch" => Branch(branch::BranchConfig),
     "catch" => Catch(catch::CatchConfig),
+    "compress" => Compress(compress::CompressConfig),
+    "decompress" => Decompress(decompress::DecompressConfig),
     "http" => Http(http::HttpProcessorConfig),
     "insert_part" => InsertPart(insert_part::InsertPartConfig),
     "log" => Log(log::LogConfig),
