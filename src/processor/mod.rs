@@ -1,6 +1,7 @@
 //! Processors: what happens to messages between input and output. One file per
 //! processor; the list below registers them.
 
+pub mod archive;
 pub mod bounds_check;
 pub mod branch;
 pub mod catch;
@@ -18,10 +19,12 @@ pub mod sleep;
 pub mod split;
 pub mod switch;
 pub mod try_;
+pub mod unarchive;
 
 use crate::component::{BuildContext, BuildError, Kind, Processor};
 
 crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor -> Box<dyn Processor> {
+    "archive" => Archive(archive::ArchiveConfig),
     "bloblang" => Bloblang(mapping::BloblangConfig),
     "bounds_check" => BoundsCheck(bounds_check::BoundsCheckConfig),
     "branch" => Branch(branch::BranchConfig),
@@ -39,6 +42,7 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "split" => Split(split::SplitConfig),
     "switch" => Switch(switch::SwitchConfig),
     "try" => Try(try_::TryConfig),
+    "unarchive" => Unarchive(unarchive::UnarchiveConfig),
 });
 
 /// Implemented by every processor config.
