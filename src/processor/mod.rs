@@ -8,18 +8,25 @@ pub mod catch;
 pub mod chain;
 pub mod compress;
 pub mod decompress;
+pub mod for_each;
+pub mod group_by;
+pub mod group_by_value;
 pub mod http;
 pub mod insert_part;
 pub mod log;
 pub mod mapping;
 pub mod mutation;
 pub mod noop;
+pub mod parallel;
+pub mod processors;
+pub mod retry;
 pub mod select_parts;
 pub mod sleep;
 pub mod split;
 pub mod switch;
 pub mod try_;
 pub mod unarchive;
+pub mod while_;
 
 use crate::component::{BuildContext, BuildError, Kind, Processor};
 
@@ -31,18 +38,25 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "catch" => Catch(catch::CatchConfig),
     "compress" => Compress(compress::CompressConfig),
     "decompress" => Decompress(decompress::DecompressConfig),
+    "for_each" => ForEach(for_each::ForEachConfig),
+    "group_by" => GroupBy(group_by::GroupByConfig),
+    "group_by_value" => GroupByValue(group_by_value::GroupByValueConfig),
     "http" => Http(http::HttpProcessorConfig),
     "insert_part" => InsertPart(insert_part::InsertPartConfig),
     "log" => Log(log::LogConfig),
     "mapping" => Mapping(mapping::MappingConfig),
     "mutation" => Mutation(mutation::MutationConfig),
     "noop" => Noop(noop::NoopConfig),
+    "parallel" => Parallel(parallel::ParallelConfig),
+    "processors" => Processors(processors::ProcessorsConfig),
+    "retry" => Retry(retry::RetryConfig),
     "select_parts" => SelectParts(select_parts::SelectPartsConfig),
     "sleep" => Sleep(sleep::SleepConfig),
     "split" => Split(split::SplitConfig),
     "switch" => Switch(switch::SwitchConfig),
     "try" => Try(try_::TryConfig),
     "unarchive" => Unarchive(unarchive::UnarchiveConfig),
+    "while" => While(while_::WhileConfig),
 });
 
 /// Implemented by every processor config.
