@@ -24,6 +24,7 @@ pub mod select_parts;
 pub mod sleep;
 pub mod split;
 pub mod switch;
+pub mod sync_response;
 pub mod try_;
 pub mod unarchive;
 pub mod while_;
@@ -54,6 +55,7 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "sleep" => Sleep(sleep::SleepConfig),
     "split" => Split(split::SplitConfig),
     "switch" => Switch(switch::SwitchConfig),
+    "sync_response" => SyncResponse(sync_response::SyncResponseConfig),
     "try" => Try(try_::TryConfig),
     "unarchive" => Unarchive(unarchive::UnarchiveConfig),
     "while" => While(while_::WhileConfig),

@@ -383,3 +383,48 @@ fn labels(component: &str, kind: Kind) -> Vec<(&'static str, String)> {
         ("type", "test".to_owned()),
     ]
 }
+
+/// Reads one batch that waits for a synchronous reply in `slot`.
+struct Replying {
+    slot: Option<crate::message::ReplySlot>,
+}
+
+#[async_trait]
+impl Input for Replying {
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
+        match self.slot.take() {
+            Some(slot) => Ok(ReadBatch::unacked(msg("asked")).with_reply(slot)),
+            None => Err(ConnectorError::end_of_input()),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_response_processor_answers_with_the_messages_at_its_step() {
+    for threads in [1, 3] {
+        let slot = crate::message::ReplySlot::for_processors();
+        let answer: crate::processor::ProcessorConfig =
+            serde_yaml::from_str("sync_response: {}").unwrap();
+        let later: crate::processor::ProcessorConfig =
+            serde_yaml::from_str("mapping: 'root = \"stored\"'").unwrap();
+        let cx = crate::component::BuildContext::new("t", Default::default(), Default::default());
+        let sink = Arc::new(Sink::default());
+        let mut running = stream(
+            Replying {
+                slot: Some(slot.clone()),
+            },
+            vec![
+                answer.kind.build(&cx).unwrap(),
+                later.kind.build(&cx).unwrap(),
+            ],
+            threads,
+            SinkOutput(sink.clone()),
+            4,
+        )
+        .start();
+        running.finished().await;
+        assert_eq!(sink.written(), vec!["stored".to_string()]);
+        let reply = slot.take().expect("the processor replied");
+        assert_eq!(&reply[0].payload()[..], b"asked", "threads: {threads}");
+    }
+}
