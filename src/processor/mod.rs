@@ -28,6 +28,7 @@ pub mod sync_response;
 pub mod try_;
 pub mod unarchive;
 pub mod while_;
+pub mod workflow;
 
 use crate::component::{BuildContext, BuildError, Kind, Processor};
 
@@ -59,6 +60,7 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "try" => Try(try_::TryConfig),
     "unarchive" => Unarchive(unarchive::UnarchiveConfig),
     "while" => While(while_::WhileConfig),
+    "workflow" => Workflow(workflow::WorkflowConfig),
 });
 
 /// Implemented by every processor config.
