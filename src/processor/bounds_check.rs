@@ -1,12 +1,12 @@
-//! `bounds_check`: drops messages whose size is outside `min_part_size..=max_part_size`,
-//! and whole batches whose message count is outside `min_parts..=max_parts`. Dropped
-//! messages are settled as filtered, like any other deliberate drop.
+//! `bounds_check`: drops a batch whose message count is outside `min_parts..=max_parts`
+//! or any of whose messages has a size outside `min_part_size..=max_part_size`, as the
+//! reference does: the batch goes as a whole, settled as filtered like any deliberate
+//! drop.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::chain::non_empty;
 use super::BuildProcessor;
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
@@ -15,11 +15,11 @@ use crate::message::Batch;
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BoundsCheckConfig {
-    /// Largest message kept, in bytes (0: no limit).
+    /// Largest message allowed, in bytes.
     pub max_part_size: usize,
-    /// Smallest message kept, in bytes.
+    /// Smallest message allowed, in bytes.
     pub min_part_size: usize,
-    /// Most messages a batch may have (0: no limit).
+    /// Most messages a batch may have.
     pub max_parts: usize,
     /// Fewest messages a batch may have.
     pub min_parts: usize,
@@ -50,13 +50,13 @@ impl Spec for BoundsCheckConfig {
 
 impl BuildProcessor for BoundsCheckConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        if self.max_part_size > 0 && self.min_part_size > self.max_part_size {
+        if self.min_part_size > self.max_part_size {
             return Err(cx.error(format!(
                 "`min_part_size` ({}) is larger than `max_part_size` ({})",
                 self.min_part_size, self.max_part_size
             )));
         }
-        if self.max_parts > 0 && self.min_parts > self.max_parts {
+        if self.min_parts > self.max_parts {
             return Err(cx.error(format!(
                 "`min_parts` ({}) is larger than `max_parts` ({})",
                 self.min_parts, self.max_parts
@@ -73,21 +73,22 @@ impl Processor for BoundsCheck {
     async fn process(&self, batch: Batch) -> Vec<Batch> {
         let c = &self.0;
         let n = batch.len();
-        if n < c.min_parts || (c.max_parts > 0 && n > c.max_parts) {
+        if n < c.min_parts || n > c.max_parts {
             tracing::debug!(
                 messages = n,
                 "Batch dropped: its message count is out of bounds."
             );
             return Vec::new();
         }
-        let kept: Batch = batch
-            .into_iter()
-            .filter(|m| {
-                let size = m.payload_len();
-                size >= c.min_part_size && (c.max_part_size == 0 || size <= c.max_part_size)
-            })
-            .collect();
-        non_empty(kept)
+        let sizes = c.min_part_size..=c.max_part_size;
+        if let Some(m) = batch.iter().find(|m| !sizes.contains(&m.payload_len())) {
+            tracing::debug!(
+                size = m.payload_len(),
+                "Batch dropped: a message size is out of bounds."
+            );
+            return Vec::new();
+        }
+        vec![batch]
     }
 }
 
@@ -97,18 +98,19 @@ mod tests {
     use crate::processor::chain::test_support::{all_texts, batch, build, build_error};
 
     #[tokio::test]
-    async fn drops_messages_out_of_size_bounds() {
+    async fn one_message_out_of_size_bounds_drops_the_batch() {
         let p = build::<BoundsCheckConfig>("{min_part_size: 2, max_part_size: 4}");
-        let out = p.process(batch(&["a", "ab", "abcd", "abcde", ""])).await;
+        let out = p.process(batch(&["ab", "abcd"])).await;
         assert_eq!(all_texts(&out), vec![vec!["ab", "abcd"]]);
-        assert!(p.process(batch(&["", "toolong"])).await.is_empty());
+        assert!(p.process(batch(&["ab", "abcde"])).await.is_empty());
+        assert!(p.process(batch(&["a", "abcd"])).await.is_empty());
     }
 
     #[tokio::test]
-    async fn defaults_drop_empty_messages_only() {
+    async fn defaults_drop_empty_messages() {
         let p = build::<BoundsCheckConfig>("{}");
-        let out = p.process(batch(&["", "x"])).await;
-        assert_eq!(all_texts(&out), vec![vec!["x"]]);
+        assert!(p.process(batch(&["", "x"])).await.is_empty());
+        assert_eq!(all_texts(&p.process(batch(&["x"])).await), vec![vec!["x"]]);
     }
 
     #[tokio::test]
@@ -117,10 +119,11 @@ mod tests {
         assert!(p.process(batch(&["a"])).await.is_empty());
         assert!(p.process(batch(&["a", "b", "c", "d"])).await.is_empty());
         assert_eq!(p.process(batch(&["a", "b"])).await[0].len(), 2);
-        let unbounded = build::<BoundsCheckConfig>("{max_parts: 0}");
-        let many: Vec<String> = (0..500).map(|i| i.to_string()).collect();
+        let defaults = build::<BoundsCheckConfig>("{}");
+        let many: Vec<String> = (0..101).map(|i| i.to_string()).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
-        assert_eq!(unbounded.process(batch(&many)).await[0].len(), 500);
+        assert!(defaults.process(batch(&many)).await.is_empty());
+        assert_eq!(defaults.process(batch(&many[..100])).await[0].len(), 100);
     }
 
     #[test]
@@ -129,5 +132,8 @@ mod tests {
         assert!(e.contains("min_part_size"), "{e}");
         let e = build_error::<BoundsCheckConfig>("{min_parts: 10, max_parts: 5}");
         assert!(e.contains("min_parts"), "{e}");
+        // A zero maximum would drop every batch.
+        let e = build_error::<BoundsCheckConfig>("{max_parts: 0}");
+        assert!(e.contains("max_parts"), "{e}");
     }
 }

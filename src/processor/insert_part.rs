@@ -1,6 +1,8 @@
 //! `insert_part`: adds a message with `content` to the batch at `index`. Negative indexes
 //! count from the end (-1, the default, appends); indexes past either end are clamped.
-//! `content` may interpolate; it is rendered against the first message of the batch.
+//! `content` may interpolate; it is rendered against the first message of the batch,
+//! whose metadata the new message takes. When it cannot be rendered nothing is inserted
+//! and the first message is marked with the error.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -60,14 +62,18 @@ impl Processor for InsertPart {
         } else {
             self.0.index.min(n)
         } as usize;
-        let part = match self.0.content.render_bytes(&batch, 0) {
+        let mut part = match self.0.content.render_bytes(&batch, 0) {
             Ok(content) => Message::new(content),
             Err(e) => {
-                let mut m = Message::new("");
-                m.set_error(format!("insert_part content: {e}"));
-                m
+                if let Some(first) = batch.first_mut() {
+                    first.set_error(format!("insert_part content: {e}"));
+                }
+                return vec![batch];
             }
         };
+        if let Some(first) = batch.first() {
+            part.share_metadata(first);
+        }
         batch.insert(at, part);
         vec![batch]
     }
@@ -103,7 +109,17 @@ mod tests {
         let out = p.process(batch(&[r#"{"id":7}"#, "{}"])).await;
         assert_eq!(out[0][0].payload().as_ref(), b"2 after 7");
         let bad = build::<InsertPartConfig>("{content: '${! this.id.uppercase() }'}");
-        let out = bad.process(batch(&["{}"])).await;
-        assert!(out[0][1].error().is_some());
+        let out = bad.process(batch(&["{}", "x"])).await;
+        assert_eq!(all_texts(&out), vec![vec!["{}", "x"]]);
+        assert!(out[0][0].error().is_some());
+    }
+
+    #[tokio::test]
+    async fn the_new_message_takes_the_first_metadata() {
+        let p = build::<InsertPartConfig>("{content: new}");
+        let out = p
+            .process(vec![Message::new("a").with_meta("topic", "t1")])
+            .await;
+        assert_eq!(out[0][1].meta_str("topic").as_deref(), Some("t1"));
     }
 }

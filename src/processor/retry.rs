@@ -3,9 +3,10 @@
 //! backoff, until they succeed, `max_retries` is used up (0: no limit) or
 //! `backoff.max_elapsed_time` has passed. Then the results pass on as they are (errors
 //! included, for `catch`). Errors a message carries on arrival are cleared first, so a
-//! failure from earlier does not loop forever. Each result gets `retry_count`
-//! metadata: how many retries it took. Messages are retried one after another, or all
-//! at once with `parallel`.
+//! failure from earlier does not loop forever. Each result gets `retry_count` metadata
+//! (the failed attempts, as the reference counts them: `max_retries: 3` means at most
+//! three attempts) and `backoff_duration` (nanoseconds waited). Messages are retried one
+//! after another, or all at once with `parallel`.
 
 use std::time::Duration as StdDuration;
 
@@ -55,7 +56,7 @@ pub struct RetryConfig {
     /// Retry the messages of a batch all at once rather than one after another.
     #[serde(default)]
     pub parallel: bool,
-    /// Most retries per message (0: until `max_elapsed_time`).
+    /// Most failed attempts per message before giving up (0: until `max_elapsed_time`).
     #[serde(default)]
     pub max_retries: u32,
 }
@@ -117,26 +118,34 @@ impl Retry {
     async fn attempt(&self, mut msg: Message) -> Batch {
         msg.clear_error();
         let mut backoff = Backoff::new(self.backoff.clone());
-        if self.max_retries > 0 {
-            backoff = backoff.with_max_attempts(self.max_retries);
-        }
-        let mut retries: i64 = 0;
-        loop {
-            let mut out = self.chain.run_flat(vec![msg.clone()]).await;
-            let failed = out.iter().any(|m| m.error().is_some());
-            // Out of budget, or stopping: the failed results go on for `catch`.
-            let go_on = match failed.then(|| backoff.next_delay()).flatten() {
-                Some(delay) => self.wait(delay).await,
-                None => false,
-            };
-            if !go_on {
-                for m in &mut out {
-                    m.set_meta("retry_count", retries);
-                }
-                return out;
+        let mut failures: u32 = 0;
+        let mut waited = StdDuration::ZERO;
+        let mut out = loop {
+            let out = self.chain.run_flat(vec![msg.clone()]).await;
+            if !out.iter().any(|m| m.error().is_some()) {
+                break out;
             }
-            retries += 1;
+            failures += 1;
+            if self.max_retries > 0 && failures >= self.max_retries {
+                break out;
+            }
+            // Out of time, or stopping: the failed results go on for `catch`.
+            let Some(delay) = backoff.next_delay() else {
+                break out;
+            };
+            if !self.wait(delay).await {
+                break out;
+            }
+            waited += delay;
+        };
+        for m in &mut out {
+            m.set_meta("retry_count", i64::from(failures));
+            m.set_meta(
+                "backoff_duration",
+                i64::try_from(waited.as_nanos()).unwrap_or(i64::MAX),
+            );
         }
+        out
     }
 }
 
@@ -186,6 +195,15 @@ mod tests {
         let out = p.process(batch(&[r#"{"id":"b","fails":100}"#])).await;
         assert!(out[0][0].error().unwrap().contains("not yet"));
         assert_eq!(out[0][0].meta_str("retry_count").as_deref(), Some("2"));
+        // Two attempts in all: the counter they bumped gives 3 next.
+        let next = crate::mapping::Mapping::compile(
+            r#"root = count("retry-b")"#,
+            &crate::mapping::Env::default(),
+        )
+        .unwrap()
+        .query(&Message::new("{}"))
+        .unwrap();
+        assert_eq!(next, crate::value::Value::Int(3));
     }
 
     #[tokio::test]

@@ -155,10 +155,7 @@ impl Unarchive {
                 })
                 .collect::<Result<_, _>>()?,
             Format::JsonArray => match Value::from_json(data).map_err(|e| e.to_string())? {
-                Value::Array(items) => items
-                    .into_iter()
-                    .map(|v| plain(json_message(v)))
-                    .collect(),
+                Value::Array(items) => items.into_iter().map(|v| plain(json_message(v))).collect(),
                 other => return Err(format!("expected a JSON array, got {}", describe(&other))),
             },
             Format::JsonMap => match Value::from_json(data).map_err(|e| e.to_string())? {

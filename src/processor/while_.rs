@@ -26,8 +26,7 @@ pub struct WhileConfig {
     #[serde(default)]
     pub max_loops: usize,
     /// A mapping giving a bool, read against the first message of the batch.
-    #[serde(default)]
-    pub check: Option<MappingText>,
+    pub check: MappingText,
     /// The processors to repeat.
     #[schemars(with = "Vec<serde_json::Value>")]
     pub processors: Vec<ProcessorConfig>,
@@ -47,15 +46,10 @@ impl Spec for WhileConfig {
 
 impl BuildProcessor for WhileConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        if self.check.is_none() && !self.at_least_once {
-            return Err(
-                cx.error("`while` needs a `check` (without one the processors would never run)")
-            );
-        }
         Ok(Box::new(While {
             at_least_once: self.at_least_once,
             max_loops: self.max_loops,
-            check: self.check.as_ref().map(|m| m.mapping().clone()),
+            check: self.check.mapping().clone(),
             chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
         }))
     }
@@ -64,17 +58,14 @@ impl BuildProcessor for WhileConfig {
 pub struct While {
     at_least_once: bool,
     max_loops: usize,
-    check: Option<Mapping>,
+    check: Mapping,
     chain: Chain,
 }
 
 impl While {
     /// Whether to go round again; a failing check marks `batch` and stops.
     fn again(&self, batch: &mut Batch) -> bool {
-        let Some(check) = &self.check else {
-            return false;
-        };
-        match processors::check(check, batch, 0) {
+        match processors::check(&self.check, batch, 0) {
             Ok(go) => go,
             Err(e) => {
                 for m in batch.iter_mut() {
@@ -116,7 +107,7 @@ impl Processor for While {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processor::chain::test_support::{all_texts, batch, build, build_error};
+    use crate::processor::chain::test_support::{all_texts, batch, build};
 
     #[tokio::test]
     async fn loops_while_the_check_passes() {
@@ -160,8 +151,9 @@ mod tests {
     }
 
     #[test]
-    fn a_loop_that_can_never_run_is_refused() {
-        let e = build_error::<WhileConfig>("processors: []\n");
-        assert!(e.contains("check"), "{e}");
+    fn a_check_is_required() {
+        let e = serde_yaml::from_str::<WhileConfig>("at_least_once: true\nprocessors: []\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("check"), "{e}");
     }
 }
