@@ -1,6 +1,6 @@
 //! `bounds_check`: drops a batch whose message count is outside `min_parts..=max_parts`
 //! or any of whose messages has a size outside `min_part_size..=max_part_size`, as the
-//! reference does: the batch goes as a whole, settled as filtered like any deliberate
+//! Benthos does: the batch goes as a whole, settled as filtered like any deliberate
 //! drop.
 
 use async_trait::async_trait;

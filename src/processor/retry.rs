@@ -4,7 +4,7 @@
 //! `backoff.max_elapsed_time` has passed. Then the results pass on as they are (errors
 //! included, for `catch`). Errors a message carries on arrival are cleared first, so a
 //! failure from earlier does not loop forever. Each result gets `retry_count` metadata
-//! (the failed attempts, as the reference counts them: `max_retries: 3` means at most
+//! (the failed attempts, as Benthos counts them: `max_retries: 3` means at most
 //! three attempts) and `backoff_duration` (nanoseconds waited). Messages are retried one
 //! after another, or all at once with `parallel`.
 

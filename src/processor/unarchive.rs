@@ -135,17 +135,12 @@ impl Unarchive {
                 .into_iter()
                 .map(|p| plain(Message::new(bytes::Bytes::copy_from_slice(p))))
                 .collect(),
-            Format::Lines => {
-                let body = data.strip_suffix(b"\n").unwrap_or(data);
-                if data.is_empty() {
-                    Vec::new()
-                } else {
-                    body.split(|&b| b == b'\n')
-                        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-                        .map(|l| plain(Message::new(bytes::Bytes::copy_from_slice(l))))
-                        .collect()
-                }
-            }
+            // As Benthos does: every newline separates, so a final newline gives
+            // a last empty message and a `\r` before it stays.
+            Format::Lines => data
+                .split(|&b| b == b'\n')
+                .map(|l| plain(Message::new(bytes::Bytes::copy_from_slice(l))))
+                .collect(),
             Format::JsonDocuments => serde_json::Deserializer::from_slice(data)
                 .into_iter::<Value>()
                 .enumerate()
@@ -285,7 +280,8 @@ mod tests {
     #[tokio::test]
     async fn lines_and_csv() {
         let out = run("lines", &["a\r\n\nb\n"]).await;
-        assert_eq!(texts(&out), vec!["a", "", "b"]);
+        assert_eq!(texts(&out), vec!["a\r", "", "b", ""]);
+        assert_eq!(texts(&run("lines", &["one"]).await), vec!["one"]);
 
         let out = run("csv", &["id,name\n1,ann\n2,bob\n"]).await;
         assert_eq!(
