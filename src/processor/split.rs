@@ -114,27 +114,6 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn the_batches_share_the_input_acknowledgement() {
-        // What the pipeline does with several batches from one: each gets a share of
-        // the ack, and the input hears once every share is settled.
-        let p = build::<SplitConfig>("{size: 1}");
-        let out = p.process(batch(&["a", "b"])).await;
-        let (ack, rx) = crate::message::Ack::channel();
-        let shares: Vec<_> = out.iter().map(|_| ack.clone()).collect();
-        drop(ack);
-        let mut shares = shares.into_iter();
-        shares
-            .next()
-            .unwrap()
-            .resolve(crate::message::Outcome::Delivered);
-        shares
-            .next()
-            .unwrap()
-            .resolve(crate::message::Outcome::errored("second failed"));
-        assert!(!rx.await.unwrap().is_success());
-    }
-
     #[test]
     fn no_limit_at_all_is_refused() {
         let e = build_error::<SplitConfig>("{size: 0}");
