@@ -187,7 +187,7 @@ impl Handler {
         };
         let message = request_message(&parts, body);
         let (done, outcome) = oneshot::channel();
-        let reply = self.sync.as_ref().map(|_| ReplySlot::new());
+        let reply = Some(self.reply_slot());
         let pending = Pending {
             message,
             done,
@@ -273,7 +273,7 @@ impl Handler {
             let mut message = template.clone();
             message.set_payload(payload);
             let (done, outcome) = oneshot::channel();
-            let reply = self.sync.as_ref().map(|_| ReplySlot::new());
+            let reply = Some(self.reply_slot());
             let pending = Pending {
                 message,
                 done,
@@ -315,18 +315,24 @@ impl Handler {
         }
     }
 
+    /// Without `sync_response` the request still answers with what a `sync_response`
+    /// processor set, but outputs do not reply.
+    fn reply_slot(&self) -> ReplySlot {
+        match self.sync {
+            Some(_) => ReplySlot::new(),
+            None => ReplySlot::for_processors(),
+        }
+    }
+
     fn success(&self, reply: Option<ReplySlot>) -> HttpResponse {
+        let body = reply.and_then(|r| r.take()).map(|batch| {
+            let parts: Vec<&[u8]> = batch.iter().map(|m| &m.payload()[..]).collect();
+            Bytes::from(parts.join(&b"\n"[..]))
+        });
         let Some((status, headers)) = &self.sync else {
-            return h::text(StatusCode::OK, "");
+            return h::text(StatusCode::OK, body.unwrap_or_default());
         };
-        let body = reply
-            .and_then(|r| r.take())
-            .map(|batch| {
-                let parts: Vec<&[u8]> = batch.iter().map(|m| &m.payload()[..]).collect();
-                Bytes::from(parts.join(&b"\n"[..]))
-            })
-            .unwrap_or_default();
-        let mut resp = h::text(*status, body);
+        let mut resp = h::text(*status, body.unwrap_or_default());
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/octet-stream"),
@@ -507,6 +513,31 @@ mod tests {
         assert_eq!(
             status_of(resp).await,
             (StatusCode::CREATED, "processed".into())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_processor_reply_answers_without_sync_response_but_outputs_do_not() {
+        let (routes, mut input, _t) = build("{path: /in}");
+        let h = routes.get("/in").unwrap();
+        let call = tokio::spawn(h.call(request("POST", "/in", "x")));
+        let read = input.read().await.unwrap();
+        let slot = read.reply.clone().expect("a slot for processors");
+        let ack = crate::message::Ack::returning(|_, _| {}, Some(slot.clone()));
+        ack.offer_reply(&[Message::new("from the output")]);
+        assert!(
+            slot.take().is_none(),
+            "outputs do not reply without sync_response"
+        );
+        crate::message::ReplySlot::scope(Some(slot), async {
+            crate::message::ReplySlot::offer_current(&[Message::new("from a processor")])
+        })
+        .await;
+        ack.resolve(Outcome::Delivered);
+        (read.ack)(Outcome::Delivered);
+        assert_eq!(
+            status_of(call.await.unwrap()).await,
+            (StatusCode::OK, "from a processor".into())
         );
     }
 

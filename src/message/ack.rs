@@ -72,26 +72,73 @@ struct State {
 }
 
 /// Where a synchronous source (an HTTP request waiting for its answer) receives the
-/// messages as the first output delivered them.
-#[derive(Clone, Default, Debug)]
-pub struct ReplySlot(Arc<Mutex<Option<Batch>>>);
+/// messages a `sync_response` processor set, or else as the first output delivered them.
+#[derive(Clone, Debug)]
+pub struct ReplySlot {
+    batch: Arc<Mutex<Option<Batch>>>,
+    /// Whether outputs reply too; a source that answers only with what a processor set
+    /// spares the outputs a copy of every batch.
+    from_outputs: bool,
+}
+
+impl Default for ReplySlot {
+    fn default() -> Self {
+        ReplySlot::new()
+    }
+}
 
 impl ReplySlot {
     pub fn new() -> Self {
-        ReplySlot::default()
+        ReplySlot {
+            batch: Default::default(),
+            from_outputs: true,
+        }
     }
 
-    /// Keeps `batch` unless an earlier output already replied.
+    /// A slot only a `sync_response` processor fills.
+    pub fn for_processors() -> Self {
+        ReplySlot {
+            from_outputs: false,
+            ..ReplySlot::new()
+        }
+    }
+
+    /// Keeps `batch` unless an earlier processor or output already replied.
     pub fn offer(&self, batch: &[super::Message]) {
-        let mut slot = self.0.lock();
+        let mut slot = self.batch.lock();
         if slot.is_none() {
             *slot = Some(batch.to_vec());
         }
     }
 
     pub fn take(&self) -> Option<Batch> {
-        self.0.lock().take()
+        self.batch.lock().take()
     }
+
+    /// Runs `fut` (the pipeline's processors for one transaction) with `slot` as the
+    /// reply slot [`ReplySlot::offer_current`] reaches: processors see batches, not acks,
+    /// so the slot travels with the task instead.
+    pub async fn scope<F: std::future::Future>(slot: Option<ReplySlot>, fut: F) -> F::Output {
+        CURRENT_REPLY.scope(slot, fut).await
+    }
+
+    /// Offers `batch` to the reply slot of the transaction being processed; false when
+    /// there is none (the input does not answer synchronously).
+    pub fn offer_current(batch: &[super::Message]) -> bool {
+        CURRENT_REPLY
+            .try_with(|slot| match slot {
+                Some(slot) => {
+                    slot.offer(batch);
+                    true
+                }
+                None => false,
+            })
+            .unwrap_or(false)
+    }
+}
+
+tokio::task_local! {
+    static CURRENT_REPLY: Option<ReplySlot>;
 }
 
 impl Shared {
@@ -161,9 +208,14 @@ impl Ack {
     /// Called by outputs after a successful write: a waiting synchronous source answers
     /// with these messages.
     pub fn offer_reply(&self, batch: &[super::Message]) {
-        if let Some(slot) = self.shared.as_ref().and_then(|s| s.reply.as_ref()) {
+        if let Some(slot) = self.reply_slot().filter(|s| s.from_outputs) {
             slot.offer(batch);
         }
+    }
+
+    /// The slot a synchronous source waits on, if any.
+    pub fn reply_slot(&self) -> Option<&ReplySlot> {
+        self.shared.as_ref().and_then(|s| s.reply.as_ref())
     }
 
     /// An ack nobody waits for (tests, benchmarks, sources without acknowledgement).

@@ -51,3 +51,60 @@ impl Chain {
         self.run(batch).await.into_iter().flatten().collect()
     }
 }
+
+/// One batch, or none when everything was filtered (an empty batch is never passed on).
+pub fn non_empty(batch: Batch) -> Vec<Batch> {
+    if batch.is_empty() {
+        Vec::new()
+    } else {
+        vec![batch]
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::component::{BuildContext, Processor};
+    use crate::message::{Batch, Message};
+
+    use super::super::BuildProcessor;
+
+    pub fn cx() -> BuildContext {
+        BuildContext::new("test", Default::default(), Default::default())
+    }
+
+    /// Builds a processor config from YAML, panicking with the build error.
+    pub fn build<C: BuildProcessor + serde::de::DeserializeOwned>(
+        yaml: &str,
+    ) -> Box<dyn Processor> {
+        let cfg: C = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        cfg.build(&cx()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The build error of a config that parses but must not build.
+    pub fn build_error<C: BuildProcessor + serde::de::DeserializeOwned>(yaml: &str) -> String {
+        let cfg: C = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        match cfg.build(&cx()) {
+            Ok(_) => panic!("`{yaml}` built"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    pub fn batch(payloads: &[&str]) -> Batch {
+        payloads
+            .iter()
+            .map(|p| Message::new(p.to_string()))
+            .collect()
+    }
+
+    pub fn texts(batch: &Batch) -> Vec<String> {
+        batch
+            .iter()
+            .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
+            .collect()
+    }
+
+    /// Each output batch as its payloads.
+    pub fn all_texts(batches: &[Batch]) -> Vec<Vec<String>> {
+        batches.iter().map(texts).collect()
+    }
+}

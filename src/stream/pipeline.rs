@@ -9,7 +9,7 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, Span};
 
 use crate::component::Processor;
-use crate::message::{Ack, Batch, Outcome, Transaction};
+use crate::message::{Ack, Batch, Outcome, ReplySlot, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
 
 pub struct ProcessorNode {
@@ -120,7 +120,9 @@ async fn worker(
     tx: mpsc::Sender<Transaction>,
 ) {
     while let Some(Transaction { batch, ack }) = rx.recv().await {
-        for t in outcome(process_all(&nodes, batch).await, ack) {
+        let reply = ack.reply_slot().cloned();
+        let out = ReplySlot::scope(reply, process_all(&nodes, batch)).await;
+        for t in outcome(out, ack) {
             // A send fails only when the output side is gone; the dropped ack then nacks.
             let _ = tx.send(t).await;
         }
@@ -145,12 +147,10 @@ async fn ordered_worker(
     tx: mpsc::Sender<Vec<Transaction>>,
 ) {
     while let Some(Transaction { batch, ack }) = rx.recv().await {
+        let reply = ack.reply_slot().cloned();
+        let out = ReplySlot::scope(reply, process_all(&nodes, batch)).await;
         // Sent even when empty (everything filtered), to keep the gatherer's turn.
-        if tx
-            .send(outcome(process_all(&nodes, batch).await, ack))
-            .await
-            .is_err()
-        {
+        if tx.send(outcome(out, ack)).await.is_err() {
             return;
         }
     }

@@ -383,3 +383,109 @@ fn labels(component: &str, kind: Kind) -> Vec<(&'static str, String)> {
         ("type", "test".to_owned()),
     ]
 }
+
+/// Reads one batch that waits for a synchronous reply in `slot`.
+struct Replying {
+    slot: Option<crate::message::ReplySlot>,
+}
+
+#[async_trait]
+impl Input for Replying {
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
+        match self.slot.take() {
+            Some(slot) => Ok(ReadBatch::unacked(msg("asked")).with_reply(slot)),
+            None => Err(ConnectorError::end_of_input()),
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sync_response_processor_answers_with_the_messages_at_its_step() {
+    for threads in [1, 3] {
+        let slot = crate::message::ReplySlot::for_processors();
+        let answer: crate::processor::ProcessorConfig =
+            serde_yaml::from_str("sync_response: {}").unwrap();
+        let later: crate::processor::ProcessorConfig =
+            serde_yaml::from_str("mapping: 'root = \"stored\"'").unwrap();
+        let cx = crate::component::BuildContext::new("t", Default::default(), Default::default());
+        let sink = Arc::new(Sink::default());
+        let mut running = stream(
+            Replying {
+                slot: Some(slot.clone()),
+            },
+            vec![
+                answer.kind.build(&cx).unwrap(),
+                later.kind.build(&cx).unwrap(),
+            ],
+            threads,
+            SinkOutput(sink.clone()),
+            4,
+        )
+        .start();
+        running.finished().await;
+        assert_eq!(sink.written(), vec!["stored".to_string()]);
+        let reply = slot.take().expect("the processor replied");
+        assert_eq!(&reply[0].payload()[..], b"asked", "threads: {threads}");
+    }
+}
+
+/// Reads one batch and reports how it was settled; like an HTTP source, it deals with
+/// failures itself, so nothing is sent again.
+struct Once {
+    batch: Option<Batch>,
+    settled: Option<tokio::sync::oneshot::Sender<Outcome>>,
+}
+
+#[async_trait]
+impl Input for Once {
+    async fn read(&mut self) -> Result<ReadBatch, ConnectorError> {
+        match (self.batch.take(), self.settled.take()) {
+            (Some(batch), Some(tx)) => Ok(ReadBatch::new(batch, move |o| {
+                let _ = tx.send(o);
+            })),
+            _ => Err(ConnectorError::end_of_input()),
+        }
+    }
+
+    fn handles_nacks(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_split_from_one_read_settle_it_together() {
+    for failures in [0, 1] {
+        let (tx, settled) = tokio::sync::oneshot::channel();
+        let input = Once {
+            batch: Some(vec![
+                Message::new("a"),
+                Message::new("b"),
+                Message::new("c"),
+            ]),
+            settled: Some(tx),
+        };
+        let split: crate::processor::ProcessorConfig =
+            serde_yaml::from_str("split: {size: 1}").unwrap();
+        let cx = crate::component::BuildContext::new("t", Default::default(), Default::default());
+        let sink = Arc::new(Sink::default());
+        sink.fail_next.store(failures, Ordering::SeqCst);
+        let mut running = stream(
+            input,
+            vec![split.kind.build(&cx).unwrap()],
+            1,
+            SinkOutput(sink.clone()),
+            4,
+        )
+        .start();
+        running.finished().await;
+        let outcome = settled.await.expect("the read was settled");
+        if failures == 0 {
+            assert_eq!(outcome, Outcome::Delivered);
+            assert_eq!(sink.written(), vec!["a", "b", "c"]);
+        } else {
+            // One of the three batches failed: the read as a whole did.
+            assert!(!outcome.is_success(), "{outcome:?}");
+            assert_eq!(sink.written(), vec!["b", "c"]);
+        }
+    }
+}

@@ -162,27 +162,38 @@ fn hash<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn compress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    let data = raw(v)?;
-    let level = match args.int(1)? {
+    let out = compress_bytes(args.str(0)?, &raw(v)?, args.int(1)?)?;
+    own(Value::Bytes(out.into()))
+}
+
+fn decompress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let out = decompress_bytes(args.str(0)?, &raw(v)?)?;
+    own(Value::Bytes(out.into()))
+}
+
+/// Compresses `data` with `algorithm`; `level` applies to the gzip family (negative:
+/// the default). Shared by the `compress` method and processor.
+pub(crate) fn compress_bytes(algorithm: &str, data: &[u8], level: i64) -> Result<Vec<u8>, String> {
+    let level = match level {
         l if l < 0 => flate2::Compression::default(),
         l => flate2::Compression::new(l.min(9) as u32),
     };
     let io = |e: std::io::Error| e.to_string();
-    let out = match args.str(0)? {
+    let out = match algorithm {
         // pgzip writes gzip in parallel blocks; the format is plain gzip.
         "gzip" | "pgzip" => {
             let mut w = flate2::write::GzEncoder::new(Vec::new(), level);
-            w.write_all(&data).map_err(io)?;
+            w.write_all(data).map_err(io)?;
             w.finish().map_err(io)?
         }
         "zlib" => {
             let mut w = flate2::write::ZlibEncoder::new(Vec::new(), level);
-            w.write_all(&data).map_err(io)?;
+            w.write_all(data).map_err(io)?;
             w.finish().map_err(io)?
         }
         "flate" | "deflate" => {
             let mut w = flate2::write::DeflateEncoder::new(Vec::new(), level);
-            w.write_all(&data).map_err(io)?;
+            w.write_all(data).map_err(io)?;
             w.finish().map_err(io)?
         }
         "lz4" => {
@@ -192,43 +203,43 @@ fn compress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                 .block_size(lz4_flex::frame::BlockSize::Max4MB)
                 .content_checksum(true);
             let mut w = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
-            w.write_all(&data).map_err(io)?;
+            w.write_all(data).map_err(io)?;
             w.finish().map_err(|e| e.to_string())?
         }
         "snappy" => snap::raw::Encoder::new()
-            .compress_vec(&data)
+            .compress_vec(data)
             .map_err(|e| e.to_string())?,
-        "zstd" => ruzstd::encoding::compress_to_vec(
-            &data[..],
-            ruzstd::encoding::CompressionLevel::Fastest,
-        ),
+        "zstd" => {
+            ruzstd::encoding::compress_to_vec(data, ruzstd::encoding::CompressionLevel::Fastest)
+        }
         other => return Err(format!("unknown compression algorithm {other:?}")),
     };
-    own(Value::Bytes(out.into()))
+    Ok(out)
 }
 
-fn decompress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    let data = raw(v)?;
+/// Decompresses `data` with `algorithm`, stopping at 256 MiB. Shared by
+/// the `decompress` method and processor.
+pub(crate) fn decompress_bytes(algorithm: &str, data: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let io = |e: std::io::Error| format!("failed to decompress: {e}");
     let read = |r: &mut dyn Read, out: &mut Vec<u8>| {
         r.take(MAX_INFLATE).read_to_end(out).map(|_| ()).map_err(io)
     };
-    match args.str(0)? {
-        "gzip" | "pgzip" => read(&mut flate2::read::MultiGzDecoder::new(&data[..]), &mut out)?,
-        "zlib" => read(&mut flate2::read::ZlibDecoder::new(&data[..]), &mut out)?,
-        "flate" | "deflate" => read(&mut flate2::read::DeflateDecoder::new(&data[..]), &mut out)?,
-        "lz4" => read(&mut lz4_flex::frame::FrameDecoder::new(&data[..]), &mut out)?,
-        "bzip2" => read(&mut bzip2::read::MultiBzDecoder::new(&data[..]), &mut out)?,
+    match algorithm {
+        "gzip" | "pgzip" => read(&mut flate2::read::MultiGzDecoder::new(data), &mut out)?,
+        "zlib" => read(&mut flate2::read::ZlibDecoder::new(data), &mut out)?,
+        "flate" | "deflate" => read(&mut flate2::read::DeflateDecoder::new(data), &mut out)?,
+        "lz4" => read(&mut lz4_flex::frame::FrameDecoder::new(data), &mut out)?,
+        "bzip2" => read(&mut bzip2::read::MultiBzDecoder::new(data), &mut out)?,
         "zstd" => {
-            let mut r = ruzstd::decoding::StreamingDecoder::new(&data[..])
+            let mut r = ruzstd::decoding::StreamingDecoder::new(data)
                 .map_err(|e| format!("failed to decompress: {e}"))?;
             read(&mut r, &mut out)?
         }
         "snappy" => {
             // The block header states the decompressed size; refuse a huge one before
             // allocating for it.
-            let len = snap::raw::decompress_len(&data)
+            let len = snap::raw::decompress_len(data)
                 .map_err(|e| format!("failed to decompress: {e}"))?;
             if len as u64 > MAX_INFLATE {
                 return Err(format!(
@@ -236,12 +247,12 @@ fn decompress<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                 ));
             }
             out = snap::raw::Decoder::new()
-                .decompress_vec(&data)
+                .decompress_vec(data)
                 .map_err(|e| format!("failed to decompress: {e}"))?;
         }
         other => return Err(format!("unknown compression algorithm {other:?}")),
     };
-    own(Value::Bytes(out.into()))
+    Ok(out)
 }
 
 /// CRC-32 over a reflected polynomial, for the tables crc32fast does not offer.

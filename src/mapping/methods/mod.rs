@@ -3,7 +3,7 @@
 
 mod arrays;
 mod crypto;
-mod encoding;
+pub(crate) mod encoding;
 mod general;
 mod geoip;
 mod jwt;
