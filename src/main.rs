@@ -101,9 +101,13 @@ enum Command {
     List {
         /// Only this family.
         family: Option<Family>,
-        /// Print JSON instead of text.
+        /// Print JSON instead of text (the same as `--format json`).
         #[arg(long)]
         json: bool,
+        /// `text`, `json`, or `jsonschema`: a JSON Schema of the whole config file, for
+        /// editors and validators.
+        #[arg(long, value_enum, default_value_t = ListFormat::Text)]
+        format: ListFormat,
     },
 }
 
@@ -121,6 +125,13 @@ enum DashboardAction {
 enum LintFormat {
     Text,
     Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ListFormat {
+    Text,
+    Json,
+    Jsonschema,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -224,7 +235,20 @@ fn main() -> ExitCode {
                 1
             }
         },
-        Command::List { family, json } => {
+        Command::List {
+            family,
+            json,
+            format,
+        } => {
+            if format == ListFormat::Jsonschema {
+                let schema = sluice::stream::schema::config_schema();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&schema).unwrap_or_default()
+                );
+                return ExitCode::SUCCESS;
+            }
+            let json = json || format == ListFormat::Json;
             let kind = family.map(|f| match f {
                 Family::Inputs => Kind::Input,
                 Family::Processors => Kind::Processor,

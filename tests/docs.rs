@@ -111,3 +111,49 @@ async fn every_spec_example_builds() {
         }
     }
 }
+
+/// The config file's JSON Schema accepts every example a user is shown: the docs' stream
+/// configs and `pipelines/`.
+#[test]
+fn the_config_schema_accepts_every_example() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["list", "--format", "jsonschema"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let schema: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let mut docs: Vec<(String, String)> = Vec::new();
+    for dir in ["docs", "pipelines"] {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("md") => {
+                    for (i, block) in yaml_blocks(&text).into_iter().enumerate() {
+                        docs.push((format!("{}#{i}", path.display()), block));
+                    }
+                }
+                Some("yaml") => docs.push((path.display().to_string(), text)),
+                _ => {}
+            }
+        }
+    }
+    let mut checked = 0;
+    for (name, block) in docs {
+        let is_stream = (block.contains("input:") || block.contains("streams:"))
+            && !block.contains("x-sluice-api-gateway:")
+            && !block.starts_with("listen:");
+        if !is_stream {
+            continue;
+        }
+        let value: serde_json::Value = serde_yaml::from_str(&block).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+        checked += 1;
+    }
+    assert!(checked > 50, "only {checked} configs checked");
+}

@@ -9,6 +9,7 @@ mod output;
 mod pipeline;
 pub mod readiness;
 pub mod resources;
+pub mod schema;
 pub mod tap;
 #[cfg(test)]
 mod tests;
