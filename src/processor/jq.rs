@@ -83,9 +83,14 @@ impl BuildProcessor for JqConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
         let filter = compile(&self.query.source, self.query.host)
             .map_err(|e| cx.error(format!("query: {e}")))?;
+        // Reading the whole environment for every message costs more than most queries:
+        // read it once, and only for a query that can use it.
+        let env = (self.query.host && self.query.source.contains("env"))
+            .then(|| std::env::vars().collect());
         Ok(Box::new(Jq {
             filter,
             host: self.query.host,
+            env,
             raw: self.raw,
             output_raw: self.output_raw,
         }))
@@ -164,6 +169,9 @@ fn found(code: &str, want: &str, got: &str) -> String {
 pub struct Jq {
     filter: Filter,
     host: bool,
+    /// The process environment, as `$ENV` and `env` see it; `None` when the query does
+    /// not mention them.
+    env: Option<Vec<(String, String)>>,
     raw: bool,
     output_raw: bool,
 }
@@ -185,8 +193,12 @@ impl Jq {
         let metadata = Val::obj(metadata.into_iter().collect());
         let mut globals = vec![metadata];
         if self.host {
-            let env = std::env::vars()
-                .map(|(k, v)| (Val::utf8_str(k.into_bytes()), Val::utf8_str(v.into_bytes())));
+            let env = self.env.iter().flatten().map(|(k, v)| {
+                (
+                    Val::utf8_str(k.clone().into_bytes()),
+                    Val::utf8_str(v.clone().into_bytes()),
+                )
+            });
             globals.push(Val::obj(env.collect()));
         }
         let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new(globals));
