@@ -5,6 +5,8 @@
 mod common;
 #[path = "common/sink.rs"]
 mod sink;
+#[path = "common/tls.rs"]
+mod tls;
 
 use std::time::Duration;
 
@@ -388,4 +390,89 @@ fn bad_configs_do_not_build() {
             "{err}\n{yaml}"
         );
     }
+}
+
+/// Debian's RabbitMQ start script that runs the node as the calling user (the one on
+/// PATH switches to the rabbitmq user, which cannot read the test's files).
+const RABBITMQ_SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
+
+/// A RabbitMQ node of the test's own with the AMQP 1.0 plugin and a TLS listener only,
+/// requiring a client certificate signed by the test CA. Booting it takes some seconds.
+fn private_rabbitmq(pki: &tls::Pki) -> tls::Broker {
+    let bin = tls::require_bin(RABBITMQ_SERVER, "tls_with_a_client_certificate");
+    let dir = pki.dir.path().join("rabbitmq");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (port, dist_port) = (free_port(), free_port());
+    std::fs::write(
+        dir.join("rabbitmq.conf"),
+        format!(
+            "listeners.tcp = none\nlisteners.ssl.default = 127.0.0.1:{port}\nssl_options.cacertfile = {}\nssl_options.certfile = {}\nssl_options.keyfile = {}\nssl_options.verify = verify_peer\nssl_options.fail_if_no_peer_cert = true\n",
+            pki.path("ca.pem"),
+            pki.path("server.pem"),
+            pki.path("server.key"),
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").unwrap();
+    let path = |name: &str| dir.join(name).display().to_string();
+    let mut cmd = std::process::Command::new(bin);
+    cmd.env(
+        "RABBITMQ_NODENAME",
+        format!("{}@localhost", unique("sluice")),
+    )
+    .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+    .env("RABBITMQ_CONFIG_FILE", path("rabbitmq.conf"))
+    // A file that does not exist: the system's env file would set the node's name.
+    .env("RABBITMQ_CONF_ENV_FILE", path("rabbitmq-env.conf"))
+    .env("RABBITMQ_ADVANCED_CONFIG_FILE", path("advanced.config"))
+    .env("RABBITMQ_ENABLED_PLUGINS_FILE", path("enabled_plugins"))
+    .env("RABBITMQ_MNESIA_BASE", path("mnesia"))
+    .env("RABBITMQ_LOG_BASE", path("log"))
+    .env("RABBITMQ_PID_FILE", path("pid"));
+    tls::Broker::start(cmd, port, &dir.join("out.log"), Duration::from_secs(120))
+}
+
+#[tokio::test]
+async fn tls_with_a_client_certificate() {
+    let pki = tls::Pki::new();
+    let broker = private_rabbitmq(&pki);
+    let port = broker.port;
+    let queue = unique("tls");
+    let pair = |url: &str, tls: &str| {
+        (
+            format!(
+                "{{amqp_1: {{urls: ['{url}'], target_address: '/queue/{queue}', tls: {tls}}}}}"
+            ),
+            format!(
+                "{{amqp_1: {{urls: ['{url}'], source_address: '/queue/{queue}', tls: {tls}}}}}"
+            ),
+        )
+    };
+    // TLS switched on by the block, on an `amqp://` URL, credentials in the URL.
+    let url = format!("amqp://guest:guest@127.0.0.1:{port}");
+    let (output, input) = pair(&url, &pki.tls_block(true));
+    tls::round_trip(&output, &input).await;
+    // An `amqps://` URL, and no check of the server certificate (the system's CAs do not
+    // know the test CA, so this connects only if verification is really off).
+    let url = format!("amqps://guest:guest@127.0.0.1:{port}");
+    let skip = format!(
+        "{{skip_cert_verify: true, client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("client.pem"),
+        pki.path("client.key")
+    );
+    let (output, input) = pair(&url, &skip);
+    tls::round_trip(&output, &input).await;
+
+    // Without a client certificate the broker hangs up.
+    let (_, no_cert) = pair(&url, &pki.tls_block(false));
+    tls::refused(&no_cert, "cannot connect to AMQP 1.0 broker").await;
+    // A CA that did not sign the broker's certificate is not trusted.
+    let untrusted = format!(
+        "{{root_cas_file: '{}', client_cert_file: '{}', client_key_file: '{}'}}",
+        pki.path("other-ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client.key")
+    );
+    let (_, untrusted) = pair(&url, &untrusted);
+    tls::refused(&untrusted, "UnknownIssuer").await;
 }
