@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the brokers the integration tests talk to, on loopback, where they are not
-# already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672, Redis 6379,
-# and a tansu Kafka-API broker on a free port. Installs what is missing (Debian packages
+# already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672 (AMQP 0.9.1
+# and, with its plugin enabled here, AMQP 1.0), Redis 6379, and a tansu Kafka-API broker
+# on a free port. Installs what is missing (Debian packages
 # with apt-get, tansu with cargo into a cache directory), including the broker binaries
 # that the TLS tests run privately (a test whose binary is missing fails). Idempotent:
 # run it before `cargo test` as often as you like.
@@ -70,10 +71,22 @@ start_nats() {
 }
 
 start_rabbitmq() {
-    listening 5672 && return 0
-    rabbitmq-server -detached
-    # RabbitMQ takes a while to boot its Erlang node.
-    wait_port 5672 rabbitmq 120
+    if ! listening 5672; then
+        rabbitmq-server -detached
+        # RabbitMQ takes a while to boot its Erlang node.
+        wait_port 5672 rabbitmq 120
+    fi
+    enable_amqp1
+}
+
+# The AMQP 1.0 plugin serves the amqp_1 tests on the same port. It is enabled only when it
+# is not yet; the broker keeps it enabled across restarts.
+enable_amqp1() {
+    if rabbitmq-plugins list -q -e -m 2>/dev/null | grep -qx rabbitmq_amqp1_0; then
+        return 0
+    fi
+    log "enabling the RabbitMQ AMQP 1.0 plugin"
+    rabbitmq-plugins enable -q rabbitmq_amqp1_0 >/dev/null
 }
 
 tansu_bin() {

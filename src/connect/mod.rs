@@ -1,7 +1,8 @@
-//! What the broker connectors share: TLS and SASL settings, address lists, the NATS
-//! connection, and the hand-off of acknowledgements to async broker calls.
+//! What the broker connectors share: TLS and SASL settings, address lists, the NATS and
+//! AMQP 1.0 connections, and the hand-off of acknowledgements to async broker calls.
 
 pub mod amqp;
+pub mod amqp1;
 pub mod http_client;
 pub mod kafka;
 pub mod metadata;

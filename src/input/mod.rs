@@ -1,6 +1,7 @@
 //! Inputs: where messages come from. One file per input; the list below registers them.
 
 pub mod amqp_0_9;
+pub mod amqp_1;
 pub mod broker;
 pub mod file;
 pub mod generate;
@@ -19,6 +20,7 @@ use crate::component::{BuildContext, BuildError, Input, Kind};
 
 crate::registry!(Kind::Input, InputKind, InputConfig, BuildInput -> InputBuild, attached: crate::processor::ProcessorConfig {
     "amqp_0_9" => Amqp09(amqp_0_9::AmqpInputConfig),
+    "amqp_1" => Amqp1(amqp_1::Amqp1InputConfig),
     "broker" => Broker(broker::BrokerInputConfig),
     "file" => File(file::FileInputConfig),
     "generate" => Generate(generate::GenerateConfig),

@@ -2,6 +2,7 @@
 //! Leaf outputs write; `broker`, `fallback` and `retry` route to child outputs.
 
 pub mod amqp_0_9;
+pub mod amqp_1;
 pub mod broker;
 pub mod drop;
 pub mod fallback;
@@ -25,6 +26,7 @@ use crate::component::{BuildContext, BuildError, Kind, Router, Writer};
 
 crate::registry!(Kind::Output, OutputKind, OutputConfig, BuildOutput -> OutputBuild, attached: crate::processor::ProcessorConfig {
     "amqp_0_9" => Amqp09(amqp_0_9::AmqpOutputConfig),
+    "amqp_1" => Amqp1(amqp_1::Amqp1OutputConfig),
     "broker" => Broker(broker::BrokerOutputConfig),
     "drop" => Drop(drop::DropConfig),
     "fallback" => Fallback(fallback::FallbackConfig),
