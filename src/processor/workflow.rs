@@ -41,6 +41,10 @@ pub struct WorkflowConfig {
     /// The branches, by name.
     #[serde(default)]
     pub branches: BTreeMap<String, BranchConfig>,
+    /// Labels of `branch` processors under `processor_resources`, used as branches named
+    /// by their label.
+    #[serde(default)]
+    pub branch_resources: Vec<String>,
 }
 
 fn default_meta_path() -> String {
@@ -59,6 +63,34 @@ impl Spec for WorkflowConfig {
     };
 }
 
+impl WorkflowConfig {
+    /// The inline branches and those of `branch_resources`, by name.
+    fn all_branches(
+        &self,
+        cx: &BuildContext,
+    ) -> Result<BTreeMap<String, BranchConfig>, BuildError> {
+        let mut all = self.branches.clone();
+        for label in &self.branch_resources {
+            let config = cx
+                .resources
+                .component::<super::ProcessorConfig>(Kind::Processor, label)
+                .map_err(|e| cx.error(format!("`branch_resources`: {e}")))?;
+            let super::ProcessorKind::Branch(branch) = &config.kind else {
+                return Err(cx.error(format!(
+                    "`branch_resources`: `{label}` is a `{}` processor, not a `branch`",
+                    config.type_name()
+                )));
+            };
+            if all.insert(label.clone(), branch.clone()).is_some() {
+                return Err(cx.error(format!(
+                    "`branch_resources`: `{label}` is also the name of a branch in `branches`"
+                )));
+            }
+        }
+        Ok(all)
+    }
+}
+
 struct Stage {
     name: String,
     request_map: Option<Mapping>,
@@ -68,11 +100,14 @@ struct Stage {
 
 impl BuildProcessor for WorkflowConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        if self.branches.is_empty() {
-            return Err(cx.error("`workflow` needs at least one branch in `branches`"));
+        let branches = self.all_branches(cx)?;
+        if branches.is_empty() {
+            return Err(cx.error(
+                "`workflow` needs at least one branch in `branches` or `branch_resources`",
+            ));
         }
-        let mut stages = Vec::with_capacity(self.branches.len());
-        for (name, b) in &self.branches {
+        let mut stages = Vec::with_capacity(branches.len());
+        for (name, b) in &branches {
             if name.is_empty() {
                 return Err(cx.error("a branch name in `branches` is empty"));
             }
@@ -85,9 +120,9 @@ impl BuildProcessor for WorkflowConfig {
             });
         }
         let named = if self.order.is_empty() {
-            infer_tiers(&self.branches)
+            infer_tiers(&branches)
         } else {
-            check_order(&self.order, &self.branches)
+            check_order(&self.order, &branches)
         }
         .map_err(|e| cx.error(e))?;
         let index = |n: &String| stages.iter().position(|s| &s.name == n);
@@ -803,5 +838,39 @@ branches:
         assert!(out[0][0].error().unwrap().contains("meta.workflow"));
         let out = p.process(batch(&[r#"{"meta":5}"#])).await;
         assert!(out[0][0].error().unwrap().contains("not an object"));
+    }
+
+    #[tokio::test]
+    async fn branch_resources_join_as_named_branches() {
+        use crate::component::resources::Resources;
+        let mut r = Resources::default();
+        let label: crate::processor::ProcessorConfig = serde_yaml::from_str(
+            "branch: {request_map: 'root = this.n', processors: [{mapping: 'root = this * 10'}], result_map: 'root.tens = this'}",
+        )
+        .unwrap();
+        r.add_component(Kind::Processor, "tens", label);
+        let not_a_branch: crate::processor::ProcessorConfig =
+            serde_yaml::from_str("noop: {}").unwrap();
+        r.add_component(Kind::Processor, "plain", not_a_branch);
+        let cx = BuildContext::new("t", Default::default(), Default::default())
+            .with_resources(std::sync::Arc::new(r));
+        let config: WorkflowConfig =
+            serde_yaml::from_str("{meta_path: '', branch_resources: [tens]}").unwrap();
+        let p = config.build(&cx).unwrap();
+        let out = p
+            .process(vec![crate::message::Message::new(r#"{"n":4}"#)])
+            .await;
+        assert_eq!(&out[0][0].payload()[..], br#"{"n":4,"tens":40}"#);
+
+        let config: WorkflowConfig = serde_yaml::from_str("{branch_resources: [plain]}").unwrap();
+        let e = config.build(&cx).err().unwrap();
+        assert!(e.message.contains("not a `branch`"), "{e}");
+        let config: WorkflowConfig = serde_yaml::from_str("{branch_resources: [nope]}").unwrap();
+        assert!(config
+            .build(&cx)
+            .err()
+            .unwrap()
+            .message
+            .contains("no processor resource `nope`"));
     }
 }
