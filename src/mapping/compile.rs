@@ -599,7 +599,9 @@ impl<'e> Compiler<'e> {
         let mut ok = true;
         for (p, a) in spec.params.iter().zip(slots) {
             match (p.kind, a) {
-                (Kind::Lambda, Some(a)) => {
+                (Kind::Lambda, Some(a)) | (Kind::ValueOrLambda, Some(a))
+                    if p.kind == Kind::Lambda || (a.is_lambda && a.param.is_some()) =>
+                {
                     let l = self.lambda(a);
                     ok &= l.is_some();
                     lambdas.push(l);

@@ -1,7 +1,7 @@
 //! Arrays: building, reshaping and summarising.
 
 use super::{array, text};
-use crate::mapping::exec::{compare, own, to_float, values_eq, V};
+use crate::mapping::exec::{compare, own, to_float, V};
 use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
 use crate::value::{Object, Value};
 
@@ -23,8 +23,6 @@ pub static SPECS: &[MethodSpec] = &[
     method("sum", CAT, "The sum of the numbers of the array.", &[],
         &[ex("root.n = this.a.sum()", r#"{"a":[1,2,3.5]}"#, r#"{"n":6.5}"#),
           ex("root.n = this.a.sum()", r#"{"a":[1,2]}"#, r#"{"n":3}"#)], sum),
-    method("unique", CAT, "The array without repeated items, keeping the first of each.", &[],
-        &[ex("root.a = this.a.unique()", r#"{"a":[1,"a",1,2,"a"]}"#, r#"{"a":[1,"a",2]}"#)], unique),
     method("enumerated", CAT, "The items as objects of `index` and `value`.", &[],
         &[ex("root.a = this.a.enumerated()", r#"{"a":["x","y"]}"#, r#"{"a":[{"index":0,"value":"x"},{"index":1,"value":"y"}]}"#)],
         enumerated),
@@ -119,15 +117,6 @@ fn sum<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         Some(i) => own(i),
         None => own(float),
     }
-}
-fn unique<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let mut out: Vec<Value> = Vec::new();
-    for x in array(v)? {
-        if !out.iter().any(|y| values_eq(x, y)) {
-            out.push(x.clone());
-        }
-    }
-    own(Value::Array(out))
 }
 fn enumerated<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let out = array(v)?

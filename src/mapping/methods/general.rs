@@ -113,9 +113,12 @@ pub static SPECS: &[MethodSpec] = &[
     lazy_method(
         "catch",
         "Error Handling",
-        "The value, or `fallback` when computing it failed.",
-        &[p("fallback")],
+        "The value, or `fallback` when computing it failed. The fallback may be a lambda, which is given the error message.",
+        &[crate::mapping::spec::Param { name: "fallback", kind: crate::mapping::spec::Kind::ValueOrLambda, default: Default::Required }],
         &[
+            ex(r#"root.url = this.url.parse_url().catch(err -> {"error": err.has_prefix("this.url.parse_url()"), "input": this.url})"#,
+               r#"{"url":"invalid %&# url"}"#, r#"{"url":{"error":true,"input":"invalid %&# url"}}"#),
+            ex(r#"root.n = this.n.number().catch(e -> e.contains("x"))"#, r#"{"n":"x"}"#, r#"{"n":true}"#),
             ex(r#"root.n = this.s.number().catch(-1)"#, r#"{"s":"x"}"#, r#"{"n":-1}"#),
             ex(r#"root.n = this.s.number().catch(-1)"#, r#"{"s":"2"}"#, r#"{"n":2}"#),
         ],
@@ -356,7 +359,13 @@ fn exists<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 fn catch<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     match call.recv(cx) {
         Ok(v) => Ok(v),
-        Err(_) => call.arg(0, cx),
+        Err(e) => match call.lambdas.first() {
+            Some(Some(l)) => {
+                let err = Value::String(e.msg);
+                exec::call_lambda(l, &err, cx).map(V::detach)
+            }
+            _ => call.arg(0, cx),
+        },
     }
 }
 
