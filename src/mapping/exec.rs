@@ -254,7 +254,12 @@ fn owned_field(v: Value, name: &str) -> Value {
     }
 }
 
-fn norm_index(i: i64, len: usize) -> Option<usize> {
+/// The error for an index past either end of a sequence.
+pub fn out_of_bounds(i: i64, what: &str, len: usize) -> String {
+    format!("index {i} is out of bounds for {what} of length {len}")
+}
+
+pub fn norm_index(i: i64, len: usize) -> Option<usize> {
     let len = len as i64;
     let i = if i < 0 { len + i } else { i };
     (0..len).contains(&i).then_some(i as usize)
@@ -293,6 +298,72 @@ pub fn slice_value(v: &Value, from: Option<i64>, to: Option<i64>) -> Result<Valu
         Value::Array(arr) => {
             let (a, b) = slice_bounds(arr.len(), from, to)?;
             Ok(Value::Array(arr[a..b].to_vec()))
+        }
+        other => Err(type_err("array, string or bytes", other)),
+    }
+}
+
+/// The positions a slice with a step takes, as Python's slices do: negative positions count
+/// from the end, bounds are clamped, and a negative step walks backwards from the end.
+pub fn step_positions(
+    len: usize,
+    from: Option<i64>,
+    to: Option<i64>,
+    step: i64,
+) -> Result<Vec<usize>, String> {
+    if step == 0 {
+        return Err("slice step cannot be zero".into());
+    }
+    let n = len as i64;
+    let fix = |i: i64, lo: i64, hi: i64| {
+        let i = if i < 0 { i + n } else { i };
+        i.clamp(lo, hi)
+    };
+    let mut out = Vec::new();
+    if step > 0 {
+        let mut i = from.map_or(0, |i| fix(i, 0, n));
+        let end = to.map_or(n, |i| fix(i, 0, n));
+        while i < end {
+            out.push(i as usize);
+            i = match i.checked_add(step) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+    } else {
+        let mut i = from.map_or(n - 1, |i| fix(i, -1, n - 1));
+        let end = to.map_or(-1, |i| fix(i, -1, n - 1));
+        while i > end {
+            out.push(i as usize);
+            i = match i.checked_add(step) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+    }
+    Ok(out)
+}
+
+/// `x[from:to:step]` over a string (by character), bytes or an array.
+pub fn slice_step(
+    v: &Value,
+    from: Option<i64>,
+    to: Option<i64>,
+    step: i64,
+) -> Result<Value, String> {
+    match v {
+        Value::String(s) => {
+            let chars: Vec<char> = s.chars().collect();
+            let at = step_positions(chars.len(), from, to, step)?;
+            Ok(Value::String(at.into_iter().map(|i| chars[i]).collect()))
+        }
+        Value::Bytes(bs) => {
+            let at = step_positions(bs.len(), from, to, step)?;
+            Ok(Value::Bytes(at.into_iter().map(|i| bs[i]).collect::<Vec<u8>>().into()))
+        }
+        Value::Array(arr) => {
+            let at = step_positions(arr.len(), from, to, step)?;
+            Ok(Value::Array(at.into_iter().map(|i| arr[i].clone()).collect()))
         }
         other => Err(type_err("array, string or bytes", other)),
     }
@@ -384,7 +455,7 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
                     match norm_index(n, a.len()) {
                         Some(k) => Ok(a[k].clone()),
-                        None => Ok(Value::Null),
+                        None => Err(out_of_bounds(n, "an array", a.len())),
                     }
                 }
                 (Value::String(s), idx @ (Value::Int(_) | Value::Float(_))) => {
@@ -392,14 +463,14 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     let chars: Vec<char> = s.chars().collect();
                     match norm_index(n, chars.len()) {
                         Some(k) => Ok(Value::String(chars[k].to_string())),
-                        None => Ok(Value::Null),
+                        None => Err(out_of_bounds(n, "a string", chars.len())),
                     }
                 }
                 (Value::Bytes(b), idx @ (Value::Int(_) | Value::Float(_))) => {
                     let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
                     match norm_index(n, b.len()) {
                         Some(k) => Ok(Value::Int(b[k] as i64)),
-                        None => Ok(Value::Null),
+                        None => Err(out_of_bounds(n, "bytes", b.len())),
                     }
                 }
                 (Value::Null, _) => Ok(Value::Null),
@@ -423,6 +494,11 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 }
             };
             let (a, b) = (bound(&sl.from)?, bound(&sl.to)?);
+            if let Some(step) = bound(&sl.step)? {
+                return slice_step(target.get(), a, b, step)
+                    .map(V::Own)
+                    .map_err(|e| ExecError::new(format!("{}: {e}", sl.text)));
+            }
             slice_value(target.get(), a, b)
                 .map(V::Own)
                 .map_err(|e| ExecError::new(format!("{}: {e}", sl.text)))

@@ -44,6 +44,12 @@ struct Ctx<'s> {
 
 type PResult<T> = Result<T, Diagnostic>;
 
+/// Words that mean something of their own and so cannot name a lambda parameter.
+const RESERVED: &[&str] = &[
+    "this", "root", "true", "false", "null", "if", "else", "match", "let", "meta", "map",
+    "import",
+];
+
 /// Deepest bracket nesting a mapping may use. Parsing, compiling and running all recurse
 /// over the tree, so the tree's depth is bounded before any of them starts.
 pub const MAX_NESTING: usize = 64;
@@ -128,15 +134,21 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
     };
     match Grammar::parse(Rule::mapping, src) {
         Ok(mut pairs) => {
-            let Some(top) = pairs.next() else {
-                return Ok(Vec::new());
-            };
             let mut out = Vec::new();
-            for p in top.into_inner() {
-                if p.as_rule() == Rule::EOI {
-                    break;
+            if let Some(top) = pairs.next() {
+                for p in top.into_inner() {
+                    if p.as_rule() == Rule::EOI {
+                        break;
+                    }
+                    out.push(cx.statement(p).map_err(Diagnostics::one)?);
                 }
-                out.push(cx.statement(p).map_err(Diagnostics::one)?);
+            }
+            if out.is_empty() {
+                // Nothing but whitespace and comments: as in Bloblang, not a mapping.
+                let at = src.trim_end().len();
+                let d = Diagnostic::at(src, Span::new(at, at + 1), "E001", "expected a statement, found end of input: the mapping is empty")
+                    .with_hint("a mapping needs at least one statement, such as `root = this`");
+                return Err(Diagnostics::one(d));
             }
             cx.check_lines(&out).map_err(Diagnostics::one)?;
             Ok(out)
@@ -672,27 +684,31 @@ impl<'s> Ctx<'s> {
                     ExprKind::Field(Box::new(e), self.name_or_string(f)?)
                 }
                 Rule::index => {
-                    // `[from]`, `[from:to?]` or `[:to?]`: a `slice` part means a slice.
-                    let (mut from, mut slice, mut to) = (None, false, None);
+                    // `[from]`, `[from:to?]`, `[from?:to?:step?]`: a `slice` part means a slice.
+                    let (mut from, mut slice, mut to, mut step) = (None, false, None, None);
                     for part in q {
-                        let rule = part.as_rule();
-                        slice |= rule == Rule::slice;
-                        let inner = match rule {
-                            Rule::slice => part.into_inner().next(),
-                            _ => Some(part),
+                        let parts: Vec<Pair<'_, Rule>> = match part.as_rule() {
+                            Rule::slice => {
+                                slice = true;
+                                part.into_inner().collect()
+                            }
+                            _ => vec![part],
                         };
-                        let Some(x) = inner.and_then(|x| x.into_inner().next()) else {
-                            continue;
-                        };
-                        let x = Some(Box::new(self.expr(x)?));
-                        if rule == Rule::slice_from {
-                            from = x;
-                        } else {
-                            to = x;
+                        for x in parts {
+                            let rule = x.as_rule();
+                            let Some(inner) = x.into_inner().next() else {
+                                continue;
+                            };
+                            let v = Some(Box::new(self.expr(inner)?));
+                            match rule {
+                                Rule::slice_from => from = v,
+                                Rule::slice_to => to = v,
+                                _ => step = v,
+                            }
                         }
                     }
                     match (slice, from) {
-                        (true, from) => ExprKind::Slice(Box::new(e), from, to),
+                        (true, from) => ExprKind::Slice(Box::new(e), from, to, step),
                         (false, Some(i)) => ExprKind::Index(Box::new(e), i),
                         (false, None) => return Err(self.err(pspan, "expected an index")),
                     }
@@ -723,6 +739,11 @@ impl<'s> Ctx<'s> {
             Rule::lambda => {
                 let mut q = p.into_inner();
                 let param = q.next().map(|n| n.as_str().to_string());
+                if let Some(name) = param.as_deref().filter(|n| RESERVED.contains(n)) {
+                    return Err(self
+                        .err(span, format!("`{name}` cannot name a lambda parameter"))
+                        .with_hint("pick another name, such as `x -> ...`"));
+                }
                 let body = q
                     .next()
                     .ok_or_else(|| self.err(span, "expected a lambda body"))?;

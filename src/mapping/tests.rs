@@ -566,3 +566,92 @@ fn a_sandboxed_mapping_cannot_read_the_host() {
     .unwrap_err();
     assert!(err.contains("not available"), "{err}");
 }
+
+fn err(src: &str, input: &str) -> String {
+    match run(src, input) {
+        Ok(out) => panic!("`{src}` should fail, gave {out}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn slices_take_a_step() {
+    let a = r#"{"a":[0,1,2,3,4,5],"s":"hello"}"#;
+    assert_eq!(ok("root = this.a[::2]", a), "[0,2,4]");
+    assert_eq!(ok("root = this.a[1::2]", a), "[1,3,5]");
+    assert_eq!(ok("root = this.a[1:5:2]", a), "[1,3]");
+    assert_eq!(ok("root = this.a[::-1]", a), "[5,4,3,2,1,0]");
+    assert_eq!(ok("root = this.a[4:1:-1]", a), "[4,3,2]");
+    assert_eq!(ok("root = this.a[-1:-4:-2]", a), "[5,3]");
+    assert_eq!(ok("root = this.a[1:4:]", a), "[1,2,3]");
+    assert_eq!(ok("root = this.a[0:3:-1]", a), "[]");
+    assert_eq!(ok("root = this.a[100::-2]", a), "[5,3,1]");
+    assert_eq!(ok("root = this.s[::-1]", a), "olleh");
+    assert_eq!(ok("root = this.s[::2]", a), "hlo");
+    assert_eq!(ok("root = this.s[-2::-1]", a), "lleh");
+    assert_eq!(ok(r#"root = "héllo"[::-2]"#, "{}"), "olh");
+    assert_eq!(
+        ok(r#"root = "abcd".bytes()[::-1].string()"#, "{}"),
+        "dcba"
+    );
+    let e = err("root = this.a[::0]", a);
+    assert!(e.contains("slice step cannot be zero"), "{e}");
+    // Without a step, slices keep their meaning.
+    assert_eq!(ok("root = this.a[1:3]", a), "[1,2]");
+    assert_eq!(ok("root = this.s[:2]", a), "he");
+}
+
+#[test]
+fn indexes_past_the_end_fail_with_index_and_length() {
+    let a = r#"{"a":[1,2,3],"s":"héllo"}"#;
+    let e = err("root = this.a[3]", a);
+    assert!(e.contains("index 3 is out of bounds for an array of length 3"), "{e}");
+    let e = err("root = this.a[-4]", a);
+    assert!(e.contains("index -4 is out of bounds for an array of length 3"), "{e}");
+    let e = err("root = this.s[5]", a);
+    assert!(e.contains("index 5 is out of bounds for a string of length 5"), "{e}");
+    let e = err(r#"root = "ab".bytes()[2]"#, a);
+    assert!(e.contains("index 2 is out of bounds for bytes of length 2"), "{e}");
+    assert_eq!(ok("root = this.a[-3]", a), "1");
+    assert_eq!(ok("root = this.s[1]", a), "é");
+    // A missing field and an object key are not positions: null, as before.
+    assert_eq!(ok("root = this.nope[3]", a), "null");
+    assert_eq!(ok(r#"root = this["nope"]"#, a), "null");
+    // Bytes index like an array of numbers, with brackets or `index`.
+    assert_eq!(ok(r#"root = "AB".bytes()[0]"#, a), "65");
+    assert_eq!(ok(r#"root = "AB".bytes().index(-1)"#, a), "66");
+    let e = err(r#"root = "AB".bytes().index(2)"#, a);
+    assert!(e.contains("index 2 is out of bounds for bytes of length 2"), "{e}");
+}
+
+#[test]
+fn empty_mappings_and_misused_names_do_not_parse() {
+    for src in ["", "   \n\n", "# only a comment\n# and another", "\n  # c\n"] {
+        let e = Mapping::compile(src, &Env::default()).unwrap_err().to_string();
+        assert!(e.contains("the mapping is empty"), "{src:?}: {e}");
+    }
+    let e = Mapping::compile("let = 5", &Env::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected a name"), "{e}");
+    assert!(e.contains("line 1, column 5"), "{e}");
+    let e = Mapping::compile("root.a = 1\nlet\n", &Env::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 2"), "{e}");
+    for src in [
+        "root = this.a.map_each(this -> this + 1)",
+        "root = this.a.map_each(root -> 1)",
+        "root = this.a.(this -> this)",
+        "root = this.a.filter(true -> true)",
+    ] {
+        let e = Mapping::compile(src, &Env::default()).unwrap_err().to_string();
+        assert!(e.contains("cannot name a lambda parameter"), "{src}: {e}");
+    }
+    // Names that only start like keywords are fine.
+    assert_eq!(
+        ok("root = this.a.map_each(thisone -> thisone + 1)", r#"{"a":[1]}"#),
+        "[2]"
+    );
+    assert_eq!(ok("root.letter = 1", "{}"), r#"{"letter":1}"#);
+}

@@ -17,7 +17,9 @@ pub static SPECS: &[MethodSpec] = &[
     method("flatten", CAT, "The array with nested arrays spliced in, one level deep.", &[],
         &[ex("root.a = this.a.flatten()", r#"{"a":[1,[2,[3]],4]}"#, r#"{"a":[1,2,[3],4]}"#)], flatten),
     method("index", CAT, "The item at a position; negative positions count from the end.", &[p("index")],
-        &[ex("root.a = this.a.index(-1)", r#"{"a":[1,2,3]}"#, r#"{"a":3}"#)], index),
+        &[ex("root.a = this.a.index(-1)", r#"{"a":[1,2,3]}"#, r#"{"a":3}"#),
+          ex("root.a = this.a.index(3)", r#"{"a":[1,2,3]}"#, "error:index 3 is out of bounds for an array of length 3"),
+          ex(r#"root.a = "hi".bytes().index(1)"#, "{}", r#"{"a":105}"#)], index),
     method("join", CAT, "The strings of the array joined with a delimiter.", &[opt("delimiter", Default::Str(""))],
         &[ex(r#"root.s = this.a.join(", ")"#, r#"{"a":["x","y"]}"#, r#"{"s":"x, y"}"#)], join),
     method("sum", CAT, "The sum of the numbers of the array.", &[],
@@ -28,7 +30,8 @@ pub static SPECS: &[MethodSpec] = &[
         enumerated),
     method("zip", CAT, "Arrays of the items at each position of this and the argument arrays.",
         &[p("array"), opt("b", Default::Absent), opt("c", Default::Absent)],
-        &[ex("root.a = this.a.zip(this.b)", r#"{"a":[1,2],"b":["x","y"]}"#, r#"{"a":[[1,"x"],[2,"y"]]}"#)], zip),
+        &[ex("root.a = this.a.zip(this.b)", r#"{"a":[1,2],"b":["x","y"]}"#, r#"{"a":[[1,"x"],[2,"y"]]}"#),
+          ex("root.a = this.a.zip(this.b)", r#"{"a":[1,2],"b":["x"]}"#, "error:cannot zip arrays of different lengths (2 and 1)")], zip),
     method("first", CAT, "The first item, or an error when the array is empty.", &[],
         &[ex("root.a = this.a.first()", r#"{"a":[7,8]}"#, r#"{"a":7}"#)], first),
     method("last", CAT, "The last item, or an error when the array is empty.", &[],
@@ -72,16 +75,22 @@ fn flatten<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(Value::Array(out))
 }
 fn index<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    let a = array(v)?;
+    use crate::mapping::exec::{norm_index, out_of_bounds};
     let i = args.int(0)?;
-    let k = if i < 0 { a.len() as i64 + i } else { i };
-    if k < 0 || k as usize >= a.len() {
-        return Err(format!(
-            "index {i} is out of bounds for an array of {}",
-            a.len()
-        ));
+    match v {
+        // Bytes index like an array of numbers.
+        Value::Bytes(b) => match norm_index(i, b.len()) {
+            Some(k) => own(b[k] as i64),
+            None => Err(out_of_bounds(i, "bytes", b.len())),
+        },
+        _ => {
+            let a = array(v).map_err(|_| type_err("array or bytes", v))?;
+            match norm_index(i, a.len()) {
+                Some(k) => Ok(V::Ref(&a[k])),
+                None => Err(out_of_bounds(i, "an array", a.len())),
+            }
+        }
     }
-    Ok(V::Ref(&a[k as usize]))
 }
 fn join<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let d = args.str(0)?;
@@ -138,7 +147,13 @@ fn zip<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             arrays.push(array(args.get(i))?);
         }
     }
-    let n = arrays.iter().map(|a| a.len()).min().unwrap_or(0);
+    let n = arrays[0].len();
+    if let Some(other) = arrays.iter().find(|a| a.len() != n) {
+        return Err(format!(
+            "cannot zip arrays of different lengths ({n} and {})",
+            other.len()
+        ));
+    }
     own(Value::Array(
         (0..n)
             .map(|i| Value::Array(arrays.iter().map(|a| a[i].clone()).collect()))
