@@ -82,7 +82,11 @@ pub static SPECS: &[MethodSpec] = &[
             r#"{"s":"<root><title lang=\"en\">Hi</title><n>1</n><n>2</n></root>"}"#,
             r##"{"root":{"n":["1","2"],"title":{"#text":"Hi","-lang":"en"}}}"##,
         ),
-          ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#)],
+          ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#),
+          ex("root = this.s.parse_xml(cast: true)", r#"{"s":"<a id=\"7\" ok=\"true\" ratio=\"0.5\" name=\"x\">t</a>"}"#,
+             r##"{"a":{"#text":"t","-id":7,"-name":"x","-ok":true,"-ratio":0.5}}"##),
+          ex("root = this.s.parse_xml()", r#"{"s":"<a id=\"7\">t</a>"}"#, r##"{"a":{"#text":"t","-id":"7"}}"##),
+          ex("root = this.s.parse_xml()", r#"{"s":"<a id=7 lang=en>t</a>"}"#, r##"{"a":{"#text":"t","-id":"7","-lang":"en"}}"##)],
         parse_xml,
     ),
     method(
@@ -445,15 +449,18 @@ fn xml_insert(o: &mut Object, key: String, v: Value) {
     }
 }
 
-fn xml_attrs(e: &quick_xml::events::BytesStart<'_>) -> Res<Object> {
+/// The attributes of an element as `-name` fields. Read leniently, as Go's non-strict
+/// decoder does: values may be unquoted (`<a b=c>`). With `cast`, numeric and bool values
+/// become numbers and bools, as text does.
+fn xml_attrs(e: &quick_xml::events::BytesStart<'_>, cast: bool) -> Res<Object> {
     let mut o = Object::new();
-    for a in e.attributes() {
+    for a in e.html_attributes() {
         let a = a.map_err(|e| format!("bad XML attribute: {e}"))?;
         let key = format!("-{}", String::from_utf8_lossy(a.key.as_ref()));
         let val = a
             .unescape_value()
             .map_err(|e| format!("bad XML attribute: {e}"))?;
-        o.insert(key, Value::String(val.into_owned()));
+        o.insert(key, xml_text(val.into_owned(), cast));
     }
     Ok(o)
 }
@@ -488,11 +495,11 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                     return Err("failed to parse XML: nested too deeply".into());
                 }
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                stack.push((name, xml_attrs(&e)?, String::new()));
+                stack.push((name, xml_attrs(&e, cast)?, String::new()));
             }
             Event::Empty(e) => {
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                let value = finish(xml_attrs(&e)?, String::new());
+                let value = finish(xml_attrs(&e, cast)?, String::new());
                 match stack.last_mut() {
                     Some(parent) => xml_insert(&mut parent.1, name, value),
                     None => xml_insert(&mut root, name, value),

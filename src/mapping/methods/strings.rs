@@ -92,8 +92,13 @@ pub static SPECS: &[MethodSpec] = &[
     method("strip_html", CAT, "The string without HTML tags; `preserve` lists tags to keep.",
         &[opt("preserve", Default::Absent)],
         &[ex("root.a = this.a.strip_html()", r#"{"a":"<p>hi <b>you</b></p>"}"#, r#"{"a":"hi you"}"#)], strip_html),
-    method("slug", CAT, "The string as a URL slug: lower case words joined by hyphens.", &[opt("lang", Default::Absent)],
-        &[ex("root.a = this.a.slug()", r#"{"a":"Hello, World! 2024"}"#, r#"{"a":"hello-world-2024"}"#)], slug),
+    method("slug", CAT, "The string as a URL slug: lower case ASCII words joined by hyphens. Symbols become words of the language (`&` is `and` in `en`, `et` in `fr`, `und` in `de`, `y` in `es`...), apostrophes and quotes are dropped, accented letters lose their accents.",
+        &[opt("lang", Default::Str("en"))],
+        &[ex("root.a = this.a.slug()", r#"{"a":"Hello, World! 2024"}"#, r#"{"a":"hello-world-2024"}"#),
+          ex("root.slug = this.value.slug()", r#"{"value":"Gopher & Bento"}"#, r#"{"slug":"gopher-and-bento"}"#),
+          ex(r#"root.slug = this.value.slug("fr")"#, r#"{"value":"Gaufre & Poisson d'Eau Profonde"}"#, r#"{"slug":"gaufre-et-poisson-deau-profonde"}"#),
+          ex(r#"root.slug = this.value.slug("de")"#, r#"{"value":"Grüße & Küsse"}"#, r#"{"slug":"gruesse-und-kuesse"}"#),
+          ex("root.slug = this.value.slug()", r#"{"value":"Crème Brûlée @ Home"}"#, r#"{"slug":"creme-brulee-at-home"}"#)], slug),
     method("format", CAT, "Formats the arguments into the string, printf style (`%s`, `%v`, `%d`, `%.2f`, `%q`, `%x`, `%t`).",
         &[opt("a", Default::Absent), opt("b", Default::Absent), opt("c", Default::Absent), opt("d", Default::Absent),
           opt("e", Default::Absent), opt("f", Default::Absent), opt("g", Default::Absent), opt("h", Default::Absent)],
@@ -389,12 +394,49 @@ fn strip_html<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     out.push_str(rest);
     s_own(out)
 }
-fn slug<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let s = text(v)?.to_lowercase();
+/// Words that stand for symbols, per language, as the reference's slug library has them.
+fn slug_subs(lang: &str) -> &'static [(char, &'static str)] {
+    match lang {
+        "de" => &[('&', "und"), ('@', "an"), ('ä', "ae"), ('Ä', "Ae"), ('ö', "oe"), ('Ö', "Oe"), ('ü', "ue"), ('Ü', "Ue"), ('ß', "ss")],
+        "fr" => &[('&', "et"), ('@', "arobase")],
+        "es" => &[('&', "y"), ('@', "en")],
+        "nl" => &[('&', "en"), ('@', "at")],
+        "it" => &[('&', "e"), ('@', "chiocciola")],
+        "pl" => &[('&', "i"), ('@', "na")],
+        "sv" => &[('&', "och"), ('@', "snabel a")],
+        "fi" => &[('&', "ja"), ('@', "at")],
+        "cs" => &[('&', "a"), ('@', "zavinac")],
+        "el" => &[('&', "kai")],
+        "tr" => &[('&', "ve"), ('@', "et")],
+        "hu" => &[('&', "es"), ('@', "kukac")],
+        _ => &[('&', "and"), ('@', "at")],
+    }
+}
+
+fn slug<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let lang = args.str(0)?;
+    let subs = slug_subs(lang);
+    let mut words = String::new();
+    for c in text(v)?.chars() {
+        match c {
+            '"' | '\'' | '’' => {}
+            '‒' | '–' | '—' | '―' => words.push('-'),
+            c => match subs.iter().find(|(k, _)| *k == c) {
+                Some((k, w)) if k.is_alphabetic() => words.push_str(w),
+                Some((_, w)) => {
+                    words.push(' ');
+                    words.push_str(w);
+                    words.push(' ');
+                }
+                None => words.push(c),
+            },
+        }
+    }
+    let s = deunicode::deunicode(&words).to_lowercase();
     let mut out = String::with_capacity(s.len());
     let mut dash = false;
     for c in s.chars() {
-        if c.is_alphanumeric() {
+        if c.is_ascii_alphanumeric() || c == '_' {
             if dash && !out.is_empty() {
                 out.push('-');
             }
