@@ -594,7 +594,8 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     return eval(body, mcx).map(V::detach);
                 }
             }
-            Ok(V::Nothing)
+            // No case matched: null, as in Bloblang (an `if` without `else` is skipped).
+            Ok(V::Own(Value::Null))
         }
         Node::Func(call) => {
             let mut vals = ArgVec::new();

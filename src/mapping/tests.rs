@@ -183,7 +183,8 @@ fn match_forms() {
             &format!("root.x = 0\n{}", src.replace("root =", "root.y =")),
             r#"{"a":3}"#
         ),
-        r#"{"x":0}"#
+        // No case matched: null, as in Bloblang.
+        r#"{"x":0,"y":null}"#
     );
 }
 

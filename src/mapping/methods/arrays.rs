@@ -42,8 +42,12 @@ pub static SPECS: &[MethodSpec] = &[
     method("explode", CAT, "One document per item of the array (or field of the object) at `path`, each with that item in its place.",
         &[p("path")],
         &[ex(r#"root = this.explode("v")"#, r#"{"id":1,"v":[2,3]}"#, r#"[{"id":1,"v":2},{"id":1,"v":3}]"#)], explode),
-    method("squash", CAT, "The array of objects merged into one object; later keys win.", &[],
-        &[ex("root = this.a.squash()", r#"{"a":[{"x":1},{"y":2},{"x":3}]}"#, r#"{"x":3,"y":2}"#)], squash),
+    method("squash", CAT, "The array of objects merged into one object, as `merge` merges: values under the same key are gathered into an array (arrays join), objects merge key by key.", &[],
+        &[ex("root = this.a.squash()", r#"{"a":[{"x":1},{"y":2},{"x":3}]}"#, r#"{"x":[1,3],"y":2}"#),
+          ex("root.locations = this.locations.map_each(loc -> {loc.state: [loc.name]}).squash()",
+             r#"{"locations":[{"name":"Seattle","state":"WA"},{"name":"New York","state":"NY"},{"name":"Bellevue","state":"WA"},{"name":"Olympia","state":"WA"}]}"#,
+             r#"{"locations":{"NY":["New York"],"WA":["Seattle","Bellevue","Olympia"]}}"#),
+          ex("root = this.squash()", r#"[{"a":{"b":1}},{"a":{"c":2}}]"#, r#"{"a":{"b":1,"c":2}}"#)], squash),
 ];
 
 fn append<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -233,14 +237,14 @@ fn explode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     }
 }
 fn squash<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let mut out = Object::new();
+    let mut out = Value::Object(Object::new());
     for x in array(v)? {
         match x {
-            Value::Object(o) => out.extend(o.iter().map(|(k, v)| (k.clone(), v.clone()))),
+            Value::Object(_) => out = super::objects::merge_values(out, x.clone()),
             other => return Err(type_err("object", other)),
         }
     }
-    own(Value::Object(out))
+    own(out)
 }
 
 /// A stable merge sort driven by a fallible "comes first" test. The standard sort may

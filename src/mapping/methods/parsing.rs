@@ -31,9 +31,18 @@ pub static SPECS: &[MethodSpec] = &[
     method("format_csv", CAT, "Writes an array of objects (header from the first's keys) or arrays as CSV text.",
         &[opt("delimiter", Default::Str(","))],
         &[ex("root = this.rows.format_csv()", r#"{"rows":[{"a":"1","b":2}]}"#, "a,b\n1,2\n")], format_csv),
-    method("parse_url", CAT, "Parses a URL into its parts.", &[],
-        &[ex("root.u = this.s.parse_url().without(\"raw_query\", \"fragment\", \"user\")", r#"{"s":"https://x.io:8080/p/a?q=1&q=2"}"#,
-             r#"{"u":{"scheme":"https","host":"x.io:8080","path":"/p/a","query":{"q":["1","2"]}}}"#)], parse_url),
+    method("parse_url", CAT, "Parses a URL into its parts, as Go's `url.Parse` reads it: `scheme`, `opaque`, `user` (`name`, `password`; only when given), `host` (with the port as written), `path` (unescaped), `raw_path`, `raw_query`, `query` (each key's values; only when there is a query), `fragment` and `raw_fragment`.", &[],
+        &[ex("root.foo_url = this.url.parse_url()", r#"{"url":"https://www.benthos.dev/docs/guides/bloblang/about"}"#,
+             r#"{"foo_url":{"fragment":"","host":"www.benthos.dev","opaque":"","path":"/docs/guides/bloblang/about","raw_fragment":"","raw_path":"","raw_query":"","scheme":"https"}}"#),
+          ex("root.username = this.url.parse_url().user.name | \"unknown\"", r#"{"url":"amqp://foo:bar@127.0.0.1:5672/"}"#, r#"{"username":"foo"}"#),
+          ex("root.username = this.url.parse_url().user.name | \"unknown\"", r#"{"url":"redis://localhost:6379"}"#, r#"{"username":"unknown"}"#),
+          ex("root.u = this.s.parse_url().without(\"opaque\", \"raw_path\", \"fragment\", \"raw_fragment\")", r#"{"s":"https://x.io:8080/p/a?q=1&q=2&r=a+b"}"#,
+             r#"{"u":{"scheme":"https","host":"x.io:8080","path":"/p/a","raw_query":"q=1&q=2&r=a+b","query":{"q":["1","2"],"r":["a b"]}}}"#),
+          ex("root.u = this.s.parse_url()", r#"{"s":"http://h/a%2Fb%20c#x%20y"}"#,
+             r#"{"u":{"scheme":"http","opaque":"","host":"h","path":"/a/b c","raw_path":"/a%2Fb%20c","raw_query":"","fragment":"x y","raw_fragment":""}}"#),
+          ex("root.u = this.s.parse_url().opaque", r#"{"s":"mailto:someone@example.com"}"#, r#"{"u":"someone@example.com"}"#),
+          ex(r#"root.url = this.url.parse_url().catch(err -> {"error":err,"input":this.url})"#, r#"{"url":"invalid %&# url"}"#,
+             r#"{"url":{"error":"this.url.parse_url(): parse \"invalid %&\": invalid URL escape \"%&\"","input":"invalid %&# url"}}"#)], parse_url),
     method("parse_form_url_encoded", CAT, "Parses `a=1&b=2` into an object; repeated keys give arrays.", &[],
         &[ex("root.f = this.s.parse_form_url_encoded()", r#"{"s":"a=1&b=x+y&a=2"}"#, r#"{"f":{"a":["1","2"],"b":"x y"}}"#)], parse_form),
     method(
@@ -298,38 +307,163 @@ fn parse_form<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(form_object(url::form_urlencoded::parse(&raw(v)?)))
 }
 
+/// Go's `url.PathUnescape`/`QueryUnescape`: `%XX` escapes (and `+` as a space in a query).
+fn go_unescape(s: &str, plus_space: bool) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+                let Some(h) = hex else {
+                    let end = (i + 3).min(b.len());
+                    return Err(format!(
+                        "invalid URL escape {:?}",
+                        String::from_utf8_lossy(&b[i..end])
+                    ));
+                };
+                out.push(u8::from_str_radix(std::str::from_utf8(h).unwrap_or("00"), 16).unwrap_or(0));
+                i += 3;
+            }
+            b'+' if plus_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Go's escaping of a path (or, with `fragment`, a fragment): what `url.URL` compares the
+/// text it was given with to decide whether to keep it as `RawPath`/`RawFragment`.
+fn go_escape(s: &str, fragment: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &c in s.as_bytes() {
+        let keep = c.is_ascii_alphanumeric()
+            || matches!(c, b'-' | b'_' | b'.' | b'~' | b'$' | b'&' | b'+' | b',' | b'/' | b':' | b';' | b'=' | b'@')
+            || (fragment && matches!(c, b'?' | b'!' | b'(' | b')' | b'*'));
+        if keep {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
+/// Parses a URL as Go's `url.Parse` does and gives the fields Bloblang gives: `scheme`,
+/// `opaque`, `user` (when there is one), `host` (with its port, as written), `path`
+/// (unescaped), `raw_path` (the path as written when unescaping and escaping again would
+/// not give it back), `raw_query`, `query` (when there is one), `fragment` and
+/// `raw_fragment`.
 fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
-    let u = url::Url::parse(&s).map_err(|e| format!("failed to parse URL: {e}"))?;
-    let mut o = Object::new();
-    o.insert("scheme".into(), Value::from(u.scheme()));
-    let host = match (u.host_str(), u.port()) {
-        (Some(h), Some(p)) => format!("{h}:{p}"),
-        (Some(h), None) => h.to_string(),
-        _ => String::new(),
+    let (rest, frag) = match s.split_once('#') {
+        Some((r, f)) => (r, Some(f)),
+        None => (&s[..], None),
     };
-    o.insert("host".into(), Value::String(host));
-    o.insert("path".into(), Value::from(u.path()));
-    o.insert("raw_query".into(), Value::from(u.query().unwrap_or("")));
-    o.insert("fragment".into(), Value::from(u.fragment().unwrap_or("")));
-    let mut query = Object::new();
-    for (k, v) in u.query_pairs() {
-        if let Value::Array(a) = query
-            .entry(k.into_owned())
-            .or_insert_with(|| Value::Array(Vec::new()))
-        {
-            a.push(Value::String(v.into_owned()));
+    let fail = |why: String| format!("parse {rest:?}: {why}");
+    if rest.bytes().any(|c| c < 0x20 || c == 0x7f) {
+        return Err(fail("net/url: invalid control character in URL".into()));
+    }
+    let mut o = Object::new();
+    let mut scheme = String::new();
+    let mut tail = rest;
+    if let Some(i) = rest.find(':') {
+        let cand = &rest[..i];
+        let valid = cand.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && cand.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'));
+        if valid {
+            scheme = cand.to_ascii_lowercase();
+            tail = &rest[i + 1..];
+        } else if i == 0 {
+            return Err(fail("missing protocol scheme".into()));
         }
     }
-    o.insert("query".into(), Value::Object(query));
-    let mut user = Object::new();
-    if !u.username().is_empty() {
-        user.insert("name".into(), Value::from(u.username()));
-        if let Some(p) = u.password() {
-            user.insert("password".into(), Value::from(p));
+    let (tail, raw_query) = match tail.split_once('?') {
+        Some((t, q)) => (t, Some(q)),
+        None => (tail, None),
+    };
+    let mut opaque = "";
+    let mut user = None;
+    let mut host = "";
+    let mut path = tail;
+    if !scheme.is_empty() && !tail.starts_with('/') {
+        opaque = tail;
+        path = "";
+    } else if let Some(after) = tail.strip_prefix("//") {
+        let end = after.find('/').unwrap_or(after.len());
+        let authority = &after[..end];
+        path = &after[end..];
+        let hostpart = match authority.rsplit_once('@') {
+            Some((info, h)) => {
+                let (name, pass) = match info.split_once(':') {
+                    Some((n, p)) => (n, Some(p)),
+                    None => (info, None),
+                };
+                let mut u = Object::new();
+                u.insert("name".into(), Value::String(go_unescape(name, false).map_err(fail)?));
+                if let Some(p) = pass {
+                    u.insert("password".into(), Value::String(go_unescape(p, false).map_err(fail)?));
+                }
+                user = Some(u);
+                h
+            }
+            None => authority,
+        };
+        if hostpart.contains(' ') {
+            return Err(fail(format!("invalid character \" \" in host name")));
+        }
+        host = hostpart;
+    } else if scheme.is_empty() {
+        if let Some(seg) = tail.split('/').next() {
+            if seg.contains(':') {
+                return Err(fail("first path segment in URL cannot contain colon".into()));
+            }
         }
     }
-    o.insert("user".into(), Value::Object(user));
+    let decoded_path = go_unescape(path, false).map_err(fail)?;
+    let raw_path = if go_escape(&decoded_path, false) == path { "" } else { path };
+    o.insert("scheme".into(), Value::String(scheme));
+    o.insert("opaque".into(), Value::from(opaque));
+    if let Some(u) = user {
+        o.insert("user".into(), Value::Object(u));
+    }
+    o.insert("host".into(), Value::from(host));
+    o.insert("path".into(), Value::String(decoded_path));
+    o.insert("raw_path".into(), Value::from(raw_path));
+    o.insert("raw_query".into(), Value::from(raw_query.unwrap_or("")));
+    let (fragment, raw_fragment) = match frag {
+        Some(f) => {
+            let d = go_unescape(f, false).map_err(|e| format!("parse {s:?}: {e}"))?;
+            let raw = if go_escape(&d, true) == f { String::new() } else { f.to_string() };
+            (d, raw)
+        }
+        None => (String::new(), String::new()),
+    };
+    o.insert("fragment".into(), Value::String(fragment));
+    o.insert("raw_fragment".into(), Value::String(raw_fragment));
+    if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
+        let mut query = Object::new();
+        for pair in q.split('&') {
+            if pair.is_empty() || pair.contains(';') {
+                continue;
+            }
+            let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
+            let (Ok(k), Ok(val)) = (go_unescape(k, true), go_unescape(val, true)) else {
+                continue;
+            };
+            if let Value::Array(a) = query.entry(k).or_insert_with(|| Value::Array(Vec::new())) {
+                a.push(Value::String(val));
+            }
+        }
+        o.insert("query".into(), Value::Object(query));
+    }
     own(Value::Object(o))
 }
 
