@@ -22,8 +22,12 @@ pub static SPECS: &[MethodSpec] = &[
              "{\n    \"email\": \"foo&bar@benthos.dev\",\n    \"name\": \"foo>bar\"\n}")], format_json),
     method("parse_yaml", CAT, "Parses YAML text into a value.", &[],
         &[ex("root.d = this.s.parse_yaml()", r#"{"s":"a: [1, x]\nb: true\n"}"#, r#"{"d":{"a":[1,"x"],"b":true}}"#)], parse_yaml),
-    method("format_yaml", CAT, "Writes the value as YAML text.", &[],
-        &[ex("root = this.format_yaml()", r#"{"a":1}"#, "a: 1\n")], format_yaml),
+    method("format_yaml", CAT, "Writes the value as YAML text, indented as Go's YAML encoder indents it: nested mappings and sequences under a key four columns deeper.", &[],
+        &[ex("root = this.format_yaml()", r#"{"a":1}"#, "a: 1\n"),
+          ex("root = this.doc.format_yaml()", r#"{"doc":{"foo":"bar"}}"#, "foo: bar\n"),
+          ex("root = this.format_yaml()", r#"{"a":{"b":{"c":1}},"l":[1,{"x":1,"y":[2,3]}],"e":[],"o":{}}"#,
+             "a:\n    b:\n        c: 1\ne: []\nl:\n    - 1\n    - x: 1\n      y:\n          - 2\n          - 3\no: {}\n"),
+          ex("root = this.format_yaml()", r#"[[1,2],"x"]"#, "- - 1\n  - 2\n- x\n")], format_yaml),
     method("parse_csv", CAT, "Parses CSV text into an array of objects keyed by the header row (or of arrays without one).",
         &[opt("parse_header_row", Default::Bool(true)), opt("delimiter", Default::Str(",")), opt("lazy_quotes", Default::Bool(false))],
         &[ex("root.rows = this.s.parse_csv()", r#"{"s":"a,b\n1,2\n3,4"}"#, r#"{"rows":[{"a":"1","b":"2"},{"a":"3","b":"4"}]}"#),
@@ -200,11 +204,97 @@ fn parse_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(yaml_to_value(y))
 }
 
-fn format_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    serde_yaml::to_string(v)
-        .map(|s| V::Own(Value::Bytes(s.into_bytes().into())))
-        .map_err(|e| e.to_string())
+/// One scalar as YAML text (serde_yaml decides quoting); multi-line strings come back as a
+/// `|-` block whose lines are indented to `col`.
+fn yaml_scalar(v: &Value, col: usize) -> Res<String> {
+    let s = serde_yaml::to_string(v).map_err(|e| e.to_string())?;
+    let s = s.strip_suffix('\n').unwrap_or(&s);
+    if !s.contains('\n') {
+        return Ok(s.to_string());
+    }
+    let mut lines = s.lines();
+    let mut out = lines.next().unwrap_or("").to_string();
+    let pad = " ".repeat(col);
+    for l in lines {
+        out.push('\n');
+        let l = l.strip_prefix("  ").unwrap_or(l);
+        if !l.is_empty() {
+            out.push_str(&pad);
+            out.push_str(l);
+        }
+    }
+    Ok(out)
 }
+
+fn yaml_is_block(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => !o.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => false,
+    }
+}
+
+/// Writes a block value whose first line continues the current one (`inline`) or starts at
+/// `col`. Mappings nest four columns deeper, as Go's YAML encoder indents them; items of
+/// a sequence sit right after their `- `.
+fn yaml_block(v: &Value, col: usize, inline: bool, out: &mut String) -> Res<()> {
+    let mut first = inline;
+    let mut start = |out: &mut String| {
+        if !std::mem::take(&mut first) {
+            out.push_str(&" ".repeat(col));
+        }
+    };
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                start(out);
+                out.push_str(&yaml_scalar(&Value::String(k.clone()), col + 4)?);
+                out.push(':');
+                if yaml_is_block(x) {
+                    out.push('\n');
+                    yaml_block(x, col + 4, false, out)?;
+                } else {
+                    out.push(' ');
+                    out.push_str(&yaml_empty_or_scalar(x, col + 4)?);
+                    out.push('\n');
+                }
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                start(out);
+                out.push_str("- ");
+                if yaml_is_block(x) {
+                    yaml_block(x, col + 2, true, out)?;
+                } else {
+                    out.push_str(&yaml_empty_or_scalar(x, col + 2)?);
+                    out.push('\n');
+                }
+            }
+        }
+        other => {
+            start(out);
+            out.push_str(&yaml_empty_or_scalar(other, col)?);
+            out.push('\n');
+        }
+    }
+    Ok(())
+}
+
+fn yaml_empty_or_scalar(v: &Value, col: usize) -> Res<String> {
+    Ok(match v {
+        Value::Object(_) => "{}".into(),
+        Value::Array(_) => "[]".into(),
+        other => yaml_scalar(other, col)?,
+    })
+}
+
+fn format_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let mut out = String::new();
+    yaml_block(v, 0, false, &mut out)?;
+    own(Value::Bytes(out.into_bytes().into()))
+}
+
 
 fn delimiter(args: &Args<'_>, i: usize) -> Res<u8> {
     let d = args.str(i)?;
