@@ -73,6 +73,9 @@ fn limit_parse_calls(src: &str) {
         .saturating_mul(src.len())
         .saturating_add(PARSE_CALLS_BASE);
     pest::set_call_limit(std::num::NonZeroUsize::new(budget));
+    // Track every token tried at the furthest position, so that errors can name what was
+    // expected there (`=`, `)`...) and not only the rules.
+    pest::set_error_detail(true);
 }
 
 /// Rejects input nested deeper than [`MAX_NESTING`] brackets, skipping strings and comments.
@@ -303,45 +306,183 @@ fn rule_name(r: &Rule) -> Option<&'static str> {
     })
 }
 
+/// A readable name for a literal token the grammar expected, when it is punctuation a user
+/// types (keywords and letters are named by their rules instead).
+fn token_name(token: &str) -> Option<&'static str> {
+    Some(match token {
+        "=" => "`=`",
+        "->" => "`->`",
+        "=>" => "`=>`",
+        "(" => "`(`",
+        ")" => "`)`",
+        "[" => "`[`",
+        "]" => "`]`",
+        "{" => "`{`",
+        "}" => "`}`",
+        "," => "`,`",
+        ":" => "`:`",
+        _ => return None,
+    })
+}
+
+/// Names that stand for "a new statement could start here".
+const STATEMENT_NAMES: &[&str] = &[
+    "end of input",
+    "`import`",
+    "`map`",
+    "`let`",
+    "`meta`",
+    "`if`",
+    "a statement (e.g. `root.foo = ...`)",
+];
+
+/// What is at `pos`, as a user would name it: a whole word, one character, or the end.
+fn found_at(src: &str, pos: usize) -> String {
+    let rest = &src[pos.min(src.len())..];
+    let Some(c) = rest.chars().next() else {
+        return "end of input".into();
+    };
+    if c == '\n' || c == '\r' {
+        return "the end of the line".into();
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .take(40)
+        .collect();
+    if word.is_empty() {
+        format!("`{c}`")
+    } else {
+        format!("`{word}`")
+    }
+}
+
+/// When `pos` is inside a `"` string that its line does not close: where the string opens.
+fn unclosed_string(src: &str, pos: usize) -> Option<(usize, ())> {
+    let pos = pos.min(src.len());
+    let line_start = src[..pos].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = src[pos..].find('\n').map_or(src.len(), |i| pos + i);
+    let line = &src[line_start..line_end];
+    let b = line.as_bytes();
+    let (mut i, mut open) = (0, None);
+    while i < b.len() {
+        match (b[i], open) {
+            (b'#', None) => break,
+            (b'"', None) if line[i..].starts_with("\"\"\"") => return None,
+            (b'"', None) => open = Some(i),
+            (b'"', Some(_)) => open = None,
+            (b'\\', Some(_)) => i += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    open.filter(|o| line_start + o <= pos).map(|o| (line_start + o, ()))
+}
+
 fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
     let mut pos = err_pos(e);
+    // Rule names expected at `pos`, and punctuation tokens when parse attempts are known.
+    let mut names: Vec<&str> = match &e.variant {
+        pest::error::ErrorVariant::ParsingError { positives, .. } => {
+            positives.iter().filter_map(rule_name).collect()
+        }
+        pest::error::ErrorVariant::CustomError { .. } => Vec::new(),
+    };
+    // A statement could have ended here, and something follows it on its line: that is the
+    // mistake to report, even when the rest of the line reads as the start of another
+    // statement (`root = this.foo bar` is not `bar` missing its `=`).
+    let could_end_here = names.iter().any(|n| STATEMENT_NAMES.contains(n));
+    let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |i| i + 1);
+    let trailing = could_end_here
+        && !src[line_start..pos.min(src.len())].trim().is_empty()
+        && !src[pos.min(src.len())..].lines().next().unwrap_or("").trim().is_empty();
+    if let Some(at) = e.parse_attempts().filter(|_| !trailing) {
+        if at.max_position > pos {
+            // A rule got further than pest's own error says: report there.
+            pos = at.max_position;
+            names.clear();
+            for cs in &at.call_stacks {
+                let rule = cs.deepest.get_rule().copied().or(cs.parent);
+                names.extend(rule.as_ref().and_then(rule_name));
+            }
+        }
+        if at.max_position == pos {
+            names.extend(
+                at.expected_tokens()
+                    .iter()
+                    .filter_map(|t| token_name(&t.to_string())),
+            );
+        }
+    }
+    if names.iter().any(|n| {
+        matches!(*n, "an expression" | "an operator" | "`.` and a field or method")
+    }) {
+        // Brackets that would start an expression say nothing the words do not.
+        names.retain(|n| !matches!(*n, "`(`" | "`{`"));
+    }
+    if names.contains(&"an expression") {
+        names.retain(|n| *n != "`[`");
+    }
+    if let Some((open, _)) = unclosed_string(src, pos) {
+        return Diagnostic::at(
+            src,
+            Span::new(open, open + 1),
+            "E001",
+            "this string is not closed: expected a `\"` before the end of the line",
+        )
+        .with_hint("use `\"\"\"` to write text that spans lines");
+    }
     let at_end = src[pos.min(src.len())..].trim().is_empty();
     if at_end {
         // At the end, point just past the last token rather than at trailing whitespace.
         pos = src.trim_end().len();
     }
+    let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |i| i + 1);
+    let before = &src[line_start..pos.min(src.len())];
+    let line_has_code = !before.trim().is_empty() && !before.trim_start().starts_with('#');
+    let found = if at_end {
+        "end of input".to_string()
+    } else {
+        found_at(src, pos)
+    };
     let (msg, hint) = match &e.variant {
-        pest::error::ErrorVariant::ParsingError { positives, .. } => {
-            let mut names: Vec<&str> = positives.iter().filter_map(rule_name).collect();
-            names.sort_unstable();
-            names.dedup();
-            let found = if at_end {
-                ""
-            } else {
-                &src[pos.min(src.len())..]
-            }
-            .chars()
-            .next()
-            .map(|c| format!("`{c}`"))
-            .unwrap_or_else(|| "end of input".into());
-            let expected = match names.len() {
-                0 => "something else".to_string(),
-                1 => names[0].to_string(),
-                _ => {
-                    let (last, rest) = names.split_last().unwrap_or((&"", &[]));
-                    format!("{} or {}", rest.join(", "), last)
-                }
-            };
-            (
-                format!("expected {expected}, found {found}"),
-                None::<String>,
-            )
-        }
         pest::error::ErrorVariant::CustomError { message } if message.contains("call limit") => (
             "too complex to parse (it takes too many grammar steps)".to_string(),
             Some("split the expression with `let` variables or named maps".to_string()),
         ),
         pest::error::ErrorVariant::CustomError { message } => (message.clone(), None),
+        pest::error::ErrorVariant::ParsingError { .. } => {
+            let statement_could_end = names.iter().any(|n| STATEMENT_NAMES.contains(n));
+            let mut hint = None;
+            if statement_could_end {
+                names.retain(|n| !STATEMENT_NAMES.contains(n));
+                if line_has_code && !at_end {
+                    // Something follows a complete statement on its line.
+                    names.push("the end of the line");
+                    hint = Some(
+                        "a statement ends with its line: start a new line for the next one, or join the two with an operator"
+                            .to_string(),
+                    );
+                } else if at_end && !line_has_code {
+                    names.push("a statement (such as `root = this`)");
+                } else if !at_end {
+                    names.push("a statement (such as `root.foo = ...`)");
+                }
+            }
+            names.sort_unstable();
+            names.dedup();
+            {
+                let expected = match names.len() {
+                    0 => "something else".to_string(),
+                    1 => names[0].to_string(),
+                    _ => {
+                        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+                        format!("{} or {}", rest.join(", "), last)
+                    }
+                };
+                (format!("expected {expected}, found {found}"), hint)
+            }
+        }
     };
     let d = Diagnostic::at(src, Span::new(pos, pos + 1), "E001", msg);
     match hint {

@@ -656,3 +656,109 @@ fn empty_mappings_and_misused_names_do_not_parse() {
     );
     assert_eq!(ok("root.letter = 1", "{}"), r#"{"letter":1}"#);
 }
+
+fn parse_err(src: &str) -> Diagnostic {
+    Mapping::compile(src, &Env::default())
+        .unwrap_err()
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("`{src}` gave no diagnostic"))
+}
+
+#[test]
+fn parse_errors_name_what_was_expected_in_words() {
+    // A word after a complete statement on the same line: the statement ends there.
+    for (src, col, word) in [
+        ("root = this.foo bar", 17, "`bar`"),
+        ("root = 5 foo", 10, "`foo`"),
+        ("root.a = \"x\" y", 14, "`y`"),
+        ("root = if this.a { 1 } x", 24, "`x`"),
+        ("root.a = 1\nroot.b = this.c d\n", 17, "`d`"),
+    ] {
+        let d = parse_err(src);
+        assert_eq!(d.col, col, "{src}: {d}");
+        assert!(d.message.contains("the end of the line"), "{src}: {d}");
+        assert!(d.message.contains(&format!("found {word}")), "{src}: {d}");
+        assert!(d.message.contains("an operator"), "{src}: {d}");
+    }
+    assert_eq!(parse_err("root.a = 1\nroot.b = this.c d\n").line, 2);
+    // Punctuation the grammar waits for is named.
+    let d = parse_err("root = (1 + 2");
+    assert!(d.message.contains("`)`") && d.message.contains("end of input"), "{d}");
+    let d = parse_err("root = [1, 2");
+    assert!(d.message.contains("`]`") && d.message.contains("`,`"), "{d}");
+    let d = parse_err("root = {\"a\": 1");
+    assert!(d.message.contains("`}`"), "{d}");
+    let d = parse_err("let x");
+    assert!(d.message.contains("expected `=`"), "{d}");
+    assert_eq!((d.line, d.col), (1, 6), "{d}");
+    let d = parse_err("root = this.a.map_each(x -> )");
+    assert!(d.message.contains("expected an expression, found `)`"), "{d}");
+    let d = parse_err("root.a = 1 +");
+    assert_eq!(d.message, "expected an expression, found end of input");
+    // An unclosed string is named as such, at its opening quote.
+    let d = parse_err("root.a = 1\nroot.b = \"abc\n");
+    assert!(d.message.contains("string is not closed"), "{d}");
+    assert_eq!((d.line, d.col), (2, 10), "{d}");
+    // No pest rule names leak into messages.
+    for src in [
+        "root = this.a.b(",
+        "root = this.a[1:2",
+        "map foo { root = 1 ",
+        "root = match this { 1 => }",
+        "root = this.a.",
+        "if this.a { root = 1 ",
+        "root = $",
+        "root = @foo bar",
+    ] {
+        let d = parse_err(src);
+        let m = &d.message;
+        assert!(m.starts_with("expected ") || m.contains("not closed"), "{src}: {m}");
+        for rule in ["slice_", "kw_", "path_ident", "EOI", "something else", "_stmt", "str_inner"] {
+            assert!(!m.contains(rule), "{src}: {m}");
+        }
+        assert!(d.line >= 1 && d.col >= 1, "{src}: {d}");
+    }
+}
+
+#[test]
+fn reference_edge_cases_of_changed_behaviour() {
+    // parse_timestamp with a format gives a timestamp.
+    assert_eq!(
+        ok(
+            r#"root = this.t.parse_timestamp("2006-01-02").type()"#,
+            r#"{"t":"2020-08-14"}"#
+        ),
+        "timestamp"
+    );
+    // A match with no case taken is null; an `if` without `else` still skips.
+    assert_eq!(
+        ok("root.a = match this.x { 1 => \"one\" }", r#"{"x":2}"#),
+        r#"{"a":null}"#
+    );
+    assert_eq!(ok("root.a = if false { 1 }", "{}"), "{}");
+    // unique over values it cannot compare fails, naming the index.
+    let e = err("root = this.unique()", r#"[1,true]"#);
+    assert!(e.contains("index 1: expected string or number value, got bool"), "{e}");
+    let e = err("root = this.unique(x -> x.a)", r#"[{"a":null}]"#);
+    assert!(e.contains("index 0"), "{e}");
+    // catch with a lambda sees the error text.
+    assert_eq!(
+        ok(
+            "root = this.a.number().catch(e -> e.contains(\"this.a.number()\"))",
+            r#"{"a":"x"}"#
+        ),
+        "true"
+    );
+    // catch(deleted()) on unstructured data deletes the message.
+    assert_eq!(ok("root = this.catch(deleted())", "not json"), "<deleted>");
+    // cosine_similarity with integer and float vectors.
+    assert_eq!(ok("root = cosine_similarity([3, 4], [6.0, 8])", "{}"), "1");
+    // flow_id reads the flow_id metadata when there is one.
+    let m = Mapping::compile("root = flow_id()", &Env::default()).unwrap();
+    let mut msg = Message::new(b"{}".to_vec());
+    msg.metadata_mut()
+        .insert("flow_id".into(), crate::value::Value::from("abc"));
+    let out = m.apply(&vec![msg], 0).unwrap().unwrap();
+    assert_eq!(out.payload().as_ref(), b"abc");
+}
