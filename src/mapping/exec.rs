@@ -175,6 +175,7 @@ pub fn to_float(v: &Value) -> Result<f64, String> {
     match v {
         Value::Int(i) => Ok(*i as f64),
         Value::Float(f) => Ok(*f),
+        Value::BigInt(d) => d.parse().map_err(|_| type_err("number", v)),
         other => Err(type_err("number", other)),
     }
 }
@@ -183,6 +184,7 @@ pub fn to_int(v: &Value) -> Result<i64, String> {
     match v {
         Value::Int(i) => Ok(*i),
         Value::Float(f) if f.is_finite() => Ok(f.trunc() as i64),
+        Value::BigInt(d) => Err(format!("{d} does not fit a 64-bit integer")),
         other => Err(type_err("number", other)),
     }
 }
@@ -192,6 +194,11 @@ pub fn values_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Int(x), Value::Int(y)) => x == y,
         (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
+            to_float(a).ok() == to_float(b).ok()
+        }
+        (Value::BigInt(x), Value::BigInt(y)) => x == y,
+        (Value::BigInt(_), Value::Int(_) | Value::Float(_))
+        | (Value::Int(_) | Value::Float(_), Value::BigInt(_)) => {
             to_float(a).ok() == to_float(b).ok()
         }
         (Value::Array(x), Value::Array(y)) => {
@@ -214,7 +221,10 @@ pub fn values_eq(a: &Value, b: &Value) -> bool {
 pub fn compare(a: &Value, b: &Value) -> Result<Ordering, String> {
     match (a, b) {
         (Value::Int(x), Value::Int(y)) => Ok(x.cmp(y)),
-        (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
+        (
+            Value::Int(_) | Value::Float(_) | Value::BigInt(_),
+            Value::Int(_) | Value::Float(_) | Value::BigInt(_),
+        ) => {
             let (x, y) = (to_float(a)?, to_float(b)?);
             x.partial_cmp(&y)
                 .ok_or_else(|| "cannot compare NaN".to_string())
@@ -751,7 +761,7 @@ fn bin_err(b: &Bin, l: &Value, r: Option<&Value>) -> ExecError {
 /// Arithmetic and comparison. `Err(None)` means the types do not fit the operator.
 pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> {
     use Value::{Float, Int};
-    let num = |v: &Value| matches!(v, Int(_) | Float(_));
+    let num = |v: &Value| matches!(v, Int(_) | Float(_) | Value::BigInt(_));
     Ok(match op {
         BinOp::Eq => Value::Bool(values_eq(l, r)),
         BinOp::Ne => Value::Bool(!values_eq(l, r)),

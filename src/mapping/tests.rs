@@ -762,3 +762,30 @@ fn reference_edge_cases_of_changed_behaviour() {
     let out = m.apply(&vec![msg], 0).unwrap().unwrap();
     assert_eq!(out.payload().as_ref(), b"abc");
 }
+
+#[test]
+fn use_number_keeps_big_integers_exact() {
+    let src = "root = this.s.parse_json(use_number: true)";
+    let input = r#"{"s":"{\"big\":18446744073709551615,\"neg\":-9223372036854775809,\"small\":7,\"f\":1.5}"}"#;
+    assert_eq!(
+        ok(src, input),
+        // Below i64 the JSON reader gives a float: only positive integers up to
+        // u64's largest are kept.
+        r#"{"big":18446744073709551615,"f":1.5,"neg":-9223372036854776000,"small":7}"#
+    );
+    // They are numbers: they compare, add (as floats) and format as JSON.
+    let src = r#"root.t = this.s.parse_json(use_number: true).big.type()
+root.gt = this.s.parse_json(use_number: true).big > 1
+root.eq = this.s.parse_json(use_number: true).big == this.s.parse_json(use_number: true).big
+root.sum = this.s.parse_json(use_number: true).big + 1
+root.j = this.s.parse_json(use_number: true).format_json(no_indent: true).string()"#;
+    assert_eq!(
+        ok(src, input),
+        r#"{"eq":true,"gt":true,"j":"{\"big\":18446744073709551615,\"f\":1.5,\"neg\":-9223372036854776000,\"small\":7}","sum":18446744073709552000,"t":"number"}"#
+    );
+    // Without use_number they become floats, as before.
+    assert_eq!(
+        ok("root = this.s.parse_json().big", input),
+        "18446744073709552000"
+    );
+}

@@ -259,7 +259,7 @@ pub(crate) fn parse_number(s: &str) -> Option<Value> {
 
 fn number<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = match v {
-        Value::Int(_) | Value::Float(_) => return Ok(V::Ref(v)),
+        Value::Int(_) | Value::Float(_) | Value::BigInt(_) => return Ok(V::Ref(v)),
         Value::String(s) => {
             parse_number(s).ok_or_else(|| format!("cannot parse {} as a number", describe(v)))
         }

@@ -227,9 +227,10 @@ pub static SPECS: &[MethodSpec] = &[
     method(
         "parse_big_decimal",
         CAT,
-        "Parses a decimal number from a string (or takes a number): whole numbers stay exact integers as far as 64 bits reach, others become floats. Signs, exponents and surrounding spaces are allowed; anything else is an error.",
+        "Parses a decimal number from a string (or takes a number): whole numbers stay exact integers (past 64 bits too, up to 38 digits), others become floats. Signs, exponents and surrounding spaces are allowed; anything else is an error.",
         &[],
         &[ex("root.a = this.a.parse_big_decimal()\nroot.b = this.b.parse_big_decimal()\nroot.c = this.c.parse_big_decimal()", r#"{"a":"123.456","b":"-9007199254740993","c":"1.5e3"}"#, r#"{"a":123.456,"b":-9007199254740993,"c":1500}"#),
+          ex("root.n = this.n.parse_big_decimal()\nroot.s = root.n.string()", r#"{"n":"123456789012345678901234567890"}"#, r#"{"n":123456789012345678901234567890,"s":"123456789012345678901234567890"}"#),
           ex("root.a = this.a.parse_big_decimal()", r#"{"a":"12a"}"#, "error:cannot parse string (\"12a\") as a decimal number")],
         parse_big_decimal,
     ),
@@ -434,7 +435,7 @@ pub(crate) fn go_int(s: &str) -> Option<i128> {
 
 fn parse_big_decimal<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let text = match v {
-        Value::Int(_) | Value::Float(_) => return Ok(V::Ref(v)),
+        Value::Int(_) | Value::Float(_) | Value::BigInt(_) => return Ok(V::Ref(v)),
         Value::String(s) => s.trim(),
         other => return Err(type_err("string", other)),
     };
@@ -454,8 +455,13 @@ fn parse_big_decimal<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         return Err(bad());
     }
     if exp.is_none() && frac.trim_end_matches('0').is_empty() {
-        if let Ok(i) = text.split('.').next().unwrap_or("").parse::<i64>() {
+        let whole = text.split('.').next().unwrap_or("");
+        if let Ok(i) = whole.parse::<i64>() {
             return own(i);
+        }
+        // Past 64 bits a whole number keeps its digits exactly.
+        if let Ok(i) = whole.parse::<i128>() {
+            return own(Value::BigInt(i.to_string().into()));
         }
     }
     let f: f64 = text.parse().map_err(|_| bad())?;

@@ -8,9 +8,11 @@ use crate::value::{Object, Value};
 const CAT: &str = "Parsing";
 
 pub static SPECS: &[MethodSpec] = &[
-    method("parse_json", CAT, "Parses JSON text into a value.", &[opt("use_number", Default::Bool(false))],
+    method("parse_json", CAT, "Parses JSON text into a value. With `use_number`, integers past `i64` up to 18446744073709551615 keep every digit instead of becoming floats.", &[opt("use_number", Default::Bool(false))],
         &[ex("root.d = this.s.parse_json()", r#"{"s":"{\"a\":[1,2]}"}"#, r#"{"d":{"a":[1,2]}}"#),
-          ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse")], parse_json),
+          ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse"),
+          ex("root.id = this.s.parse_json(use_number: true).id.string()", r#"{"s":"{\"id\":18446744073709551615}"}"#, r#"{"id":"18446744073709551615"}"#),
+          ex("root.id = this.s.parse_json().id.string()", r#"{"s":"{\"id\":18446744073709551615}"}"#, r#"{"id":"18446744073709552000"}"#)], parse_json),
     method("format_json", CAT, "Writes the value as JSON text; indented unless `no_indent`. `<`, `>` and `&` in strings are written as `\\u003c`, `\\u003e` and `\\u0026` unless `escape_html` is false.",
         &[opt("indent", Default::Str("    ")), opt("no_indent", Default::Bool(false)), opt("escape_html", Default::Bool(true))],
         &[ex(r#"root.s = this.format_json(no_indent: true).string()"#, r#"{"a":1}"#, r#"{"s":"{\"a\":1}"}"#),
@@ -120,7 +122,12 @@ pub static SPECS: &[MethodSpec] = &[
     ),
 ];
 
-fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+fn parse_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    if args.bool(0)? {
+        return Value::from_json_numbers(&raw(v)?)
+            .map(V::Own)
+            .map_err(|e| format!("failed to parse JSON: {e}"));
+    }
     Value::from_json(&raw(v)?)
         .map(V::Own)
         .map_err(|e| format!("failed to parse JSON: {e}"))
