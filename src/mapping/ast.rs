@@ -125,7 +125,12 @@ pub enum ExprKind {
     Field(Box<Expr>, String),
     Index(Box<Expr>, Box<Expr>),
     /// `x[from:to]` or `x[from:to:step]`.
-    Slice(Box<Expr>, Option<Box<Expr>>, Option<Box<Expr>>, Option<Box<Expr>>),
+    Slice(
+        Box<Expr>,
+        Option<Box<Expr>>,
+        Option<Box<Expr>>,
+        Option<Box<Expr>>,
+    ),
     /// `@foo`, or `@` for all metadata.
     Meta(Option<String>),
     Var(String),

@@ -369,11 +369,15 @@ pub fn slice_step(
         }
         Value::Bytes(bs) => {
             let at = step_positions(bs.len(), from, to, step)?;
-            Ok(Value::Bytes(at.into_iter().map(|i| bs[i]).collect::<Vec<u8>>().into()))
+            Ok(Value::Bytes(
+                at.into_iter().map(|i| bs[i]).collect::<Vec<u8>>().into(),
+            ))
         }
         Value::Array(arr) => {
             let at = step_positions(arr.len(), from, to, step)?;
-            Ok(Value::Array(at.into_iter().map(|i| arr[i].clone()).collect()))
+            Ok(Value::Array(
+                at.into_iter().map(|i| arr[i].clone()).collect(),
+            ))
         }
         other => Err(type_err("array, string or bytes", other)),
     }

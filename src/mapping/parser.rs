@@ -46,8 +46,7 @@ type PResult<T> = Result<T, Diagnostic>;
 
 /// Words that mean something of their own and so cannot name a lambda parameter.
 const RESERVED: &[&str] = &[
-    "this", "root", "true", "false", "null", "if", "else", "match", "let", "meta", "map",
-    "import",
+    "this", "root", "true", "false", "null", "if", "else", "match", "let", "meta", "map", "import",
 ];
 
 /// Deepest bracket nesting a mapping may use. Parsing, compiling and running all recurse
@@ -149,8 +148,13 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
             if out.is_empty() {
                 // Nothing but whitespace and comments: as in Bloblang, not a mapping.
                 let at = src.trim_end().len();
-                let d = Diagnostic::at(src, Span::new(at, at + 1), "E001", "expected a statement, found end of input: the mapping is empty")
-                    .with_hint("a mapping needs at least one statement, such as `root = this`");
+                let d = Diagnostic::at(
+                    src,
+                    Span::new(at, at + 1),
+                    "E001",
+                    "expected a statement, found end of input: the mapping is empty",
+                )
+                .with_hint("a mapping needs at least one statement, such as `root = this`");
                 return Err(Diagnostics::one(d));
             }
             cx.check_lines(&out).map_err(Diagnostics::one)?;
@@ -358,7 +362,7 @@ fn found_at(src: &str, pos: usize) -> String {
 }
 
 /// When `pos` is inside a `"` string that its line does not close: where the string opens.
-fn unclosed_string(src: &str, pos: usize) -> Option<(usize, ())> {
+fn unclosed_string(src: &str, pos: usize) -> Option<usize> {
     let pos = pos.min(src.len());
     let line_start = src[..pos].rfind('\n').map_or(0, |i| i + 1);
     let line_end = src[pos..].find('\n').map_or(src.len(), |i| pos + i);
@@ -376,7 +380,8 @@ fn unclosed_string(src: &str, pos: usize) -> Option<(usize, ())> {
         }
         i += 1;
     }
-    open.filter(|o| line_start + o <= pos).map(|o| (line_start + o, ()))
+    open.filter(|o| line_start + o <= pos)
+        .map(|o| line_start + o)
 }
 
 fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
@@ -395,7 +400,12 @@ fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
     let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |i| i + 1);
     let trailing = could_end_here
         && !src[line_start..pos.min(src.len())].trim().is_empty()
-        && !src[pos.min(src.len())..].lines().next().unwrap_or("").trim().is_empty();
+        && !src[pos.min(src.len())..]
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .is_empty();
     if let Some(at) = e.parse_attempts().filter(|_| !trailing) {
         if at.max_position > pos {
             // A rule got further than pest's own error says: report there.
@@ -415,7 +425,10 @@ fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
         }
     }
     if names.iter().any(|n| {
-        matches!(*n, "an expression" | "an operator" | "`.` and a field or method")
+        matches!(
+            *n,
+            "an expression" | "an operator" | "`.` and a field or method"
+        )
     }) {
         // Brackets that would start an expression say nothing the words do not.
         names.retain(|n| !matches!(*n, "`(`" | "`{`"));
@@ -423,7 +436,7 @@ fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
     if names.contains(&"an expression") {
         names.retain(|n| *n != "`[`");
     }
-    if let Some((open, _)) = unclosed_string(src, pos) {
+    if let Some(open) = unclosed_string(src, pos) {
         return Diagnostic::at(
             src,
             Span::new(open, open + 1),

@@ -591,10 +591,7 @@ fn slices_take_a_step() {
     assert_eq!(ok("root = this.s[::2]", a), "hlo");
     assert_eq!(ok("root = this.s[-2::-1]", a), "lleh");
     assert_eq!(ok(r#"root = "héllo"[::-2]"#, "{}"), "olh");
-    assert_eq!(
-        ok(r#"root = "abcd".bytes()[::-1].string()"#, "{}"),
-        "dcba"
-    );
+    assert_eq!(ok(r#"root = "abcd".bytes()[::-1].string()"#, "{}"), "dcba");
     let e = err("root = this.a[::0]", a);
     assert!(e.contains("slice step cannot be zero"), "{e}");
     // Without a step, slices keep their meaning.
@@ -606,13 +603,25 @@ fn slices_take_a_step() {
 fn indexes_past_the_end_fail_with_index_and_length() {
     let a = r#"{"a":[1,2,3],"s":"héllo"}"#;
     let e = err("root = this.a[3]", a);
-    assert!(e.contains("index 3 is out of bounds for an array of length 3"), "{e}");
+    assert!(
+        e.contains("index 3 is out of bounds for an array of length 3"),
+        "{e}"
+    );
     let e = err("root = this.a[-4]", a);
-    assert!(e.contains("index -4 is out of bounds for an array of length 3"), "{e}");
+    assert!(
+        e.contains("index -4 is out of bounds for an array of length 3"),
+        "{e}"
+    );
     let e = err("root = this.s[5]", a);
-    assert!(e.contains("index 5 is out of bounds for a string of length 5"), "{e}");
+    assert!(
+        e.contains("index 5 is out of bounds for a string of length 5"),
+        "{e}"
+    );
     let e = err(r#"root = "ab".bytes()[2]"#, a);
-    assert!(e.contains("index 2 is out of bounds for bytes of length 2"), "{e}");
+    assert!(
+        e.contains("index 2 is out of bounds for bytes of length 2"),
+        "{e}"
+    );
     assert_eq!(ok("root = this.a[-3]", a), "1");
     assert_eq!(ok("root = this.s[1]", a), "é");
     // A missing field and an object key are not positions: null, as before.
@@ -622,13 +631,23 @@ fn indexes_past_the_end_fail_with_index_and_length() {
     assert_eq!(ok(r#"root = "AB".bytes()[0]"#, a), "65");
     assert_eq!(ok(r#"root = "AB".bytes().index(-1)"#, a), "66");
     let e = err(r#"root = "AB".bytes().index(2)"#, a);
-    assert!(e.contains("index 2 is out of bounds for bytes of length 2"), "{e}");
+    assert!(
+        e.contains("index 2 is out of bounds for bytes of length 2"),
+        "{e}"
+    );
 }
 
 #[test]
 fn empty_mappings_and_misused_names_do_not_parse() {
-    for src in ["", "   \n\n", "# only a comment\n# and another", "\n  # c\n"] {
-        let e = Mapping::compile(src, &Env::default()).unwrap_err().to_string();
+    for src in [
+        "",
+        "   \n\n",
+        "# only a comment\n# and another",
+        "\n  # c\n",
+    ] {
+        let e = Mapping::compile(src, &Env::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("the mapping is empty"), "{src:?}: {e}");
     }
     let e = Mapping::compile("let = 5", &Env::default())
@@ -646,12 +665,17 @@ fn empty_mappings_and_misused_names_do_not_parse() {
         "root = this.a.(this -> this)",
         "root = this.a.filter(true -> true)",
     ] {
-        let e = Mapping::compile(src, &Env::default()).unwrap_err().to_string();
+        let e = Mapping::compile(src, &Env::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("cannot name a lambda parameter"), "{src}: {e}");
     }
     // Names that only start like keywords are fine.
     assert_eq!(
-        ok("root = this.a.map_each(thisone -> thisone + 1)", r#"{"a":[1]}"#),
+        ok(
+            "root = this.a.map_each(thisone -> thisone + 1)",
+            r#"{"a":[1]}"#
+        ),
         "[2]"
     );
     assert_eq!(ok("root.letter = 1", "{}"), r#"{"letter":1}"#);
@@ -684,16 +708,25 @@ fn parse_errors_name_what_was_expected_in_words() {
     assert_eq!(parse_err("root.a = 1\nroot.b = this.c d\n").line, 2);
     // Punctuation the grammar waits for is named.
     let d = parse_err("root = (1 + 2");
-    assert!(d.message.contains("`)`") && d.message.contains("end of input"), "{d}");
+    assert!(
+        d.message.contains("`)`") && d.message.contains("end of input"),
+        "{d}"
+    );
     let d = parse_err("root = [1, 2");
-    assert!(d.message.contains("`]`") && d.message.contains("`,`"), "{d}");
+    assert!(
+        d.message.contains("`]`") && d.message.contains("`,`"),
+        "{d}"
+    );
     let d = parse_err("root = {\"a\": 1");
     assert!(d.message.contains("`}`"), "{d}");
     let d = parse_err("let x");
     assert!(d.message.contains("expected `=`"), "{d}");
     assert_eq!((d.line, d.col), (1, 6), "{d}");
     let d = parse_err("root = this.a.map_each(x -> )");
-    assert!(d.message.contains("expected an expression, found `)`"), "{d}");
+    assert!(
+        d.message.contains("expected an expression, found `)`"),
+        "{d}"
+    );
     let d = parse_err("root.a = 1 +");
     assert_eq!(d.message, "expected an expression, found end of input");
     // An unclosed string is named as such, at its opening quote.
@@ -713,8 +746,19 @@ fn parse_errors_name_what_was_expected_in_words() {
     ] {
         let d = parse_err(src);
         let m = &d.message;
-        assert!(m.starts_with("expected ") || m.contains("not closed"), "{src}: {m}");
-        for rule in ["slice_", "kw_", "path_ident", "EOI", "something else", "_stmt", "str_inner"] {
+        assert!(
+            m.starts_with("expected ") || m.contains("not closed"),
+            "{src}: {m}"
+        );
+        for rule in [
+            "slice_",
+            "kw_",
+            "path_ident",
+            "EOI",
+            "something else",
+            "_stmt",
+            "str_inner",
+        ] {
             assert!(!m.contains(rule), "{src}: {m}");
         }
         assert!(d.line >= 1 && d.col >= 1, "{src}: {d}");
@@ -739,7 +783,10 @@ fn reference_edge_cases_of_changed_behaviour() {
     assert_eq!(ok("root.a = if false { 1 }", "{}"), "{}");
     // unique over values it cannot compare fails, naming the index.
     let e = err("root = this.unique()", r#"[1,true]"#);
-    assert!(e.contains("index 1: expected string or number value, got bool"), "{e}");
+    assert!(
+        e.contains("index 1: expected string or number value, got bool"),
+        "{e}"
+    );
     let e = err("root = this.unique(x -> x.a)", r#"[{"a":null}]"#);
     assert!(e.contains("index 0"), "{e}");
     // catch with a lambda sees the error text.

@@ -143,11 +143,14 @@ pub static SPECS: &[FunctionSpec] = &[
 
 fn cosine_similarity<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let vector = |i: usize, name: &str| -> Res<Vec<f64>> {
-        let items = crate::mapping::methods::array(args.get(i)).map_err(|e| format!("{name}: {e}"))?;
+        let items =
+            crate::mapping::methods::array(args.get(i)).map_err(|e| format!("{name}: {e}"))?;
         items
             .iter()
             .enumerate()
-            .map(|(k, x)| crate::mapping::exec::to_float(x).map_err(|e| format!("{name}[{k}]: {e}")))
+            .map(|(k, x)| {
+                crate::mapping::exec::to_float(x).map_err(|e| format!("{name}[{k}]: {e}"))
+            })
             .collect()
     };
     let (a, b) = (vector(0, "a")?, vector(1, "b")?);

@@ -415,8 +415,9 @@ fn unique<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     let mut out = Vec::new();
     for (i, it) in items.iter().enumerate() {
         let key = match emit {
-            Some(l) => call_lambda(l, it, cx)
-                .map_err(|e| call.err(format!("index {i}: {}", e.msg)))?,
+            Some(l) => {
+                call_lambda(l, it, cx).map_err(|e| call.err(format!("index {i}: {}", e.msg)))?
+            }
             None => V::Ref(it),
         };
         let fresh = match key.get() {

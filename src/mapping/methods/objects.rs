@@ -201,7 +201,9 @@ fn assign_values(a: Value, b: Value) -> Value {
 fn assign<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     match (v, args.get(0)) {
         // Into an array: an array's items are added, any other value is appended.
-        (Value::Array(a), Value::Array(b)) => own(Value::Array(a.iter().chain(b).cloned().collect())),
+        (Value::Array(a), Value::Array(b)) => {
+            own(Value::Array(a.iter().chain(b).cloned().collect()))
+        }
         (Value::Array(a), b) => {
             let mut out = a.clone();
             out.push(b.clone());
@@ -229,9 +231,9 @@ fn set<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         cur = match cur {
             Value::Array(items) => {
                 let len = items.len();
-                let i = seg
-                    .parse::<i64>()
-                    .map_err(|_| format!("cannot set field `{seg}` of an array: expected an index"))?;
+                let i = seg.parse::<i64>().map_err(|_| {
+                    format!("cannot set field `{seg}` of an array: expected an index")
+                })?;
                 match crate::mapping::exec::norm_index(i, len) {
                     Some(k) => &mut items[k],
                     None => return Err(crate::mapping::exec::out_of_bounds(i, "an array", len)),

@@ -302,7 +302,6 @@ fn format_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(Value::Bytes(out.into_bytes().into()))
 }
 
-
 fn delimiter(args: &Args<'_>, i: usize) -> Res<u8> {
     let d = args.str(i)?;
     match d.as_bytes() {
@@ -412,7 +411,9 @@ fn go_unescape(s: &str, plus_space: bool) -> Result<String, String> {
     while i < b.len() {
         match b[i] {
             b'%' => {
-                let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit));
                 let Some(h) = hex else {
                     let end = (i + 3).min(b.len());
                     return Err(format!(
@@ -420,7 +421,9 @@ fn go_unescape(s: &str, plus_space: bool) -> Result<String, String> {
                         String::from_utf8_lossy(&b[i..end])
                     ));
                 };
-                out.push(u8::from_str_radix(std::str::from_utf8(h).unwrap_or("00"), 16).unwrap_or(0));
+                out.push(
+                    u8::from_str_radix(std::str::from_utf8(h).unwrap_or("00"), 16).unwrap_or(0),
+                );
                 i += 3;
             }
             b'+' if plus_space => {
@@ -442,7 +445,21 @@ fn go_escape(s: &str, fragment: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for &c in s.as_bytes() {
         let keep = c.is_ascii_alphanumeric()
-            || matches!(c, b'-' | b'_' | b'.' | b'~' | b'$' | b'&' | b'+' | b',' | b'/' | b':' | b';' | b'=' | b'@')
+            || matches!(
+                c,
+                b'-' | b'_'
+                    | b'.'
+                    | b'~'
+                    | b'$'
+                    | b'&'
+                    | b'+'
+                    | b','
+                    | b'/'
+                    | b':'
+                    | b';'
+                    | b'='
+                    | b'@'
+            )
             || (fragment && matches!(c, b'?' | b'!' | b'(' | b')' | b'*'));
         if keep {
             out.push(c as char);
@@ -474,7 +491,9 @@ fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     if let Some(i) = rest.find(':') {
         let cand = &rest[..i];
         let valid = cand.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
-            && cand.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'));
+            && cand
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'));
         if valid {
             scheme = cand.to_ascii_lowercase();
             tail = &rest[i + 1..];
@@ -504,9 +523,15 @@ fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
                     None => (info, None),
                 };
                 let mut u = Object::new();
-                u.insert("name".into(), Value::String(go_unescape(name, false).map_err(fail)?));
+                u.insert(
+                    "name".into(),
+                    Value::String(go_unescape(name, false).map_err(fail)?),
+                );
                 if let Some(p) = pass {
-                    u.insert("password".into(), Value::String(go_unescape(p, false).map_err(fail)?));
+                    u.insert(
+                        "password".into(),
+                        Value::String(go_unescape(p, false).map_err(fail)?),
+                    );
                 }
                 user = Some(u);
                 h
@@ -514,18 +539,24 @@ fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
             None => authority,
         };
         if hostpart.contains(' ') {
-            return Err(fail(format!("invalid character \" \" in host name")));
+            return Err(fail("invalid character \" \" in host name".to_string()));
         }
         host = hostpart;
     } else if scheme.is_empty() {
         if let Some(seg) = tail.split('/').next() {
             if seg.contains(':') {
-                return Err(fail("first path segment in URL cannot contain colon".into()));
+                return Err(fail(
+                    "first path segment in URL cannot contain colon".into(),
+                ));
             }
         }
     }
     let decoded_path = go_unescape(path, false).map_err(fail)?;
-    let raw_path = if go_escape(&decoded_path, false) == path { "" } else { path };
+    let raw_path = if go_escape(&decoded_path, false) == path {
+        ""
+    } else {
+        path
+    };
     o.insert("scheme".into(), Value::String(scheme));
     o.insert("opaque".into(), Value::from(opaque));
     if let Some(u) = user {
@@ -538,7 +569,11 @@ fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let (fragment, raw_fragment) = match frag {
         Some(f) => {
             let d = go_unescape(f, false).map_err(|e| format!("parse {s:?}: {e}"))?;
-            let raw = if go_escape(&d, true) == f { String::new() } else { f.to_string() };
+            let raw = if go_escape(&d, true) == f {
+                String::new()
+            } else {
+                f.to_string()
+            };
             (d, raw)
         }
         None => (String::new(), String::new()),

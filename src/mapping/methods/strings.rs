@@ -3,7 +3,9 @@
 
 use super::{raw, text};
 use crate::mapping::exec::{own, slice_value, V};
-use crate::mapping::spec::{describe, ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
+use crate::mapping::spec::{
+    describe, ex, method, opt, p, type_err, Args, Default, MethodSpec, Res,
+};
 use crate::value::Value;
 
 const CAT: &str = "String Manipulation";
@@ -397,7 +399,17 @@ fn strip_html<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 /// Words that stand for symbols, per language, as the reference's slug library has them.
 fn slug_subs(lang: &str) -> &'static [(char, &'static str)] {
     match lang {
-        "de" => &[('&', "und"), ('@', "an"), ('ä', "ae"), ('Ä', "Ae"), ('ö', "oe"), ('Ö', "Oe"), ('ü', "ue"), ('Ü', "Ue"), ('ß', "ss")],
+        "de" => &[
+            ('&', "und"),
+            ('@', "an"),
+            ('ä', "ae"),
+            ('Ä', "Ae"),
+            ('ö', "oe"),
+            ('Ö', "Oe"),
+            ('ü', "ue"),
+            ('Ü', "Ue"),
+            ('ß', "ss"),
+        ],
         "fr" => &[('&', "et"), ('@', "arobase")],
         "es" => &[('&', "y"), ('@', "en")],
         "nl" => &[('&', "en"), ('@', "at")],

@@ -285,7 +285,10 @@ fn members_changed(kind: &str, v: &Value, out: &mut Vec<Value>) {
     };
     match v {
         Value::Object(o) => o.iter().for_each(|(k, x)| one(k.clone(), x)),
-        Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| one(i.to_string(), x)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, x)| one(i.to_string(), x)),
         _ => {}
     }
 }
@@ -296,7 +299,9 @@ fn diff<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     match (v, other) {
         (Value::Null, Value::Null) => {}
         // A document that appears or goes away: each of its members is a change.
-        (Value::Null, Value::Object(_) | Value::Array(_)) => members_changed("create", other, &mut out),
+        (Value::Null, Value::Object(_) | Value::Array(_)) => {
+            members_changed("create", other, &mut out)
+        }
         (Value::Object(_) | Value::Array(_), Value::Null) => members_changed("delete", v, &mut out),
         _ => diff_into(&mut Vec::new(), v, other, &mut out),
     }
