@@ -691,6 +691,13 @@ mod tests {
     }
 
     #[test]
+    fn a_value_stays_five_words() {
+        // Every message field is one: `Bytes` (four words) sets the size, and `BigInt` is
+        // boxed so that it does not grow it.
+        assert_eq!(std::mem::size_of::<Value>(), 40);
+    }
+
+    #[test]
     fn nesting_depth() {
         let v = Value::from_json(b"[[[1]]]").unwrap();
         assert!(!v.nesting_exceeds(3));
