@@ -28,7 +28,7 @@ pub static SPECS: &[MethodSpec] = &[
         &[ex("root = this.format_yaml()", r#"{"a":1}"#, "a: 1\n"),
           ex("root = this.doc.format_yaml()", r#"{"doc":{"foo":"bar"}}"#, "foo: bar\n"),
           ex("root = this.format_yaml()", r#"{"a":{"b":{"c":1}},"l":[1,{"x":1,"y":[2,3]}],"e":[],"o":{}}"#,
-             "a:\n    b:\n        c: 1\ne: []\nl:\n    - 1\n    - x: 1\n      y:\n          - 2\n          - 3\no: {}\n"),
+             "a:\n    b:\n        c: 1\ne: []\nl:\n    - 1\n    - x: 1\n      y:\n        - 2\n        - 3\no: {}\n"),
           ex("root = this.format_yaml()", r#"[[1,2],"x"]"#, "- - 1\n  - 2\n- x\n")], format_yaml),
     method("parse_csv", CAT, "Parses CSV text into an array of objects keyed by the header row (or of arrays without one).",
         &[opt("parse_header_row", Default::Bool(true)), opt("delimiter", Default::Str(",")), opt("lazy_quotes", Default::Bool(false))],
@@ -242,8 +242,8 @@ fn yaml_is_block(v: &Value) -> bool {
 }
 
 /// Writes a block value whose first line continues the current one (`inline`) or starts at
-/// `col`. Mappings nest four columns deeper, as Go's YAML encoder indents them; items of
-/// a sequence sit right after their `- `.
+/// `col`. As Go's YAML encoder indents (four columns): what is under a key goes to the next
+/// multiple of four, what is in a sequence item right after its `- `.
 fn yaml_block(v: &Value, col: usize, inline: bool, out: &mut String) -> Res<()> {
     let mut first = inline;
     let mut start = |out: &mut String| {
@@ -259,7 +259,9 @@ fn yaml_block(v: &Value, col: usize, inline: bool, out: &mut String) -> Res<()> 
                 out.push(':');
                 if yaml_is_block(x) {
                     out.push('\n');
-                    yaml_block(x, col + 4, false, out)?;
+                    // Go's encoder indents what is under a key to the next multiple of four
+                    // (so a mapping that sits after a `- ` comes back into step).
+                    yaml_block(x, 4 * ((col + 4) / 4), false, out)?;
                 } else {
                     out.push(' ');
                     out.push_str(&yaml_empty_or_scalar(x, col + 4)?);
