@@ -836,3 +836,25 @@ root.j = this.s.parse_json(use_number: true).format_json(no_indent: true).string
         "18446744073709552000"
     );
 }
+
+#[test]
+fn parse_errors_never_panic_on_odd_text() {
+    let pieces = [
+        "root", " = ", "\"é", "ü\"", "this.", "é", "[", "]", "(", ")", "{", "}", "::", ":", "-",
+        "->", "#", "\n", "\"\"\"", "💛", "let ", "x", "=", ",", "'", "\\", "\t",
+    ];
+    // Every pair and triple of pieces: each parses or fails with a positioned message.
+    for a in pieces {
+        for b in pieces {
+            for c in pieces {
+                let src = format!("{a}{b}{c}");
+                if let Err(d) = Mapping::compile(&src, &Env::default()) {
+                    for x in &d.0 {
+                        assert!(x.line >= 1 && x.col >= 1, "{src:?}: {d}");
+                        assert!(!x.message.is_empty(), "{src:?}");
+                    }
+                }
+            }
+        }
+    }
+}
