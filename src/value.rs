@@ -23,6 +23,9 @@ pub enum Value {
     Bool(bool),
     Int(i64),
     Float(f64),
+    /// An integer past `i64`, kept exactly (from `parse_json(use_number: true)`): its
+    /// decimal digits. Arithmetic reads it as a float.
+    BigInt(Box<str>),
     String(String),
     Bytes(Bytes),
     Array(Vec<Value>),
@@ -62,6 +65,7 @@ impl Value {
             Value::Bool(false) => out.extend_from_slice(b"false"),
             Value::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
             Value::Float(f) => write_float(*f, out),
+            Value::BigInt(d) => out.extend_from_slice(d.as_bytes()),
             Value::String(s) => write_str(s, out),
             Value::Bytes(b) => write_str(&String::from_utf8_lossy(b), out),
             Value::Array(a) => {
@@ -109,7 +113,7 @@ impl Value {
         match self {
             Value::Null => "null",
             Value::Bool(_) => "bool",
-            Value::Int(_) | Value::Float(_) => "number",
+            Value::Int(_) | Value::Float(_) | Value::BigInt(_) => "number",
             Value::String(_) => "string",
             Value::Bytes(_) => "bytes",
             Value::Array(_) => "array",
@@ -492,6 +496,11 @@ impl Serialize for Value {
             // Whole floats print without a fraction, as Go's encoder (and so Bloblang) does.
             Value::Float(x) if x.fract() == 0.0 && x.abs() < 1e15 => s.serialize_i64(*x as i64),
             Value::Float(x) => s.serialize_f64(*x),
+            Value::BigInt(d) => match (d.parse::<u128>(), d.parse::<i128>()) {
+                (Ok(u), _) => s.serialize_u128(u),
+                (_, Ok(i)) => s.serialize_i128(i),
+                _ => s.serialize_f64(d.parse().unwrap_or(f64::NAN)),
+            },
             Value::String(v) => s.serialize_str(v),
             Value::Bytes(b) => s.serialize_str(&String::from_utf8_lossy(b)),
             Value::Array(a) => {
@@ -516,6 +525,84 @@ impl Serialize for Value {
 impl<'de> Deserialize<'de> for Value {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
         d.deserialize_any(ValueVisitor)
+    }
+}
+
+impl Value {
+    /// Parses JSON as `parse_json(use_number: true)` does: integers past `i64` (up to
+    /// `u64::MAX`, or down to `i128`'s least) keep every digit instead of becoming floats.
+    pub fn from_json_numbers(bytes: &[u8]) -> Result<Value, serde_json::Error> {
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let v = serde::de::DeserializeSeed::deserialize(ExactNumbers, &mut de)?;
+        de.end()?;
+        Ok(v)
+    }
+}
+
+/// Deserializes like [`ValueVisitor`], but keeps big integers as [`Value::BigInt`].
+#[derive(Clone, Copy)]
+struct ExactNumbers;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ExactNumbers {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ExactNumbers {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Bool(b))
+    }
+    fn visit_i64<E>(self, i: i64) -> Result<Value, E> {
+        Ok(Value::Int(i))
+    }
+    fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
+        Ok(i64::try_from(u)
+            .map(Value::Int)
+            .unwrap_or_else(|_| Value::BigInt(u.to_string().into())))
+    }
+    fn visit_i128<E>(self, i: i128) -> Result<Value, E> {
+        Ok(i64::try_from(i)
+            .map(Value::Int)
+            .unwrap_or_else(|_| Value::BigInt(i.to_string().into())))
+    }
+    fn visit_u128<E>(self, u: u128) -> Result<Value, E> {
+        Ok(i64::try_from(u)
+            .map(Value::Int)
+            .unwrap_or_else(|_| Value::BigInt(u.to_string().into())))
+    }
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        Ok(Value::Float(x))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(Value::String(s.to_owned()))
+    }
+    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+        Ok(Value::String(s))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(v) = seq.next_element_seed(self)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Object::new();
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(self)?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
     }
 }
 
@@ -601,6 +688,13 @@ mod tests {
             panic!("object expected")
         };
         assert_eq!(o["b"], Value::Int(1));
+    }
+
+    #[test]
+    fn a_value_stays_five_words() {
+        // Every message field is one: `Bytes` (four words) sets the size, and `BigInt` is
+        // boxed so that it does not grow it.
+        assert_eq!(std::mem::size_of::<Value>(), 40);
     }
 
     #[test]

@@ -124,7 +124,13 @@ pub enum ExprKind {
     Name(String),
     Field(Box<Expr>, String),
     Index(Box<Expr>, Box<Expr>),
-    Slice(Box<Expr>, Option<Box<Expr>>, Option<Box<Expr>>),
+    /// `x[from:to]` or `x[from:to:step]`.
+    Slice(
+        Box<Expr>,
+        Option<Box<Expr>>,
+        Option<Box<Expr>>,
+        Option<Box<Expr>>,
+    ),
     /// `@foo`, or `@` for all metadata.
     Meta(Option<String>),
     Var(String),

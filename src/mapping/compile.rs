@@ -278,10 +278,14 @@ impl<'e> Compiler<'e> {
                     text: self.text(e.span),
                 }))
             }
-            ExprKind::Slice(t, a, b) => {
+            ExprKind::Slice(t, a, b, c) => {
                 let target = self.expr(t);
                 let from = a.as_ref().map(|x| self.expr(x));
                 let to = b.as_ref().map(|x| self.expr(x));
+                let step = match c.as_ref().map(|x| self.expr(x)) {
+                    Some(x) => Some(x?),
+                    None => None,
+                };
                 let from = match from {
                     Some(x) => Some(x?),
                     None => None,
@@ -294,6 +298,7 @@ impl<'e> Compiler<'e> {
                     target: target?,
                     from,
                     to,
+                    step,
                     text: self.text(e.span),
                 }))
             }
@@ -599,7 +604,9 @@ impl<'e> Compiler<'e> {
         let mut ok = true;
         for (p, a) in spec.params.iter().zip(slots) {
             match (p.kind, a) {
-                (Kind::Lambda, Some(a)) => {
+                (Kind::Lambda, Some(a)) | (Kind::ValueOrLambda, Some(a))
+                    if p.kind == Kind::Lambda || (a.is_lambda && a.param.is_some()) =>
+                {
                     let l = self.lambda(a);
                     ok &= l.is_some();
                     lambdas.push(l);

@@ -175,6 +175,7 @@ pub fn to_float(v: &Value) -> Result<f64, String> {
     match v {
         Value::Int(i) => Ok(*i as f64),
         Value::Float(f) => Ok(*f),
+        Value::BigInt(d) => d.parse().map_err(|_| type_err("number", v)),
         other => Err(type_err("number", other)),
     }
 }
@@ -183,6 +184,7 @@ pub fn to_int(v: &Value) -> Result<i64, String> {
     match v {
         Value::Int(i) => Ok(*i),
         Value::Float(f) if f.is_finite() => Ok(f.trunc() as i64),
+        Value::BigInt(d) => Err(format!("{d} does not fit a 64-bit integer")),
         other => Err(type_err("number", other)),
     }
 }
@@ -192,6 +194,11 @@ pub fn values_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Int(x), Value::Int(y)) => x == y,
         (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
+            to_float(a).ok() == to_float(b).ok()
+        }
+        (Value::BigInt(x), Value::BigInt(y)) => x == y,
+        (Value::BigInt(_), Value::Int(_) | Value::Float(_))
+        | (Value::Int(_) | Value::Float(_), Value::BigInt(_)) => {
             to_float(a).ok() == to_float(b).ok()
         }
         (Value::Array(x), Value::Array(y)) => {
@@ -214,7 +221,10 @@ pub fn values_eq(a: &Value, b: &Value) -> bool {
 pub fn compare(a: &Value, b: &Value) -> Result<Ordering, String> {
     match (a, b) {
         (Value::Int(x), Value::Int(y)) => Ok(x.cmp(y)),
-        (Value::Int(_) | Value::Float(_), Value::Int(_) | Value::Float(_)) => {
+        (
+            Value::Int(_) | Value::Float(_) | Value::BigInt(_),
+            Value::Int(_) | Value::Float(_) | Value::BigInt(_),
+        ) => {
             let (x, y) = (to_float(a)?, to_float(b)?);
             x.partial_cmp(&y)
                 .ok_or_else(|| "cannot compare NaN".to_string())
@@ -254,7 +264,12 @@ fn owned_field(v: Value, name: &str) -> Value {
     }
 }
 
-fn norm_index(i: i64, len: usize) -> Option<usize> {
+/// The error for an index past either end of a sequence.
+pub fn out_of_bounds(i: i64, what: &str, len: usize) -> String {
+    format!("index {i} is out of bounds for {what} of length {len}")
+}
+
+pub fn norm_index(i: i64, len: usize) -> Option<usize> {
     let len = len as i64;
     let i = if i < 0 { len + i } else { i };
     (0..len).contains(&i).then_some(i as usize)
@@ -293,6 +308,76 @@ pub fn slice_value(v: &Value, from: Option<i64>, to: Option<i64>) -> Result<Valu
         Value::Array(arr) => {
             let (a, b) = slice_bounds(arr.len(), from, to)?;
             Ok(Value::Array(arr[a..b].to_vec()))
+        }
+        other => Err(type_err("array, string or bytes", other)),
+    }
+}
+
+/// The positions a slice with a step takes, as Python's slices do: negative positions count
+/// from the end, bounds are clamped, and a negative step walks backwards from the end.
+pub fn step_positions(
+    len: usize,
+    from: Option<i64>,
+    to: Option<i64>,
+    step: i64,
+) -> Result<Vec<usize>, String> {
+    if step == 0 {
+        return Err("slice step cannot be zero".into());
+    }
+    let n = len as i64;
+    let fix = |i: i64, lo: i64, hi: i64| {
+        let i = if i < 0 { i + n } else { i };
+        i.clamp(lo, hi)
+    };
+    let mut out = Vec::new();
+    if step > 0 {
+        let mut i = from.map_or(0, |i| fix(i, 0, n));
+        let end = to.map_or(n, |i| fix(i, 0, n));
+        while i < end {
+            out.push(i as usize);
+            i = match i.checked_add(step) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+    } else {
+        let mut i = from.map_or(n - 1, |i| fix(i, -1, n - 1));
+        let end = to.map_or(-1, |i| fix(i, -1, n - 1));
+        while i > end {
+            out.push(i as usize);
+            i = match i.checked_add(step) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+    }
+    Ok(out)
+}
+
+/// `x[from:to:step]` over a string (by character), bytes or an array.
+pub fn slice_step(
+    v: &Value,
+    from: Option<i64>,
+    to: Option<i64>,
+    step: i64,
+) -> Result<Value, String> {
+    match v {
+        Value::String(s) => {
+            let chars: Vec<char> = s.chars().collect();
+            let at = step_positions(chars.len(), from, to, step)?;
+            Ok(Value::String(at.into_iter().map(|i| chars[i]).collect()))
+        }
+        Value::Bytes(bs) => {
+            let at = step_positions(bs.len(), from, to, step)?;
+            Ok(Value::Bytes(
+                at.into_iter().map(|i| bs[i]).collect::<Vec<u8>>().into(),
+            ))
+        }
+        Value::Array(arr) => {
+            let at = step_positions(arr.len(), from, to, step)?;
+            Ok(Value::Array(
+                at.into_iter().map(|i| arr[i].clone()).collect(),
+            ))
         }
         other => Err(type_err("array, string or bytes", other)),
     }
@@ -384,7 +469,7 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
                     match norm_index(n, a.len()) {
                         Some(k) => Ok(a[k].clone()),
-                        None => Ok(Value::Null),
+                        None => Err(out_of_bounds(n, "an array", a.len())),
                     }
                 }
                 (Value::String(s), idx @ (Value::Int(_) | Value::Float(_))) => {
@@ -392,14 +477,14 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     let chars: Vec<char> = s.chars().collect();
                     match norm_index(n, chars.len()) {
                         Some(k) => Ok(Value::String(chars[k].to_string())),
-                        None => Ok(Value::Null),
+                        None => Err(out_of_bounds(n, "a string", chars.len())),
                     }
                 }
                 (Value::Bytes(b), idx @ (Value::Int(_) | Value::Float(_))) => {
                     let n = to_int(idx).map_err(|e| ExecError::new(format!("{}: {e}", ix.text)))?;
                     match norm_index(n, b.len()) {
                         Some(k) => Ok(Value::Int(b[k] as i64)),
-                        None => Ok(Value::Null),
+                        None => Err(out_of_bounds(n, "bytes", b.len())),
                     }
                 }
                 (Value::Null, _) => Ok(Value::Null),
@@ -423,6 +508,11 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 }
             };
             let (a, b) = (bound(&sl.from)?, bound(&sl.to)?);
+            if let Some(step) = bound(&sl.step)? {
+                return slice_step(target.get(), a, b, step)
+                    .map(V::Own)
+                    .map_err(|e| ExecError::new(format!("{}: {e}", sl.text)));
+            }
             slice_value(target.get(), a, b)
                 .map(V::Own)
                 .map_err(|e| ExecError::new(format!("{}: {e}", sl.text)))
@@ -518,7 +608,8 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     return eval(body, mcx).map(V::detach);
                 }
             }
-            Ok(V::Nothing)
+            // No case matched: null, as in Bloblang (an `if` without `else` is skipped).
+            Ok(V::Own(Value::Null))
         }
         Node::Func(call) => {
             let mut vals = ArgVec::new();
@@ -674,7 +765,7 @@ fn bin_err(b: &Bin, l: &Value, r: Option<&Value>) -> ExecError {
 /// Arithmetic and comparison. `Err(None)` means the types do not fit the operator.
 pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> {
     use Value::{Float, Int};
-    let num = |v: &Value| matches!(v, Int(_) | Float(_));
+    let num = |v: &Value| matches!(v, Int(_) | Float(_) | Value::BigInt(_));
     Ok(match op {
         BinOp::Eq => Value::Bool(values_eq(l, r)),
         BinOp::Ne => Value::Bool(!values_eq(l, r)),

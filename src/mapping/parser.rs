@@ -44,6 +44,11 @@ struct Ctx<'s> {
 
 type PResult<T> = Result<T, Diagnostic>;
 
+/// Words that mean something of their own and so cannot name a lambda parameter.
+const RESERVED: &[&str] = &[
+    "this", "root", "true", "false", "null", "if", "else", "match", "let", "meta", "map", "import",
+];
+
 /// Deepest bracket nesting a mapping may use. Parsing, compiling and running all recurse
 /// over the tree, so the tree's depth is bounded before any of them starts.
 pub const MAX_NESTING: usize = 64;
@@ -67,6 +72,9 @@ fn limit_parse_calls(src: &str) {
         .saturating_mul(src.len())
         .saturating_add(PARSE_CALLS_BASE);
     pest::set_call_limit(std::num::NonZeroUsize::new(budget));
+    // Track every token tried at the furthest position, so that errors can name what was
+    // expected there (`=`, `)`...) and not only the rules.
+    pest::set_error_detail(true);
 }
 
 /// Rejects input nested deeper than [`MAX_NESTING`] brackets, skipping strings and comments.
@@ -128,15 +136,26 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
     };
     match Grammar::parse(Rule::mapping, src) {
         Ok(mut pairs) => {
-            let Some(top) = pairs.next() else {
-                return Ok(Vec::new());
-            };
             let mut out = Vec::new();
-            for p in top.into_inner() {
-                if p.as_rule() == Rule::EOI {
-                    break;
+            if let Some(top) = pairs.next() {
+                for p in top.into_inner() {
+                    if p.as_rule() == Rule::EOI {
+                        break;
+                    }
+                    out.push(cx.statement(p).map_err(Diagnostics::one)?);
                 }
-                out.push(cx.statement(p).map_err(Diagnostics::one)?);
+            }
+            if out.is_empty() {
+                // Nothing but whitespace and comments: as in Bloblang, not a mapping.
+                let at = src.trim_end().len();
+                let d = Diagnostic::at(
+                    src,
+                    Span::new(at, at + 1),
+                    "E001",
+                    "expected a statement, found end of input: the mapping is empty",
+                )
+                .with_hint("a mapping needs at least one statement, such as `root = this`");
+                return Err(Diagnostics::one(d));
             }
             cx.check_lines(&out).map_err(Diagnostics::one)?;
             Ok(out)
@@ -291,45 +310,192 @@ fn rule_name(r: &Rule) -> Option<&'static str> {
     })
 }
 
+/// A readable name for a literal token the grammar expected, when it is punctuation a user
+/// types (keywords and letters are named by their rules instead).
+fn token_name(token: &str) -> Option<&'static str> {
+    Some(match token {
+        "=" => "`=`",
+        "->" => "`->`",
+        "=>" => "`=>`",
+        "(" => "`(`",
+        ")" => "`)`",
+        "[" => "`[`",
+        "]" => "`]`",
+        "{" => "`{`",
+        "}" => "`}`",
+        "," => "`,`",
+        ":" => "`:`",
+        _ => return None,
+    })
+}
+
+/// Names that stand for "a new statement could start here".
+const STATEMENT_NAMES: &[&str] = &[
+    "end of input",
+    "`import`",
+    "`map`",
+    "`let`",
+    "`meta`",
+    "`if`",
+    "a statement (e.g. `root.foo = ...`)",
+];
+
+/// What is at `pos`, as a user would name it: a whole word, one character, or the end.
+fn found_at(src: &str, pos: usize) -> String {
+    let rest = &src[pos.min(src.len())..];
+    let Some(c) = rest.chars().next() else {
+        return "end of input".into();
+    };
+    if c == '\n' || c == '\r' {
+        return "the end of the line".into();
+    }
+    let word: String = rest
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .take(40)
+        .collect();
+    if word.is_empty() {
+        format!("`{c}`")
+    } else {
+        format!("`{word}`")
+    }
+}
+
+/// When `pos` is inside a `"` string that its line does not close: where the string opens.
+fn unclosed_string(src: &str, pos: usize) -> Option<usize> {
+    let pos = pos.min(src.len());
+    let line_start = src[..pos].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = src[pos..].find('\n').map_or(src.len(), |i| pos + i);
+    let line = &src[line_start..line_end];
+    let b = line.as_bytes();
+    let (mut i, mut open) = (0, None);
+    while i < b.len() {
+        match (b[i], open) {
+            (b'#', None) => break,
+            (b'"', None) if line[i..].starts_with("\"\"\"") => return None,
+            (b'"', None) => open = Some(i),
+            (b'"', Some(_)) => open = None,
+            (b'\\', Some(_)) => i += 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    open.filter(|o| line_start + o <= pos)
+        .map(|o| line_start + o)
+}
+
 fn pest_diagnostic(src: &str, e: &pest::error::Error<Rule>) -> Diagnostic {
     let mut pos = err_pos(e);
+    // Rule names expected at `pos`, and punctuation tokens when parse attempts are known.
+    let mut names: Vec<&str> = match &e.variant {
+        pest::error::ErrorVariant::ParsingError { positives, .. } => {
+            positives.iter().filter_map(rule_name).collect()
+        }
+        pest::error::ErrorVariant::CustomError { .. } => Vec::new(),
+    };
+    // A statement could have ended here, and something follows it on its line: that is the
+    // mistake to report, even when the rest of the line reads as the start of another
+    // statement (`root = this.foo bar` is not `bar` missing its `=`).
+    let could_end_here = names.iter().any(|n| STATEMENT_NAMES.contains(n));
+    let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |i| i + 1);
+    let trailing = could_end_here
+        && !src[line_start..pos.min(src.len())].trim().is_empty()
+        && !src[pos.min(src.len())..]
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .is_empty();
+    if let Some(at) = e.parse_attempts().filter(|_| !trailing) {
+        if at.max_position > pos {
+            // A rule got further than pest's own error says: report there.
+            pos = at.max_position;
+            names.clear();
+            for cs in &at.call_stacks {
+                let rule = cs.deepest.get_rule().copied().or(cs.parent);
+                names.extend(rule.as_ref().and_then(rule_name));
+            }
+        }
+        if at.max_position == pos {
+            names.extend(
+                at.expected_tokens()
+                    .iter()
+                    .filter_map(|t| token_name(&t.to_string())),
+            );
+        }
+    }
+    if names.iter().any(|n| {
+        matches!(
+            *n,
+            "an expression" | "an operator" | "`.` and a field or method"
+        )
+    }) {
+        // Brackets that would start an expression say nothing the words do not.
+        names.retain(|n| !matches!(*n, "`(`" | "`{`"));
+    }
+    if names.contains(&"an expression") {
+        names.retain(|n| *n != "`[`");
+    }
+    if let Some(open) = unclosed_string(src, pos) {
+        return Diagnostic::at(
+            src,
+            Span::new(open, open + 1),
+            "E001",
+            "this string is not closed: expected a `\"` before the end of the line",
+        )
+        .with_hint("use `\"\"\"` to write text that spans lines");
+    }
     let at_end = src[pos.min(src.len())..].trim().is_empty();
     if at_end {
         // At the end, point just past the last token rather than at trailing whitespace.
         pos = src.trim_end().len();
     }
+    let line_start = src[..pos.min(src.len())].rfind('\n').map_or(0, |i| i + 1);
+    let before = &src[line_start..pos.min(src.len())];
+    let line_has_code = !before.trim().is_empty() && !before.trim_start().starts_with('#');
+    let found = if at_end {
+        "end of input".to_string()
+    } else {
+        found_at(src, pos)
+    };
     let (msg, hint) = match &e.variant {
-        pest::error::ErrorVariant::ParsingError { positives, .. } => {
-            let mut names: Vec<&str> = positives.iter().filter_map(rule_name).collect();
-            names.sort_unstable();
-            names.dedup();
-            let found = if at_end {
-                ""
-            } else {
-                &src[pos.min(src.len())..]
-            }
-            .chars()
-            .next()
-            .map(|c| format!("`{c}`"))
-            .unwrap_or_else(|| "end of input".into());
-            let expected = match names.len() {
-                0 => "something else".to_string(),
-                1 => names[0].to_string(),
-                _ => {
-                    let (last, rest) = names.split_last().unwrap_or((&"", &[]));
-                    format!("{} or {}", rest.join(", "), last)
-                }
-            };
-            (
-                format!("expected {expected}, found {found}"),
-                None::<String>,
-            )
-        }
         pest::error::ErrorVariant::CustomError { message } if message.contains("call limit") => (
             "too complex to parse (it takes too many grammar steps)".to_string(),
             Some("split the expression with `let` variables or named maps".to_string()),
         ),
         pest::error::ErrorVariant::CustomError { message } => (message.clone(), None),
+        pest::error::ErrorVariant::ParsingError { .. } => {
+            let statement_could_end = names.iter().any(|n| STATEMENT_NAMES.contains(n));
+            let mut hint = None;
+            if statement_could_end {
+                names.retain(|n| !STATEMENT_NAMES.contains(n));
+                if line_has_code && !at_end {
+                    // Something follows a complete statement on its line.
+                    names.push("the end of the line");
+                    hint = Some(
+                        "a statement ends with its line: start a new line for the next one, or join the two with an operator"
+                            .to_string(),
+                    );
+                } else if at_end && !line_has_code {
+                    names.push("a statement (such as `root = this`)");
+                } else if !at_end {
+                    names.push("a statement (such as `root.foo = ...`)");
+                }
+            }
+            names.sort_unstable();
+            names.dedup();
+            {
+                let expected = match names.len() {
+                    0 => "something else".to_string(),
+                    1 => names[0].to_string(),
+                    _ => {
+                        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+                        format!("{} or {}", rest.join(", "), last)
+                    }
+                };
+                (format!("expected {expected}, found {found}"), hint)
+            }
+        }
     };
     let d = Diagnostic::at(src, Span::new(pos, pos + 1), "E001", msg);
     match hint {
@@ -672,27 +838,31 @@ impl<'s> Ctx<'s> {
                     ExprKind::Field(Box::new(e), self.name_or_string(f)?)
                 }
                 Rule::index => {
-                    // `[from]`, `[from:to?]` or `[:to?]`: a `slice` part means a slice.
-                    let (mut from, mut slice, mut to) = (None, false, None);
+                    // `[from]`, `[from:to?]`, `[from?:to?:step?]`: a `slice` part means a slice.
+                    let (mut from, mut slice, mut to, mut step) = (None, false, None, None);
                     for part in q {
-                        let rule = part.as_rule();
-                        slice |= rule == Rule::slice;
-                        let inner = match rule {
-                            Rule::slice => part.into_inner().next(),
-                            _ => Some(part),
+                        let parts: Vec<Pair<'_, Rule>> = match part.as_rule() {
+                            Rule::slice => {
+                                slice = true;
+                                part.into_inner().collect()
+                            }
+                            _ => vec![part],
                         };
-                        let Some(x) = inner.and_then(|x| x.into_inner().next()) else {
-                            continue;
-                        };
-                        let x = Some(Box::new(self.expr(x)?));
-                        if rule == Rule::slice_from {
-                            from = x;
-                        } else {
-                            to = x;
+                        for x in parts {
+                            let rule = x.as_rule();
+                            let Some(inner) = x.into_inner().next() else {
+                                continue;
+                            };
+                            let v = Some(Box::new(self.expr(inner)?));
+                            match rule {
+                                Rule::slice_from => from = v,
+                                Rule::slice_to => to = v,
+                                _ => step = v,
+                            }
                         }
                     }
                     match (slice, from) {
-                        (true, from) => ExprKind::Slice(Box::new(e), from, to),
+                        (true, from) => ExprKind::Slice(Box::new(e), from, to, step),
                         (false, Some(i)) => ExprKind::Index(Box::new(e), i),
                         (false, None) => return Err(self.err(pspan, "expected an index")),
                     }
@@ -723,6 +893,11 @@ impl<'s> Ctx<'s> {
             Rule::lambda => {
                 let mut q = p.into_inner();
                 let param = q.next().map(|n| n.as_str().to_string());
+                if let Some(name) = param.as_deref().filter(|n| RESERVED.contains(n)) {
+                    return Err(self
+                        .err(span, format!("`{name}` cannot name a lambda parameter"))
+                        .with_hint("pick another name, such as `x -> ...`"));
+                }
                 let body = q
                     .next()
                     .ok_or_else(|| self.err(span, "expected a lambda body"))?;

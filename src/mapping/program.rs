@@ -46,6 +46,7 @@ pub struct SliceNode {
     pub target: Node,
     pub from: Option<Node>,
     pub to: Option<Node>,
+    pub step: Option<Node>,
     pub text: Box<str>,
 }
 

@@ -183,7 +183,8 @@ fn match_forms() {
             &format!("root.x = 0\n{}", src.replace("root =", "root.y =")),
             r#"{"a":3}"#
         ),
-        r#"{"x":0}"#
+        // No case matched: null, as in Bloblang.
+        r#"{"x":0,"y":null}"#
     );
 }
 
@@ -565,4 +566,295 @@ fn a_sandboxed_mapping_cannot_read_the_host() {
     )
     .unwrap_err();
     assert!(err.contains("not available"), "{err}");
+}
+
+fn err(src: &str, input: &str) -> String {
+    match run(src, input) {
+        Ok(out) => panic!("`{src}` should fail, gave {out}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn slices_take_a_step() {
+    let a = r#"{"a":[0,1,2,3,4,5],"s":"hello"}"#;
+    assert_eq!(ok("root = this.a[::2]", a), "[0,2,4]");
+    assert_eq!(ok("root = this.a[1::2]", a), "[1,3,5]");
+    assert_eq!(ok("root = this.a[1:5:2]", a), "[1,3]");
+    assert_eq!(ok("root = this.a[::-1]", a), "[5,4,3,2,1,0]");
+    assert_eq!(ok("root = this.a[4:1:-1]", a), "[4,3,2]");
+    assert_eq!(ok("root = this.a[-1:-4:-2]", a), "[5,3]");
+    assert_eq!(ok("root = this.a[1:4:]", a), "[1,2,3]");
+    assert_eq!(ok("root = this.a[0:3:-1]", a), "[]");
+    assert_eq!(ok("root = this.a[100::-2]", a), "[5,3,1]");
+    assert_eq!(ok("root = this.s[::-1]", a), "olleh");
+    assert_eq!(ok("root = this.s[::2]", a), "hlo");
+    assert_eq!(ok("root = this.s[-2::-1]", a), "lleh");
+    assert_eq!(ok(r#"root = "héllo"[::-2]"#, "{}"), "olh");
+    assert_eq!(ok(r#"root = "abcd".bytes()[::-1].string()"#, "{}"), "dcba");
+    let e = err("root = this.a[::0]", a);
+    assert!(e.contains("slice step cannot be zero"), "{e}");
+    // Without a step, slices keep their meaning.
+    assert_eq!(ok("root = this.a[1:3]", a), "[1,2]");
+    assert_eq!(ok("root = this.s[:2]", a), "he");
+}
+
+#[test]
+fn indexes_past_the_end_fail_with_index_and_length() {
+    let a = r#"{"a":[1,2,3],"s":"héllo"}"#;
+    let e = err("root = this.a[3]", a);
+    assert!(
+        e.contains("index 3 is out of bounds for an array of length 3"),
+        "{e}"
+    );
+    let e = err("root = this.a[-4]", a);
+    assert!(
+        e.contains("index -4 is out of bounds for an array of length 3"),
+        "{e}"
+    );
+    let e = err("root = this.s[5]", a);
+    assert!(
+        e.contains("index 5 is out of bounds for a string of length 5"),
+        "{e}"
+    );
+    let e = err(r#"root = "ab".bytes()[2]"#, a);
+    assert!(
+        e.contains("index 2 is out of bounds for bytes of length 2"),
+        "{e}"
+    );
+    assert_eq!(ok("root = this.a[-3]", a), "1");
+    assert_eq!(ok("root = this.s[1]", a), "é");
+    // A missing field and an object key are not positions: null, as before.
+    assert_eq!(ok("root = this.nope[3]", a), "null");
+    assert_eq!(ok(r#"root = this["nope"]"#, a), "null");
+    // Bytes index like an array of numbers, with brackets or `index`.
+    assert_eq!(ok(r#"root = "AB".bytes()[0]"#, a), "65");
+    assert_eq!(ok(r#"root = "AB".bytes().index(-1)"#, a), "66");
+    let e = err(r#"root = "AB".bytes().index(2)"#, a);
+    assert!(
+        e.contains("index 2 is out of bounds for bytes of length 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn empty_mappings_and_misused_names_do_not_parse() {
+    for src in [
+        "",
+        "   \n\n",
+        "# only a comment\n# and another",
+        "\n  # c\n",
+    ] {
+        let e = Mapping::compile(src, &Env::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the mapping is empty"), "{src:?}: {e}");
+    }
+    let e = Mapping::compile("let = 5", &Env::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("expected a name"), "{e}");
+    assert!(e.contains("line 1, column 5"), "{e}");
+    let e = Mapping::compile("root.a = 1\nlet\n", &Env::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("line 2"), "{e}");
+    for src in [
+        "root = this.a.map_each(this -> this + 1)",
+        "root = this.a.map_each(root -> 1)",
+        "root = this.a.(this -> this)",
+        "root = this.a.filter(true -> true)",
+    ] {
+        let e = Mapping::compile(src, &Env::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot name a lambda parameter"), "{src}: {e}");
+    }
+    // Names that only start like keywords are fine.
+    assert_eq!(
+        ok(
+            "root = this.a.map_each(thisone -> thisone + 1)",
+            r#"{"a":[1]}"#
+        ),
+        "[2]"
+    );
+    assert_eq!(ok("root.letter = 1", "{}"), r#"{"letter":1}"#);
+}
+
+fn parse_err(src: &str) -> Diagnostic {
+    Mapping::compile(src, &Env::default())
+        .unwrap_err()
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("`{src}` gave no diagnostic"))
+}
+
+#[test]
+fn parse_errors_name_what_was_expected_in_words() {
+    // A word after a complete statement on the same line: the statement ends there.
+    for (src, col, word) in [
+        ("root = this.foo bar", 17, "`bar`"),
+        ("root = 5 foo", 10, "`foo`"),
+        ("root.a = \"x\" y", 14, "`y`"),
+        ("root = if this.a { 1 } x", 24, "`x`"),
+        ("root.a = 1\nroot.b = this.c d\n", 17, "`d`"),
+    ] {
+        let d = parse_err(src);
+        assert_eq!(d.col, col, "{src}: {d}");
+        assert!(d.message.contains("the end of the line"), "{src}: {d}");
+        assert!(d.message.contains(&format!("found {word}")), "{src}: {d}");
+        assert!(d.message.contains("an operator"), "{src}: {d}");
+    }
+    assert_eq!(parse_err("root.a = 1\nroot.b = this.c d\n").line, 2);
+    // Punctuation the grammar waits for is named.
+    let d = parse_err("root = (1 + 2");
+    assert!(
+        d.message.contains("`)`") && d.message.contains("end of input"),
+        "{d}"
+    );
+    let d = parse_err("root = [1, 2");
+    assert!(
+        d.message.contains("`]`") && d.message.contains("`,`"),
+        "{d}"
+    );
+    let d = parse_err("root = {\"a\": 1");
+    assert!(d.message.contains("`}`"), "{d}");
+    let d = parse_err("let x");
+    assert!(d.message.contains("expected `=`"), "{d}");
+    assert_eq!((d.line, d.col), (1, 6), "{d}");
+    let d = parse_err("root = this.a.map_each(x -> )");
+    assert!(
+        d.message.contains("expected an expression, found `)`"),
+        "{d}"
+    );
+    let d = parse_err("root.a = 1 +");
+    assert_eq!(d.message, "expected an expression, found end of input");
+    // An unclosed string is named as such, at its opening quote.
+    let d = parse_err("root.a = 1\nroot.b = \"abc\n");
+    assert!(d.message.contains("string is not closed"), "{d}");
+    assert_eq!((d.line, d.col), (2, 10), "{d}");
+    // No pest rule names leak into messages.
+    for src in [
+        "root = this.a.b(",
+        "root = this.a[1:2",
+        "map foo { root = 1 ",
+        "root = match this { 1 => }",
+        "root = this.a.",
+        "if this.a { root = 1 ",
+        "root = $",
+        "root = @foo bar",
+    ] {
+        let d = parse_err(src);
+        let m = &d.message;
+        assert!(
+            m.starts_with("expected ") || m.contains("not closed"),
+            "{src}: {m}"
+        );
+        for rule in [
+            "slice_",
+            "kw_",
+            "path_ident",
+            "EOI",
+            "something else",
+            "_stmt",
+            "str_inner",
+        ] {
+            assert!(!m.contains(rule), "{src}: {m}");
+        }
+        assert!(d.line >= 1 && d.col >= 1, "{src}: {d}");
+    }
+}
+
+#[test]
+fn reference_edge_cases_of_changed_behaviour() {
+    // parse_timestamp with a format gives a timestamp.
+    assert_eq!(
+        ok(
+            r#"root = this.t.parse_timestamp("2006-01-02").type()"#,
+            r#"{"t":"2020-08-14"}"#
+        ),
+        "timestamp"
+    );
+    // A match with no case taken is null; an `if` without `else` still skips.
+    assert_eq!(
+        ok("root.a = match this.x { 1 => \"one\" }", r#"{"x":2}"#),
+        r#"{"a":null}"#
+    );
+    assert_eq!(ok("root.a = if false { 1 }", "{}"), "{}");
+    // unique over values it cannot compare fails, naming the index.
+    let e = err("root = this.unique()", r#"[1,true]"#);
+    assert!(
+        e.contains("index 1: expected string or number value, got bool"),
+        "{e}"
+    );
+    let e = err("root = this.unique(x -> x.a)", r#"[{"a":null}]"#);
+    assert!(e.contains("index 0"), "{e}");
+    // catch with a lambda sees the error text.
+    assert_eq!(
+        ok(
+            "root = this.a.number().catch(e -> e.contains(\"this.a.number()\"))",
+            r#"{"a":"x"}"#
+        ),
+        "true"
+    );
+    // catch(deleted()) on unstructured data deletes the message.
+    assert_eq!(ok("root = this.catch(deleted())", "not json"), "<deleted>");
+    // cosine_similarity with integer and float vectors.
+    assert_eq!(ok("root = cosine_similarity([3, 4], [6.0, 8])", "{}"), "1");
+    // flow_id reads the flow_id metadata when there is one.
+    let m = Mapping::compile("root = flow_id()", &Env::default()).unwrap();
+    let mut msg = Message::new(b"{}".to_vec());
+    msg.metadata_mut()
+        .insert("flow_id".into(), crate::value::Value::from("abc"));
+    let out = m.apply(&vec![msg], 0).unwrap().unwrap();
+    assert_eq!(out.payload().as_ref(), b"abc");
+}
+
+#[test]
+fn use_number_keeps_big_integers_exact() {
+    let src = "root = this.s.parse_json(use_number: true)";
+    let input = r#"{"s":"{\"big\":18446744073709551615,\"neg\":-9223372036854775809,\"small\":7,\"f\":1.5}"}"#;
+    assert_eq!(
+        ok(src, input),
+        // Below i64 the JSON reader gives a float: only positive integers up to
+        // u64's largest are kept.
+        r#"{"big":18446744073709551615,"f":1.5,"neg":-9223372036854776000,"small":7}"#
+    );
+    // They are numbers: they compare, add (as floats) and format as JSON.
+    let src = r#"root.t = this.s.parse_json(use_number: true).big.type()
+root.gt = this.s.parse_json(use_number: true).big > 1
+root.eq = this.s.parse_json(use_number: true).big == this.s.parse_json(use_number: true).big
+root.sum = this.s.parse_json(use_number: true).big + 1
+root.j = this.s.parse_json(use_number: true).format_json(no_indent: true).string()"#;
+    assert_eq!(
+        ok(src, input),
+        r#"{"eq":true,"gt":true,"j":"{\"big\":18446744073709551615,\"f\":1.5,\"neg\":-9223372036854776000,\"small\":7}","sum":18446744073709552000,"t":"number"}"#
+    );
+    // Without use_number they become floats, as before.
+    assert_eq!(
+        ok("root = this.s.parse_json().big", input),
+        "18446744073709552000"
+    );
+}
+
+#[test]
+fn parse_errors_never_panic_on_odd_text() {
+    let pieces = [
+        "root", " = ", "\"é", "ü\"", "this.", "é", "[", "]", "(", ")", "{", "}", "::", ":", "-",
+        "->", "#", "\n", "\"\"\"", "💛", "let ", "x", "=", ",", "'", "\\", "\t",
+    ];
+    // Every pair and triple of pieces: each parses or fails with a positioned message.
+    for a in pieces {
+        for b in pieces {
+            for c in pieces {
+                let src = format!("{a}{b}{c}");
+                if let Err(d) = Mapping::compile(&src, &Env::default()) {
+                    for x in &d.0 {
+                        assert!(x.line >= 1 && x.col >= 1, "{src:?}: {d}");
+                        assert!(!x.message.is_empty(), "{src:?}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -173,40 +173,65 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
 /// Parses an ISO 8601 duration (`P1DT2H3M4.5S`) into nanoseconds; years and months
 /// count as 365 and 30 days.
 pub fn parse_iso8601_duration(s: &str) -> Result<i64, String> {
+    // As Bloblang reads them: a year is 365.2425 days and a month a twelfth of that; only
+    // the last field may have a fraction, of which one decimal place counts (the rest is
+    // cut off, so `PT1.25S` is 1.2 seconds).
+    const SEC: i128 = 1_000_000_000;
+    const DAY: i128 = 86_400 * SEC;
+    const YEAR: i128 = 31_556_952 * SEC;
+    const MONTH: i128 = YEAR / 12;
     let bad = || format!("invalid ISO 8601 duration {s:?}");
     let (neg, body) = match s.strip_prefix('-') {
         Some(r) => (true, r),
-        None => (false, s),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
     };
     let body = body.strip_prefix('P').ok_or_else(bad)?;
-    let mut total = 0f64;
+    if body.is_empty() || body == "T" {
+        return Err(bad());
+    }
+    // (tenths of the amount, nanoseconds per unit, had a fraction)
+    let mut fields: Vec<(i128, i128, bool)> = Vec::new();
     let mut in_time = false;
     let mut num = String::new();
     for c in body.chars() {
         match c {
-            'T' => in_time = true,
+            'T' if !in_time && num.is_empty() => in_time = true,
             '0'..='9' | '.' | ',' => num.push(if c == ',' { '.' } else { c }),
             unit => {
-                let n: f64 = num.parse().map_err(|_| bad())?;
-                num.clear();
-                let secs = match (unit, in_time) {
-                    ('Y', false) => 365.0 * 86400.0,
-                    ('M', false) => 30.0 * 86400.0,
-                    ('W', false) => 7.0 * 86400.0,
-                    ('D', false) => 86400.0,
-                    ('H', true) => 3600.0,
-                    ('M', true) => 60.0,
-                    ('S', true) => 1.0,
+                let per = match (unit, in_time) {
+                    ('Y', false) => YEAR,
+                    ('M', false) => MONTH,
+                    ('W', false) => 7 * DAY,
+                    ('D', false) => DAY,
+                    // `P3.5S` (no `T`) is read as seconds too, as the reference documents.
+                    ('H', _) => 3600 * SEC,
+                    ('M', true) => 60 * SEC,
+                    ('S', _) => SEC,
                     _ => return Err(bad()),
                 };
-                total += n * secs * 1e9;
+                let (whole, frac) = num.split_once('.').unwrap_or((&num, ""));
+                if whole.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                let whole: i128 = whole.parse().map_err(|_| bad())?;
+                let tenth = frac.bytes().next().map_or(0, |d| (d - b'0') as i128);
+                fields.push((whole * 10 + tenth, per, num.contains('.')));
+                num.clear();
             }
         }
     }
-    if !num.is_empty() {
+    if !num.is_empty() || fields.is_empty() {
         return Err(bad());
     }
-    Ok(if neg { -(total as i64) } else { total as i64 })
+    if fields[..fields.len() - 1].iter().any(|f| f.2) {
+        return Err(format!(
+            "{}: only the last field may have a fraction",
+            bad()
+        ));
+    }
+    let total: i128 = fields.iter().map(|(t, per, _)| t * per / 10).sum();
+    let total = if neg { -total } else { total };
+    i64::try_from(total).map_err(|_| format!("ISO 8601 duration {s:?} is too long"))
 }
 
 #[cfg(test)]

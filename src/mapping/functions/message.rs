@@ -88,6 +88,14 @@ pub static SPECS: &[FunctionSpec] = &[
     spec("error_source_label", "The label of the component that failed, or null.", &[], &[], null_fn),
     spec("error_source_name", "The name of the component that failed, or null.", &[], &[], null_fn),
     spec("error_source_path", "The path of the component that failed, or null.", &[], &[], null_fn),
+    spec("error_source_type", "The type of the component that failed (such as `mapping`), or null.", &[], &[ex("root.t = error_source_type()", "{}", r#"{"t":null}"#)], null_fn),
+    spec(
+        "flow_id",
+        "The id that follows the message through the pipeline, for tracing its journey: the `flow_id` metadata of the message when it has one, otherwise a new UUID (set it with `meta flow_id = flow_id()` to keep it).",
+        &[],
+        &[ex("root.same = flow_id() == flow_id()", "{}", r#"{"same":false}"#)],
+        flow_id,
+    ),
     spec("tracing_id", "The trace id of the message, or null when tracing is off.", &[], &[], null_fn),
     spec("tracing_span", "The tracing span of the message, or null when tracing is off.", &[], &[], null_fn),
     spec(
@@ -151,6 +159,14 @@ fn error<'a>(_: &'a FuncCall, _: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
 
 fn errored<'a>(_: &'a FuncCall, _: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
     own(cx.msg.error.is_some())
+}
+
+fn flow_id<'a>(_: &'a FuncCall, _: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
+    match input_meta(cx).get("flow_id") {
+        Some(Value::String(s)) if !s.is_empty() => own(s.as_str()),
+        Some(v) if !matches!(v, Value::Null) => own(v.to_text()),
+        _ => own(uuid::Uuid::new_v4().to_string()),
+    }
 }
 
 fn null_fn<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {

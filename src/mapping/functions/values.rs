@@ -15,6 +15,12 @@ pub static SPECS: &[FunctionSpec] = &[
         examples: &[
             ex("root.a = range(0, 5)", "{}", r#"{"a":[0,1,2,3,4]}"#),
             ex("root.a = range(10, 0, -3)", "{}", r#"{"a":[10,7,4,1]}"#),
+            ex("root.a = range(0, 10)\nroot.b = range(start: 0, stop: this.max, step: 2)\nroot.c = range(0, -this.max, -2)",
+               r#"{"max":10}"#, r#"{"a":[0,1,2,3,4,5,6,7,8,9],"b":[0,2,4,6,8],"c":[0,-2,-4,-6,-8]}"#),
+            ex("root.a = range(5, 0)", "{}", "error:with a positive step, start (5) must be less than stop (0)"),
+            ex("root.a = range(0, 5, -1)", "{}", "error:with a negative step, start (0) must be greater than stop (5)"),
+            ex("root.a = range(0, 0)", "{}", "error:start (0) must be less than stop (0)"),
+            ex("root.a = range(0, 5, 0)", "{}", "error:step must not be zero"),
         ],
         pure: true,
         needs_message: false,
@@ -103,6 +109,24 @@ pub static SPECS: &[FunctionSpec] = &[
         imp: with_schema_registry_header,
     },
     FunctionSpec {
+        name: "cosine_similarity",
+        category: "General",
+        description: "The cosine similarity of two vectors of numbers (integers and floats may mix): their dot product over the product of their lengths, from -1 to 1. The vectors must be non-empty, of the same length and not all zeros.",
+        params: &[p("a"), p("b")],
+        examples: &[
+            ex("root.s = cosine_similarity(this.a, this.b)", r#"{"a":[3,4],"b":[6,8.0]}"#, r#"{"s":1}"#),
+            ex("root.s = cosine_similarity(this.a, this.b)", r#"{"a":[1,0],"b":[0,1.5]}"#, r#"{"s":0}"#),
+            ex("root.s = cosine_similarity(this.a, this.b)", r#"{"a":[3,4],"b":[-3.0,-4]}"#, r#"{"s":-1}"#),
+            ex("root.s = cosine_similarity([1, 2.5, 3], [4, 5, 6.5])", "{}", r#"{"s":0.9787768683434229}"#),
+            ex("root.s = cosine_similarity([1, 2], [1, 2, 3])", "{}", "error:vectors of different lengths (2 and 3)"),
+            ex("root.s = cosine_similarity([0, 0], [1, 2])", "{}", "error:zero vector"),
+            ex(r#"root.s = cosine_similarity([1, "x"], [1, 2])"#, "{}", "error:a[1]: expected number value"),
+        ],
+        pure: true,
+        needs_message: false,
+        imp: cosine_similarity,
+    },
+    FunctionSpec {
         name: "var",
         category: "General",
         description: "The value of the variable named by the argument, as `$name` reads it; an error when it is not set.",
@@ -116,6 +140,38 @@ pub static SPECS: &[FunctionSpec] = &[
         imp: var,
     },
 ];
+
+fn cosine_similarity<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let vector = |i: usize, name: &str| -> Res<Vec<f64>> {
+        let items =
+            crate::mapping::methods::array(args.get(i)).map_err(|e| format!("{name}: {e}"))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(k, x)| {
+                crate::mapping::exec::to_float(x).map_err(|e| format!("{name}[{k}]: {e}"))
+            })
+            .collect()
+    };
+    let (a, b) = (vector(0, "a")?, vector(1, "b")?);
+    if a.len() != b.len() {
+        return Err(format!(
+            "cannot compare vectors of different lengths ({} and {})",
+            a.len(),
+            b.len()
+        ));
+    }
+    if a.is_empty() {
+        return Err("cannot compare empty vectors".into());
+    }
+    let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+    let na = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+    let nb = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if na == 0.0 || nb == 0.0 {
+        return Err("the cosine similarity of a zero vector is undefined".into());
+    }
+    own(dot / (na * nb))
+}
 
 fn pi<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     own(std::f64::consts::PI)
@@ -155,8 +211,19 @@ fn var<'a>(_: &'a FuncCall, args: &Args<'_>, cx: &Ctx<'a>) -> Res<V<'a>> {
 
 fn range<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     let (start, stop, step) = (args.int(0)?, args.int(1)?, args.int(2)?);
+    // As in Bloblang, a range that would be empty is an error: the arguments disagree.
     if step == 0 {
         return Err("step must not be zero".into());
+    }
+    if step > 0 && start >= stop {
+        return Err(format!(
+            "with a positive step, start ({start}) must be less than stop ({stop})"
+        ));
+    }
+    if step < 0 && start <= stop {
+        return Err(format!(
+            "with a negative step, start ({start}) must be greater than stop ({stop})"
+        ));
     }
     let n = ((stop as f64 - start as f64) / step as f64).ceil();
     if n > 1_000_000.0 {

@@ -1,7 +1,7 @@
 //! Arrays: building, reshaping and summarising.
 
 use super::{array, text};
-use crate::mapping::exec::{compare, own, to_float, values_eq, V};
+use crate::mapping::exec::{compare, own, to_float, V};
 use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
 use crate::value::{Object, Value};
 
@@ -17,20 +17,22 @@ pub static SPECS: &[MethodSpec] = &[
     method("flatten", CAT, "The array with nested arrays spliced in, one level deep.", &[],
         &[ex("root.a = this.a.flatten()", r#"{"a":[1,[2,[3]],4]}"#, r#"{"a":[1,2,[3],4]}"#)], flatten),
     method("index", CAT, "The item at a position; negative positions count from the end.", &[p("index")],
-        &[ex("root.a = this.a.index(-1)", r#"{"a":[1,2,3]}"#, r#"{"a":3}"#)], index),
+        &[ex("root.a = this.a.index(-1)", r#"{"a":[1,2,3]}"#, r#"{"a":3}"#),
+          ex("root.a = this.a.index(3)", r#"{"a":[1,2,3]}"#, "error:index 3 is out of bounds for an array of length 3"),
+          ex(r#"root.a = "hi".bytes().index(1)"#, "{}", r#"{"a":105}"#),
+          ex("root.last_byte = this.name.bytes().index(-1)", r#"{"name":"foobar bazson"}"#, r#"{"last_byte":110}"#)], index),
     method("join", CAT, "The strings of the array joined with a delimiter.", &[opt("delimiter", Default::Str(""))],
         &[ex(r#"root.s = this.a.join(", ")"#, r#"{"a":["x","y"]}"#, r#"{"s":"x, y"}"#)], join),
     method("sum", CAT, "The sum of the numbers of the array.", &[],
         &[ex("root.n = this.a.sum()", r#"{"a":[1,2,3.5]}"#, r#"{"n":6.5}"#),
           ex("root.n = this.a.sum()", r#"{"a":[1,2]}"#, r#"{"n":3}"#)], sum),
-    method("unique", CAT, "The array without repeated items, keeping the first of each.", &[],
-        &[ex("root.a = this.a.unique()", r#"{"a":[1,"a",1,2,"a"]}"#, r#"{"a":[1,"a",2]}"#)], unique),
     method("enumerated", CAT, "The items as objects of `index` and `value`.", &[],
         &[ex("root.a = this.a.enumerated()", r#"{"a":["x","y"]}"#, r#"{"a":[{"index":0,"value":"x"},{"index":1,"value":"y"}]}"#)],
         enumerated),
     method("zip", CAT, "Arrays of the items at each position of this and the argument arrays.",
         &[p("array"), opt("b", Default::Absent), opt("c", Default::Absent)],
-        &[ex("root.a = this.a.zip(this.b)", r#"{"a":[1,2],"b":["x","y"]}"#, r#"{"a":[[1,"x"],[2,"y"]]}"#)], zip),
+        &[ex("root.a = this.a.zip(this.b)", r#"{"a":[1,2],"b":["x","y"]}"#, r#"{"a":[[1,"x"],[2,"y"]]}"#),
+          ex("root.a = this.a.zip(this.b)", r#"{"a":[1,2],"b":["x"]}"#, "error:cannot zip arrays of different lengths (2 and 1)")], zip),
     method("first", CAT, "The first item, or an error when the array is empty.", &[],
         &[ex("root.a = this.a.first()", r#"{"a":[7,8]}"#, r#"{"a":7}"#)], first),
     method("last", CAT, "The last item, or an error when the array is empty.", &[],
@@ -41,8 +43,12 @@ pub static SPECS: &[MethodSpec] = &[
     method("explode", CAT, "One document per item of the array (or field of the object) at `path`, each with that item in its place.",
         &[p("path")],
         &[ex(r#"root = this.explode("v")"#, r#"{"id":1,"v":[2,3]}"#, r#"[{"id":1,"v":2},{"id":1,"v":3}]"#)], explode),
-    method("squash", CAT, "The array of objects merged into one object; later keys win.", &[],
-        &[ex("root = this.a.squash()", r#"{"a":[{"x":1},{"y":2},{"x":3}]}"#, r#"{"x":3,"y":2}"#)], squash),
+    method("squash", CAT, "The array of objects merged into one object, as `merge` merges: values under the same key are gathered into an array (arrays join), objects merge key by key.", &[],
+        &[ex("root = this.a.squash()", r#"{"a":[{"x":1},{"y":2},{"x":3}]}"#, r#"{"x":[1,3],"y":2}"#),
+          ex("root.locations = this.locations.map_each(loc -> {loc.state: [loc.name]}).squash()",
+             r#"{"locations":[{"name":"Seattle","state":"WA"},{"name":"New York","state":"NY"},{"name":"Bellevue","state":"WA"},{"name":"Olympia","state":"WA"}]}"#,
+             r#"{"locations":{"NY":["New York"],"WA":["Seattle","Bellevue","Olympia"]}}"#),
+          ex("root = this.squash()", r#"[{"a":{"b":1}},{"a":{"c":2}}]"#, r#"{"a":{"b":1,"c":2}}"#)], squash),
 ];
 
 fn append<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -74,16 +80,22 @@ fn flatten<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(Value::Array(out))
 }
 fn index<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    let a = array(v)?;
+    use crate::mapping::exec::{norm_index, out_of_bounds};
     let i = args.int(0)?;
-    let k = if i < 0 { a.len() as i64 + i } else { i };
-    if k < 0 || k as usize >= a.len() {
-        return Err(format!(
-            "index {i} is out of bounds for an array of {}",
-            a.len()
-        ));
+    match v {
+        // Bytes index like an array of numbers.
+        Value::Bytes(b) => match norm_index(i, b.len()) {
+            Some(k) => own(b[k] as i64),
+            None => Err(out_of_bounds(i, "bytes", b.len())),
+        },
+        _ => {
+            let a = array(v).map_err(|_| type_err("array or bytes", v))?;
+            match norm_index(i, a.len()) {
+                Some(k) => Ok(V::Ref(&a[k])),
+                None => Err(out_of_bounds(i, "an array", a.len())),
+            }
+        }
     }
-    Ok(V::Ref(&a[k as usize]))
 }
 fn join<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let d = args.str(0)?;
@@ -120,15 +132,6 @@ fn sum<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         None => own(float),
     }
 }
-fn unique<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let mut out: Vec<Value> = Vec::new();
-    for x in array(v)? {
-        if !out.iter().any(|y| values_eq(x, y)) {
-            out.push(x.clone());
-        }
-    }
-    own(Value::Array(out))
-}
 fn enumerated<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let out = array(v)?
         .iter()
@@ -149,7 +152,13 @@ fn zip<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             arrays.push(array(args.get(i))?);
         }
     }
-    let n = arrays.iter().map(|a| a.len()).min().unwrap_or(0);
+    let n = arrays[0].len();
+    if let Some(other) = arrays.iter().find(|a| a.len() != n) {
+        return Err(format!(
+            "cannot zip arrays of different lengths ({n} and {})",
+            other.len()
+        ));
+    }
     own(Value::Array(
         (0..n)
             .map(|i| Value::Array(arrays.iter().map(|a| a[i].clone()).collect()))
@@ -229,14 +238,14 @@ fn explode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     }
 }
 fn squash<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let mut out = Object::new();
+    let mut out = Value::Object(Object::new());
     for x in array(v)? {
         match x {
-            Value::Object(o) => out.extend(o.iter().map(|(k, v)| (k.clone(), v.clone()))),
+            Value::Object(_) => out = super::objects::merge_values(out, x.clone()),
             other => return Err(type_err("object", other)),
         }
     }
-    own(Value::Object(out))
+    own(out)
 }
 
 /// A stable merge sort driven by a fallible "comes first" test. The standard sort may

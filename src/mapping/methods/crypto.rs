@@ -119,6 +119,11 @@ pub static SPECS: &[MethodSpec] = &[
                 "sixteen byte str",
             ),
             ex(
+                concat!(aes_let!(), r#"root = this.value.encrypt_aes("cbc", $key, $vector).decrypt_aes("cbc", $key, $vector).type()"#),
+                r#"{"value":"sixteen byte str"}"#,
+                "bytes",
+            ),
+            ex(
                 concat!(aes_let!(), r#"root = "tampered and tagged".decrypt_aes("gcm", $key, "0123456789ab")"#),
                 "{}",
                 "error:gcm decryption failed",

@@ -113,9 +113,12 @@ pub static SPECS: &[MethodSpec] = &[
     lazy_method(
         "catch",
         "Error Handling",
-        "The value, or `fallback` when computing it failed.",
-        &[p("fallback")],
+        "The value, or `fallback` when computing it failed. The fallback may be a lambda, which is given the error message.",
+        &[crate::mapping::spec::Param { name: "fallback", kind: crate::mapping::spec::Kind::ValueOrLambda, default: Default::Required }],
         &[
+            ex(r#"root.url = this.url.parse_url().catch(err -> {"error": err.has_prefix("this.url.parse_url()"), "input": this.url})"#,
+               r#"{"url":"invalid %&# url"}"#, r#"{"url":{"error":true,"input":"invalid %&# url"}}"#),
+            ex(r#"root.n = this.n.number().catch(e -> e.contains("x"))"#, r#"{"n":"x"}"#, r#"{"n":true}"#),
             ex(r#"root.n = this.s.number().catch(-1)"#, r#"{"s":"x"}"#, r#"{"n":-1}"#),
             ex(r#"root.n = this.s.number().catch(-1)"#, r#"{"s":"2"}"#, r#"{"n":2}"#),
         ],
@@ -145,7 +148,10 @@ pub static SPECS: &[MethodSpec] = &[
         "Message Info",
         "Evaluates the query against another message of the batch, by index.",
         &[p("index")],
-        &[ex("root.v = this.v.from(0)", r#"{"v":1}"#, r#"{"v":1}"#)],
+        &[ex("root.v = this.v.from(0)", r#"{"v":1}"#, r#"{"v":1}"#),
+          ex(r#"root.m = meta("k").from(3)"#, r#"{"v":1}"#, r#"{"m":null}"#),
+          ex(r#"root.m = metadata().from(-2)"#, r#"{"v":1}"#, r#"{"m":{}}"#),
+          ex(r#"root.c = content().from(1).string()"#, r#"{"v":1}"#, r#"{"c":""}"#)],
         from,
     ),
     lazy_method(
@@ -253,7 +259,7 @@ pub(crate) fn parse_number(s: &str) -> Option<Value> {
 
 fn number<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = match v {
-        Value::Int(_) | Value::Float(_) => return Ok(V::Ref(v)),
+        Value::Int(_) | Value::Float(_) | Value::BigInt(_) => return Ok(V::Ref(v)),
         Value::String(s) => {
             parse_number(s).ok_or_else(|| format!("cannot parse {} as a number", describe(v)))
         }
@@ -356,7 +362,13 @@ fn exists<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 fn catch<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     match call.recv(cx) {
         Ok(v) => Ok(v),
-        Err(_) => call.arg(0, cx),
+        Err(e) => match call.lambdas.first() {
+            Some(Some(l)) => {
+                let err = Value::String(e.msg);
+                exec::call_lambda(l, &err, cx).map(V::detach)
+            }
+            _ => call.arg(0, cx),
+        },
     }
 }
 
@@ -437,16 +449,19 @@ fn not<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 
 /// Evaluates the method's receiver query against message `i` of the batch.
 fn query_message<'a>(call: &'a MethodCall, cx: &Ctx<'a>, i: usize) -> Result<Value, ExecError> {
-    let batch = cx
-        .msg
-        .batch
-        .ok_or_else(|| call.err("there is no batch to read other messages from"))?;
-    let msg = batch.get(i).ok_or_else(|| {
-        call.err(format!(
-            "message {i} is not in the batch (size {})",
-            batch.len()
-        ))
-    })?;
+    let Some(msg) = cx.msg.batch.and_then(|b| b.get(i)) else {
+        // Past the batch (or with no batch at all) the query sees an empty message with no
+        // metadata, as the reference does: `meta("k").from(5)` is null, `content()` empty.
+        let empty = [crate::message::Message::new(bytes::Bytes::new())];
+        let inner = Ctx {
+            this: This::Msg(&empty[0]),
+            msg: MsgView::of(&empty, 0),
+            meta: empty[0].metadata(),
+            ..*cx
+        };
+        return exec::eval(&call.recv, &inner).map(V::into_owned);
+    };
+    let batch = cx.msg.batch.unwrap_or_default();
     let inner = Ctx {
         this: This::Msg(msg),
         msg: MsgView::of(batch, i),
@@ -461,10 +476,9 @@ fn from<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     let i = exec::to_int(idx.get()).map_err(|e| call.err(e))?;
     let size = cx.msg.batch.map(<[_]>::len).unwrap_or(0) as i64;
     let i = if i < 0 { size + i } else { i };
-    if i < 0 {
-        return Err(call.err("index out of range"));
-    }
-    query_message(call, cx, i as usize).map(V::Own)
+    // A position before the start reads the empty message too.
+    let i = usize::try_from(i).unwrap_or(usize::MAX);
+    query_message(call, cx, i).map(V::Own)
 }
 
 fn from_all<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {

@@ -59,7 +59,34 @@ pub static SPECS: &[MethodSpec] = &[
           ex("root.a = this.a.sort(x -> x.left > x.right)", r#"{"a":[3,1,2]}"#, r#"{"a":[3,2,1]}"#)], sort),
     lazy_method("sort_by", CAT, "The array sorted by the value the query gives for each item.", &[lambda("query")],
         &[ex("root.a = this.a.sort_by(x -> x.n)", r#"{"a":[{"n":2},{"n":1}]}"#, r#"{"a":[{"n":1},{"n":2}]}"#)], sort_by),
-    lazy_method("unique_by", CAT, "The array without items whose query value repeats.", &[OPT_EMIT],
+    lazy_method("unique", CAT,
+        "The array without repeated items, keeping the first of each. Strings and bytes compare by text, numbers by value; any other item (or `emit` result) is an error. The optional `emit` query gives the value compared for each item.",
+        &[OPT_EMIT],
+        &[ex("root.a = this.a.unique()", r#"{"a":[1,"a",1,2,"a",1.0]}"#, r#"{"a":[1,"a",2]}"#),
+          ex("root.uniques = this.foo.unique()", r#"{"foo":["a","b","a","c"]}"#, r#"{"uniques":["a","b","c"]}"#),
+          ex("root = this.unique()", r#"["5",5,"5",5.0]"#, r#"["5",5]"#),
+          ex("root.a = this.a.unique(x -> x.id)", r#"{"a":[{"id":1,"v":1},{"id":1,"v":2},{"id":2}]}"#, r#"{"a":[{"id":1,"v":1},{"id":2}]}"#),
+          ex("root.a = this.a.unique()", r#"{"a":[[1],[1]]}"#, "error:index 0: expected string or number value, got array")],
+        unique),
+    lazy_method("split_by", CAT,
+        "Splits a string (by character), bytes (by byte, seen as a number) or array (by item) wherever the predicate is true; the matching items are left out. Empty pieces are kept; in an array the first piece, when empty, is null.",
+        &[lambda("predicate")],
+        &[ex(r#"root.words = this.sentence.split_by(c -> c == " ")"#, r#"{"sentence":"Hello Bento!"}"#, r#"{"words":["Hello","Bento!"]}"#),
+          ex(r#"root.tokens = this.text.split_by(c -> c == "," || c == ".")"#, r#"{"text":"foo,bar.baz"}"#, r#"{"tokens":["foo","bar","baz"]}"#),
+          ex("root = this.split_by(x -> x > 8)", "[1,2,10,3,4,20,7]", "[[1,2],[3,4],[7]]"),
+          ex(r#"root.authors = this.writers.split_by(x -> x.contains("Kafka"))"#, r#"{"writers": ["George Orwell", "Franz Kafka", "Anton Chekhov"]}"#, r#"{"authors":[["George Orwell"],["Anton Chekhov"]]}"#),
+          ex(r#"root.groups = this.items.split_by(item -> item.type == "separator")"#, r#"{"items": [{"id": 1, "type": "data"}, {"id": 2, "type": "separator"}, {"id": 3, "type": "data"}]}"#,
+             r#"{"groups":[[{"id":1,"type":"data"}],[{"id":3,"type":"data"}]]}"#),
+          ex(r#"root = this.split_by(c -> c == "💛")"#, r#""❤️ 🧡 💛 💚""#, r#"["❤️ 🧡 "," 💚"]"#),
+          ex("root = this.split_by(x -> x == 5)", "[1,5,5,2]", "[[1],[],[2]]"),
+          ex(r#"root = this.split_by(c -> c == "a")"#, r#""aaaaa""#, r#"["","","","","",""]"#),
+          ex(r#"root = this.split_by(c -> c == " ")"#, r#""""#, r#"[""]"#),
+          ex(r#"root = this.split_by(c -> c == "x")"#, r#""hello""#, r#"["hello"]"#),
+          ex(r#"root = this.split_by(c -> "aeiou".contains(c))"#, r#""hello""#, r#"["h","ll",""]"#),
+          ex(r#"root = content().split_by(b -> b == 44).map_each(b -> b.string())"#, "foo,bar,baz", r#"["foo","bar","baz"]"#),
+          ex(r#"root = this.n.split_by(c -> c == " ")"#, r#"{"n":5}"#, "error:expected string, array or bytes value, got number")],
+        split_by),
+    lazy_method("unique_by", CAT, "Old name of `unique` with an `emit` query.", &[OPT_EMIT],
         &[ex("root.a = this.a.unique_by(x -> x.id)", r#"{"a":[{"id":1,"v":1},{"id":1,"v":2}]}"#, r#"{"a":[{"id":1,"v":1}]}"#)], unique_by),
     lazy_method("group_by", CAT, "Objects of `group` and `items`, one per distinct query value.", &[lambda("query")],
         &[ex("root.g = this.a.group_by(x -> x % 2)", r#"{"a":[1,2,3]}"#, r#"{"g":[{"group":1,"items":[1,3]},{"group":0,"items":[2]}]}"#)], group_by),
@@ -378,4 +405,117 @@ fn group_by<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> 
         })
         .collect();
     Ok(V::Own(Value::Array(out)))
+}
+
+/// `unique`: items compare as text (strings, bytes) or as numbers; others cannot be
+/// compared and fail, as in Bloblang.
+fn unique<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    let recv = call.recv(cx)?;
+    let items = recv_array(call, &recv)?;
+    let emit = match call.lambdas.first() {
+        Some(Some(l)) => Some(l),
+        _ => None,
+    };
+    let mut texts: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    let mut nums: Vec<f64> = Vec::new();
+    let mut out = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        let key = match emit {
+            Some(l) => {
+                call_lambda(l, it, cx).map_err(|e| call.err(format!("index {i}: {}", e.msg)))?
+            }
+            None => V::Ref(it),
+        };
+        let fresh = match key.get() {
+            Value::String(s) => texts.insert(s.as_bytes().to_vec()),
+            Value::Bytes(b) => texts.insert(b.to_vec()),
+            Value::Int(n) => {
+                let f = *n as f64;
+                !nums.contains(&f) && {
+                    nums.push(f);
+                    true
+                }
+            }
+            Value::Float(f) => {
+                !nums.contains(f) && {
+                    nums.push(*f);
+                    true
+                }
+            }
+            other => {
+                return Err(call.err(format!(
+                    "index {i}: expected string or number value, got {}",
+                    describe(other)
+                )))
+            }
+        };
+        if fresh {
+            out.push(it.clone());
+        }
+    }
+    Ok(V::Own(Value::Array(out)))
+}
+
+/// Pieces of an array split where `hit` holds, the matching items left out. As in
+/// Bloblang, an empty first piece is null and an empty input gives one empty piece.
+pub(crate) fn split_items<E>(
+    items: &[Value],
+    mut hit: impl FnMut(&Value) -> Result<bool, E>,
+) -> Result<Value, E> {
+    if items.is_empty() {
+        return Ok(Value::Array(vec![Value::Array(Vec::new())]));
+    }
+    let mut out = Vec::new();
+    let mut cur: Option<Vec<Value>> = None;
+    for it in items {
+        if hit(it)? {
+            out.push(cur.take().map_or(Value::Null, Value::Array));
+            cur = Some(Vec::new());
+        } else {
+            cur.get_or_insert_with(Vec::new).push(it.clone());
+        }
+    }
+    out.push(cur.map_or(Value::Null, Value::Array));
+    Ok(Value::Array(out))
+}
+
+fn split_by<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
+    let recv = call.recv(cx)?;
+    let l = call.lambda(0)?;
+    match recv.get() {
+        Value::Array(items) => {
+            let out = split_items(items, |it| test_bool(call, call_lambda(l, it, cx)?))?;
+            Ok(V::Own(out))
+        }
+        Value::String(s) => {
+            let mut out = Vec::new();
+            let mut start = 0;
+            for (i, c) in s.char_indices() {
+                let ch = Value::String(c.to_string());
+                if test_bool(call, call_lambda(l, &ch, cx)?)? {
+                    out.push(Value::String(s[start..i].to_string()));
+                    start = i + c.len_utf8();
+                }
+            }
+            out.push(Value::String(s[start..].to_string()));
+            Ok(V::Own(Value::Array(out)))
+        }
+        Value::Bytes(b) => {
+            let mut out = Vec::new();
+            let mut start = 0;
+            for (i, byte) in b.iter().enumerate() {
+                let n = Value::Int(*byte as i64);
+                if test_bool(call, call_lambda(l, &n, cx)?)? {
+                    out.push(Value::Bytes(b.slice(start..i)));
+                    start = i + 1;
+                }
+            }
+            out.push(Value::Bytes(b.slice(start..)));
+            Ok(V::Own(Value::Array(out)))
+        }
+        other => Err(call.err(format!(
+            "expected string, array or bytes value, got {}",
+            describe(other)
+        ))),
+    }
 }

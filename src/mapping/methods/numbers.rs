@@ -130,7 +130,8 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as a 64-bit signed integer, parsing strings.",
         &[],
-        &[ex(
+        &[ex("root.a = this.a.int64()\nroot.b = this.b.round().int64()\nroot.c = this.c.int64()\nroot.d = this.d.int64().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":-12}"#),
+          ex("root = this.int64()", r#""0xDEADBEEF""#, "3735928559"), ex(
             "root.n = this.n.int64()",
             r#"{"n":"-12"}"#,
             r#"{"n":-12}"#,
@@ -157,7 +158,9 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as a 16-bit signed integer.",
         &[],
-        &[],
+        &[ex("root.a = this.a.int32()\nroot.b = this.b.round().int32()\nroot.c = this.c.int32()\nroot.d = this.d.int32().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":-12}"#),
+          ex("root = this.int32()", r#""0xDEAD""#, "57005"), ex("root.a = this.a.int16()\nroot.b = this.b.round().int16()\nroot.c = this.c.int16()\nroot.d = this.d.int16().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":-12}"#),
+          ex("root = this.int16()", r#""0xDE""#, "222")],
         int16,
     ),
     method(
@@ -165,7 +168,8 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as an 8-bit signed integer.",
         &[],
-        &[],
+        &[ex("root.a = this.a.int8()\nroot.b = this.b.round().int8()\nroot.c = this.c.int8()\nroot.d = this.d.int8().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":-12}"#),
+          ex("root = this.int8()", r#""0xD""#, "13")],
         int8,
     ),
     method(
@@ -173,7 +177,8 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as a 64-bit unsigned integer.",
         &[],
-        &[ex(
+        &[ex("root.a = this.a.uint64()\nroot.b = this.b.round().uint64()\nroot.c = this.c.uint64()\nroot.d = this.d.uint64().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":0}"#),
+          ex("root = this.uint64()", r#""0xDEADBEEF""#, "3735928559"), ex(
             "root.n = this.n.uint64()",
             r#"{"n":"12"}"#,
             r#"{"n":12}"#,
@@ -185,7 +190,8 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as a 32-bit unsigned integer.",
         &[],
-        &[],
+        &[ex("root.a = this.a.uint32()\nroot.b = this.b.round().uint32()\nroot.c = this.c.uint32()\nroot.d = this.d.uint32().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":0}"#),
+          ex("root = this.uint32()", r#""0xDEAD""#, "57005")],
         uint32,
     ),
     method(
@@ -193,7 +199,8 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as a 16-bit unsigned integer.",
         &[],
-        &[],
+        &[ex("root.a = this.a.uint16()\nroot.b = this.b.round().uint16()\nroot.c = this.c.uint16()\nroot.d = this.d.uint16().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":0}"#),
+          ex("root = this.uint16()", r#""0xDE""#, "222")],
         uint16,
     ),
     method(
@@ -201,7 +208,8 @@ pub static SPECS: &[MethodSpec] = &[
         CAT,
         "The value as an 8-bit unsigned integer.",
         &[],
-        &[],
+        &[ex("root.a = this.a.uint8()\nroot.b = this.b.round().uint8()\nroot.c = this.c.uint8()\nroot.d = this.d.uint8().catch(0)", r#"{"a":12,"b":12.34,"c":"12","d":-12}"#, r#"{"a":12,"b":12,"c":12,"d":0}"#),
+          ex("root = this.uint8()", r#""0xD""#, "13")],
         uint8,
     ),
     method(
@@ -217,11 +225,22 @@ pub static SPECS: &[MethodSpec] = &[
         float64,
     ),
     method(
+        "parse_big_decimal",
+        CAT,
+        "Parses a decimal number from a string (or takes a number): whole numbers stay exact integers (past 64 bits too, up to 38 digits), others become floats. Signs, exponents and surrounding spaces are allowed; anything else is an error.",
+        &[],
+        &[ex("root.a = this.a.parse_big_decimal()\nroot.b = this.b.parse_big_decimal()\nroot.c = this.c.parse_big_decimal()", r#"{"a":"123.456","b":"-9007199254740993","c":"1.5e3"}"#, r#"{"a":123.456,"b":-9007199254740993,"c":1500}"#),
+          ex("root.n = this.n.parse_big_decimal()\nroot.s = root.n.string()", r#"{"n":"123456789012345678901234567890"}"#, r#"{"n":123456789012345678901234567890,"s":"123456789012345678901234567890"}"#),
+          ex("root.a = this.a.parse_big_decimal()", r#"{"a":"12a"}"#, "error:cannot parse string (\"12a\") as a decimal number")],
+        parse_big_decimal,
+    ),
+    method(
         "float32",
         CAT,
-        "The value as a 32-bit float.",
+        "The value as a 32-bit float, printed with the digits a 32-bit float has.",
         &[],
-        &[],
+        &[ex("root.out = this.in.float32()", r#"{"in":"6.674282313423543523453425345e-11"}"#, r#"{"out":6.674283e-11}"#),
+          ex("root.out = this.in.float32()", r#"{"in":0.1}"#, r#"{"out":0.1}"#)],
         float32,
     ),
     method(
@@ -368,16 +387,88 @@ fn whole(v: &Value) -> Res<i128> {
             "cannot convert {} to an integer without losing its fraction",
             describe(v)
         )),
-        Value::String(s) => s
-            .trim()
-            .parse::<i128>()
-            .or_else(|_| match s.trim().parse::<f64>() {
-                Ok(f) if f.fract() == 0.0 => Ok(f as i128),
-                _ => Err(()),
+        Value::String(s) => go_int(s.trim())
+            .or_else(|| match s.trim().parse::<f64>() {
+                Ok(f) if f.fract() == 0.0 && f.is_finite() => Some(f as i128),
+                _ => None,
             })
-            .map_err(|_| format!("cannot parse {} as an integer", describe(v))),
+            .ok_or_else(|| format!("cannot parse {} as an integer", describe(v))),
         other => Err(type_err("number", other)),
     }
+}
+
+/// An integer written as Go's `strconv.ParseInt` reads it with base 0: an optional sign,
+/// then `0x`, `0o`, `0b` or a leading `0` (octal) for the base, underscores allowed
+/// between digits when a base prefix is given.
+pub(crate) fn go_int(s: &str) -> Option<i128> {
+    let (neg, body) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits, prefixed) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d.to_string(), true)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d.to_string(), true)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d.to_string(), true)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, lower[1..].to_string(), true)
+    } else {
+        (10, lower, false)
+    };
+    let digits = if prefixed {
+        if digits.starts_with('_') || digits.ends_with('_') || digits.contains("__") {
+            return None;
+        }
+        digits.replace('_', "")
+    } else {
+        digits
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let n = i128::from_str_radix(&digits, radix).ok()?;
+    Some(if neg { -n } else { n })
+}
+
+fn parse_big_decimal<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let text = match v {
+        Value::Int(_) | Value::Float(_) | Value::BigInt(_) => return Ok(V::Ref(v)),
+        Value::String(s) => s.trim(),
+        other => return Err(type_err("string", other)),
+    };
+    let bad = || format!("cannot parse {} as a decimal number", describe(v));
+    let plain = text.strip_prefix(['-', '+']).unwrap_or(text);
+    let (mantissa, exp) = match plain.find(['e', 'E']) {
+        Some(i) => (&plain[..i], Some(&plain[i + 1..])),
+        None => (plain, None),
+    };
+    let (int_part, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits_ok = |d: &str| d.bytes().all(|b| b.is_ascii_digit());
+    if (int_part.is_empty() && frac.is_empty())
+        || !digits_ok(int_part)
+        || !digits_ok(frac)
+        || exp.is_some_and(|e| e.parse::<i32>().is_err())
+    {
+        return Err(bad());
+    }
+    if exp.is_none() && frac.trim_end_matches('0').is_empty() {
+        let whole = text.split('.').next().unwrap_or("");
+        if let Ok(i) = whole.parse::<i64>() {
+            return own(i);
+        }
+        // Past 64 bits a whole number keeps its digits exactly.
+        if let Ok(i) = whole.parse::<i128>() {
+            return own(Value::BigInt(i.to_string().into()));
+        }
+    }
+    let f: f64 = text.parse().map_err(|_| bad())?;
+    if f.is_finite() && f.fract() == 0.0 && f.abs() < 9.0e15 {
+        return own(f as i64);
+    }
+    own(f)
 }
 
 fn sized<'b>(v: &'b Value, min: i128, max: i128) -> Res<V<'b>> {
@@ -426,9 +517,17 @@ fn float64<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 }
 fn float32<'b>(v: &'b Value, a: &Args<'_>) -> Res<V<'b>> {
     match float64(v, a)? {
-        V::Own(Value::Float(f)) => own((f as f32) as f64),
-        other => own(to_float(other.get())? as f32 as f64),
+        V::Own(Value::Float(f)) => own(f32_as_f64(f as f32)),
+        other => own(f32_as_f64(to_float(other.get())? as f32)),
     }
+}
+/// The 64-bit float with the shortest digits of a 32-bit float, so that it prints as the
+/// 32-bit float does (`6.674283e-11`, not `6.674283051943271e-11`).
+fn f32_as_f64(f: f32) -> f64 {
+    if !f.is_finite() {
+        return f as f64;
+    }
+    f.to_string().parse::<f64>().unwrap_or(f as f64)
 }
 fn bits<'b>(v: &'b Value, args: &Args<'_>, f: fn(i64, i64) -> i64) -> Res<V<'b>> {
     own(f(to_int(v)?, args.int(0)?))

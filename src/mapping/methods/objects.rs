@@ -25,11 +25,19 @@ pub static SPECS: &[MethodSpec] = &[
         &[p("with")],
         &[ex("root = this.a.merge(this.b)", r#"{"a":{"x":1,"y":1},"b":{"y":2,"z":3}}"#, r#"{"x":1,"y":[1,2],"z":3}"#)], merge),
     method("assign", CAT, "Merges two objects; values from the argument replace colliding ones.", &[p("with")],
-        &[ex("root = this.a.assign(this.b)", r#"{"a":{"x":1,"y":{"p":1}},"b":{"y":{"q":2},"z":3}}"#, r#"{"x":1,"y":{"p":1,"q":2},"z":3}"#)], assign),
+        &[ex("root = this.a.assign(this.b)", r#"{"a":{"x":1,"y":{"p":1}},"b":{"y":{"q":2},"z":3}}"#, r#"{"x":1,"y":{"p":1,"q":2},"z":3}"#),
+          ex("root = this.foo.assign(this.bar)", r#"{"foo":{"first_name":"fooer","likes":"bars"},"bar":{"second_name":"barer","likes":"foos"}}"#, r#"{"first_name":"fooer","likes":"foos","second_name":"barer"}"#),
+          ex("root = this.a.assign(this.b)", r#"{"a":["foo","bar"],"b":["baz","buz"]}"#, r#"["foo","bar","baz","buz"]"#),
+          ex("root = this.a.assign(this.b)", r#"{"a":["foo","bar"],"b":{"baz":"buz"}}"#, r#"["foo","bar",{"baz":"buz"}]"#),
+          ex("root = this.a.assign(this.b)", r#"{"a":{"l":[1,2]},"b":{"l":[3]}}"#, r#"{"l":[3]}"#)], assign),
     method("get", CAT, "The value at a dot path, or null.", &[p("path")],
         &[ex(r#"root.v = this.get("a.b.0")"#, r#"{"a":{"b":[7]}}"#, r#"{"v":7}"#)], get),
     method("set", CAT, "The value with a dot path set.", &[p("path"), p("value")],
-        &[ex(r#"root = this.set("a.b", 2)"#, r#"{"a":{"c":1}}"#, r#"{"a":{"b":2,"c":1}}"#)], set),
+        &[ex(r#"root = this.set("a.b", 2)"#, r#"{"a":{"c":1}}"#, r#"{"a":{"b":2,"c":1}}"#),
+          ex(r#"root = this.set("a.1", "x")"#, r#"{"a":[1,2,3]}"#, r#"{"a":[1,"x",3]}"#),
+          ex(r#"root = this.set("a.0.b", 5)"#, r#"{"a":[{"b":1},{"b":2}]}"#, r#"{"a":[{"b":5},{"b":2}]}"#),
+          ex(r#"root = this.set("-1", 9)"#, "[1,2,3]", "[1,2,9]"),
+          ex(r#"root = this.set("a.3", "x")"#, r#"{"a":[1,2,3]}"#, "error:index 3 is out of bounds for an array of length 3")], set),
 ];
 
 fn keys<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -153,7 +161,7 @@ fn combine(a: Value, b: Value, clash: fn(Value, Value) -> Value) -> Value {
 }
 
 /// `merge` keeps both values of a clash, in an array.
-fn merge_values(a: Value, b: Value) -> Value {
+pub(crate) fn merge_values(a: Value, b: Value) -> Value {
     combine(a, b, |a, b| match (a, b) {
         (Value::Array(mut x), other) => {
             x.push(other);
@@ -172,16 +180,38 @@ fn merge<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(merge_values(v.clone(), args.get(0).clone()))
 }
 
-/// `assign` lets the second value win a clash.
+/// `assign` lets the second value win a clash: below the top, objects combine key by key
+/// and anything else (arrays too) is replaced.
 fn assign_values(a: Value, b: Value) -> Value {
-    combine(a, b, |_, b| b)
+    match (a, b) {
+        (Value::Object(mut x), Value::Object(y)) => {
+            for (k, v) in y {
+                let merged = match x.remove(&k) {
+                    Some(old) => assign_values(old, v),
+                    None => v,
+                };
+                x.insert(k, merged);
+            }
+            Value::Object(x)
+        }
+        (_, b) => b,
+    }
 }
 
 fn assign<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    if !matches!(v, Value::Object(_) | Value::Array(_)) {
-        return Err(type_err("object or array", v));
+    match (v, args.get(0)) {
+        // Into an array: an array's items are added, any other value is appended.
+        (Value::Array(a), Value::Array(b)) => {
+            own(Value::Array(a.iter().chain(b).cloned().collect()))
+        }
+        (Value::Array(a), b) => {
+            let mut out = a.clone();
+            out.push(b.clone());
+            own(Value::Array(out))
+        }
+        (Value::Object(_), _) => own(assign_values(v.clone(), args.get(0).clone())),
+        _ => Err(type_err("object or array", v)),
     }
-    own(assign_values(v.clone(), args.get(0).clone()))
 }
 
 fn get<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -194,6 +224,32 @@ fn get<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 
 fn set<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let mut out = v.clone();
-    set_path(&mut out, &split_path(args.str(0)?), args.get(1).clone());
+    let path = split_path(args.str(0)?);
+    // Through arrays a segment is a position, as the reference's paths read them.
+    let mut cur = &mut out;
+    for seg in &path {
+        cur = match cur {
+            Value::Array(items) => {
+                let len = items.len();
+                let i = seg.parse::<i64>().map_err(|_| {
+                    format!("cannot set field `{seg}` of an array: expected an index")
+                })?;
+                match crate::mapping::exec::norm_index(i, len) {
+                    Some(k) => &mut items[k],
+                    None => return Err(crate::mapping::exec::out_of_bounds(i, "an array", len)),
+                }
+            }
+            other => {
+                if !matches!(other, Value::Object(_)) {
+                    *other = Value::Object(Object::new());
+                }
+                match other {
+                    Value::Object(o) => o.entry(seg.clone()).or_insert(Value::Null),
+                    _ => unreachable!("just made an object"),
+                }
+            }
+        };
+    }
+    *cur = args.get(1).clone();
     own(out)
 }

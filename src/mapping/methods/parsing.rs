@@ -8,9 +8,11 @@ use crate::value::{Object, Value};
 const CAT: &str = "Parsing";
 
 pub static SPECS: &[MethodSpec] = &[
-    method("parse_json", CAT, "Parses JSON text into a value.", &[opt("use_number", Default::Bool(false))],
+    method("parse_json", CAT, "Parses JSON text into a value. With `use_number`, integers past `i64` up to 18446744073709551615 keep every digit instead of becoming floats.", &[opt("use_number", Default::Bool(false))],
         &[ex("root.d = this.s.parse_json()", r#"{"s":"{\"a\":[1,2]}"}"#, r#"{"d":{"a":[1,2]}}"#),
-          ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse")], parse_json),
+          ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse"),
+          ex("root.id = this.s.parse_json(use_number: true).id.string()", r#"{"s":"{\"id\":18446744073709551615}"}"#, r#"{"id":"18446744073709551615"}"#),
+          ex("root.id = this.s.parse_json().id.string()", r#"{"s":"{\"id\":18446744073709551615}"}"#, r#"{"id":"18446744073709552000"}"#)], parse_json),
     method("format_json", CAT, "Writes the value as JSON text; indented unless `no_indent`. `<`, `>` and `&` in strings are written as `\\u003c`, `\\u003e` and `\\u0026` unless `escape_html` is false.",
         &[opt("indent", Default::Str("    ")), opt("no_indent", Default::Bool(false)), opt("escape_html", Default::Bool(true))],
         &[ex(r#"root.s = this.format_json(no_indent: true).string()"#, r#"{"a":1}"#, r#"{"s":"{\"a\":1}"}"#),
@@ -22,8 +24,12 @@ pub static SPECS: &[MethodSpec] = &[
              "{\n    \"email\": \"foo&bar@benthos.dev\",\n    \"name\": \"foo>bar\"\n}")], format_json),
     method("parse_yaml", CAT, "Parses YAML text into a value.", &[],
         &[ex("root.d = this.s.parse_yaml()", r#"{"s":"a: [1, x]\nb: true\n"}"#, r#"{"d":{"a":[1,"x"],"b":true}}"#)], parse_yaml),
-    method("format_yaml", CAT, "Writes the value as YAML text.", &[],
-        &[ex("root = this.format_yaml()", r#"{"a":1}"#, "a: 1\n")], format_yaml),
+    method("format_yaml", CAT, "Writes the value as YAML text, indented as Go's YAML encoder indents it: nested mappings and sequences under a key four columns deeper.", &[],
+        &[ex("root = this.format_yaml()", r#"{"a":1}"#, "a: 1\n"),
+          ex("root = this.doc.format_yaml()", r#"{"doc":{"foo":"bar"}}"#, "foo: bar\n"),
+          ex("root = this.format_yaml()", r#"{"a":{"b":{"c":1}},"l":[1,{"x":1,"y":[2,3]}],"e":[],"o":{}}"#,
+             "a:\n    b:\n        c: 1\ne: []\nl:\n    - 1\n    - x: 1\n      y:\n        - 2\n        - 3\no: {}\n"),
+          ex("root = this.format_yaml()", r#"[[1,2],"x"]"#, "- - 1\n  - 2\n- x\n")], format_yaml),
     method("parse_csv", CAT, "Parses CSV text into an array of objects keyed by the header row (or of arrays without one).",
         &[opt("parse_header_row", Default::Bool(true)), opt("delimiter", Default::Str(",")), opt("lazy_quotes", Default::Bool(false))],
         &[ex("root.rows = this.s.parse_csv()", r#"{"s":"a,b\n1,2\n3,4"}"#, r#"{"rows":[{"a":"1","b":"2"},{"a":"3","b":"4"}]}"#),
@@ -31,9 +37,18 @@ pub static SPECS: &[MethodSpec] = &[
     method("format_csv", CAT, "Writes an array of objects (header from the first's keys) or arrays as CSV text.",
         &[opt("delimiter", Default::Str(","))],
         &[ex("root = this.rows.format_csv()", r#"{"rows":[{"a":"1","b":2}]}"#, "a,b\n1,2\n")], format_csv),
-    method("parse_url", CAT, "Parses a URL into its parts.", &[],
-        &[ex("root.u = this.s.parse_url().without(\"raw_query\", \"fragment\", \"user\")", r#"{"s":"https://x.io:8080/p/a?q=1&q=2"}"#,
-             r#"{"u":{"scheme":"https","host":"x.io:8080","path":"/p/a","query":{"q":["1","2"]}}}"#)], parse_url),
+    method("parse_url", CAT, "Parses a URL into its parts, as Go's `url.Parse` reads it: `scheme`, `opaque`, `user` (`name`, `password`; only when given), `host` (with the port as written), `path` (unescaped), `raw_path`, `raw_query`, `query` (each key's values; only when there is a query), `fragment` and `raw_fragment`.", &[],
+        &[ex("root.foo_url = this.url.parse_url()", r#"{"url":"https://www.benthos.dev/docs/guides/bloblang/about"}"#,
+             r#"{"foo_url":{"fragment":"","host":"www.benthos.dev","opaque":"","path":"/docs/guides/bloblang/about","raw_fragment":"","raw_path":"","raw_query":"","scheme":"https"}}"#),
+          ex("root.username = this.url.parse_url().user.name | \"unknown\"", r#"{"url":"amqp://foo:bar@127.0.0.1:5672/"}"#, r#"{"username":"foo"}"#),
+          ex("root.username = this.url.parse_url().user.name | \"unknown\"", r#"{"url":"redis://localhost:6379"}"#, r#"{"username":"unknown"}"#),
+          ex("root.u = this.s.parse_url().without(\"opaque\", \"raw_path\", \"fragment\", \"raw_fragment\")", r#"{"s":"https://x.io:8080/p/a?q=1&q=2&r=a+b"}"#,
+             r#"{"u":{"scheme":"https","host":"x.io:8080","path":"/p/a","raw_query":"q=1&q=2&r=a+b","query":{"q":["1","2"],"r":["a b"]}}}"#),
+          ex("root.u = this.s.parse_url()", r#"{"s":"http://h/a%2Fb%20c#x%20y"}"#,
+             r#"{"u":{"scheme":"http","opaque":"","host":"h","path":"/a/b c","raw_path":"/a%2Fb%20c","raw_query":"","fragment":"x y","raw_fragment":""}}"#),
+          ex("root.u = this.s.parse_url().opaque", r#"{"s":"mailto:someone@example.com"}"#, r#"{"u":"someone@example.com"}"#),
+          ex(r#"root.url = this.url.parse_url().catch(err -> {"error":err,"input":this.url})"#, r#"{"url":"invalid %&# url"}"#,
+             r#"{"url":{"error":"this.url.parse_url(): parse \"invalid %&\": invalid URL escape \"%&\"","input":"invalid %&# url"}}"#)], parse_url),
     method("parse_form_url_encoded", CAT, "Parses `a=1&b=2` into an object; repeated keys give arrays.", &[],
         &[ex("root.f = this.s.parse_form_url_encoded()", r#"{"s":"a=1&b=x+y&a=2"}"#, r#"{"f":{"a":["1","2"],"b":"x y"}}"#)], parse_form),
     method(
@@ -82,7 +97,11 @@ pub static SPECS: &[MethodSpec] = &[
             r#"{"s":"<root><title lang=\"en\">Hi</title><n>1</n><n>2</n></root>"}"#,
             r##"{"root":{"n":["1","2"],"title":{"#text":"Hi","-lang":"en"}}}"##,
         ),
-          ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#)],
+          ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#),
+          ex("root = this.s.parse_xml(cast: true)", r#"{"s":"<a id=\"7\" ok=\"true\" ratio=\"0.5\" name=\"x\">t</a>"}"#,
+             r##"{"a":{"#text":"t","-id":7,"-name":"x","-ok":true,"-ratio":0.5}}"##),
+          ex("root = this.s.parse_xml()", r#"{"s":"<a id=\"7\">t</a>"}"#, r##"{"a":{"#text":"t","-id":"7"}}"##),
+          ex("root = this.s.parse_xml()", r#"{"s":"<a id=7 lang=en>t</a>"}"#, r##"{"a":{"#text":"t","-id":"7","-lang":"en"}}"##)],
         parse_xml,
     ),
     method(
@@ -103,7 +122,12 @@ pub static SPECS: &[MethodSpec] = &[
     ),
 ];
 
-fn parse_json<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+fn parse_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    if args.bool(0)? {
+        return Value::from_json_numbers(&raw(v)?)
+            .map(V::Own)
+            .map_err(|e| format!("failed to parse JSON: {e}"));
+    }
     Value::from_json(&raw(v)?)
         .map(V::Own)
         .map_err(|e| format!("failed to parse JSON: {e}"))
@@ -187,10 +211,97 @@ fn parse_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(yaml_to_value(y))
 }
 
+/// One scalar as YAML text (serde_yaml decides quoting); multi-line strings come back as a
+/// `|-` block whose lines are indented to `col`.
+fn yaml_scalar(v: &Value, col: usize) -> Res<String> {
+    let s = serde_yaml::to_string(v).map_err(|e| e.to_string())?;
+    let s = s.strip_suffix('\n').unwrap_or(&s);
+    if !s.contains('\n') {
+        return Ok(s.to_string());
+    }
+    let mut lines = s.lines();
+    let mut out = lines.next().unwrap_or("").to_string();
+    let pad = " ".repeat(col);
+    for l in lines {
+        out.push('\n');
+        let l = l.strip_prefix("  ").unwrap_or(l);
+        if !l.is_empty() {
+            out.push_str(&pad);
+            out.push_str(l);
+        }
+    }
+    Ok(out)
+}
+
+fn yaml_is_block(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => !o.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => false,
+    }
+}
+
+/// Writes a block value whose first line continues the current one (`inline`) or starts at
+/// `col`. As Go's YAML encoder indents (four columns): what is under a key goes to the next
+/// multiple of four, what is in a sequence item right after its `- `.
+fn yaml_block(v: &Value, col: usize, inline: bool, out: &mut String) -> Res<()> {
+    let mut first = inline;
+    let mut start = |out: &mut String| {
+        if !std::mem::take(&mut first) {
+            out.push_str(&" ".repeat(col));
+        }
+    };
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                start(out);
+                out.push_str(&yaml_scalar(&Value::String(k.clone()), col + 4)?);
+                out.push(':');
+                if yaml_is_block(x) {
+                    out.push('\n');
+                    // Go's encoder indents what is under a key to the next multiple of four
+                    // (so a mapping that sits after a `- ` comes back into step).
+                    yaml_block(x, 4 * ((col + 4) / 4), false, out)?;
+                } else {
+                    out.push(' ');
+                    out.push_str(&yaml_empty_or_scalar(x, col + 4)?);
+                    out.push('\n');
+                }
+            }
+        }
+        Value::Array(a) => {
+            for x in a {
+                start(out);
+                out.push_str("- ");
+                if yaml_is_block(x) {
+                    yaml_block(x, col + 2, true, out)?;
+                } else {
+                    out.push_str(&yaml_empty_or_scalar(x, col + 2)?);
+                    out.push('\n');
+                }
+            }
+        }
+        other => {
+            start(out);
+            out.push_str(&yaml_empty_or_scalar(other, col)?);
+            out.push('\n');
+        }
+    }
+    Ok(())
+}
+
+fn yaml_empty_or_scalar(v: &Value, col: usize) -> Res<String> {
+    Ok(match v {
+        Value::Object(_) => "{}".into(),
+        Value::Array(_) => "[]".into(),
+        other => yaml_scalar(other, col)?,
+    })
+}
+
 fn format_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    serde_yaml::to_string(v)
-        .map(|s| V::Own(Value::Bytes(s.into_bytes().into())))
-        .map_err(|e| e.to_string())
+    let mut out = String::new();
+    yaml_block(v, 0, false, &mut out)?;
+    own(Value::Bytes(out.into_bytes().into()))
 }
 
 fn delimiter(args: &Args<'_>, i: usize) -> Res<u8> {
@@ -294,38 +405,199 @@ fn parse_form<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     own(form_object(url::form_urlencoded::parse(&raw(v)?)))
 }
 
+/// Go's `url.PathUnescape`/`QueryUnescape`: `%XX` escapes (and `+` as a space in a query).
+fn go_unescape(s: &str, plus_space: bool) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b
+                    .get(i + 1..i + 3)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+                let Some(h) = hex else {
+                    let end = (i + 3).min(b.len());
+                    return Err(format!(
+                        "invalid URL escape {:?}",
+                        String::from_utf8_lossy(&b[i..end])
+                    ));
+                };
+                out.push(
+                    u8::from_str_radix(std::str::from_utf8(h).unwrap_or("00"), 16).unwrap_or(0),
+                );
+                i += 3;
+            }
+            b'+' if plus_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Go's escaping of a path (or, with `fragment`, a fragment): what `url.URL` compares the
+/// text it was given with to decide whether to keep it as `RawPath`/`RawFragment`.
+fn go_escape(s: &str, fragment: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &c in s.as_bytes() {
+        let keep = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'-' | b'_'
+                    | b'.'
+                    | b'~'
+                    | b'$'
+                    | b'&'
+                    | b'+'
+                    | b','
+                    | b'/'
+                    | b':'
+                    | b';'
+                    | b'='
+                    | b'@'
+            )
+            || (fragment && matches!(c, b'?' | b'!' | b'(' | b')' | b'*'));
+        if keep {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
+/// Parses a URL as Go's `url.Parse` does and gives the fields Bloblang gives: `scheme`,
+/// `opaque`, `user` (when there is one), `host` (with its port, as written), `path`
+/// (unescaped), `raw_path` (the path as written when unescaping and escaping again would
+/// not give it back), `raw_query`, `query` (when there is one), `fragment` and
+/// `raw_fragment`.
 fn parse_url<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
-    let u = url::Url::parse(&s).map_err(|e| format!("failed to parse URL: {e}"))?;
-    let mut o = Object::new();
-    o.insert("scheme".into(), Value::from(u.scheme()));
-    let host = match (u.host_str(), u.port()) {
-        (Some(h), Some(p)) => format!("{h}:{p}"),
-        (Some(h), None) => h.to_string(),
-        _ => String::new(),
+    let (rest, frag) = match s.split_once('#') {
+        Some((r, f)) => (r, Some(f)),
+        None => (&s[..], None),
     };
-    o.insert("host".into(), Value::String(host));
-    o.insert("path".into(), Value::from(u.path()));
-    o.insert("raw_query".into(), Value::from(u.query().unwrap_or("")));
-    o.insert("fragment".into(), Value::from(u.fragment().unwrap_or("")));
-    let mut query = Object::new();
-    for (k, v) in u.query_pairs() {
-        if let Value::Array(a) = query
-            .entry(k.into_owned())
-            .or_insert_with(|| Value::Array(Vec::new()))
-        {
-            a.push(Value::String(v.into_owned()));
+    let fail = |why: String| format!("parse {rest:?}: {why}");
+    if rest.bytes().any(|c| c < 0x20 || c == 0x7f) {
+        return Err(fail("net/url: invalid control character in URL".into()));
+    }
+    let mut o = Object::new();
+    let mut scheme = String::new();
+    let mut tail = rest;
+    if let Some(i) = rest.find(':') {
+        let cand = &rest[..i];
+        let valid = cand.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && cand
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-' | b'.'));
+        if valid {
+            scheme = cand.to_ascii_lowercase();
+            tail = &rest[i + 1..];
+        } else if i == 0 {
+            return Err(fail("missing protocol scheme".into()));
         }
     }
-    o.insert("query".into(), Value::Object(query));
-    let mut user = Object::new();
-    if !u.username().is_empty() {
-        user.insert("name".into(), Value::from(u.username()));
-        if let Some(p) = u.password() {
-            user.insert("password".into(), Value::from(p));
+    let (tail, raw_query) = match tail.split_once('?') {
+        Some((t, q)) => (t, Some(q)),
+        None => (tail, None),
+    };
+    let mut opaque = "";
+    let mut user = None;
+    let mut host = "";
+    let mut path = tail;
+    if !scheme.is_empty() && !tail.starts_with('/') {
+        opaque = tail;
+        path = "";
+    } else if let Some(after) = tail.strip_prefix("//") {
+        let end = after.find('/').unwrap_or(after.len());
+        let authority = &after[..end];
+        path = &after[end..];
+        let hostpart = match authority.rsplit_once('@') {
+            Some((info, h)) => {
+                let (name, pass) = match info.split_once(':') {
+                    Some((n, p)) => (n, Some(p)),
+                    None => (info, None),
+                };
+                let mut u = Object::new();
+                u.insert(
+                    "name".into(),
+                    Value::String(go_unescape(name, false).map_err(fail)?),
+                );
+                if let Some(p) = pass {
+                    u.insert(
+                        "password".into(),
+                        Value::String(go_unescape(p, false).map_err(fail)?),
+                    );
+                }
+                user = Some(u);
+                h
+            }
+            None => authority,
+        };
+        if hostpart.contains(' ') {
+            return Err(fail("invalid character \" \" in host name".to_string()));
+        }
+        host = hostpart;
+    } else if scheme.is_empty() {
+        if let Some(seg) = tail.split('/').next() {
+            if seg.contains(':') {
+                return Err(fail(
+                    "first path segment in URL cannot contain colon".into(),
+                ));
+            }
         }
     }
-    o.insert("user".into(), Value::Object(user));
+    let decoded_path = go_unescape(path, false).map_err(fail)?;
+    let raw_path = if go_escape(&decoded_path, false) == path {
+        ""
+    } else {
+        path
+    };
+    o.insert("scheme".into(), Value::String(scheme));
+    o.insert("opaque".into(), Value::from(opaque));
+    if let Some(u) = user {
+        o.insert("user".into(), Value::Object(u));
+    }
+    o.insert("host".into(), Value::from(host));
+    o.insert("path".into(), Value::String(decoded_path));
+    o.insert("raw_path".into(), Value::from(raw_path));
+    o.insert("raw_query".into(), Value::from(raw_query.unwrap_or("")));
+    let (fragment, raw_fragment) = match frag {
+        Some(f) => {
+            let d = go_unescape(f, false).map_err(|e| format!("parse {s:?}: {e}"))?;
+            let raw = if go_escape(&d, true) == f {
+                String::new()
+            } else {
+                f.to_string()
+            };
+            (d, raw)
+        }
+        None => (String::new(), String::new()),
+    };
+    o.insert("fragment".into(), Value::String(fragment));
+    o.insert("raw_fragment".into(), Value::String(raw_fragment));
+    if let Some(q) = raw_query.filter(|q| !q.is_empty()) {
+        let mut query = Object::new();
+        for pair in q.split('&') {
+            if pair.is_empty() || pair.contains(';') {
+                continue;
+            }
+            let (k, val) = pair.split_once('=').unwrap_or((pair, ""));
+            let (Ok(k), Ok(val)) = (go_unescape(k, true), go_unescape(val, true)) else {
+                continue;
+            };
+            if let Value::Array(a) = query.entry(k).or_insert_with(|| Value::Array(Vec::new())) {
+                a.push(Value::String(val));
+            }
+        }
+        o.insert("query".into(), Value::Object(query));
+    }
     own(Value::Object(o))
 }
 
@@ -445,15 +717,18 @@ fn xml_insert(o: &mut Object, key: String, v: Value) {
     }
 }
 
-fn xml_attrs(e: &quick_xml::events::BytesStart<'_>) -> Res<Object> {
+/// The attributes of an element as `-name` fields. Read leniently, as Go's non-strict
+/// decoder does: values may be unquoted (`<a b=c>`). With `cast`, numeric and bool values
+/// become numbers and bools, as text does.
+fn xml_attrs(e: &quick_xml::events::BytesStart<'_>, cast: bool) -> Res<Object> {
     let mut o = Object::new();
-    for a in e.attributes() {
+    for a in e.html_attributes() {
         let a = a.map_err(|e| format!("bad XML attribute: {e}"))?;
         let key = format!("-{}", String::from_utf8_lossy(a.key.as_ref()));
         let val = a
             .unescape_value()
             .map_err(|e| format!("bad XML attribute: {e}"))?;
-        o.insert(key, Value::String(val.into_owned()));
+        o.insert(key, xml_text(val.into_owned(), cast));
     }
     Ok(o)
 }
@@ -488,11 +763,11 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                     return Err("failed to parse XML: nested too deeply".into());
                 }
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                stack.push((name, xml_attrs(&e)?, String::new()));
+                stack.push((name, xml_attrs(&e, cast)?, String::new()));
             }
             Event::Empty(e) => {
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                let value = finish(xml_attrs(&e)?, String::new());
+                let value = finish(xml_attrs(&e, cast)?, String::new());
                 match stack.last_mut() {
                     Some(parent) => xml_insert(&mut parent.1, name, value),
                     None => xml_insert(&mut root, name, value),

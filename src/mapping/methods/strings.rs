@@ -3,7 +3,9 @@
 
 use super::{raw, text};
 use crate::mapping::exec::{own, slice_value, V};
-use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
+use crate::mapping::spec::{
+    describe, ex, method, opt, p, type_err, Args, Default, MethodSpec, Res,
+};
 use crate::value::Value;
 
 const CAT: &str = "String Manipulation";
@@ -50,7 +52,25 @@ pub static SPECS: &[MethodSpec] = &[
     method("replace_many", CAT, "Old name of `replace_all_many`.", &[p("values")], &[], replace_many),
     method("split", CAT, "The string split around a delimiter (or an array split around an equal item).",
         &[p("delimiter")],
-        &[ex(r#"root.a = this.a.split(",")"#, r#"{"a":"a,b,c"}"#, r#"{"a":["a","b","c"]}"#)], split),
+        &[ex(r#"root.a = this.a.split(",")"#, r#"{"a":"a,b,c"}"#, r#"{"a":["a","b","c"]}"#),
+          ex(r#"root.words = this.sentence.split(" ")"#, r#"{"sentence":"Hello Bento!"}"#, r#"{"words":["Hello","Bento!"]}"#),
+          ex(r#"root = this.split(",")"#, r#""a,,b""#, r#"["a","","b"]"#),
+          ex(r#"root = this.split(",")"#, r#""""#, r#"[""]"#),
+          ex(r#"root = this.split("")"#, r#""abc""#, r#"["a","b","c"]"#),
+          ex(r#"root = this.split("SPLIT")"#, r#"["apple","banana","SPLIT","orange","grape"]"#, r#"[["apple","banana"],["orange","grape"]]"#),
+          ex(r#"root = this.split("x")"#, r#"["x",1,2,"x"]"#, r#"[null,[1,2],[]]"#),
+          ex(r#"root = this.split("x")"#, r#"["x","x","x"]"#, r#"[null,[],[],[]]"#),
+          ex(r#"root = this.split("x")"#, r#"[1,"x","x",2]"#, r#"[[1],[],[2]]"#),
+          ex(r#"root = this.split("x")"#, r#"[]"#, r#"[[]]"#),
+          ex("root = this.split(2.5)", "[1,2.5,3,2.5,4]", "[[1],[3],[4]]"),
+          ex(r#"root.segments = this.villains.split("Kraven The Hunter")"#, r#"{"villains": ["Doctor Octopus", "Electro", "Kraven The Hunter", "Mysterio", "Sandman", "Vulture"]}"#,
+             r#"{"segments":[["Doctor Octopus","Electro"],["Mysterio","Sandman","Vulture"]]}"#),
+          ex("root.parts = this.mixed.split(0)", r#"{"mixed": [1, "a", 2, "b", 0, "e", 5, 0, "i"]}"#, r#"{"parts":[[1,"a",2,"b"],["e",5],["i"]]}"#),
+          ex(r#"root.groups = this.objects.split({"type": "separator"})"#, r#"{"objects": [{"id": 1, "name": "Spider-Man"}, {"type": "separator"}, {"id": 2, "name": "Daredevil"}]}"#,
+             r#"{"groups":[[{"id":1,"name":"Spider-Man"}],[{"id":2,"name":"Daredevil"}]]}"#),
+          ex(r#"root = content().split(",").map_each(b -> b.string())"#, "foo,bar,baz", r#"["foo","bar","baz"]"#),
+          ex("root = this.split(42)", r#""hello,world""#, "error:the delimiter must be a string"),
+          ex(r#"root = this.split(",")"#, "123", "error:expected string, array or bytes value")], split),
     method("repeat", CAT, "The string repeated `count` times.", &[p("count")],
         &[ex("root.a = this.a.repeat(3)", r#"{"a":"ab"}"#, r#"{"a":"ababab"}"#)], repeat),
     method("reverse", CAT, "The string (or array) in reverse order.", &[],
@@ -79,8 +99,13 @@ pub static SPECS: &[MethodSpec] = &[
     method("strip_html", CAT, "The string without HTML tags; `preserve` lists tags to keep.",
         &[opt("preserve", Default::Absent)],
         &[ex("root.a = this.a.strip_html()", r#"{"a":"<p>hi <b>you</b></p>"}"#, r#"{"a":"hi you"}"#)], strip_html),
-    method("slug", CAT, "The string as a URL slug: lower case words joined by hyphens.", &[opt("lang", Default::Absent)],
-        &[ex("root.a = this.a.slug()", r#"{"a":"Hello, World! 2024"}"#, r#"{"a":"hello-world-2024"}"#)], slug),
+    method("slug", CAT, "The string as a URL slug: lower case ASCII words joined by hyphens. Symbols become words of the language (`&` is `and` in `en`, `et` in `fr`, `und` in `de`, `y` in `es`...), apostrophes and quotes are dropped, accented letters lose their accents.",
+        &[opt("lang", Default::Str("en"))],
+        &[ex("root.a = this.a.slug()", r#"{"a":"Hello, World! 2024"}"#, r#"{"a":"hello-world-2024"}"#),
+          ex("root.slug = this.value.slug()", r#"{"value":"Gopher & Bento"}"#, r#"{"slug":"gopher-and-bento"}"#),
+          ex(r#"root.slug = this.value.slug("fr")"#, r#"{"value":"Gaufre & Poisson d'Eau Profonde"}"#, r#"{"slug":"gaufre-et-poisson-deau-profonde"}"#),
+          ex(r#"root.slug = this.value.slug("de")"#, r#"{"value":"Grüße & Küsse"}"#, r#"{"slug":"gruesse-und-kuesse"}"#),
+          ex("root.slug = this.value.slug()", r#"{"value":"Crème Brûlée @ Home"}"#, r#"{"slug":"creme-brulee-at-home"}"#)], slug),
     method("format", CAT, "Formats the arguments into the string, printf style (`%s`, `%v`, `%d`, `%.2f`, `%q`, `%x`, `%t`).",
         &[opt("a", Default::Absent), opt("b", Default::Absent), opt("c", Default::Absent), opt("d", Default::Absent),
           opt("e", Default::Absent), opt("f", Default::Absent), opt("g", Default::Absent), opt("h", Default::Absent)],
@@ -203,26 +228,66 @@ fn replace_many<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     s_own(s)
 }
 fn split<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    if let Value::Array(a) = v {
-        let d = args.get(0);
-        let mut out = vec![Vec::new()];
-        for x in a {
-            if crate::mapping::exec::values_eq(x, d) {
-                out.push(Vec::new());
-            } else if let Some(last) = out.last_mut() {
-                last.push(x.clone());
-            }
+    let d = args.get(0);
+    match v {
+        Value::Array(a) => {
+            let out: Result<Value, String> =
+                super::lambdas::split_items(a, |x| Ok(crate::mapping::exec::values_eq(x, d)));
+            own(out?)
         }
-        return own(Value::Array(out.into_iter().map(Value::Array).collect()));
+        Value::String(s) => {
+            let Value::String(d) = d else {
+                return Err(format!(
+                    "the delimiter must be a string to split a string, got {}",
+                    describe(d)
+                ));
+            };
+            let parts: Vec<Value> = if d.is_empty() {
+                s.chars().map(|c| Value::String(c.to_string())).collect()
+            } else {
+                s.split(d.as_str()).map(Value::from).collect()
+            };
+            own(Value::Array(parts))
+        }
+        Value::Bytes(b) => {
+            let Value::String(d) = d else {
+                return Err(format!(
+                    "the delimiter must be a string to split bytes, got {}",
+                    describe(d)
+                ));
+            };
+            let d = d.as_bytes();
+            let mut parts = Vec::new();
+            if d.is_empty() {
+                // One piece per UTF-8 sequence, as splitting a string by "" gives characters.
+                let text = String::from_utf8_lossy(b);
+                let mut at = 0;
+                for c in text.chars() {
+                    let n = c.len_utf8().min(b.len() - at);
+                    parts.push(Value::Bytes(b.slice(at..at + n)));
+                    at += n;
+                }
+            } else {
+                let mut start = 0;
+                let mut i = 0;
+                while i + d.len() <= b.len() {
+                    if &b[i..i + d.len()] == d {
+                        parts.push(Value::Bytes(b.slice(start..i)));
+                        i += d.len();
+                        start = i;
+                    } else {
+                        i += 1;
+                    }
+                }
+                parts.push(Value::Bytes(b.slice(start..)));
+            }
+            own(Value::Array(parts))
+        }
+        other => Err(format!(
+            "expected string, array or bytes value, got {}",
+            describe(other)
+        )),
     }
-    let s = text(v)?;
-    let d = args.str(0)?;
-    let parts: Vec<Value> = if d.is_empty() {
-        s.chars().map(|c| Value::String(c.to_string())).collect()
-    } else {
-        s.split(d).map(Value::from).collect()
-    };
-    own(Value::Array(parts))
 }
 fn repeat<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let n = args.int(0)?;
@@ -336,12 +401,59 @@ fn strip_html<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     out.push_str(rest);
     s_own(out)
 }
-fn slug<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let s = text(v)?.to_lowercase();
+/// Words that stand for symbols, per language, as the reference's slug library has them.
+fn slug_subs(lang: &str) -> &'static [(char, &'static str)] {
+    match lang {
+        "de" => &[
+            ('&', "und"),
+            ('@', "an"),
+            ('ä', "ae"),
+            ('Ä', "Ae"),
+            ('ö', "oe"),
+            ('Ö', "Oe"),
+            ('ü', "ue"),
+            ('Ü', "Ue"),
+            ('ß', "ss"),
+        ],
+        "fr" => &[('&', "et"), ('@', "arobase")],
+        "es" => &[('&', "y"), ('@', "en")],
+        "nl" => &[('&', "en"), ('@', "at")],
+        "it" => &[('&', "e"), ('@', "chiocciola")],
+        "pl" => &[('&', "i"), ('@', "na")],
+        "sv" => &[('&', "och"), ('@', "snabel a")],
+        "fi" => &[('&', "ja"), ('@', "at")],
+        "cs" => &[('&', "a"), ('@', "zavinac")],
+        "el" => &[('&', "kai")],
+        "tr" => &[('&', "ve"), ('@', "et")],
+        "hu" => &[('&', "es"), ('@', "kukac")],
+        _ => &[('&', "and"), ('@', "at")],
+    }
+}
+
+fn slug<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let lang = args.str(0)?;
+    let subs = slug_subs(lang);
+    let mut words = String::new();
+    for c in text(v)?.chars() {
+        match c {
+            '"' | '\'' | '’' => {}
+            '‒' | '–' | '—' | '―' => words.push('-'),
+            c => match subs.iter().find(|(k, _)| *k == c) {
+                Some((k, w)) if k.is_alphabetic() => words.push_str(w),
+                Some((_, w)) => {
+                    words.push(' ');
+                    words.push_str(w);
+                    words.push(' ');
+                }
+                None => words.push(c),
+            },
+        }
+    }
+    let s = deunicode::deunicode(&words).to_lowercase();
     let mut out = String::with_capacity(s.len());
     let mut dash = false;
     for c in s.chars() {
-        if c.is_alphanumeric() {
+        if c.is_ascii_alphanumeric() || c == '_' {
             if dash && !out.is_empty() {
                 out.push('-');
             }

@@ -61,6 +61,21 @@ pub static SPECS: &[MethodSpec] = &[
                 r#"{"changelog":[{"From":true,"Path":["debug"],"To":null,"Type":"delete"},{"From":30,"Path":["timeout"],"To":60,"Type":"update"}]}"#,
             ),
             ex(
+                "root = this.nope.diff(this.b)",
+                r#"{"b":{"x":1,"y":{"z":2}}}"#,
+                r#"[{"From":null,"Path":["x"],"To":1,"Type":"create"},{"From":null,"Path":["y"],"To":{"z":2},"Type":"create"}]"#,
+            ),
+            ex(
+                "root = this.a.diff(this.nope)",
+                r#"{"a":{"x":1}}"#,
+                r#"[{"From":1,"Path":["x"],"To":null,"Type":"delete"}]"#,
+            ),
+            ex(
+                "root = this.a.diff(this.b)",
+                r#"{"a":{"x":{"p":1}},"b":{}}"#,
+                r#"[{"From":{"p":1},"Path":["x"],"To":null,"Type":"delete"}]"#,
+            ),
+            ex(
                 "root = this.a.diff(this.b)",
                 r#"{"a":{"tags":["x","y"]},"b":{"tags":["y","z"]}}"#,
                 r#"[{"From":"x","Path":["tags","0"],"To":null,"Type":"delete"},{"From":null,"Path":["tags","1"],"To":"z","Type":"create"}]"#,
@@ -256,12 +271,40 @@ fn diff_into(path: &mut Vec<String>, a: &Value, b: &Value, out: &mut Vec<Value>)
     }
 }
 
-fn diff<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    if matches!(v, Value::Null) {
-        return own(Value::Null);
+/// Each member of a whole object (or item of an array) that appears or goes away: one
+/// change per member, as the reference's diff lists a created or removed document.
+fn members_changed(kind: &str, v: &Value, out: &mut Vec<Value>) {
+    let mut path = Vec::new();
+    let mut one = |k: String, x: &Value| {
+        path.push(k);
+        out.push(match kind {
+            "create" => change(kind, &path, Value::Null, x.clone()),
+            _ => change(kind, &path, x.clone(), Value::Null),
+        });
+        path.pop();
+    };
+    match v {
+        Value::Object(o) => o.iter().for_each(|(k, x)| one(k.clone(), x)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, x)| one(i.to_string(), x)),
+        _ => {}
     }
+}
+
+fn diff<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    let other = args.get(0);
     let mut out = Vec::new();
-    diff_into(&mut Vec::new(), v, args.get(0), &mut out);
+    match (v, other) {
+        (Value::Null, Value::Null) => {}
+        // A document that appears or goes away: each of its members is a change.
+        (Value::Null, Value::Object(_) | Value::Array(_)) => {
+            members_changed("create", other, &mut out)
+        }
+        (Value::Object(_) | Value::Array(_), Value::Null) => members_changed("delete", v, &mut out),
+        _ => diff_into(&mut Vec::new(), v, other, &mut out),
+    }
     own(Value::Array(out))
 }
 

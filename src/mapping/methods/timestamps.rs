@@ -36,7 +36,9 @@ pub static SPECS: &[MethodSpec] = &[
             r#"root.t = this.s.ts_strptime("%Y-%m-%d %H:%M")"#,
             r#"{"s":"2020-08-14 11:45"}"#,
             r#"{"t":"2020-08-14T11:45:00Z"}"#,
-        )],
+        ),
+          ex(r#"root.doc.timestamp = this.doc.timestamp.ts_strptime("%Y-%b-%d")"#, r#"{"doc":{"timestamp":"2020-Aug-14"}}"#, r#"{"doc":{"timestamp":"2020-08-14T00:00:00Z"}}"#),
+          ex(r#"root.doc.timestamp = this.doc.timestamp.ts_strptime("%Y-%b-%d %H:%M:%S.%f")"#, r#"{"doc":{"timestamp":"2020-Aug-14 11:50:26.371000"}}"#, r#"{"doc":{"timestamp":"2020-08-14T11:50:26.371Z"}}"#)],
         ts_strptime,
     ),
     method(
@@ -73,7 +75,11 @@ pub static SPECS: &[MethodSpec] = &[
             r#"root.s = this.t.ts_strftime("%Y/%m/%d %H:%M:%S")"#,
             r#"{"t":"2020-08-14T11:45:26Z"}"#,
             r#"{"s":"2020/08/14 11:45:26"}"#,
-        )],
+        ),
+          ex(r#"root.something_at = this.created_at.ts_strftime("%Y-%b-%d %H:%M:%S", "UTC")"#, r#"{"created_at":1597405526}"#, r#"{"something_at":"2020-Aug-14 11:45:26"}"#),
+          ex(r#"root.something_at = this.created_at.ts_strftime("%Y-%b-%d %H:%M:%S.%f", "UTC")"#, r#"{"created_at":1597405526}"#, r#"{"something_at":"2020-Aug-14 11:45:26.000000"}"#),
+          ex(r#"root.something_at = this.created_at.ts_strftime("%Y-%b-%d %H:%M:%S.%f", "UTC")"#, r#"{"created_at":"2020-08-14T11:50:26.371Z"}"#, r#"{"something_at":"2020-Aug-14 11:50:26.371000"}"#),
+          ex(r#"root.s = this.t.ts_strftime("100%% at %H")"#, r#"{"t":"2020-08-14T11:45:26Z"}"#, r#"{"s":"100% at 11"}"#)],
         ts_strftime,
     ),
     method(
@@ -195,13 +201,21 @@ pub static SPECS: &[MethodSpec] = &[
     method(
         "parse_duration_iso8601",
         CAT,
-        "Parses an ISO 8601 duration into nanoseconds.",
+        "Parses an ISO 8601 duration (`P[n]Y[n]M[n]DT[n]H[n]M[n]S` or `P[n]W`) into nanoseconds. A year is 365.2425 days and a month a twelfth of a year; only the last field may have a fraction, of which one decimal place counts.",
         &[],
         &[ex(
             r#"root.d = this.d.parse_duration_iso8601()"#,
             r#"{"d":"PT1M"}"#,
             r#"{"d":60000000000}"#,
-        )],
+        ),
+          ex("root.delay_for_ns = this.delay_for.parse_duration_iso8601()", r#"{"delay_for":"P3Y6M4DT12H30M5S"}"#, r#"{"delay_for_ns":110839937000000000}"#),
+          ex("root.delay_for_s = this.delay_for.parse_duration_iso8601() / 1000000000", r#"{"delay_for":"PT2H"}"#, r#"{"delay_for_s":7200}"#),
+          ex("root.delay_for_s = this.delay_for.parse_duration_iso8601() / 1000000000", r#"{"delay_for":"PT2.5S"}"#, r#"{"delay_for_s":2.5}"#),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P3.5S"}"#, r#"{"d":3500000000}"#),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1DX"}"#, "error:invalid ISO 8601 duration"),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"PT1.25S"}"#, r#"{"d":1200000000}"#),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1M"}"#, r#"{"d":2629746000000000}"#),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1.5DT2H"}"#, "error:only the last field may have a fraction")],
         parse_duration_iso8601,
     ),
     method(
@@ -321,8 +335,27 @@ fn zoned(t: DateTime<FixedOffset>, args: &Args<'_>, i: usize) -> Res<DateTime<Fi
 fn ts_parse<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(Value::Timestamp(parse_go(&text(v)?, Some(args.str(0)?))?))
 }
+/// A strftime format as chrono reads it: `%f` is zero-padded microseconds (six digits), as
+/// in Python and the reference, where chrono's own `%f` means nanoseconds.
+fn strftime_format(fmt: &str) -> String {
+    let mut out = String::with_capacity(fmt.len() + 4);
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '%' {
+            match chars.next() {
+                Some('f') => out.push_str("6f"),
+                Some(d) => out.push(d),
+                None => {}
+            }
+        }
+    }
+    out
+}
+
 fn ts_strptime<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    own(Value::Timestamp(parse_strptime(&text(v)?, args.str(0)?)?))
+    let fmt = strftime_format(args.str(0)?);
+    own(Value::Timestamp(parse_strptime(&text(v)?, &fmt)?))
 }
 fn ts_format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let t = zoned(to_ts(v)?, args, 1)?;
@@ -334,7 +367,7 @@ fn ts_format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 }
 fn ts_strftime<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let t = zoned(to_ts(v)?, args, 1)?;
-    let fmt = args.str(0)?;
+    let fmt = &strftime_format(args.str(0)?);
     // chrono reports a bad directive through fmt::Error; catch it instead of panicking.
     let items: Vec<chrono::format::Item<'_>> = chrono::format::StrftimeItems::new(fmt).collect();
     if items
