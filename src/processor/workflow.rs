@@ -385,9 +385,9 @@ impl Paths {
                 self.expr(a);
                 self.expr(b);
             }
-            ExprKind::Slice(a, b, c) => {
+            ExprKind::Slice(a, b, c, step) => {
                 self.expr(a);
-                for x in [b, c].into_iter().flatten() {
+                for x in [b, c, step].into_iter().flatten() {
                     self.expr(x);
                 }
             }
