@@ -49,11 +49,7 @@ impl Processor for Catch {
             m.clear_error();
             m
         }));
-        if out.is_empty() {
-            Vec::new()
-        } else {
-            vec![out]
-        }
+        super::nonempty(out)
     }
 }
 

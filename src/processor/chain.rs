@@ -54,11 +54,7 @@ impl Chain {
 
 /// One batch, or none when everything was filtered (an empty batch is never passed on).
 pub fn non_empty(batch: Batch) -> Vec<Batch> {
-    if batch.is_empty() {
-        Vec::new()
-    } else {
-        vec![batch]
-    }
+    super::nonempty(batch)
 }
 
 #[cfg(test)]
@@ -101,6 +97,22 @@ pub(crate) mod test_support {
             .iter()
             .map(|m| String::from_utf8_lossy(m.payload()).into_owned())
             .collect()
+    }
+
+    /// The payload of one message, as text.
+    pub fn text(m: &Message) -> String {
+        String::from_utf8_lossy(m.payload()).into_owned()
+    }
+
+    /// Runs one payload through `p` and gives the first message out.
+    pub async fn run_one(p: &dyn Processor, payload: &str) -> Message {
+        let mut out: Vec<Message> = p
+            .process(vec![Message::new(payload.to_owned())])
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        out.remove(0)
     }
 
     /// Each output batch as its payloads.

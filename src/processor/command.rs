@@ -158,11 +158,7 @@ impl Processor for Command {
                 Err(e) => batch[i].set_error(e),
             }
         }
-        if batch.is_empty() {
-            Vec::new()
-        } else {
-            vec![batch]
-        }
+        super::nonempty(batch)
     }
 }
 
@@ -170,6 +166,7 @@ impl Processor for Command {
 mod tests {
     use super::*;
     use crate::message::Message;
+    use crate::processor::chain::test_support::text;
 
     fn cx() -> BuildContext {
         BuildContext::new("t", crate::http::Routes::new(), Default::default()).child("c")
@@ -182,10 +179,6 @@ mod tests {
 
     async fn run(p: &dyn Processor, msgs: Vec<Message>) -> Vec<Message> {
         p.process(msgs).await.into_iter().flatten().collect()
-    }
-
-    fn text(m: &Message) -> String {
-        String::from_utf8_lossy(m.payload()).into_owned()
     }
 
     #[tokio::test]

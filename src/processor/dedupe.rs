@@ -90,11 +90,7 @@ impl Processor for Dedupe {
                 out.push(msg);
             }
         }
-        if out.is_empty() {
-            Vec::new()
-        } else {
-            vec![out]
-        }
+        super::nonempty(out)
     }
 }
 

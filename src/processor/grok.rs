@@ -194,6 +194,7 @@ impl Processor for Grok {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processor::chain::test_support::{run_one as run, text};
 
     fn cx() -> BuildContext {
         BuildContext::new("t", crate::http::Routes::new(), Default::default()).child("g")
@@ -202,20 +203,6 @@ mod tests {
     fn build(yaml: &str) -> Box<dyn Processor> {
         let cfg: GrokConfig = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
         cfg.build(&cx()).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    async fn run(p: &dyn Processor, payload: &str) -> Message {
-        let mut out: Vec<Message> = p
-            .process(vec![Message::new(payload.to_owned())])
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        out.remove(0)
-    }
-
-    fn text(m: &Message) -> String {
-        String::from_utf8_lossy(m.payload()).into_owned()
     }
 
     #[tokio::test]

@@ -87,6 +87,7 @@ impl Processor for Jmespath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processor::chain::test_support::text;
 
     async fn run(query: &str, payload: &str) -> Message {
         let cfg: JmespathConfig = serde_yaml::from_str(&format!("query: {query:?}")).unwrap();
@@ -99,10 +100,6 @@ mod tests {
             .flatten()
             .collect();
         out.remove(0)
-    }
-
-    fn text(m: &Message) -> String {
-        String::from_utf8_lossy(m.payload()).into_owned()
     }
 
     #[tokio::test]

@@ -251,6 +251,7 @@ impl Processor for Jq {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processor::chain::test_support::text;
 
     fn build(yaml: &str) -> Box<dyn Processor> {
         let cfg: JqConfig = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
@@ -264,10 +265,6 @@ mod tests {
             .map(|p| Message::new(p.to_string()))
             .collect();
         p.process(batch).await.into_iter().flatten().collect()
-    }
-
-    fn text(m: &Message) -> String {
-        String::from_utf8_lossy(m.payload()).into_owned()
     }
 
     #[tokio::test]

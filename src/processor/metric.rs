@@ -173,11 +173,7 @@ impl Metric {
 impl Processor for Metric {
     async fn process(&self, batch: Batch) -> Vec<Batch> {
         self.record(&batch);
-        if batch.is_empty() {
-            Vec::new()
-        } else {
-            vec![batch]
-        }
+        super::nonempty(batch)
     }
 }
 

@@ -89,6 +89,16 @@ crate::registry!(Kind::Processor, ProcessorKind, ProcessorConfig, BuildProcessor
     "workflow" => Workflow(workflow::WorkflowConfig),
 });
 
+/// A processor's result: the batch, or no batch at all when every message was filtered
+/// (which settles it as filtered).
+pub(crate) fn nonempty(batch: crate::message::Batch) -> Vec<crate::message::Batch> {
+    if batch.is_empty() {
+        Vec::new()
+    } else {
+        vec![batch]
+    }
+}
+
 /// Implemented by every processor config.
 pub trait BuildProcessor {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError>;

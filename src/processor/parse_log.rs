@@ -250,6 +250,7 @@ impl Processor for ParseLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processor::chain::test_support::{run_one as run, text};
 
     fn cx() -> BuildContext {
         BuildContext::new("t", crate::http::Routes::new(), Default::default()).child("p")
@@ -258,20 +259,6 @@ mod tests {
     fn build(yaml: &str) -> Box<dyn Processor> {
         let cfg: ParseLogConfig = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
         cfg.build(&cx()).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    async fn run(p: &dyn Processor, line: &str) -> Message {
-        let mut out: Vec<Message> = p
-            .process(vec![Message::new(line.to_owned())])
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        out.remove(0)
-    }
-
-    fn text(m: &Message) -> String {
-        String::from_utf8_lossy(m.payload()).into_owned()
     }
 
     #[tokio::test]

@@ -316,11 +316,7 @@ impl Processor for Subprocess {
         for msg in batch.iter_mut() {
             self.handle(msg).await;
         }
-        if batch.is_empty() {
-            Vec::new()
-        } else {
-            vec![batch]
-        }
+        super::nonempty(batch)
     }
 }
 

@@ -108,11 +108,7 @@ impl Processor for Switch {
             }
         }
         out.extend(carried);
-        if out.is_empty() {
-            Vec::new()
-        } else {
-            vec![out]
-        }
+        super::nonempty(out)
     }
 }
 

@@ -58,11 +58,7 @@ impl Processor for Try {
             };
         }
         current.extend(failed);
-        if current.is_empty() {
-            Vec::new()
-        } else {
-            vec![current]
-        }
+        super::nonempty(current)
     }
 }
 
