@@ -199,7 +199,12 @@ fn main() -> ExitCode {
                 single,
             };
             let stdin = std::io::stdin();
-            sluice::mapping::blobl::run(args, stdin.lock(), std::io::stdout(), std::io::stderr())
+            sluice::mapping::blobl::run(
+                args,
+                stdin.lock(),
+                std::io::stdout().lock(),
+                std::io::stderr(),
+            )
         }
         Command::Gateway { config } => match tokio::runtime::Runtime::new() {
             Ok(rt) => rt.block_on(sluice::cli::gateway(config.as_deref())),

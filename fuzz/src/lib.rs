@@ -36,13 +36,23 @@ pub fn mapping(data: &[u8]) {
     let msg = Message::new(MESSAGE.as_bytes().to_vec())
         .with_meta("k", "v")
         .with_meta("n", 3i64);
-    match m.apply(&vec![msg.clone()], 0) {
+    match m.apply(std::slice::from_ref(&msg), 0) {
         Ok(Some(out)) => {
             let _ = out.payload();
         }
         Ok(None) => {}
         Err(e) => {
             let _ = e.to_string();
+        }
+    }
+    // The same on a message it owns, which may edit the input in place.
+    match m.apply_owned(msg.clone()) {
+        Ok(Some(out)) => {
+            let _ = out.payload();
+        }
+        Ok(None) => {}
+        Err(f) => {
+            let _ = f.error.to_string();
         }
     }
     let mut edited = msg;

@@ -6,6 +6,8 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
+use bytes::{Bytes, BytesMut};
+
 use super::{Env, Mapping};
 use crate::message::{Message, Metadata};
 use crate::value::Value;
@@ -22,6 +24,18 @@ pub struct BloblArgs {
     pub meta: Option<String>,
     /// Read all of stdin as one message.
     pub single: bool,
+}
+
+/// Bytes read from stdin at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// A line without its line ending (`\n`, `\r\n`, or stray `\r`s before it).
+fn trim_end(line: &[u8]) -> &[u8] {
+    let end = line
+        .iter()
+        .rposition(|b| !matches!(b, b'\n' | b'\r'))
+        .map_or(0, |i| i + 1);
+    &line[..end]
 }
 
 /// Runs the command and returns its exit status.
@@ -85,19 +99,22 @@ pub fn run(
     };
 
     let mut failed = false;
-    let mut one = |payload: Vec<u8>, stdout: &mut dyn Write, stderr: &mut dyn Write| {
+    let shared_meta = (!meta.is_empty()).then(|| std::sync::Arc::new(meta));
+    let mut out = Vec::with_capacity(CHUNK);
+    let mut one = |payload: Bytes, out: &mut Vec<u8>, stderr: &mut dyn Write| {
         let mut msg = Message::new(payload);
-        msg.set_metadata(meta.clone());
-        let batch = vec![msg];
-        match mapping.apply(&batch, 0) {
-            Ok(Some(out)) => {
-                let _ = stdout.write_all(out.payload());
-                let _ = stdout.write_all(b"\n");
+        if let Some(meta) = &shared_meta {
+            msg = msg.with_shared_metadata(meta.clone());
+        }
+        match mapping.apply_owned(msg) {
+            Ok(Some(result)) => {
+                out.extend_from_slice(result.payload());
+                out.push(b'\n');
             }
             Ok(None) => {}
-            Err(e) => {
+            Err(f) => {
                 failed = true;
-                let _ = writeln!(stderr, "failed to execute mapping: {e}");
+                let _ = writeln!(stderr, "failed to execute mapping: {}", f.error);
             }
         }
     };
@@ -108,26 +125,44 @@ pub fn run(
             let _ = writeln!(stderr, "failed to read stdin: {e}");
             return 1;
         }
-        one(all, &mut stdout, &mut stderr);
+        one(all.into(), &mut out, &mut stderr);
     } else {
-        let mut line = Vec::new();
+        // Large reads, lines sliced out of them without a copy, and the results of a
+        // whole read written at once: output goes out as soon as the input pauses, so an
+        // interactive session still sees each result at once.
+        let mut buf = BytesMut::with_capacity(CHUNK);
+        let mut chunk = vec![0u8; CHUNK];
         loop {
-            line.clear();
-            match stdin.read_until(b'\n', &mut line) {
-                Ok(0) => break,
-                Ok(_) => {
-                    while matches!(line.last(), Some(b'\n' | b'\r')) {
-                        line.pop();
-                    }
-                    one(line.clone(), &mut stdout, &mut stderr);
-                }
+            let n = match stdin.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     let _ = writeln!(stderr, "failed to read stdin: {e}");
                     return 1;
                 }
+            };
+            if n == 0 {
+                break;
             }
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(last) = memchr::memrchr(b'\n', &buf) {
+                let complete = buf.split_to(last + 1).freeze();
+                for line in complete[..last].split(|b| *b == b'\n') {
+                    one(complete.slice_ref(trim_end(line)), &mut out, &mut stderr);
+                }
+            }
+            if stdout.write_all(&out).and_then(|_| stdout.flush()).is_err() {
+                // The reader went away (a closed pipe): nothing more can be written.
+                return i32::from(failed);
+            }
+            out.clear();
+        }
+        if !buf.is_empty() {
+            let rest = buf.freeze();
+            one(rest.slice_ref(trim_end(&rest)), &mut out, &mut stderr);
         }
     }
+    let _ = stdout.write_all(&out);
     let _ = stdout.flush();
     i32::from(failed)
 }
@@ -156,6 +191,19 @@ mod tests {
         assert_eq!(out, "2\n6\n");
         assert!(err.contains("failed to execute mapping"), "{err}");
         assert_eq!(code, 1);
+    }
+
+    #[test]
+    fn line_endings_long_lines_and_a_last_line_without_newline() {
+        let args = BloblArgs {
+            mapping: Some("root = content().string().length()".into()),
+            ..Default::default()
+        };
+        let long = "x".repeat(3 * CHUNK + 7);
+        let input = format!("ab\r\n\n{long}\nabc");
+        let (code, out, err) = go(args, &input);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out, format!("2\n0\n{}\n3\n", long.len()));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod compile;
 pub mod diagnostic;
 pub mod exec;
 pub mod functions;
+mod in_place;
 pub mod interp;
 pub mod methods;
 pub mod parser;
@@ -32,7 +33,7 @@ pub use interp::InterpolatedString;
 
 use compile::Compiler;
 use exec::{Frame, MsgView, Slot, StmtError, This};
-use program::Program;
+use program::{CStmt, Program};
 use spec::{FunctionSpec, MethodSpec};
 
 use crate::message::{Batch, Message};
@@ -51,6 +52,13 @@ pub enum MappingError {
     Query(String),
     #[error("message {index} is not in the batch (batch size {size})")]
     NoMessage { index: usize, size: usize },
+}
+
+/// A message a mapping failed on, given back as it was, and why.
+#[derive(Debug)]
+pub struct Failed {
+    pub message: Message,
+    pub error: MappingError,
 }
 
 impl From<StmtError> for MappingError {
@@ -255,7 +263,7 @@ impl Mapping {
 
     /// The `mapping` processor: builds a new message from message `index` of `batch`.
     /// `None` means the mapping deleted it. Metadata carries over unless changed.
-    pub fn apply(&self, batch: &Batch, index: usize) -> Result<Option<Message>, MappingError> {
+    pub fn apply(&self, batch: &[Message], index: usize) -> Result<Option<Message>, MappingError> {
         let (msg, fr) = self.run_on(batch, index)?;
         let mut out = match fr.root {
             Slot::Deleted => return Ok(None),
@@ -271,6 +279,79 @@ impl Mapping {
             out.set_error(e);
         }
         Ok(Some(out))
+    }
+
+    /// Whether [`Mapping::apply_owned`] edits the input document instead of a copy.
+    pub fn edits_in_place(&self) -> bool {
+        self.prog.in_place
+    }
+
+    /// [`Mapping::apply`] on a message the caller gives up: a mapping that starts with
+    /// `root = this` edits the parsed input instead of a copy of it (see `in_place`).
+    /// On failure the message comes back as it was, with the error.
+    pub fn apply_owned(&self, mut msg: Message) -> Result<Option<Message>, Box<Failed>> {
+        let prog = &*self.prog;
+        if !prog.in_place {
+            return match self.apply(std::slice::from_ref(&msg), 0) {
+                Ok(out) => Ok(out),
+                Err(error) => Err(Box::new(Failed {
+                    message: msg,
+                    error,
+                })),
+            };
+        }
+        // What gives the message back on failure: its bytes, or a copy when only the
+        // parsed form is current.
+        let original = match msg.payload_if_current() {
+            Some(raw) => {
+                let mut back = Message::new(raw.clone());
+                back.share_metadata(&msg);
+                if let Some(e) = msg.error() {
+                    back.set_error(e);
+                }
+                back
+            }
+            None => msg.clone(),
+        };
+        let Some(CStmt::Assign { line, .. }) = prog.stmts.first() else {
+            return Ok(Some(msg));
+        };
+        let doc = match msg.take_structured() {
+            Ok(v) => v,
+            Err(e) => {
+                let err = MappingError::Statement {
+                    line: *line,
+                    what: "assignment",
+                    msg: format!("unable to reference `this`: {e}"),
+                };
+                return Err(Box::new(Failed {
+                    message: original,
+                    error: err,
+                }));
+            }
+        };
+        let meta = msg.shared_metadata().cloned();
+        let error = msg.error().map(str::to_owned);
+        let mut fr = self.frame(borrowed(&meta), true);
+        fr.root = Slot::Val(doc);
+        let view = MsgView {
+            error: error.as_deref(),
+            ..MsgView::NONE
+        };
+        let res = exec::run(
+            prog,
+            &prog.stmts[1..],
+            &mut fr,
+            This::Val(&exec::NULL),
+            view,
+        );
+        if let Err(e) = res {
+            return Err(Box::new(Failed {
+                message: original,
+                error: e.into(),
+            }));
+        }
+        Ok(write_back(fr, &mut msg, true).then_some(msg))
     }
 
     /// Runs the mapping with no input message (the `generate` input): `this` is null.

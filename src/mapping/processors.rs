@@ -12,6 +12,25 @@ use crate::value::Value;
 /// The `mapping` processor: each message is replaced by what the mapping builds.
 /// Deleted messages leave the batch; an empty result means all were filtered.
 pub fn run_mapping(m: &Mapping, batch: Batch) -> Vec<Batch> {
+    if m.edits_in_place() {
+        // No message reads another of the batch: each can be handed over whole.
+        let out: Batch = batch
+            .into_iter()
+            .filter_map(|msg| match m.apply_owned(msg) {
+                Ok(out) => out,
+                Err(failed) => {
+                    let super::Failed { mut message, error } = *failed;
+                    message.set_error(error.to_string());
+                    Some(message)
+                }
+            })
+            .collect();
+        return if out.is_empty() {
+            Vec::new()
+        } else {
+            vec![out]
+        };
+    }
     let mut out = Vec::with_capacity(batch.len());
     for i in 0..batch.len() {
         match m.apply(&batch, i) {

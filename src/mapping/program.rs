@@ -155,6 +155,9 @@ pub struct Program {
     pub touches_root: bool,
     /// Calls `content()` or similar.
     pub reads_content: bool,
+    /// Starts with `root = this` and can run on the input document itself (see
+    /// `in_place`).
+    pub in_place: bool,
 }
 
 impl Program {

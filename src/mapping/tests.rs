@@ -6,11 +6,18 @@ use crate::message::Message;
 fn run(src: &str, input: &str) -> Result<String, String> {
     let m = Mapping::compile(src, &Env::default()).map_err(|d| d.to_string())?;
     let batch = vec![Message::new(input.as_bytes().to_vec())];
-    match m.apply(&batch, 0) {
+    let show = |r: Result<Option<Message>, MappingError>| match r {
         Ok(Some(out)) => Ok(String::from_utf8_lossy(out.payload()).into_owned()),
         Ok(None) => Ok("<deleted>".into()),
         Err(e) => Err(e.to_string()),
+    };
+    let copied = show(m.apply(&batch, 0));
+    if m.edits_in_place() {
+        // Run on a message it owns, the mapping edits the input in place: same result.
+        let owned = show(m.apply_owned(batch[0].clone()).map_err(|f| f.error));
+        assert_eq!(copied, owned, "`{src}` in place");
     }
+    copied
 }
 
 fn ok(src: &str, input: &str) -> String {
@@ -283,7 +290,7 @@ fn error_function_reads_the_message_error() {
     let m = Mapping::compile("root.e = error()\nroot.f = errored()", &Env::default()).unwrap();
     let mut msg = Message::new("{}");
     msg.set_error("earlier failure");
-    let out = m.apply(&vec![msg], 0).unwrap().unwrap();
+    let out = m.apply(&[msg], 0).unwrap().unwrap();
     assert_eq!(&out.payload()[..], br#"{"e":"earlier failure","f":true}"#);
     assert_eq!(out.error(), Some("earlier failure"));
 }
@@ -532,7 +539,7 @@ fn random_token_soup_never_panics() {
             .collect::<Vec<_>>()
             .join(" ");
         if let Ok(m) = Mapping::compile(&src, &Env::default()) {
-            let _ = m.apply(&vec![Message::new(input)], 0);
+            let _ = m.apply(&[Message::new(input)], 0);
             let mut msg = Message::new(input);
             let _ = m.mutate(&mut msg, 0, 1);
         }
@@ -806,7 +813,7 @@ fn reference_edge_cases_of_changed_behaviour() {
     let mut msg = Message::new(b"{}".to_vec());
     msg.metadata_mut()
         .insert("flow_id".into(), crate::value::Value::from("abc"));
-    let out = m.apply(&vec![msg], 0).unwrap().unwrap();
+    let out = m.apply(&[msg], 0).unwrap().unwrap();
     assert_eq!(out.payload().as_ref(), b"abc");
 }
 

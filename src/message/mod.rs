@@ -69,6 +69,11 @@ impl Message {
         })
     }
 
+    /// The payload bytes if they are current, without serializing a newer value.
+    pub fn payload_if_current(&self) -> Option<&Bytes> {
+        self.raw.get()
+    }
+
     pub fn payload_len(&self) -> usize {
         self.payload().len()
     }
