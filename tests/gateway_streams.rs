@@ -72,6 +72,8 @@ impl Sse {
             .http
             .get(gw.url(path))
             .header("x-api-key", key)
+            // As a browser's EventSource asks.
+            .header("accept", "text/event-stream")
             .send()
             .await
             .expect("SSE request");
@@ -129,7 +131,16 @@ async fn key_for(gw: &Gw, api: &str) -> String {
 async fn a_producer_reaches_consumers_round_robin_behind_key_auth() {
     let gw = Gw::start(&[("live.yaml", streaming_api("root = this"))], STREAMING_ON).await;
     let key = key_for(&gw, "live").await;
-    // No key, no stream.
+    // No key, no stream: asked as a browser asks for an event stream, or plainly.
+    let r = gw
+        .http
+        .get(gw.url("/live/events"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("error"));
     let r = gw.http.get(gw.url("/live/events")).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let r = gw

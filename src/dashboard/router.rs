@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use http::{Method, StatusCode};
-use hyper::body::Incoming;
 use percent_encoding::percent_decode_str;
 
 use super::error::ApiError;
@@ -140,7 +139,7 @@ fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
 }
 
 /// Answers one request.
-pub async fn handle(state: Arc<State>, req: http::Request<Incoming>) -> HttpResponse {
+pub async fn handle(state: Arc<State>, req: http::Request<h::Body>) -> HttpResponse {
     if let Some(resp) = state
         .console
         .answer(req.method(), req.uri().path(), req.headers())
@@ -153,7 +152,7 @@ pub async fn handle(state: Arc<State>, req: http::Request<Incoming>) -> HttpResp
     }
 }
 
-async fn dispatch(state: Arc<State>, req: http::Request<Incoming>) -> Result<Reply, ApiError> {
+async fn dispatch(state: Arc<State>, req: http::Request<h::Body>) -> Result<Reply, ApiError> {
     let raw_path = req.uri().path();
     // `/api/assets/` is `/api/assets`.
     let path = match raw_path.trim_end_matches('/') {

@@ -65,10 +65,15 @@ impl Dispatcher {
         }
     }
 
-    /// Handles events until `stop`. Events that arrive together are queued in one
-    /// transaction.
-    pub async fn run(mut self, shared: Arc<Shared>, stop: CancellationToken) {
-        let mut events = shared.events.subscribe();
+    /// Handles `events` until `stop`. Events that arrive together are queued in one
+    /// transaction. The caller subscribes before spawning this, so that no event
+    /// published once requests are served can be missed.
+    pub async fn run(
+        mut self,
+        shared: Arc<Shared>,
+        mut events: broadcast::Receiver<Event>,
+        stop: CancellationToken,
+    ) {
         loop {
             let first = tokio::select! {
                 _ = stop.cancelled() => return,

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use http::StatusCode;
-use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
@@ -162,7 +161,6 @@ impl Gateway {
         });
         // Streams start once the serving threads run (see `serve`).
         shared.table.refresh(true).await;
-        shared.ready.store(true, Ordering::Release);
         Ok(Gateway {
             shared,
             address,
@@ -187,9 +185,12 @@ impl Gateway {
             config.max_attempts,
             deliverer.as_ref().map(Deliverer::waker),
         );
-        let mut tasks = vec![tokio::spawn(
-            dispatcher.run(self.shared.clone(), stop.clone()),
-        )];
+        let events = self.shared.events.subscribe();
+        let mut tasks = vec![tokio::spawn(dispatcher.run(
+            self.shared.clone(),
+            events,
+            stop.clone(),
+        ))];
         if let Some(deliverer) = deliverer {
             tasks.push(tokio::spawn(deliverer.run(stop.clone())));
         }
@@ -276,6 +277,8 @@ impl Gateway {
         }
         self.shared.streams.run_on(runtimes);
         self.shared.streams.sync(&self.shared.table.current()).await;
+        // Ready once the APIs' streams run: before, a stream path would find no stream.
+        self.shared.ready.store(true, Ordering::Release);
         stop.cancelled().await;
         reloader.abort();
         for task in webhooks {
@@ -354,7 +357,7 @@ impl Shared {
     }
 
     /// Answers one request.
-    pub async fn handle(&self, req: http::Request<Incoming>, peer: SocketAddr) -> HttpResponse {
+    pub async fn handle(&self, req: http::Request<h::Body>, peer: SocketAddr) -> HttpResponse {
         let path = req.uri().path();
         match path {
             "/ping" => return h::text(StatusCode::OK, "pong"),
@@ -377,7 +380,7 @@ impl Shared {
         // A request without a body has nothing to stall on: no timer for it.
         let req = req.map(|body| {
             if http_body::Body::is_end_stream(&body) {
-                h::boxed(body)
+                body
             } else {
                 h::boxed(h::IdleTimeout::new(body, idle))
             }

@@ -23,6 +23,10 @@ use tracing::{debug, info};
 use crate::http::{self as h, HttpResponse, Routes};
 use crate::stream::Readiness;
 
+mod event_stream;
+
+use event_stream::First;
+
 /// Serves a connection until it ends, or until `stop`, then lets it finish its current
 /// requests. A macro because hyper's two connection types share no trait for this.
 macro_rules! drive {
@@ -65,7 +69,7 @@ pub struct Timeouts {
 
 impl Server {
     /// Answers one request.
-    pub async fn handle(&self, req: http::Request<Incoming>) -> HttpResponse {
+    pub async fn handle(&self, req: http::Request<h::Body>) -> HttpResponse {
         let path = req.uri().path().to_owned();
         match path.as_str() {
             "/ping" => h::text(StatusCode::OK, "pong"),
@@ -108,9 +112,10 @@ impl Server {
     }
 }
 
-/// Answers one request; the second argument is the client's address.
+/// Answers one request; the second argument is the client's address. Bodies are boxed:
+/// hyper's, or an empty one for a request read by `event_stream`.
 pub type Service = Arc<
-    dyn Fn(http::Request<Incoming>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
+    dyn Fn(http::Request<h::Body>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
 >;
 
 /// Accepts connections on `listener` (through `tls` when given) and serves each with
@@ -145,10 +150,14 @@ pub async fn serve_connections(
         // 7 KiB more per idle connection, which adds up over thousands of SSE clients.
         conns.spawn(async move {
             let header_timeout = timeouts.header;
-            let svc = hyper::service::service_fn(move |req| {
+            let svc = {
                 let service = service.clone();
-                async move { Ok::<_, std::convert::Infallible>(service(req, peer).await) }
-            });
+                hyper::service::service_fn(move |req: http::Request<Incoming>| {
+                    let service = service.clone();
+                    let req = req.map(h::boxed);
+                    async move { Ok::<_, std::convert::Infallible>(service(req, peer).await) }
+                })
+            };
             match tls {
                 None => {
                     let h2 = tokio::select! {
@@ -159,7 +168,11 @@ pub async fn serve_connections(
                         },
                         _ = stop.cancelled() => return,
                     };
-                    serve_io(stream, h2, svc, &tracker, stop, peer, header_timeout);
+                    if h2 {
+                        serve_io(stream, true, svc, &tracker, stop, peer, header_timeout);
+                    } else if let First::Hyper(io) = event_stream::serve_first(stream, &service, peer, header_timeout, &stop).await {
+                        serve_io(io, false, svc, &tracker, stop, peer, header_timeout);
+                    }
                 }
                 Some(acceptor) => {
                     let tls_stream = tokio::select! {
@@ -175,7 +188,11 @@ pub async fn serve_connections(
                     };
                     // ALPN says which protocol the client chose.
                     let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    serve_io(tls_stream, h2, svc, &tracker, stop, peer, header_timeout);
+                    if h2 {
+                        serve_io(tls_stream, true, svc, &tracker, stop, peer, header_timeout);
+                    } else if let First::Hyper(io) = event_stream::serve_first(tls_stream, &service, peer, header_timeout, &stop).await {
+                        serve_io(io, false, svc, &tracker, stop, peer, header_timeout);
+                    }
                 }
             }
         });
