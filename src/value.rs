@@ -271,12 +271,9 @@ impl<'a> FastParser<'a> {
         self.i += 1;
         let start = self.i;
         // The usual string has no escapes: one scan, one copy of the bytes.
-        let end = start
-            + self.b[start..]
-                .iter()
-                .position(|&c| NEEDS_ESCAPE[c as usize])?;
+        let end = start + plain_run(&self.b[start..]);
         self.i = end;
-        match self.b[end] {
+        match *self.b.get(end)? {
             b'"' => {
                 let s = std::str::from_utf8(&self.b[start..end]).ok()?;
                 self.i += 1;
@@ -402,6 +399,30 @@ static NEEDS_ESCAPE: [bool; 256] = {
     t
 };
 
+/// The length of the run of bytes at the start of `bytes` that JSON strings carry as
+/// they are (no control character, quote or backslash). Eight bytes are checked at a
+/// time: strings are mostly such runs, and this scan is much of reading and writing JSON.
+fn plain_run(bytes: &[u8]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Set in a byte's high bit when the byte is zero (a borrow from a lower byte may set
+    // it for a higher one too; those words are then checked byte by byte).
+    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let mut i = 0;
+    while let Some(word) = bytes.get(i..i + 8) {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+        if control | zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) != 0 {
+            break;
+        }
+        i += 8;
+    }
+    i + bytes[i..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[b as usize])
+        .unwrap_or(bytes.len() - i)
+}
+
 fn write_str(s: &str, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.reserve(s.len() + 2);
@@ -409,11 +430,11 @@ fn write_str(s: &str, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
     let mut start = 0;
     // Copy runs of plain bytes whole; a table lookup finds the few that need escaping.
-    while let Some(off) = bytes[start..]
-        .iter()
-        .position(|&b| NEEDS_ESCAPE[b as usize])
-    {
-        let i = start + off;
+    loop {
+        let i = start + plain_run(&bytes[start..]);
+        if i == bytes.len() {
+            break;
+        }
         out.extend_from_slice(&bytes[start..i]);
         let b = bytes[i];
         match b {
@@ -675,6 +696,32 @@ impl<'de> Visitor<'de> for ValueVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_runs_stop_where_the_table_says() {
+        // Every interesting byte at every place of a window longer than two words, over
+        // backgrounds of ASCII, spaces and UTF-8 continuation bytes.
+        for background in [b'a', b' ', b'!', 0xC3, 0x80, 0xFF] {
+            for special in [0u8, 0x1F, 0x20, b'"', b'\\', b'#', b']', 0x7F, 0x80] {
+                for at in 0..20 {
+                    let mut bytes = vec![background; 19];
+                    if at < bytes.len() {
+                        bytes[at] = special;
+                    }
+                    let want = bytes
+                        .iter()
+                        .position(|&b| NEEDS_ESCAPE[b as usize])
+                        .unwrap_or(bytes.len());
+                    assert_eq!(
+                        plain_run(&bytes),
+                        want,
+                        "{background:#x} {special:#x} at {at}"
+                    );
+                }
+            }
+        }
+        assert_eq!(plain_run(b""), 0);
+    }
 
     #[test]
     fn json_round_trip_keeps_ints_and_sorts_keys() {

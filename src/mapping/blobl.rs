@@ -108,7 +108,7 @@ pub fn run(
         }
         match mapping.apply_owned(msg) {
             Ok(Some(result)) => {
-                out.extend_from_slice(result.payload());
+                result.write_payload(out);
                 out.push(b'\n');
             }
             Ok(None) => {}

@@ -69,6 +69,19 @@ impl Message {
         })
     }
 
+    /// Appends the payload to `out`: a newer structured value is serialized straight into
+    /// it, without building (and keeping) payload bytes of its own.
+    pub fn write_payload(&self, out: &mut Vec<u8>) {
+        match (self.raw.get(), self.structured.get()) {
+            (Some(raw), _) => out.extend_from_slice(raw),
+            (None, Some(Ok(Value::String(s)))) => out.extend_from_slice(s.as_bytes()),
+            (None, Some(Ok(Value::Bytes(b)))) => out.extend_from_slice(b),
+            (None, Some(Ok(v))) => v.write_json(out),
+            // A message always holds at least one of the two forms.
+            (None, _) => {}
+        }
+    }
+
     /// The payload bytes if they are current, without serializing a newer value.
     pub fn payload_if_current(&self) -> Option<&Bytes> {
         self.raw.get()

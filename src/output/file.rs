@@ -149,7 +149,7 @@ impl Output for DynamicFileOutput {
                 }
             };
             let buf = &mut groups[at].1;
-            buf.extend_from_slice(msg.payload());
+            msg.write_payload(buf);
             buf.extend_from_slice(self.codec.separator());
         }
         for (path, buf) in groups {

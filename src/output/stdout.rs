@@ -60,9 +60,11 @@ pub struct Stdout {
 /// Joins a batch into one buffer with the codec's separator after each message.
 pub(crate) fn encode(batch: &Batch, codec: &Codec) -> Vec<u8> {
     let sep = codec.separator();
-    let mut buf = Vec::with_capacity(batch.iter().map(|m| m.payload_len() + sep.len()).sum());
+    // A guess for messages whose payload is still to be serialized (into `buf` itself).
+    let size = |m: &crate::message::Message| m.payload_if_current().map_or(256, |p| p.len());
+    let mut buf = Vec::with_capacity(batch.iter().map(|m| size(m) + sep.len()).sum());
     for m in batch {
-        buf.extend_from_slice(m.payload());
+        m.write_payload(&mut buf);
         buf.extend_from_slice(sep);
     }
     buf
