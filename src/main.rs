@@ -198,10 +198,9 @@ fn main() -> ExitCode {
                 meta,
                 single,
             };
-            let stdin = std::io::stdin();
             sluice::mapping::blobl::run(
                 args,
-                stdin.lock(),
+                std::io::stdin(),
                 std::io::stdout().lock(),
                 std::io::stderr(),
             )

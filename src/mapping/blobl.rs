@@ -3,8 +3,10 @@
 //! goes on; the exit status is 1 when any message failed, and a mapping that does not
 //! compile stops the run at once.
 
-use std::io::{BufRead, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -38,10 +40,66 @@ fn trim_end(line: &[u8]) -> &[u8] {
     &line[..end]
 }
 
+/// A message of `payload` with the command's metadata.
+fn message(payload: Bytes, meta: &Option<Arc<Metadata>>) -> Message {
+    let msg = Message::new(payload);
+    match meta {
+        Some(meta) => msg.with_shared_metadata(meta.clone()),
+        None => msg,
+    }
+}
+
+/// Where the reader sends its batches, with the metadata they carry.
+struct Batches<'a> {
+    tx: SyncSender<Vec<Message>>,
+    meta: &'a Option<Arc<Metadata>>,
+}
+
+/// Reads `input` in large chunks and sends the complete lines of each as one batch of
+/// messages, parsed already when the mapping reads `this`. Returns the read error that
+/// ended it, if one did; stops early when the receiver is gone.
+fn read_lines(mut input: impl Read, out: &Batches<'_>, parse: bool) -> Option<std::io::Error> {
+    let mut buf = BytesMut::with_capacity(CHUNK);
+    let mut chunk = vec![0u8; CHUNK];
+    let send = |lines: Vec<Message>| out.tx.send(lines).is_ok();
+    let to_message = |line: Bytes| {
+        let msg = message(line, out.meta);
+        if parse {
+            // Cached in the message, error or value, for the mapping thread.
+            let _ = msg.structured();
+        }
+        msg
+    };
+    loop {
+        let n = match input.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Some(e),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(last) = memchr::memrchr(b'\n', &buf) {
+            let complete = buf.split_to(last + 1).freeze();
+            let lines = complete[..last]
+                .split(|b| *b == b'\n')
+                .map(|line| to_message(complete.slice_ref(trim_end(line))))
+                .collect();
+            if !send(lines) {
+                return None;
+            }
+        }
+    }
+    if !buf.is_empty() {
+        let rest = buf.freeze();
+        send(vec![to_message(rest.slice_ref(trim_end(&rest)))]);
+    }
+    None
+}
+
 /// Runs the command and returns its exit status.
 pub fn run(
     args: BloblArgs,
-    mut stdin: impl BufRead,
+    mut stdin: impl Read + Send,
     mut stdout: impl Write,
     mut stderr: impl Write,
 ) -> i32 {
@@ -99,14 +157,10 @@ pub fn run(
     };
 
     let mut failed = false;
-    let shared_meta = (!meta.is_empty()).then(|| std::sync::Arc::new(meta));
+    let shared_meta = (!meta.is_empty()).then(|| Arc::new(meta));
     let mut out = Vec::with_capacity(CHUNK);
-    let mut one = |payload: Bytes, out: &mut Vec<u8>, stderr: &mut dyn Write| {
-        let mut msg = Message::new(payload);
-        if let Some(meta) = &shared_meta {
-            msg = msg.with_shared_metadata(meta.clone());
-        }
-        match mapping.apply_owned(msg) {
+    let mut one =
+        |msg: Message, out: &mut Vec<u8>, stderr: &mut dyn Write| match mapping.apply_owned(msg) {
             Ok(Some(result)) => {
                 result.write_payload(out);
                 out.push(b'\n');
@@ -116,8 +170,7 @@ pub fn run(
                 failed = true;
                 let _ = writeln!(stderr, "failed to execute mapping: {}", f.error);
             }
-        }
-    };
+        };
 
     if args.single {
         let mut all = Vec::new();
@@ -125,41 +178,36 @@ pub fn run(
             let _ = writeln!(stderr, "failed to read stdin: {e}");
             return 1;
         }
-        one(all.into(), &mut out, &mut stderr);
+        one(message(all.into(), &shared_meta), &mut out, &mut stderr);
     } else {
-        // Large reads, lines sliced out of them without a copy, and the results of a
-        // whole read written at once: output goes out as soon as the input pauses, so an
-        // interactive session still sees each result at once.
-        let mut buf = BytesMut::with_capacity(CHUNK);
-        let mut chunk = vec![0u8; CHUNK];
-        loop {
-            let n = match stdin.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let _ = writeln!(stderr, "failed to read stdin: {e}");
-                    return 1;
-                }
+        // A second thread reads, splits and parses while this one maps and writes: the
+        // two halves take about as long, so a second core nearly doubles the rate. Order
+        // is kept: batches come over one channel, in the order read.
+        let parse = mapping.prog.reads_this;
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let read_error = std::thread::scope(|scope| {
+            let batches = Batches {
+                tx,
+                meta: &shared_meta,
             };
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(last) = memchr::memrchr(b'\n', &buf) {
-                let complete = buf.split_to(last + 1).freeze();
-                for line in complete[..last].split(|b| *b == b'\n') {
-                    one(complete.slice_ref(trim_end(line)), &mut out, &mut stderr);
+            let reader = scope.spawn(move || read_lines(stdin, &batches, parse));
+            for batch in rx {
+                for msg in batch {
+                    one(msg, &mut out, &mut stderr);
                 }
+                // What a read held is written at once: output goes out as soon as the
+                // input pauses, so an interactive session sees each result at once.
+                if stdout.write_all(&out).and_then(|_| stdout.flush()).is_err() {
+                    // The reader went away (a closed pipe): nothing more can be written.
+                    return None;
+                }
+                out.clear();
             }
-            if stdout.write_all(&out).and_then(|_| stdout.flush()).is_err() {
-                // The reader went away (a closed pipe): nothing more can be written.
-                return i32::from(failed);
-            }
-            out.clear();
-        }
-        if !buf.is_empty() {
-            let rest = buf.freeze();
-            one(rest.slice_ref(trim_end(&rest)), &mut out, &mut stderr);
+            reader.join().ok().flatten()
+        });
+        if let Some(e) = read_error {
+            let _ = writeln!(stderr, "failed to read stdin: {e}");
+            return 1;
         }
     }
     let _ = stdout.write_all(&out);
