@@ -49,21 +49,20 @@ fn message(payload: Bytes, meta: &Option<Arc<Metadata>>) -> Message {
     }
 }
 
-/// Where the reader sends its batches, with the metadata they carry.
-struct Batches<'a> {
-    tx: SyncSender<Vec<Message>>,
-    meta: &'a Option<Arc<Metadata>>,
-}
-
 /// Reads `input` in large chunks and sends the complete lines of each as one batch of
 /// messages, parsed already when the mapping reads `this`. Returns the read error that
 /// ended it, if one did; stops early when the receiver is gone.
-fn read_lines(mut input: impl Read, out: &Batches<'_>, parse: bool) -> Option<std::io::Error> {
+fn read_lines(
+    mut input: impl Read,
+    tx: SyncSender<Vec<Message>>,
+    meta: &Option<Arc<Metadata>>,
+    parse: bool,
+) -> Option<std::io::Error> {
     let mut buf = BytesMut::with_capacity(CHUNK);
     let mut chunk = vec![0u8; CHUNK];
-    let send = |lines: Vec<Message>| out.tx.send(lines).is_ok();
+    let send = |lines: Vec<Message>| tx.send(lines).is_ok();
     let to_message = |line: Bytes| {
-        let msg = message(line, out.meta);
+        let msg = message(line, meta);
         if parse {
             // Cached in the message, error or value, for the mapping thread.
             let _ = msg.structured();
@@ -186,11 +185,8 @@ pub fn run(
         let parse = mapping.prog.reads_this;
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let read_error = std::thread::scope(|scope| {
-            let batches = Batches {
-                tx,
-                meta: &shared_meta,
-            };
-            let reader = scope.spawn(move || read_lines(stdin, &batches, parse));
+            let meta = &shared_meta;
+            let reader = scope.spawn(move || read_lines(stdin, tx, meta, parse));
             for batch in rx {
                 for msg in batch {
                     one(msg, &mut out, &mut stderr);

@@ -140,13 +140,7 @@ impl<'e> Compiler<'e> {
         prog.reads_this = self.reads_this;
         prog.touches_root = self.touches_root || self.reads_this;
         prog.reads_content = self.reads_content;
-        let mut exprs = Vec::new();
-        super::in_place::stmt_exprs(&prog.stmts, &mut exprs);
-        for m in &prog.maps {
-            super::in_place::stmt_exprs(&m.body, &mut exprs);
-        }
-        let reads_message = exprs.into_iter().any(super::in_place::reads_message);
-        prog.in_place = super::in_place::edits_in_place(&prog.stmts, reads_message);
+        prog.in_place = super::in_place::edits_in_place(&prog);
         Ok(prog)
     }
 

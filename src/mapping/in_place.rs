@@ -8,7 +8,7 @@
 //! `this`, functions that read the message or the batch) keeps the literal copy.
 
 use super::ast::Seg;
-use super::program::{CStmt, Case, Lambda, Node};
+use super::program::{CStmt, Case, Lambda, Node, Program};
 
 /// A place a statement writes: a path under `root`.
 type Write<'a> = &'a [Seg];
@@ -16,15 +16,22 @@ type Write<'a> = &'a [Seg];
 /// A place an expression reads: a path under `this` (empty: all of it).
 type Read<'a> = &'a [String];
 
-/// True when `stmts` start with `root = this` and no later statement reads what an
-/// earlier one (after the first) wrote.
-pub fn edits_in_place(stmts: &[CStmt], maps_read_message: bool) -> bool {
-    let Some((first, rest)) = stmts.split_first() else {
+/// True when `prog` starts with `root = this`, nothing in it (its named maps included)
+/// reads the message or the batch, and no later statement reads what an earlier one
+/// (after the first) wrote.
+pub fn edits_in_place(prog: &Program) -> bool {
+    let Some((first, rest)) = prog.stmts.split_first() else {
         return false;
     };
-    if maps_read_message
-        || !matches!(first, CStmt::Assign { target, value: Node::This, .. } if target.is_empty())
-    {
+    if !matches!(first, CStmt::Assign { target, value: Node::This, .. } if target.is_empty()) {
+        return false;
+    }
+    let mut exprs = Vec::new();
+    stmt_exprs(&prog.stmts, &mut exprs);
+    for m in &prog.maps {
+        stmt_exprs(&m.body, &mut exprs);
+    }
+    if exprs.into_iter().any(reads_message) {
         return false;
     }
     let mut written: Vec<Write<'_>> = Vec::new();
@@ -52,9 +59,9 @@ pub fn edits_in_place(stmts: &[CStmt], maps_read_message: bool) -> bool {
     true
 }
 
-/// Whether a program's named maps, or any expression, read the message or batch: those
-/// see a different view when the mapping runs as a mutation.
-pub fn reads_message(node: &Node) -> bool {
+/// Whether `node` reads the message or the batch: those see a different view when the
+/// mapping runs as a mutation.
+fn reads_message(node: &Node) -> bool {
     let mut found = false;
     walk(node, &mut |n| {
         found |= match n {
@@ -67,7 +74,7 @@ pub fn reads_message(node: &Node) -> bool {
 }
 
 /// Every expression of `stmts`, nested ones included.
-pub fn stmt_exprs<'a>(stmts: &'a [CStmt], out: &mut Vec<&'a Node>) {
+fn stmt_exprs<'a>(stmts: &'a [CStmt], out: &mut Vec<&'a Node>) {
     for st in stmts {
         match st {
             CStmt::Assign { value, .. } | CStmt::Let { value, .. } | CStmt::Meta { value, .. } => {

@@ -33,7 +33,7 @@ pub use interp::InterpolatedString;
 
 use compile::Compiler;
 use exec::{Frame, MsgView, Slot, StmtError, This};
-use program::{CStmt, Program};
+use program::Program;
 use spec::{FunctionSpec, MethodSpec};
 
 use crate::message::{Batch, Message};
@@ -291,67 +291,48 @@ impl Mapping {
     /// On failure the message comes back as it was, with the error.
     pub fn apply_owned(&self, mut msg: Message) -> Result<Option<Message>, Box<Failed>> {
         let prog = &*self.prog;
-        if !prog.in_place {
-            return match self.apply(std::slice::from_ref(&msg), 0) {
-                Ok(out) => Ok(out),
-                Err(error) => Err(Box::new(Failed {
-                    message: msg,
-                    error,
-                })),
-            };
-        }
-        // What gives the message back on failure: its bytes, or a copy when only the
-        // parsed form is current.
-        let original = match msg.payload_if_current() {
-            Some(raw) => {
-                let mut back = Message::new(raw.clone());
-                back.share_metadata(&msg);
-                if let Some(e) = msg.error() {
-                    back.set_error(e);
-                }
-                back
-            }
-            None => msg.clone(),
+        // What gives the message back on failure: its bytes (the rest of the message is
+        // left as it was), or a copy when only the parsed form is current.
+        let raw = match msg.payload_if_current() {
+            Some(raw) if prog.in_place => raw.clone(),
+            _ => return self.apply_copied(msg),
         };
-        let Some(CStmt::Assign { line, .. }) = prog.stmts.first() else {
-            return Ok(Some(msg));
-        };
-        let doc = match msg.take_structured() {
-            Ok(v) => v,
-            Err(e) => {
-                let err = MappingError::Statement {
-                    line: *line,
-                    what: "assignment",
-                    msg: format!("unable to reference `this`: {e}"),
-                };
-                return Err(Box::new(Failed {
-                    message: original,
-                    error: err,
-                }));
-            }
+        let Ok(doc) = msg.take_structured() else {
+            // Not JSON (the message is left whole, the parse error cached): the copying
+            // run reports it, as `root = this` does.
+            return self.apply_copied(msg);
         };
         let meta = msg.shared_metadata().cloned();
-        let error = msg.error().map(str::to_owned);
         let mut fr = self.frame(borrowed(&meta), true);
         fr.root = Slot::Val(doc);
-        let view = MsgView {
-            error: error.as_deref(),
-            ..MsgView::NONE
-        };
+        // Nothing run here reads the message (see `in_place`): no view of it.
         let res = exec::run(
             prog,
             &prog.stmts[1..],
             &mut fr,
             This::Val(&exec::NULL),
-            view,
+            MsgView::NONE,
         );
-        if let Err(e) = res {
-            return Err(Box::new(Failed {
-                message: original,
-                error: e.into(),
-            }));
+        match res {
+            Ok(()) => Ok(write_back(fr, &mut msg, true).then_some(msg)),
+            Err(e) => {
+                msg.set_payload(raw);
+                Err(Box::new(Failed {
+                    message: msg,
+                    error: e.into(),
+                }))
+            }
         }
-        Ok(write_back(fr, &mut msg, true).then_some(msg))
+    }
+
+    /// [`Mapping::apply`] on a message of its own, handed back on failure.
+    fn apply_copied(&self, msg: Message) -> Result<Option<Message>, Box<Failed>> {
+        self.apply(std::slice::from_ref(&msg), 0).map_err(|error| {
+            Box::new(Failed {
+                message: msg,
+                error,
+            })
+        })
     }
 
     /// Runs the mapping with no input message (the `generate` input): `this` is null.

@@ -12,9 +12,9 @@ use crate::value::Value;
 /// The `mapping` processor: each message is replaced by what the mapping builds.
 /// Deleted messages leave the batch; an empty result means all were filtered.
 pub fn run_mapping(m: &Mapping, batch: Batch) -> Vec<Batch> {
-    if m.edits_in_place() {
+    let out: Batch = if m.edits_in_place() {
         // No message reads another of the batch: each can be handed over whole.
-        let out: Batch = batch
+        batch
             .into_iter()
             .filter_map(|msg| match m.apply_owned(msg) {
                 Ok(out) => out,
@@ -24,25 +24,19 @@ pub fn run_mapping(m: &Mapping, batch: Batch) -> Vec<Batch> {
                     Some(message)
                 }
             })
-            .collect();
-        return if out.is_empty() {
-            Vec::new()
-        } else {
-            vec![out]
-        };
-    }
-    let mut out = Vec::with_capacity(batch.len());
-    for i in 0..batch.len() {
-        match m.apply(&batch, i) {
-            Ok(Some(msg)) => out.push(msg),
-            Ok(None) => {}
-            Err(e) => {
-                let mut failed = batch[i].clone();
-                failed.set_error(e.to_string());
-                out.push(failed);
-            }
-        }
-    }
+            .collect()
+    } else {
+        (0..batch.len())
+            .filter_map(|i| match m.apply(&batch, i) {
+                Ok(out) => out,
+                Err(e) => {
+                    let mut failed = batch[i].clone();
+                    failed.set_error(e.to_string());
+                    Some(failed)
+                }
+            })
+            .collect()
+    };
     if out.is_empty() {
         Vec::new()
     } else {

@@ -64,7 +64,7 @@ where
     let request = match head {
         Err(_) | Ok(Err(_)) => return First::Gone,
         Ok(Ok(Head::Eof)) if buf.is_empty() => return First::Gone,
-        Ok(Ok(Head::Complete(len))) if len == buf.len() => event_stream_request(&buf),
+        Ok(Ok(Head::Complete(len, request))) if len == buf.len() => request.map(|r| *r),
         Ok(Ok(_)) => None,
     };
     let Some(req) = request else {
@@ -81,8 +81,9 @@ where
 }
 
 enum Head {
-    /// The head is complete and this many bytes long.
-    Complete(usize),
+    /// The head is complete and this many bytes long; the request when it asks for an
+    /// event stream (boxed: this sits in every connection's first task).
+    Complete(usize, Option<Box<http::Request<h::Body>>>),
     /// Not a request head this path reads (invalid, or too long).
     Other,
     /// The client closed before a complete head.
@@ -101,22 +102,23 @@ async fn read_head<I: AsyncRead + Unpin>(io: &mut I, buf: &mut Vec<u8>) -> std::
         }
         buf.extend_from_slice(&chunk[..n]);
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        match httparse::Request::new(&mut headers).parse(buf) {
-            Ok(httparse::Status::Complete(len)) => return Ok(Head::Complete(len)),
+        let mut parsed = httparse::Request::new(&mut headers);
+        match parsed.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                return Ok(Head::Complete(
+                    len,
+                    event_stream_request(&parsed).map(Box::new),
+                ))
+            }
             Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
             _ => return Ok(Head::Other),
         }
     }
 }
 
-/// The request in `head` when it asks for an event stream and nothing else: `GET`, an
-/// `Accept` naming `text/event-stream`, no body, no upgrade.
-fn event_stream_request(head: &[u8]) -> Option<http::Request<h::Body>> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut headers);
-    if !matches!(parsed.parse(head), Ok(httparse::Status::Complete(_))) {
-        return None;
-    }
+/// The request of a parsed head when it asks for an event stream and nothing else: `GET`,
+/// an `Accept` naming `text/event-stream`, no body, no upgrade.
+fn event_stream_request(parsed: &httparse::Request<'_, '_>) -> Option<http::Request<h::Body>> {
     if parsed.method != Some("GET") {
         return None;
     }
@@ -345,6 +347,16 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The event-stream request of a whole head, if it is one.
+    fn event_stream_request(head: &[u8]) -> Option<http::Request<h::Body>> {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Request::new(&mut headers);
+        match parsed.parse(head) {
+            Ok(httparse::Status::Complete(_)) => super::event_stream_request(&parsed),
+            _ => None,
+        }
+    }
 
     #[test]
     fn only_plain_event_stream_gets_are_taken() {

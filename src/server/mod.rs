@@ -150,13 +150,12 @@ pub async fn serve_connections(
         // 7 KiB more per idle connection, which adds up over thousands of SSE clients.
         conns.spawn(async move {
             let header_timeout = timeouts.header;
-            let svc = {
-                let service = service.clone();
-                hyper::service::service_fn(move |req: http::Request<Incoming>| {
-                    let service = service.clone();
-                    let req = req.map(h::boxed);
-                    async move { Ok::<_, std::convert::Infallible>(service(req, peer).await) }
-                })
+            let conn = Conn {
+                service,
+                tracker,
+                stop: stop.clone(),
+                peer,
+                header_timeout,
             };
             match tls {
                 None => {
@@ -168,11 +167,7 @@ pub async fn serve_connections(
                         },
                         _ = stop.cancelled() => return,
                     };
-                    if h2 {
-                        serve_io(stream, true, svc, &tracker, stop, peer, header_timeout);
-                    } else if let First::Hyper(io) = event_stream::serve_first(stream, &service, peer, header_timeout, &stop).await {
-                        serve_io(io, false, svc, &tracker, stop, peer, header_timeout);
-                    }
+                    conn.serve(stream, h2).await;
                 }
                 Some(acceptor) => {
                     let tls_stream = tokio::select! {
@@ -188,11 +183,7 @@ pub async fn serve_connections(
                     };
                     // ALPN says which protocol the client chose.
                     let h2 = tls_stream.get_ref().1.alpn_protocol() == Some(b"h2");
-                    if h2 {
-                        serve_io(tls_stream, true, svc, &tracker, stop, peer, header_timeout);
-                    } else if let First::Hyper(io) = event_stream::serve_first(tls_stream, &service, peer, header_timeout, &stop).await {
-                        serve_io(io, false, svc, &tracker, stop, peer, header_timeout);
-                    }
+                    conn.serve(tls_stream, h2).await;
                 }
             }
         });
@@ -201,35 +192,69 @@ pub async fn serve_connections(
     conns.wait().await;
 }
 
-/// Serves one connection, HTTP/2 or HTTP/1.1 (with upgrades), on a task of `tracker`.
-fn serve_io<I, S>(
-    io: I,
-    h2: bool,
-    svc: S,
-    tracker: &tokio_util::task::TaskTracker,
+/// One accepted connection and what serving it needs.
+struct Conn {
+    service: Service,
+    tracker: tokio_util::task::TaskTracker,
     stop: CancellationToken,
     peer: SocketAddr,
     header_timeout: Duration,
-) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    S: hyper::service::Service<http::Request<Incoming>, Response = HttpResponse>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let io = TokioIo::new(io);
-    if h2 {
-        let conn = http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
-        tracker.spawn(drive!(conn, stop, peer));
-    } else {
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .serve_connection(io, svc)
-            .with_upgrades();
-        tracker.spawn(drive!(conn, stop, peer));
+}
+
+impl Conn {
+    /// Serves `io` once its protocol is known: HTTP/2 through hyper; HTTP/1 first through
+    /// `event_stream`, which hands anything but an event stream on to hyper.
+    async fn serve<I>(self, io: I, h2: bool)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        if h2 {
+            self.hyper(io, true);
+            return;
+        }
+        let first = event_stream::serve_first(
+            io,
+            &self.service,
+            self.peer,
+            self.header_timeout,
+            &self.stop,
+        )
+        .await;
+        if let First::Hyper(io) = first {
+            self.hyper(io, false);
+        }
+    }
+
+    /// Hands the connection to hyper, HTTP/2 or HTTP/1.1 (with upgrades), on a task of
+    /// the tracker.
+    fn hyper<I>(self, io: I, h2: bool)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Conn {
+            service,
+            tracker,
+            stop,
+            peer,
+            header_timeout,
+        } = self;
+        let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
+            let service = service.clone();
+            let req = req.map(h::boxed);
+            async move { Ok::<_, std::convert::Infallible>(service(req, peer).await) }
+        });
+        let io = TokioIo::new(io);
+        if h2 {
+            let conn = http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
+            tracker.spawn(drive!(conn, stop, peer));
+        } else {
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .serve_connection(io, svc)
+                .with_upgrades();
+            tracker.spawn(drive!(conn, stop, peer));
+        }
     }
 }
 
