@@ -171,7 +171,7 @@ impl Dashboard {
             async move { router::handle(state, req).await }.boxed()
         });
         info!(address = %self.address, "Dashboard listening.");
-        server::serve_connections(self.listener, None, timeouts, service, stop).await;
+        server::serve_connections(self.listener, None, timeouts, service, None, stop).await;
         if let Some(worker) = worker {
             let _ = worker.await;
         }

@@ -211,6 +211,10 @@ impl Gateway {
             let shared = shared.clone();
             async move { shared.handle(req, peer).await }.boxed()
         });
+        let placement: server::Placement = {
+            let shared = self.shared.clone();
+            Arc::new(move |path| shared.streams.home(&shared.table.current(), path))
+        };
         info!(address = %self.address, tls = self.tls.is_some(), "Gateway listening.");
         // One thread per core, each with a runtime and a listener of its own: a request
         // lives on one thread from accept to upstream and back. Streams, reloads and the
@@ -237,6 +241,7 @@ impl Gateway {
                 },
             };
             let (tls, service, stop) = (self.tls.clone(), service.clone(), stop.clone());
+            let placement = placement.clone();
             let runtime_tx = runtime_tx.clone();
             let release = release.clone();
             let spawned = std::thread::Builder::new()
@@ -252,13 +257,18 @@ impl Gateway {
                             return;
                         }
                     };
-                    let _ = runtime_tx.send(rt.handle().clone());
+                    streams::serving_thread(i);
+                    let _ = runtime_tx.send((i, rt.handle().clone()));
                     drop(runtime_tx);
                     rt.block_on(async move {
                         let _ = listener.set_nonblocking(true);
                         match tokio::net::TcpListener::from_std(listener) {
                             Ok(l) => {
-                                server::serve_connections(l, tls, timeouts, service, stop).await
+                                let placement = Some(placement);
+                                server::serve_connections(
+                                    l, tls, timeouts, service, placement, stop,
+                                )
+                                .await
                             }
                             Err(e) => tracing::error!(error = %e, "Cannot listen."),
                         }
@@ -272,9 +282,10 @@ impl Gateway {
         }
         drop(runtime_tx);
         let mut runtimes = Vec::new();
-        while let Some(handle) = runtime_rx.recv().await {
-            runtimes.push(handle);
+        while let Some(started) = runtime_rx.recv().await {
+            runtimes.push(started);
         }
+        runtimes.sort_by_key(|(i, _)| *i);
         self.shared.streams.run_on(runtimes);
         self.shared.streams.sync(&self.shared.table.current()).await;
         // Ready once the APIs' streams run: before, a stream path would find no stream.

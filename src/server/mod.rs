@@ -108,7 +108,7 @@ impl Server {
             let server = server.clone();
             async move { server.handle(req).await }.boxed()
         });
-        serve_connections(listener, None, timeouts, service, stop).await;
+        serve_connections(listener, None, timeouts, service, None, stop).await;
     }
 }
 
@@ -118,14 +118,21 @@ pub type Service = Arc<
     dyn Fn(http::Request<h::Body>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
 >;
 
+/// Where a plain HTTP/1 connection is best served, from the path of its first request:
+/// the runtime to move it to, or `None` to serve it where it was accepted. A gateway
+/// with a runtime per thread serves a stream's clients on the stream's own thread, which
+/// saves a wake-up across threads for every message each way.
+pub type Placement = Arc<dyn Fn(&str) -> Option<tokio::runtime::Handle> + Send + Sync>;
+
 /// Accepts connections on `listener` (through `tls` when given) and serves each with
 /// `service`, HTTP/1.1 or HTTP/2, until `stop` is cancelled; open connections then finish
-/// their current requests.
+/// their current requests. Plain connections may move to the runtime `placement` names.
 pub async fn serve_connections(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     timeouts: Timeouts,
     service: Service,
+    placement: Option<Placement>,
     stop: CancellationToken,
 ) {
     let conns = tokio_util::task::TaskTracker::new();
@@ -145,6 +152,7 @@ pub async fn serve_connections(
         let stop = stop.clone();
         let tracker = conns.clone();
         let tls = tls.clone();
+        let placement = placement.clone();
         // A short task decides the protocol, then hands the connection to a task of
         // that protocol alone: a future holding both (hyper-util's `auto`) costs about
         // 7 KiB more per idle connection, which adds up over thousands of SSE clients.
@@ -159,15 +167,22 @@ pub async fn serve_connections(
             };
             match tls {
                 None => {
-                    let h2 = tokio::select! {
-                        h2 = tokio::time::timeout(header_timeout, opens_with_h2_preface(&stream)) => match h2 {
-                            Ok(h2) => h2,
+                    let opening = tokio::select! {
+                        opening = tokio::time::timeout(header_timeout, opening(&stream)) => match opening {
+                            Ok(opening) => opening,
                             // Connected and silent: nothing to serve.
                             Err(_) => return,
                         },
                         _ = stop.cancelled() => return,
                     };
-                    conn.serve(stream, h2).await;
+                    let path = match opening {
+                        Opening::H2 => return conn.serve(stream, true).await,
+                        Opening::Http1(path) => path,
+                    };
+                    match placement.as_ref().zip(path).and_then(|(place, path)| place(&path)) {
+                        Some(home) => conn.move_to(home, stream),
+                        None => conn.serve(stream, false).await,
+                    }
                 }
                 Some(acceptor) => {
                     let tls_stream = tokio::select! {
@@ -223,6 +238,25 @@ impl Conn {
         if let First::Hyper(io) = first {
             self.hyper(io, false);
         }
+    }
+
+    /// Serves a plain connection on the runtime `home` instead of this one.
+    fn move_to(self, home: tokio::runtime::Handle, stream: TcpStream) {
+        // Out of this runtime's reactor, into the other's.
+        let stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                debug!(error = %e, peer = %self.peer, "Cannot move a connection.");
+                return;
+            }
+        };
+        let tracker = self.tracker.clone();
+        home.spawn(tracker.track_future(async move {
+            match TcpStream::from_std(stream) {
+                Ok(stream) => self.serve(stream, false).await,
+                Err(e) => debug!(error = %e, peer = %self.peer, "Cannot take a moved connection."),
+            }
+        }));
     }
 
     /// Hands the connection to hyper, HTTP/2 or HTTP/1.1 (with upgrades), on a task of
@@ -304,21 +338,47 @@ pub fn tls_acceptor_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAccep
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-/// Whether the client speaks HTTP/2 with prior knowledge. Peeks, so the bytes stay for
-/// the protocol handler.
-async fn opens_with_h2_preface(stream: &TcpStream) -> bool {
-    let mut buf = [0u8; 24];
-    // The preface nearly always arrives in one segment; a partial one is waited for a
-    // little, then the connection is taken as HTTP/1.
+/// How a plain connection opens.
+enum Opening {
+    /// HTTP/2 with prior knowledge.
+    H2,
+    /// HTTP/1, with the path of its first request when its request line has arrived.
+    Http1(Option<String>),
+}
+
+/// Peeks at what the client sent first, so the bytes stay for the protocol handler.
+async fn opening(stream: &TcpStream) -> Opening {
+    // A request line is seldom longer; a longer one is served where it was accepted.
+    let mut buf = vec![0u8; 1024];
+    // The HTTP/2 preface nearly always arrives in one segment; a partial one is waited
+    // for a little, then the connection is taken as HTTP/1.
     for _ in 0..50 {
-        match stream.peek(&mut buf).await {
-            Ok(0) | Err(_) => return false,
-            Ok(n) if buf[..n] != H2_PREFACE[..n] => return false,
-            Ok(n) if n == H2_PREFACE.len() => return true,
-            Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(2)).await,
+        let seen = match stream.peek(&mut buf).await {
+            Ok(0) | Err(_) => return Opening::Http1(None),
+            Ok(n) => &buf[..n],
+        };
+        let common = seen.len().min(H2_PREFACE.len());
+        if seen[..common] != H2_PREFACE[..common] {
+            return Opening::Http1(request_path(seen));
         }
+        if common == H2_PREFACE.len() {
+            return Opening::H2;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-    false
+    Opening::Http1(None)
+}
+
+/// The path of an HTTP/1 request line (`GET /path?query HTTP/1.1`), when it is complete
+/// and in origin form.
+fn request_path(head: &[u8]) -> Option<String> {
+    let line = &head[..head.iter().position(|&b| b == b'\n')?];
+    let target = line.split(|&b| b == b' ').nth(1)?;
+    let path = target.split(|&b| b == b'?').next()?;
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    std::str::from_utf8(path).ok().map(str::to_owned)
 }
 
 /// `address:port` as binding reads it, bracketing an IPv6 address.
@@ -369,4 +429,25 @@ pub fn shared_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListene
     socket.set_reuseport(true)?;
     socket.bind(addr)?;
     socket.listen(1024)?.into_std()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request_path;
+
+    #[test]
+    fn request_paths_come_from_complete_request_lines() {
+        let path = |head: &str| request_path(head.as_bytes());
+        assert_eq!(
+            path("GET /live/events?since=3 HTTP/1.1\r\nHost: x\r\n").as_deref(),
+            Some("/live/events")
+        );
+        assert_eq!(path("POST /p HTTP/1.1\r\n").as_deref(), Some("/p"));
+        // Not yet a whole line, not origin form, not a request.
+        assert_eq!(path("GET /live/ev"), None);
+        assert_eq!(path("GET http://h/x HTTP/1.1\r\n"), None);
+        assert_eq!(path("OPTIONS * HTTP/1.1\r\n"), None);
+        assert_eq!(path("\r\n"), None);
+        assert_eq!(request_path(b"GET /\xff HTTP/1.1\r\n"), None);
+    }
 }

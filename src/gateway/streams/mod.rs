@@ -11,6 +11,7 @@
 pub mod clients;
 pub mod context;
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +38,20 @@ struct ApiStreams {
     /// The per-client instances, and the config each per-client stream had.
     clients: clients::Clients,
     templates: parking_lot::Mutex<BTreeMap<String, Value>>,
+    /// The serving thread each running stream is on (an index into the host's
+    /// runtimes), by stream name.
+    homes: RwLock<HashMap<String, usize>>,
+}
+
+thread_local! {
+    /// Which serving thread this is, an index into [`StreamHost::run_on`]'s runtimes.
+    static SERVING: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Marks the calling thread as the serving thread with this index (before it gives its
+/// runtime to [`StreamHost::run_on`]).
+pub fn serving_thread(index: usize) {
+    SERVING.set(Some(index));
 }
 
 /// How the stream manager runs streams.
@@ -58,7 +73,8 @@ pub struct StreamHost {
     apis: RwLock<HashMap<String, Arc<ApiStreams>>>,
     /// The runtimes of the serving threads: streams run there, beside the requests
     /// that feed and read them, instead of a thread away.
-    runtimes: RwLock<Vec<tokio::runtime::Handle>>,
+    /// Each with the index its thread was marked with ([`serving_thread`]).
+    runtimes: RwLock<Vec<(usize, tokio::runtime::Handle)>>,
     next_runtime: std::sync::atomic::AtomicUsize,
 }
 
@@ -73,13 +89,15 @@ impl StreamHost {
         }
     }
 
-    /// Where streams started from now on run: the serving threads' runtimes, in turn.
-    pub fn run_on(&self, runtimes: Vec<tokio::runtime::Handle>) {
+    /// Where streams started from now on run: the serving threads' runtimes, in turn,
+    /// each with the index its thread was marked with by [`serving_thread`].
+    pub fn run_on(&self, runtimes: Vec<(usize, tokio::runtime::Handle)>) {
         *self.runtimes.write() = runtimes;
     }
 
-    /// The runtime for the next stream, if serving threads gave theirs.
-    fn runtime(&self) -> Option<tokio::runtime::Handle> {
+    /// The runtime for the next stream and its thread's index, if serving threads gave
+    /// theirs.
+    fn runtime(&self) -> Option<(usize, tokio::runtime::Handle)> {
         let runtimes = self.runtimes.read();
         if runtimes.is_empty() {
             return None;
@@ -88,6 +106,40 @@ impl StreamHost {
             .next_runtime
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(runtimes[i % runtimes.len()].clone())
+    }
+
+    /// The runtime a connection whose first request is for `path` is best served on: that
+    /// of the stream serving the path, when it runs on another serving thread than this.
+    /// Its requests and the stream then meet on one thread, with no wake-up across
+    /// threads per message.
+    pub fn home(&self, table: &Table, path: &str) -> Option<tokio::runtime::Handle> {
+        if !self.settings.enabled {
+            return None;
+        }
+        let api = table.route(path)?;
+        if api.streams.is_empty() {
+            return None;
+        }
+        let rest = h::normalize(api.below(path)?);
+        let stream = api
+            .streams
+            .iter()
+            .find(|s| !s.per_client && s.paths.contains(&rest))?;
+        let index = *self
+            .apis
+            .read()
+            .get(&api.id)?
+            .homes
+            .read()
+            .get(&stream.name)?;
+        if SERVING.get() == Some(index) {
+            return None;
+        }
+        let runtimes = self.runtimes.read();
+        runtimes
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, handle)| handle.clone())
     }
 
     /// Stops the per-client instances that no client used for the idle time.
@@ -202,6 +254,7 @@ impl StreamHost {
                         env,
                         clients: clients::Clients::default(),
                         templates: parking_lot::Mutex::new(BTreeMap::new()),
+                        homes: RwLock::new(HashMap::new()),
                     })
                 })
                 .clone();
@@ -239,7 +292,7 @@ async fn sync_api(
     streams: &ApiStreams,
     drain: Duration,
     events: &crate::gateway::events::EventBus,
-    runtime: impl Fn() -> Option<tokio::runtime::Handle>,
+    runtime: impl Fn() -> Option<(usize, tokio::runtime::Handle)>,
 ) {
     // Per-client streams whose template changed or went lose their instances.
     let changed: Vec<String> = {
@@ -278,6 +331,7 @@ async fn sync_api(
     for name in stale {
         manager.stop(&stream_name(&api.id, &name), drain).await;
         configs.remove(&name);
+        streams.homes.write().remove(&name);
         info!(api_id = %api.id, stream = %name, "Stream stopped.");
     }
     for (name, stream) in wanted {
@@ -285,14 +339,17 @@ async fn sync_api(
             continue;
         }
         // The stream's tasks are spawned on the runtime entered here.
-        let handle = runtime();
+        let home = runtime();
         let started = {
-            let _entered = handle.as_ref().map(|h| h.enter());
+            let _entered = home.as_ref().map(|(_, h)| h.enter());
             manager.start(&stream_name(&api.id, name), &stream.config)
         };
         match started {
             Ok(()) => {
                 configs.insert(name.to_owned(), stream.raw.clone());
+                if let Some((index, _)) = home {
+                    streams.homes.write().insert(name.to_owned(), index);
+                }
                 info!(api_id = %api.id, stream = %name, "Stream started.");
             }
             Err(e) => {
