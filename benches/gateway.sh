@@ -5,8 +5,11 @@
 # `sluice gateway` with key authentication and a rate limit (set high enough never to
 # refuse, so that it is counted, not hit). Prints requests/s, p50 and p99 latency and
 # the ratios: Sluice plain against nginx, and Sluice with middleware against plain.
-#   benches/gateway.sh                             # 10 s per case, 64 connections
-#   BENCH_SECONDS=30 BENCH_CONNECTIONS=128 benches/gateway.sh
+# The cases take turns over several rounds and each figure is the median over the rounds:
+# on a small machine the client, the proxies and the upstream share the cores, and a
+# case measured only once, in a fixed place in the order, meets the others' after-effects.
+#   benches/gateway.sh                             # 5 rounds of 4 s per case, 64 connections
+#   BENCH_ROUNDS=9 BENCH_SECONDS=10 BENCH_CONNECTIONS=128 benches/gateway.sh
 # Installs wrk and nginx from Debian's packages when missing. Every server logs nothing
 # per request, so that logging does not decide the result.
 set -euo pipefail
@@ -15,7 +18,8 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
-seconds="${BENCH_SECONDS:-10}"
+seconds="${BENCH_SECONDS:-4}"
+rounds="${BENCH_ROUNDS:-5}"
 connections="${BENCH_CONNECTIONS:-64}"
 threads="${BENCH_WRK_THREADS:-2}"
 log() { echo "gateway-bench: $*" >&2; }
@@ -166,7 +170,7 @@ to_ms() {
 }
 run() { # name url [header]
     local out rps p50 p99 errors
-    log "wrk ${seconds}s, $connections connections: $1"
+    log "round $round, wrk ${seconds}s, $connections connections: $1"
     out="$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency ${3:+-H "$3"} "$2")"
     rps="$(awk '/^Requests\/sec/ {print $2}' <<<"$out")"
     p50="$(awk '$1=="50%" {print $2}' <<<"$out" | to_ms)"
@@ -176,7 +180,7 @@ run() { # name url [header]
         log "$1: $errors answers were not 2xx"
         exit 1
     fi
-    printf '%s %s %s %s\n' "$1" "$rps" "$p50" "$p99"
+    printf '%s %s %s %s %s\n' "$round" "$1" "$rps" "$p50" "$p99"
 }
 
 # Warm each path a little (connections, pools, caches), then measure.
@@ -185,21 +189,46 @@ for url in "http://127.0.0.1:$nginx_port/bench/x" "http://127.0.0.1:$plain_port/
 done
 wrk -t1 -c8 -d1s -H "X-Api-Key: $key" "http://127.0.0.1:$mw_port/bench/x" >/dev/null
 
+# Each round runs every case once, starting one case further along the list each time.
+cases=(direct nginx sluice sluice+auth+limit)
+url_of() {
+    case "$1" in
+    direct) echo "http://127.0.0.1:$up_port/x" ;;
+    nginx) echo "http://127.0.0.1:$nginx_port/bench/x" ;;
+    sluice) echo "http://127.0.0.1:$plain_port/bench/x" ;;
+    sluice+auth+limit) echo "http://127.0.0.1:$mw_port/bench/x" ;;
+    esac
+}
 results="$(
-    run direct "http://127.0.0.1:$up_port/x"
-    run nginx "http://127.0.0.1:$nginx_port/bench/x"
-    run sluice "http://127.0.0.1:$plain_port/bench/x"
-    run sluice+auth+limit "http://127.0.0.1:$mw_port/bench/x" "X-Api-Key: $key"
+    for round in $(seq 1 "$rounds"); do
+        for i in "${!cases[@]}"; do
+            name="${cases[$(((i + round - 1) % ${#cases[@]}))]}"
+            header=""
+            [ "$name" = sluice+auth+limit ] && header="X-Api-Key: $key"
+            run "$name" "$(url_of "$name")" "$header"
+        done
+    done
 )"
 
 echo
-echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: $threads threads, $connections connections, ${seconds}s"
+echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: $threads threads, $connections connections, $rounds rounds of ${seconds}s per case (medians)"
 awk '
-    { name[NR]=$1; rps[NR]=$2; p50[NR]=$3; p99[NR]=$4; by[$1]=$2 }
+    function median(list,    n, v, i, j, t) {
+        n = split(list, v, " ")
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; by[$1, $2] = $3; last = $1 }
     END {
         printf "%-20s %12s %10s %10s\n", "case", "requests/s", "p50 ms", "p99 ms"
-        for (i = 1; i <= NR; i++) printf "%-20s %12.0f %10.2f %10.2f\n", name[i], rps[i], p50[i], p99[i]
-        printf "\nsluice / nginx:                 %.2fx (goal 1.0x)\n", by["sluice"] / by["nginx"]
-        printf "sluice+auth+limit / sluice:     %.2fx (goal 0.9x)\n", by["sluice+auth+limit"] / by["sluice"]
-        printf "sluice+auth+limit / nginx:      %.2fx\n", by["sluice+auth+limit"] / by["nginx"]
+        split("direct nginx sluice sluice+auth+limit", order, " ")
+        for (i = 1; i <= 4; i++) printf "%-20s %12.0f %10.2f %10.2f\n", order[i], median(rps[order[i]]), median(p50[order[i]]), median(p99[order[i]])
+        for (r = 1; r <= last; r++) {
+            plain = plain sprintf(" %.2f", by[r, "sluice"] / by[r, "nginx"])
+            mw = mw " " by[r, "sluice+auth+limit"] / by[r, "sluice"]
+            mwn = mwn " " by[r, "sluice+auth+limit"] / by[r, "nginx"]
+        }
+        printf "\nsluice / nginx:                 %.2fx (goal 1.0x; rounds:%s)\n", median(plain), plain
+        printf "sluice+auth+limit / sluice:     %.2fx (goal 0.9x)\n", median(mw)
+        printf "sluice+auth+limit / nginx:      %.2fx\n", median(mwn)
     }' <<<"$results"

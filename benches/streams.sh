@@ -3,16 +3,18 @@
 # producers POST to an `http_server` input (wrk), one SSE client consumes everything from
 # an `http_server` output; a POST is answered only once its message reached the client,
 # so requests/s is messages delivered end to end. Then 10,000 idle SSE connections are
-# held open through the gateway and its resident memory is read.
-#   benches/streams.sh                         # 10 s per case
-#   BENCH_SECONDS=20 BENCH_IDLE=20000 benches/streams.sh
+# held open through the gateway and its resident memory is read. The two cases take turns
+# over several rounds (the first of each pair alternating) and the figures are medians.
+#   benches/streams.sh                         # 3 rounds of 5 s per case
+#   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_IDLE=20000 benches/streams.sh
 # Needs wrk (installed from Debian's packages when missing) and python3.
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
-seconds="${BENCH_SECONDS:-10}"
+seconds="${BENCH_SECONDS:-5}"
+rounds="${BENCH_ROUNDS:-3}"
 idle="${BENCH_IDLE:-10000}"
 log() { echo "streams-bench: $*" >&2; }
 
@@ -140,7 +142,7 @@ run_case() { # name port events-path publish-path key
     python3 "$work/consume.py" 127.0.0.1 "$2" "$3" "$5" >"$work/$1.count" &
     consumer=$!
     sleep 0.5
-    log "wrk ${seconds}s: $1"
+    log "round $round, wrk ${seconds}s: $1"
     out="$(wrk -t2 -c16 -d"${seconds}s" -s "$work/post.lua" ${5:+-H "X-Api-Key: $5"} "http://127.0.0.1:$2$4")"
     sleep 0.5
     kill -TERM "$consumer"
@@ -149,11 +151,18 @@ run_case() { # name port events-path publish-path key
     non2xx="$(awk '/Non-2xx or 3xx responses/ {print $NF}' <<<"$out")"
     delivered="$(cat "$work/$1.count")"
     [ -z "$non2xx" ] || { log "$1: $non2xx answers were not 2xx"; exit 1; }
-    printf '%s %s %s\n' "$1" "$rps" "$delivered"
+    printf '%s %s %s %s\n' "$round" "$1" "$rps" "$delivered"
 }
 results="$(
-    run_case run "$run_port" /events /publish ""
-    run_case gateway "$gw_port" /live/events /live/publish "$key"
+    for round in $(seq 1 "$rounds"); do
+        if [ $((round % 2)) = 1 ]; then
+            run_case run "$run_port" /events /publish ""
+            run_case gateway "$gw_port" /live/events /live/publish "$key"
+        else
+            run_case gateway "$gw_port" /live/events /live/publish "$key"
+            run_case run "$run_port" /events /publish ""
+        fi
+    done
 )"
 
 # Idle SSE connections through the gateway.
@@ -185,13 +194,20 @@ exec {IDLE[1]}>&-
 wait "$IDLE_PID" 2>/dev/null || true
 
 echo
-echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: 2 threads, 16 connections, ${seconds}s"
+echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: 2 threads, 16 connections, $rounds rounds of ${seconds}s per case (medians)"
 awk '
-    { name[NR]=$1; rps[NR]=$2; got[NR]=$3; by[$1]=$2 }
+    function median(list,    n, v, i, j, t) {
+        n = split(list, v, " ")
+        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
+        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+    }
+    { rps[$2] = rps[$2] " " $3; got[$2] = got[$2] " " $4; by[$1, $2] = $3; last = $1 }
     END {
         printf "%-10s %14s %12s\n", "case", "messages/s", "delivered"
-        for (i = 1; i <= NR; i++) printf "%-10s %14.0f %12d\n", name[i], rps[i], got[i]
-        printf "\ngateway (key auth) / sluice run: %.2fx (goal 0.9x)\n", by["gateway"] / by["run"]
+        printf "%-10s %14.0f %12d\n", "run", median(rps["run"]), median(got["run"])
+        printf "%-10s %14.0f %12d\n", "gateway", median(rps["gateway"]), median(got["gateway"])
+        for (r = 1; r <= last; r++) ratios = ratios sprintf(" %.2f", by[r, "gateway"] / by[r, "run"])
+        printf "\ngateway (key auth) / sluice run: %.2fx (goal 0.9x; rounds:%s)\n", median(ratios), ratios
     }' <<<"$results"
 awk -v n="$opened" -v a="$after" -v b="$before" 'BEGIN {
     printf "idle SSE connections: %d open, gateway resident memory %.0f MiB (%.0f MiB before; goal under 200 MiB)\n", n, a / 1024, b / 1024

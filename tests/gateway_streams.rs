@@ -191,6 +191,37 @@ async fn a_producer_reaches_consumers_round_robin_behind_key_auth() {
     assert!(body["error"].is_string());
 }
 
+/// Consumers' connections move to the serving thread of their stream (a GET of a
+/// stream path); with several serving threads, some are accepted on another and moved.
+#[tokio::test]
+async fn consumers_accepted_on_any_serving_thread_get_every_message() {
+    let config = format!("{STREAMING_ON}workers: 2\n");
+    let gw = Gw::start(&[("live.yaml", streaming_api("root = this"))], &config).await;
+    let key = key_for(&gw, "live").await;
+    // Each on a connection of its own: the kernel spreads them over both threads.
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(Sse::open(&gw, "/live/other/events", &key).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for i in 0..16 {
+        assert_eq!(
+            publish(&gw, "/live/other/publish", &key, &format!("m{i}")).await,
+            200
+        );
+    }
+    let mut got = Vec::new();
+    for client in &mut clients {
+        while let Some(data) = client.next(Duration::from_millis(500)).await {
+            got.push(data);
+        }
+    }
+    got.sort();
+    let mut all: Vec<String> = (0..16).map(|i| format!("m{i}")).collect();
+    all.sort();
+    assert_eq!(got, all, "every message exactly once, over all the clients");
+}
+
 #[tokio::test]
 async fn changing_one_stream_keeps_the_clients_of_the_others() {
     let gw = Gw::start(&[("live.yaml", streaming_api("root = this"))], STREAMING_ON).await;

@@ -118,10 +118,13 @@ pub type Service = Arc<
     dyn Fn(http::Request<h::Body>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
 >;
 
-/// Where a plain HTTP/1 connection is best served, from the path of its first request:
-/// the runtime to move it to, or `None` to serve it where it was accepted. A gateway
-/// with a runtime per thread serves a stream's clients on the stream's own thread, which
-/// saves a wake-up across threads for every message each way.
+/// Where a plain HTTP/1 connection is best served, from the path of its first request
+/// when that is a GET: the runtime to move it to, or `None` to serve it where it was
+/// accepted. A gateway with a runtime per thread serves a stream's consumers (SSE,
+/// WebSocket, long polls: GETs that then receive message after message) on the stream's
+/// own thread, which saves a wake-up across threads for every message. Producers' POSTs
+/// stay where the kernel spread them, sharing their parsing over the threads (measured
+/// faster than moving them too).
 pub type Placement = Arc<dyn Fn(&str) -> Option<tokio::runtime::Handle> + Send + Sync>;
 
 /// Accepts connections on `listener` (through `tls` when given) and serves each with
@@ -342,7 +345,8 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 enum Opening {
     /// HTTP/2 with prior knowledge.
     H2,
-    /// HTTP/1, with the path of its first request when its request line has arrived.
+    /// HTTP/1, with the path of its first request when that is a GET whose request line
+    /// has arrived.
     Http1(Option<String>),
 }
 
@@ -359,7 +363,7 @@ async fn opening(stream: &TcpStream) -> Opening {
         };
         let common = seen.len().min(H2_PREFACE.len());
         if seen[..common] != H2_PREFACE[..common] {
-            return Opening::Http1(request_path(seen));
+            return Opening::Http1(get_path(seen));
         }
         if common == H2_PREFACE.len() {
             return Opening::H2;
@@ -369,10 +373,13 @@ async fn opening(stream: &TcpStream) -> Opening {
     Opening::Http1(None)
 }
 
-/// The path of an HTTP/1 request line (`GET /path?query HTTP/1.1`), when it is complete
-/// and in origin form.
-fn request_path(head: &[u8]) -> Option<String> {
+/// The path of an HTTP/1 GET request line (`GET /path?query HTTP/1.1`), when it is
+/// complete and in origin form.
+fn get_path(head: &[u8]) -> Option<String> {
     let line = &head[..head.iter().position(|&b| b == b'\n')?];
+    if !line.starts_with(b"GET ") {
+        return None;
+    }
     let target = line.split(|&b| b == b' ').nth(1)?;
     let path = target.split(|&b| b == b'?').next()?;
     if path.first() != Some(&b'/') {
@@ -433,21 +440,22 @@ pub fn shared_listener(addr: SocketAddr) -> std::io::Result<std::net::TcpListene
 
 #[cfg(test)]
 mod tests {
-    use super::request_path;
+    use super::get_path;
 
     #[test]
-    fn request_paths_come_from_complete_request_lines() {
-        let path = |head: &str| request_path(head.as_bytes());
+    fn paths_come_from_complete_get_request_lines() {
+        let path = |head: &str| get_path(head.as_bytes());
         assert_eq!(
             path("GET /live/events?since=3 HTTP/1.1\r\nHost: x\r\n").as_deref(),
             Some("/live/events")
         );
-        assert_eq!(path("POST /p HTTP/1.1\r\n").as_deref(), Some("/p"));
+        assert_eq!(path("GET /p HTTP/1.0\r\n").as_deref(), Some("/p"));
+        assert_eq!(path("POST /p HTTP/1.1\r\n"), None);
         // Not yet a whole line, not origin form, not a request.
         assert_eq!(path("GET /live/ev"), None);
         assert_eq!(path("GET http://h/x HTTP/1.1\r\n"), None);
         assert_eq!(path("OPTIONS * HTTP/1.1\r\n"), None);
         assert_eq!(path("\r\n"), None);
-        assert_eq!(request_path(b"GET /\xff HTTP/1.1\r\n"), None);
+        assert_eq!(get_path(b"GET /\xff HTTP/1.1\r\n"), None);
     }
 }
