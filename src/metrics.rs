@@ -50,6 +50,24 @@ pub fn installed() -> Option<PrometheusHandle> {
     HANDLE.get().cloned()
 }
 
+/// How often recorded histogram samples are folded into their buckets.
+const UPKEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Folds histogram samples into their buckets every [`UPKEEP_INTERVAL`]. The recorder
+/// keeps every sample until then; without this only a scrape of `/metrics` would, and a
+/// process nobody scrapes would grow by every batch it ever carried.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("sluice-metrics".into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_INTERVAL);
+            handle.run_upkeep();
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "Cannot start the metrics upkeep thread.");
+    }
+}
+
 /// Installs the Prometheus recorder once per process and returns the handle that renders
 /// `/metrics`. Later calls return the same handle.
 pub fn install() -> PrometheusHandle {
@@ -74,6 +92,7 @@ pub fn install() -> PrometheusHandle {
             // Another recorder may already be installed (tests): then ours only renders.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            spawn_upkeep(handle.clone());
             handle
         })
         .clone()
