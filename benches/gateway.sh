@@ -15,6 +15,7 @@
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
+. benches/median.sh
 root="$(pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
@@ -212,12 +213,7 @@ results="$(
 
 echo
 echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: $threads threads, $connections connections, $rounds rounds of ${seconds}s per case (medians)"
-awk '
-    function median(list,    n, v, i, j, t) {
-        n = split(list, v, " ")
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
-        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
+awk "$median_awk"'
     { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; by[$1, $2] = $3; last = $1 }
     END {
         printf "%-20s %12s %10s %10s\n", "case", "requests/s", "p50 ms", "p99 ms"

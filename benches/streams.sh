@@ -11,6 +11,7 @@
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
+. benches/median.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
 seconds="${BENCH_SECONDS:-5}"
@@ -195,12 +196,7 @@ wait "$IDLE_PID" 2>/dev/null || true
 
 echo
 echo "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg), wrk: 2 threads, 16 connections, $rounds rounds of ${seconds}s per case (medians)"
-awk '
-    function median(list,    n, v, i, j, t) {
-        n = split(list, v, " ")
-        for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j-1] + 0 > v[j] + 0; j--) { t = v[j]; v[j] = v[j-1]; v[j-1] = t }
-        return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
-    }
+awk "$median_awk"'
     { rps[$2] = rps[$2] " " $3; got[$2] = got[$2] " " $4; by[$1, $2] = $3; last = $1 }
     END {
         printf "%-10s %14s %12s\n", "case", "messages/s", "delivered"

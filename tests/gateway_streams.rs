@@ -122,6 +122,20 @@ async fn publish(gw: &Gw, path: &str, key: &str, body: &str) -> u16 {
         .as_u16()
 }
 
+/// Publishes `m0` .. `m{n-1}` to `path`, each answered 200.
+async fn publish_numbered(gw: &Gw, path: &str, key: &str, n: usize) {
+    for i in 0..n {
+        assert_eq!(publish(gw, path, key, &format!("m{i}")).await, 200);
+    }
+}
+
+/// `m0` .. `m{n-1}`, sorted as strings: what a consumer side must have seen, sorted.
+fn numbered(n: usize) -> Vec<String> {
+    let mut all: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+    all.sort();
+    all
+}
+
 async fn key_for(gw: &Gw, api: &str) -> String {
     let key = gw.create_key(json!({"access_rights": {api: {}}})).await;
     key["key"].as_str().unwrap().to_owned()
@@ -158,12 +172,7 @@ async fn a_producer_reaches_consumers_round_robin_behind_key_auth() {
     }
     // Let all three register before the first message.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for i in 0..9 {
-        assert_eq!(
-            publish(&gw, "/live/publish", &key, &format!("m{i}")).await,
-            200
-        );
-    }
+    publish_numbered(&gw, "/live/publish", &key, 9).await;
     let mut seen = Vec::new();
     for client in &mut clients {
         let mut got = Vec::new();
@@ -174,9 +183,7 @@ async fn a_producer_reaches_consumers_round_robin_behind_key_auth() {
         seen.extend(got);
     }
     seen.sort();
-    let mut all: Vec<String> = (0..9).map(|i| format!("m{i}")).collect();
-    all.sort();
-    assert_eq!(seen, all, "every message exactly once");
+    assert_eq!(seen, numbered(9), "every message exactly once");
 
     // A path that no stream serves, under an API of streams only.
     let r = gw
@@ -204,12 +211,7 @@ async fn consumers_accepted_on_any_serving_thread_get_every_message() {
         clients.push(Sse::open(&gw, "/live/other/events", &key).await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for i in 0..16 {
-        assert_eq!(
-            publish(&gw, "/live/other/publish", &key, &format!("m{i}")).await,
-            200
-        );
-    }
+    publish_numbered(&gw, "/live/other/publish", &key, 16).await;
     let mut got = Vec::new();
     for client in &mut clients {
         while let Some(data) = client.next(Duration::from_millis(500)).await {
@@ -217,9 +219,11 @@ async fn consumers_accepted_on_any_serving_thread_get_every_message() {
         }
     }
     got.sort();
-    let mut all: Vec<String> = (0..16).map(|i| format!("m{i}")).collect();
-    all.sort();
-    assert_eq!(got, all, "every message exactly once, over all the clients");
+    assert_eq!(
+        got,
+        numbered(16),
+        "every message exactly once, over all the clients"
+    );
 }
 
 #[tokio::test]

@@ -171,7 +171,7 @@ pub async fn serve_connections(
             match tls {
                 None => {
                     let opening = tokio::select! {
-                        opening = tokio::time::timeout(header_timeout, opening(&stream)) => match opening {
+                        opening = tokio::time::timeout(header_timeout, opening(&stream, placement.is_some())) => match opening {
                             Ok(opening) => opening,
                             // Connected and silent: nothing to serve.
                             Err(_) => return,
@@ -350,10 +350,11 @@ enum Opening {
     Http1(Option<String>),
 }
 
-/// Peeks at what the client sent first, so the bytes stay for the protocol handler.
-async fn opening(stream: &TcpStream) -> Opening {
+/// Peeks at what the client sent first, so the bytes stay for the protocol handler; the
+/// path of a GET only when `want_path` (a placement reads it).
+async fn opening(stream: &TcpStream, want_path: bool) -> Opening {
     // A request line is seldom longer; a longer one is served where it was accepted.
-    let mut buf = vec![0u8; 1024];
+    let mut buf = vec![0u8; if want_path { 1024 } else { H2_PREFACE.len() }];
     // The HTTP/2 preface nearly always arrives in one segment; a partial one is waited
     // for a little, then the connection is taken as HTTP/1.
     for _ in 0..50 {
@@ -363,7 +364,7 @@ async fn opening(stream: &TcpStream) -> Opening {
         };
         let common = seen.len().min(H2_PREFACE.len());
         if seen[..common] != H2_PREFACE[..common] {
-            return Opening::Http1(get_path(seen));
+            return Opening::Http1(want_path.then(|| get_path(seen)).flatten());
         }
         if common == H2_PREFACE.len() {
             return Opening::H2;

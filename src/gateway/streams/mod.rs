@@ -38,9 +38,9 @@ struct ApiStreams {
     /// The per-client instances, and the config each per-client stream had.
     clients: clients::Clients,
     templates: parking_lot::Mutex<BTreeMap<String, Value>>,
-    /// The serving thread each running stream is on (an index into the host's
-    /// runtimes), by stream name.
-    homes: RwLock<HashMap<String, usize>>,
+    /// The serving thread each running stream is on (its index, see [`serving_thread`],
+    /// and its runtime), by stream name.
+    homes: RwLock<HashMap<String, (usize, tokio::runtime::Handle)>>,
 }
 
 thread_local! {
@@ -125,21 +125,10 @@ impl StreamHost {
             .streams
             .iter()
             .find(|s| !s.per_client && s.paths.contains(&rest))?;
-        let index = *self
-            .apis
-            .read()
-            .get(&api.id)?
-            .homes
-            .read()
-            .get(&stream.name)?;
-        if SERVING.get() == Some(index) {
-            return None;
-        }
-        let runtimes = self.runtimes.read();
-        runtimes
-            .iter()
-            .find(|(i, _)| *i == index)
-            .map(|(_, handle)| handle.clone())
+        let streams = self.apis.read().get(&api.id)?.clone();
+        let homes = streams.homes.read();
+        let (index, handle) = homes.get(&stream.name)?;
+        (SERVING.get() != Some(*index)).then(|| handle.clone())
     }
 
     /// Stops the per-client instances that no client used for the idle time.
@@ -347,8 +336,8 @@ async fn sync_api(
         match started {
             Ok(()) => {
                 configs.insert(name.to_owned(), stream.raw.clone());
-                if let Some((index, _)) = home {
-                    streams.homes.write().insert(name.to_owned(), index);
+                if let Some(home) = home {
+                    streams.homes.write().insert(name.to_owned(), home);
                 }
                 info!(api_id = %api.id, stream = %name, "Stream started.");
             }
