@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Gateway throughput and latency, all in one run against the same upstream (an nginx
-# answering a fixed 64-byte body): wrk straight at the upstream, through nginx as a plain
-# reverse proxy (the reference), through `sluice gateway` with no middleware, and through
-# `sluice gateway` with key authentication and a rate limit (set high enough never to
-# refuse, so that it is counted, not hit). Prints requests/s, p50 and p99 latency and
+# answering a fixed 64-byte body): wrk straight at the upstream, through another nginx
+# as a plain reverse proxy (the reference), through `sluice gateway` with no middleware,
+# and through `sluice gateway` with key authentication and a rate limit (set high enough
+# never to refuse, so that it is counted, not hit). Prints requests/s, p50 and p99 latency and
 # the ratios: Sluice plain against nginx, and Sluice with middleware against plain.
 # The cases take turns over several rounds and each figure is the median over the rounds:
 # on a small machine the client, the proxies and the upstream share the cores, and a
@@ -65,45 +65,50 @@ plain_port="$(free_port)"
 mw_port="$(free_port)"
 body="$(head -c 64 /dev/zero | tr '\0' 'x')"
 
-# nginx runs twice from one config: the upstream and the reference proxy.
-mkdir -p "$work/nginx"
-cat >"$work/nginx/nginx.conf" <<EOF
+# Two nginx instances: the upstream and the reference proxy. They are separate processes,
+# as Sluice and the upstream are: one instance serving both roles would hand a proxied
+# request to the upstream inside one worker, with no process switch to pay for.
+nginx_conf() { # dir, server blocks
+    mkdir -p "$work/$1"
+    cat >"$work/$1/nginx.conf" <<EOF
 worker_processes auto;
-pid $work/nginx/nginx.pid;
-error_log $work/nginx/error.log warn;
+pid $work/$1/nginx.pid;
+error_log $work/$1/error.log warn;
 daemon off;
 events { worker_connections 4096; }
 http {
     access_log off;
-    client_body_temp_path $work/nginx/body;
-    proxy_temp_path $work/nginx/proxy;
-    fastcgi_temp_path $work/nginx/fastcgi;
-    uwsgi_temp_path $work/nginx/uwsgi;
-    scgi_temp_path $work/nginx/scgi;
+    client_body_temp_path $work/$1/body;
+    proxy_temp_path $work/$1/proxy;
+    fastcgi_temp_path $work/$1/fastcgi;
+    uwsgi_temp_path $work/$1/uwsgi;
+    scgi_temp_path $work/$1/scgi;
     keepalive_requests 1000000;
-    upstream backend {
+$2
+}
+EOF
+    /usr/sbin/nginx -c "$work/$1/nginx.conf" -p "$work/$1" &
+    pids+=($!)
+}
+nginx_conf upstream "    server {
+        listen 127.0.0.1:$up_port;
+        location / { default_type text/plain; return 200 \"$body\"; }
+    }"
+nginx_conf proxy "    upstream backend {
         server 127.0.0.1:$up_port;
         keepalive 256;
-    }
-    server {
-        listen 127.0.0.1:$up_port;
-        location / { default_type text/plain; return 200 "$body"; }
     }
     server {
         listen 127.0.0.1:$nginx_port;
         location /bench/ {
             proxy_pass http://backend/;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection \"\";
             proxy_set_header Host \$host;
             proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
             proxy_set_header X-Forwarded-Proto \$scheme;
         }
-    }
-}
-EOF
-/usr/sbin/nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" &
-pids+=($!)
+    }"
 wait_port "$up_port"
 wait_port "$nginx_port"
 

@@ -14,6 +14,7 @@ pub mod middleware;
 pub mod proxy;
 pub mod streams;
 pub mod table;
+pub mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

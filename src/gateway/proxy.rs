@@ -1,18 +1,19 @@
-//! The last step: forwarding a request to its API's upstream over a pooled client and
-//! streaming the answer back (an SSE upstream is relayed event by event, never
+//! The last step: forwarding a request to its API's upstream (over `upstream`'s pooled
+//! connections) and streaming the answer back (an SSE upstream is relayed event by event, never
 //! buffered). WebSocket upgrades pass through.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{StatusCode, Uri, Version};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use http::StatusCode;
+use hyper_util::rt::TokioIo;
+use smallvec::SmallVec;
 use tracing::debug;
 
 use super::api::Api;
+use super::upstream::{Client, ClientError, Reply};
 use crate::http::{self as h, Body, HttpResponse};
 
 /// Why the upstream gave no answer.
@@ -24,8 +25,6 @@ pub enum ProxyError {
     Connect,
     #[error("the upstream failed: {0}")]
     Upstream(String),
-    #[error("cannot build the upstream request: {0}")]
-    Request(String),
     /// An API of streams only, and no stream took the request.
     #[error("no stream route at this path")]
     NoUpstream,
@@ -35,33 +34,17 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::Request(_) => StatusCode::BAD_REQUEST,
             ProxyError::NoUpstream => StatusCode::NOT_FOUND,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
 }
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
-
-type Pooled = Client<Connector, Body>;
-
-thread_local! {
-    /// Each worker thread keeps its own pool, so that a request and the upstream
-    /// connection that carries it run on one thread and never wake another.
-    static CLIENTS: std::cell::RefCell<Vec<(usize, Pooled)>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-static NEXT_PROXY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// The upstream client, shared by every API: connections are pooled per host and per
-/// worker thread.
+/// The upstream client, shared by every API: connections are pooled per upstream and
+/// per serving thread.
 #[derive(Clone)]
 pub struct Proxy {
-    id: usize,
-    connect_timeout: Duration,
-    max_idle_per_host: usize,
-    tls: std::sync::Arc<rustls::ClientConfig>,
+    client: Arc<Client>,
     timeout: Duration,
 }
 
@@ -71,6 +54,9 @@ pub struct Origin {
     pub tls: bool,
 }
 
+/// How long an idle upstream connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 impl Proxy {
     pub fn new(
         timeout: Duration,
@@ -78,36 +64,13 @@ impl Proxy {
         max_idle_per_host: usize,
     ) -> Result<Self, String> {
         Ok(Proxy {
-            id: NEXT_PROXY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            connect_timeout,
-            max_idle_per_host,
-            tls: std::sync::Arc::new(upstream_tls()?),
+            client: Arc::new(Client::new(
+                connect_timeout,
+                max_idle_per_host,
+                IDLE_TIMEOUT,
+                upstream_tls()?,
+            )),
             timeout,
-        })
-    }
-
-    /// This thread's pool.
-    fn client(&self) -> Pooled {
-        CLIENTS.with(|clients| {
-            let mut clients = clients.borrow_mut();
-            if let Some((_, c)) = clients.iter().find(|(id, _)| *id == self.id) {
-                return c.clone();
-            }
-            let mut http = HttpConnector::new();
-            http.enforce_http(false);
-            http.set_connect_timeout(Some(self.connect_timeout));
-            http.set_nodelay(true);
-            let https = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config((*self.tls).clone())
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http);
-            let client = Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(self.max_idle_per_host)
-                .pool_idle_timeout(Duration::from_secs(90))
-                .build(https);
-            clients.push((self.id, client.clone()));
-            client
         })
     }
 
@@ -134,12 +97,6 @@ impl Proxy {
             target.push('?');
             target.push_str(q);
         }
-        let uri = Uri::builder()
-            .scheme(up.scheme.clone())
-            .authority(up.authority.clone())
-            .path_and_query(target)
-            .build()
-            .map_err(|e| ProxyError::Request(e.to_string()))?;
         let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
             parts
                 .uri
@@ -155,47 +112,43 @@ impl Proxy {
             parts.headers.insert(header::UPGRADE, u);
         }
         forwarded_headers(&mut parts.headers, origin, original_host);
-        if let Ok(host) = HeaderValue::from_str(up.authority.as_str()) {
-            parts.headers.insert(header::HOST, host);
-        }
-        parts.uri = uri;
-        // The pool speaks HTTP/1.1 to upstreams whatever the client spoke.
-        parts.version = Version::HTTP_11;
-        let upstream_req = http::Request::from_parts(parts, body);
+        parts.headers.insert(header::HOST, up.host.clone());
         let timeout = up.timeout.unwrap_or(self.timeout);
-        let mut resp =
-            match tokio::time::timeout(timeout, self.client().request(upstream_req)).await {
-                Err(_) => return Err(ProxyError::Timeout(timeout)),
-                Ok(Err(e)) if e.is_connect() => {
-                    debug!(error = %e, api = %api.id, "Upstream connect failed.");
-                    return Err(ProxyError::Connect);
-                }
-                Ok(Err(e)) => {
-                    let text = std::error::Error::source(&e)
-                        .map(|s| s.to_string())
-                        .unwrap_or_else(|| e.to_string());
-                    return Err(ProxyError::Upstream(text));
-                }
-                Ok(Ok(resp)) => resp,
-            };
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            if let Some(client_upgrade) = client_upgrade {
-                let upstream_upgrade = hyper::upgrade::on(&mut resp);
+        let send = self
+            .client
+            .send(&up.target, &parts.method, &target, &parts.headers, body);
+        let (mut head, reply) = match tokio::time::timeout(timeout, send).await {
+            Err(_) => return Err(ProxyError::Timeout(timeout)),
+            Ok(Err(ClientError::Connect(e))) => {
+                debug!(error = %e, api = %api.id, "Upstream connect failed.");
+                return Err(ProxyError::Connect);
+            }
+            Ok(Err(e)) => return Err(ProxyError::Upstream(e.to_string())),
+            Ok(Ok(answer)) => answer,
+        };
+        let body = match reply {
+            Reply::Body(body) => body,
+            Reply::Upgraded(upstream) => {
+                let Some(client_upgrade) = client_upgrade else {
+                    return Err(ProxyError::Upstream(
+                        "the upstream switched protocols unasked".into(),
+                    ));
+                };
                 tokio::spawn(async move {
-                    let (Ok(client), Ok(upstream)) = (client_upgrade.await, upstream_upgrade.await)
-                    else {
+                    let Ok(client) = client_upgrade.await else {
                         return;
                     };
                     let mut client = TokioIo::new(client);
-                    let mut upstream = TokioIo::new(upstream);
+                    let mut upstream = upstream;
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
                 });
-                let (parts, _) = resp.into_parts();
-                return Ok(http::Response::from_parts(parts, h::empty()));
+                h::empty()
             }
+        };
+        if head.status != StatusCode::SWITCHING_PROTOCOLS {
+            remove_hop_by_hop(&mut head.headers);
         }
-        remove_hop_by_hop(resp.headers_mut());
-        Ok(resp.map(h::boxed))
+        Ok(http::Response::from_parts(head, body))
     }
 }
 
@@ -238,29 +191,41 @@ const HOP_BY_HOP: &[HeaderName] = &[
 /// Removes the headers that belong to one connection (RFC 9110 7.6.1), including those
 /// the `Connection` header names.
 pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+    // One pass over the names present, rather than a hashed removal of every hop-by-hop
+    // name: most messages carry one or none of them.
+    let mut doomed: SmallVec<[HeaderName; 4]> = headers
+        .keys()
+        .filter(|name| HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive")
+        .cloned()
         .collect();
-    for name in named {
+    if doomed.is_empty() {
+        return;
+    }
+    doomed.extend(
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok()),
+    );
+    for name in doomed {
         headers.remove(name);
     }
-    for name in HOP_BY_HOP {
-        headers.remove(name);
-    }
-    headers.remove("keep-alive");
 }
 
 fn forwarded_headers(headers: &mut HeaderMap, origin: &Origin, host: Option<HeaderValue>) {
-    let ip = origin.peer.ip().to_string();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prior) if !prior.is_empty() => format!("{prior}, {ip}"),
-        _ => ip,
-    };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    use std::fmt::Write;
+    let mut xff = String::with_capacity(48);
+    if let Some(prior) = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        if !prior.is_empty() {
+            xff.push_str(prior);
+            xff.push_str(", ");
+        }
+    }
+    let _ = write!(xff, "{}", origin.peer.ip());
+    // From the String's own bytes: no second copy.
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)) {
         headers.insert("x-forwarded-for", v);
     }
     headers.insert(

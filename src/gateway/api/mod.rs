@@ -21,6 +21,7 @@ use crate::config::{de, yaml, ConfigError, ConfigErrors};
 use super::auth::api_key::KeyLocation;
 use super::auth::hmac::HmacSettings;
 use super::auth::jwt::{JwtSettings, JwtVerifier};
+use super::upstream::Target;
 use crate::limit::Rate;
 use extension::{Extension, HeaderTransform, MockResponse};
 use paths::PathTemplate;
@@ -100,6 +101,10 @@ pub struct Upstream {
     pub authority: http::uri::Authority,
     pub base_path: String,
     pub timeout: Option<Duration>,
+    /// Where to connect, resolved from the scheme and authority.
+    pub target: Target,
+    /// The `Host` header sent upstream: the authority.
+    pub host: http::HeaderValue,
 }
 
 /// The security requirements: any alternative passes when all its schemes pass.
@@ -354,11 +359,9 @@ fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api
     // Upstream: needed unless the API serves streams only.
     let upstream = match &ext.upstream {
         Some(up) => match parse_upstream(&up.url) {
-            Ok((scheme, authority, base_path)) => Some(Upstream {
-                scheme,
-                authority,
-                base_path,
+            Ok(upstream) => Some(Upstream {
                 timeout: up.timeout.map(|d| d.0),
+                ..upstream
             }),
             Err(e) => {
                 errors.push(err_at(&x("upstream.url"), e));
@@ -652,7 +655,8 @@ fn check_transform(
     }
 }
 
-fn parse_upstream(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority, String), String> {
+/// The upstream of `url`, with no timeout of its own.
+fn parse_upstream(url: &str) -> Result<Upstream, String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
@@ -673,7 +677,18 @@ fn parse_upstream(url: &str) -> Result<(http::uri::Scheme, http::uri::Authority,
         return Err(format!("`{url}`: an upstream URL takes no query"));
     }
     let base_path = uri.path().trim_end_matches('/').to_owned();
-    Ok((scheme, authority, base_path))
+    let target = Target::new(scheme == http::uri::Scheme::HTTPS, &authority)
+        .map_err(|e| format!("`{url}`: {e}"))?;
+    let host = http::HeaderValue::from_str(authority.as_str())
+        .map_err(|_| format!("`{url}`: the host cannot be sent as a header"))?;
+    Ok(Upstream {
+        scheme,
+        authority,
+        base_path,
+        timeout: None,
+        target,
+        host,
+    })
 }
 
 fn mock_of(m: &MockResponse, op: &Value) -> Result<Mock, String> {

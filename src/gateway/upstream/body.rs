@@ -1,0 +1,108 @@
+//! A response body read from its upstream connection as the client takes it, so that an
+//! event stream is relayed event by event. When the body ends cleanly, the connection
+//! goes back to its thread's pool.
+
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+
+use super::conn::{self, Conn, PoolKey, PoolLimits};
+use super::wire::{Decoded, Decoder};
+use crate::http::BoxError;
+
+/// The smallest room made in the read buffer before each read.
+const READ_ROOM: usize = 8 * 1024;
+
+pub struct UpstreamBody {
+    /// `None` once the body has ended or failed.
+    conn: Option<Conn>,
+    decoder: Decoder,
+    /// Where the connection goes when the body ends, if it may be used again.
+    pool: Option<(PoolKey, PoolLimits)>,
+}
+
+impl UpstreamBody {
+    pub fn new(conn: Conn, decoder: Decoder, pool: Option<(PoolKey, PoolLimits)>) -> Self {
+        UpstreamBody {
+            conn: Some(conn),
+            decoder,
+            pool,
+        }
+    }
+
+    /// The body is complete: the connection is free again.
+    fn finish(&mut self) {
+        if let (Some(conn), Some((key, limits))) = (self.conn.take(), self.pool.take()) {
+            // Bytes after the body are not ours to skip: such a connection is closed.
+            if conn.buf.is_empty() {
+                conn::checkin(&key, limits, conn);
+            }
+        }
+    }
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match this.decoder.decode(&mut conn.buf) {
+                Ok(Decoded::Data(data)) => {
+                    if this.decoder.is_done() {
+                        this.finish();
+                    }
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Ok(Decoded::Done) => {
+                    this.finish();
+                    return Poll::Ready(None);
+                }
+                Ok(Decoded::More) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+            conn.buf.reserve(READ_ROOM);
+            match ready!(tokio_util::io::poll_read_buf(
+                Pin::new(&mut conn.io),
+                cx,
+                &mut conn.buf
+            )) {
+                Ok(0) => {
+                    this.conn = None;
+                    if let Err(e) = this.decoder.eof() {
+                        return Poll::Ready(Some(Err(e.into())));
+                    }
+                    return Poll::Ready(None);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    this.conn = None;
+                    return Poll::Ready(Some(Err(e.into())));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.conn.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.decoder.remaining() {
+            Some(n) => SizeHint::with_exact(n),
+            None => SizeHint::default(),
+        }
+    }
+}

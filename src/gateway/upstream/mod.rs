@@ -1,0 +1,598 @@
+//! The gateway's HTTP/1.1 client to upstreams.
+//!
+//! A request writes to and reads from its pooled connection from its own task: there is
+//! no connection task to hand it to and be woken back from, which is most of what a
+//! general-purpose pooled client costs a proxied request beyond the socket calls. Each
+//! serving thread keeps its own pool (see `conn`). The wire format is in `wire`, the
+//! streamed response body in `body`.
+
+mod body;
+mod conn;
+mod wire;
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use futures::future::{self, Either};
+use futures::FutureExt;
+use http::{HeaderMap, Method, StatusCode};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use self::body::UpstreamBody;
+use self::conn::{Conn, Io, PoolKey, PoolLimits};
+use self::wire::{Decoder, Framing, RequestFraming, WireError};
+use crate::http::{self as h, Body};
+
+/// Why an exchange with the upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to the upstream: {0}")]
+    Connect(String),
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("the upstream closed the connection before answering")]
+    Closed,
+    #[error("the request body failed: {0}")]
+    RequestBody(String),
+}
+
+/// Where an API's requests go: resolved once, when the API loads.
+pub struct Target {
+    pub https: bool,
+    /// The host to connect to, without IPv6 brackets.
+    host: String,
+    port: u16,
+    server_name: ServerName<'static>,
+    /// The same number for the same scheme and authority, whichever API names them: it
+    /// files their idle connections together.
+    id: u64,
+}
+
+impl Target {
+    pub fn new(https: bool, authority: &http::uri::Authority) -> Result<Self, String> {
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let server_name = ServerName::try_from(host.clone())
+            .map_err(|_| format!("`{host}` is not a valid server name"))?;
+        Ok(Target {
+            https,
+            port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
+            host,
+            server_name,
+            id: upstream_id(https, authority.as_str()),
+        })
+    }
+}
+
+/// A number per distinct upstream, so that a request finds its pool by a plain integer
+/// rather than by a shared string whose reference count every thread would touch.
+fn upstream_id(https: bool, authority: &str) -> u64 {
+    static IDS: std::sync::LazyLock<
+        parking_lot::Mutex<std::collections::HashMap<(bool, String), u64>>,
+    > = std::sync::LazyLock::new(Default::default);
+    let mut ids = IDS.lock();
+    let next = ids.len() as u64;
+    *ids.entry((https, authority.to_ascii_lowercase()))
+        .or_insert(next)
+}
+
+/// What came back: the response head, and its body or, after `101 Switching
+/// Protocols`, the connection itself.
+pub enum Reply {
+    Body(Body),
+    Upgraded(Upgraded),
+}
+
+/// The settings shared by every upstream request of a gateway.
+pub struct Client {
+    id: usize,
+    connect_timeout: Duration,
+    limits: PoolLimits,
+    tls: tokio_rustls::TlsConnector,
+}
+
+static NEXT_CLIENT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Client {
+    pub fn new(
+        connect_timeout: Duration,
+        max_idle_per_host: usize,
+        idle_timeout: Duration,
+        mut tls: rustls::ClientConfig,
+    ) -> Self {
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Client {
+            id: NEXT_CLIENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            connect_timeout,
+            limits: PoolLimits {
+                max_idle: max_idle_per_host,
+                idle_timeout,
+            },
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+        }
+    }
+
+    /// Sends a request to `target`: `target_path` is its path and query, `headers` are
+    /// sent as they are except for the body's framing, which follows `body`.
+    pub async fn send(
+        &self,
+        target: &Target,
+        method: &Method,
+        target_path: &str,
+        headers: &HeaderMap,
+        mut body: Body,
+    ) -> Result<(http::response::Parts, Reply), ClientError> {
+        let key = PoolKey {
+            client: self.id,
+            upstream: target.id,
+        };
+        let empty = body.is_end_stream();
+        let framing = RequestFraming::of(method, empty, body.size_hint().exact());
+        let mut head = BytesMut::new();
+        wire::encode_head(&mut head, method, target_path, headers, framing);
+        let mut conn = match conn::checkout(&key, self.limits) {
+            Some(conn) => conn,
+            None => self.connect(target).await?,
+        };
+        let (resp, complete) = loop {
+            let sent = if empty {
+                send_head(&mut conn, &head).await.map(|h| (h, true))
+            } else {
+                send_with_body(&mut conn, &head, &mut body, framing).await
+            };
+            match sent {
+                // An idle connection the upstream closed just before it was taken: a
+                // request with no body can safely go again on a new one.
+                Err(ClientError::Closed | ClientError::Io(_)) if conn.reused && empty => {
+                    conn = self.connect(target).await?;
+                }
+                other => break other?,
+            }
+        };
+        let framing = wire::response_framing(method, resp.status, &resp.headers)?;
+        let reuse = complete && wire::reusable(&resp, framing);
+        let mut parts = http::Response::new(()).into_parts().0;
+        parts.status = resp.status;
+        parts.version = resp.version;
+        parts.headers = resp.headers;
+        if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+            return Ok((parts, Reply::Upgraded(Upgraded { conn })));
+        }
+        let pool = reuse.then_some((key, self.limits));
+        let body = match framing {
+            Framing::Empty => {
+                if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
+                    conn::checkin(&key, limits, conn);
+                }
+                h::empty()
+            }
+            // A short body that came with its head: no need to keep the connection.
+            Framing::Length(n) if conn.buf.len() as u64 >= n => {
+                let data = conn.buf.split_to(n as usize).freeze();
+                if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
+                    conn::checkin(&key, limits, conn);
+                }
+                h::full(data)
+            }
+            framing => h::boxed(UpstreamBody::new(conn, Decoder::new(framing), pool)),
+        };
+        Ok((parts, Reply::Body(body)))
+    }
+
+    async fn connect(&self, target: &Target) -> Result<Conn, ClientError> {
+        let connect = async {
+            let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
+            tcp.set_nodelay(true)?;
+            if !target.https {
+                return Ok(Io::Plain(tcp));
+            }
+            let tls = self.tls.connect(target.server_name.clone(), tcp).await?;
+            Ok::<_, io::Error>(Io::Tls(Box::new(tls)))
+        };
+        match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(io)) => Ok(Conn::new(io)),
+            Ok(Err(e)) => Err(ClientError::Connect(e.to_string())),
+            Err(_) => Err(ClientError::Connect(format!(
+                "no connection within {:?}",
+                self.connect_timeout
+            ))),
+        }
+    }
+}
+
+/// Writes a request with no body and reads the head of its response.
+async fn send_head(conn: &mut Conn, head: &[u8]) -> Result<wire::Head, ClientError> {
+    conn.io.write_all(head).await?;
+    read_head(&mut conn.io, &mut conn.buf).await
+}
+
+/// Writes a request and its body while reading the response head, so that an upstream
+/// that answers before it has read the whole body (say, 413) is heard. Returns whether
+/// the whole body was sent: if not, the connection cannot be used again.
+async fn send_with_body(
+    conn: &mut Conn,
+    head: &[u8],
+    body: &mut Body,
+    framing: RequestFraming,
+) -> Result<(wire::Head, bool), ClientError> {
+    let (mut rd, mut wr) = tokio::io::split(&mut conn.io);
+    let write = std::pin::pin!(write_body(&mut wr, head, body, framing));
+    let read = std::pin::pin!(read_head(&mut rd, &mut conn.buf));
+    match future::select(write, read).await {
+        Either::Left((Ok(()), read)) => Ok((read.await?, true)),
+        // The upstream may have answered and closed: its answer is what counts.
+        Either::Left((Err(e), read)) => match read.await {
+            Ok(head) => Ok((head, false)),
+            Err(_) => Err(e),
+        },
+        Either::Right((head, _)) => Ok((head?, false)),
+    }
+}
+
+/// Reads until a whole response head is in `buf`, skipping interim (1xx) answers other
+/// than `101 Switching Protocols`.
+async fn read_head<R: AsyncRead + Unpin>(
+    io: &mut R,
+    buf: &mut BytesMut,
+) -> Result<wire::Head, ClientError> {
+    loop {
+        if !buf.is_empty() {
+            if let Some(head) = wire::parse_head(buf)? {
+                if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS
+                {
+                    continue;
+                }
+                return Ok(head);
+            }
+        }
+        buf.reserve(8 * 1024);
+        if io.read_buf(buf).await? == 0 {
+            return Err(if buf.is_empty() {
+                ClientError::Closed
+            } else {
+                WireError::Head(httparse::Error::Token).into()
+            });
+        }
+    }
+}
+
+/// The largest run of request body gathered into one write.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// Writes the head and the body in as few writes as the body's pace allows: whatever
+/// frames are ready go out together.
+async fn write_body<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    head: &[u8],
+    body: &mut Body,
+    framing: RequestFraming,
+) -> Result<(), ClientError> {
+    let chunked = framing == RequestFraming::Chunked;
+    let declared = match framing {
+        RequestFraming::Length(n) => Some(n),
+        _ => None,
+    };
+    let mut sent: u64 = 0;
+    let mut out = BytesMut::with_capacity(head.len() + 1024);
+    out.extend_from_slice(head);
+    loop {
+        // Take what is ready now; wait only when nothing is.
+        let frame = match body.frame().now_or_never() {
+            Some(frame) => frame,
+            None => {
+                if !out.is_empty() {
+                    io.write_all(&out).await?;
+                    out.clear();
+                }
+                body.frame().await
+            }
+        };
+        match frame {
+            None => break,
+            Some(Err(e)) => return Err(ClientError::RequestBody(e.to_string())),
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if data.is_empty() {
+                        continue;
+                    }
+                    sent += data.len() as u64;
+                    if declared.is_some_and(|n| sent > n) {
+                        return Err(ClientError::RequestBody(
+                            "longer than its Content-Length".into(),
+                        ));
+                    }
+                    if chunked {
+                        wire::chunk_header(&mut out, data.len());
+                        out.extend_from_slice(&data);
+                        out.extend_from_slice(b"\r\n");
+                    } else {
+                        out.extend_from_slice(&data);
+                    }
+                }
+                Err(frame) => {
+                    if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
+                        wire::last_chunk(&mut out, Some(&trailers));
+                        io.write_all(&out).await?;
+                        return Ok(());
+                    }
+                }
+            },
+        }
+        if out.len() >= WRITE_BATCH {
+            io.write_all(&out).await?;
+            out.clear();
+        }
+    }
+    if declared.is_some_and(|n| sent != n) {
+        return Err(ClientError::RequestBody(
+            "shorter than its Content-Length".into(),
+        ));
+    }
+    if chunked {
+        wire::last_chunk(&mut out, None);
+    }
+    if !out.is_empty() {
+        io.write_all(&out).await?;
+    }
+    Ok(())
+}
+
+/// An upstream connection after `101 Switching Protocols`: the bytes already read come
+/// first, then the socket.
+pub struct Upgraded {
+    conn: Conn,
+}
+
+impl AsyncRead for Upgraded {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let conn = &mut self.get_mut().conn;
+        if !conn.buf.is_empty() {
+            let n = conn.buf.len().min(buf.remaining());
+            buf.put_slice(&conn.buf[..n]);
+            conn.buf.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut conn.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Upgraded {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().conn.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().conn.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().conn.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use tokio::net::TcpListener;
+
+    async fn collect(body: Body) -> Bytes {
+        body.collect().await.unwrap().to_bytes()
+    }
+
+    /// Whether `got` holds a whole request: its head and the body its head announces.
+    fn whole_request(got: &[u8]) -> bool {
+        let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+            return false;
+        };
+        let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+        let body = &got[end + 4..];
+        if head.contains("transfer-encoding: chunked") {
+            return body.ends_with(b"0\r\n\r\n");
+        }
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map_or(0, |n| n.trim().parse::<usize>().unwrap());
+        body.len() >= length
+    }
+
+    /// A raw upstream that answers each connection with the scripted bytes, after
+    /// reading one request head, and reports what it read.
+    async fn upstream(
+        answers: Vec<&'static [u8]>,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+    ) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            for answer in answers {
+                let mut got = Vec::new();
+                let mut b = [0u8; 4096];
+                while !whole_request(&got) {
+                    let n = s.read(&mut b).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&b[..n]);
+                }
+                tx.send(got).unwrap();
+                s.write_all(answer).await.unwrap();
+            }
+        });
+        (addr, rx)
+    }
+
+    fn client() -> Client {
+        let roots = rustls::RootCertStore::empty();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Client::new(Duration::from_secs(2), 4, Duration::from_secs(60), tls)
+    }
+
+    fn target(addr: std::net::SocketAddr) -> Target {
+        Target::new(false, &addr.to_string().parse().unwrap()).unwrap()
+    }
+
+    async fn get(c: &Client, t: &Target) -> (http::response::Parts, Bytes) {
+        let (parts, reply) = c
+            .send(t, &Method::GET, "/x?y=1", &HeaderMap::new(), h::empty())
+            .await
+            .unwrap();
+        let Reply::Body(body) = reply else {
+            panic!("not a body")
+        };
+        (parts, collect(body).await)
+    }
+
+    #[tokio::test]
+    async fn one_connection_carries_requests_in_turn() {
+        let (addr, mut seen) = upstream(vec![
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+        ])
+        .await;
+        let (c, t) = (client(), target(addr));
+        let (parts, body) = get(&c, &t).await;
+        assert_eq!((parts.status, &body[..]), (StatusCode::OK, &b"hi"[..]));
+        assert_eq!(
+            seen.recv().await.unwrap(),
+            b"GET /x?y=1 HTTP/1.1\r\n\r\n".to_vec()
+        );
+        let (parts, body) = get(&c, &t).await;
+        assert_eq!(
+            (parts.status, &body[..]),
+            (StatusCode::CREATED, &b"abc"[..])
+        );
+        let (parts, body) = get(&c, &t).await;
+        assert_eq!((parts.status, body.len()), (StatusCode::NO_CONTENT, 0));
+    }
+
+    #[tokio::test]
+    async fn bodies_are_framed_by_what_the_body_knows() {
+        let (addr, mut seen) = upstream(vec![
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n",
+        ])
+        .await;
+        let (c, t) = (client(), target(addr));
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CONTENT_LENGTH, "999".parse().unwrap());
+        c.send(&t, &Method::POST, "/", &headers, h::full("abc"))
+            .await
+            .unwrap();
+        let got = seen.recv().await.unwrap();
+        assert_eq!(
+            got,
+            b"POST / HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc".to_vec()
+        );
+        let stream = futures::stream::iter(vec![
+            Ok::<_, h::BoxError>(http_body::Frame::data(Bytes::from("ab"))),
+            Ok(http_body::Frame::data(Bytes::from("c"))),
+        ]);
+        let body = h::boxed(http_body_util::StreamBody::new(stream));
+        c.send(&t, &Method::PUT, "/", &HeaderMap::new(), body)
+            .await
+            .unwrap();
+        let got = seen.recv().await.unwrap();
+        assert_eq!(
+            got,
+            b"PUT / HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n2\r\nab\r\n1\r\nc\r\n0\r\n\r\n"
+                .to_vec()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_closed_by_the_upstream_is_replaced() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            // Each connection answers once, then closes without saying so.
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut b = [0u8; 1024];
+                let _ = s.read(&mut b).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    .await;
+            }
+        });
+        let (c, t) = (client(), target(addr));
+        for _ in 0..3 {
+            assert_eq!(&get(&c, &t).await.1[..], b"ok");
+        }
+    }
+
+    #[tokio::test]
+    async fn broken_answers_are_errors() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n"[..],
+            b"garbage\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab",
+        ] {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut b = [0u8; 1024];
+                let _ = s.read(&mut b).await;
+                let _ = s.write_all(answer).await;
+            });
+            let (c, t) = (client(), target(addr));
+            let result = c
+                .send(&t, &Method::GET, "/", &HeaderMap::new(), h::empty())
+                .await;
+            let failed = match result {
+                Err(_) => true,
+                Ok((_, Reply::Body(body))) => body.collect().await.is_err(),
+                Ok((_, Reply::Upgraded(_))) => false,
+            };
+            assert!(failed, "{:?}", String::from_utf8_lossy(answer));
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_connect_error() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let t = target(([127, 0, 0, 1], port).into());
+        let err = client()
+            .send(&t, &Method::GET, "/", &HeaderMap::new(), h::empty())
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(err, ClientError::Connect(_)), "{err}");
+    }
+}

@@ -1,0 +1,638 @@
+//! HTTP/1.1 towards an upstream, as bytes (RFC 9112): the request head the gateway
+//! writes, the response head it reads, and how a response body is framed and decoded.
+//! No I/O here; the connection code feeds these functions what it has read.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
+use smallvec::SmallVec;
+
+/// The most header lines an upstream's response head may carry.
+const MAX_HEADERS: usize = 128;
+/// The largest response head accepted.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// The longest chunk-size line or trailer section accepted.
+const MAX_CHUNK_LINE: usize = 4 * 1024;
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("malformed response head: {0}")]
+    Head(httparse::Error),
+    #[error("response head larger than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("response header `{0}` is not valid")]
+    Header(String),
+    #[error("invalid Content-Length")]
+    ContentLength,
+    #[error("malformed chunked body")]
+    Chunk,
+    #[error("the upstream closed the connection {0} bytes before the end of the body")]
+    Truncated(u64),
+    #[error("the upstream closed the connection inside a chunked body")]
+    TruncatedChunked,
+}
+
+/// How a request body is framed on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFraming {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+impl RequestFraming {
+    /// The framing for a body that is empty (`None`) or whose exact size is known.
+    /// Methods that normally carry a body announce an empty one, which some servers
+    /// insist on (411 without it).
+    pub fn of(method: &Method, empty: bool, exact: Option<u64>) -> Self {
+        if empty {
+            let bodiless = matches!(
+                *method,
+                Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS | Method::TRACE
+            );
+            return if bodiless {
+                RequestFraming::None
+            } else {
+                RequestFraming::Length(0)
+            };
+        }
+        match exact {
+            Some(n) => RequestFraming::Length(n),
+            None => RequestFraming::Chunked,
+        }
+    }
+}
+
+/// Writes a request head: `target` is in origin form (path and query). The framing
+/// headers come from `framing`, never from `headers`, so they cannot disagree with the
+/// body that follows.
+pub fn encode_head(
+    out: &mut BytesMut,
+    method: &Method,
+    target: &str,
+    headers: &HeaderMap,
+    framing: RequestFraming,
+) {
+    out.reserve(64 + target.len() + headers.len() * 32);
+    out.put_slice(method.as_str().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(target.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    match framing {
+        RequestFraming::None => {}
+        RequestFraming::Length(n) => {
+            out.put_slice(b"content-length: ");
+            out.put_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.put_slice(b"\r\n");
+        }
+        RequestFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// Writes the line and the end of one chunk around `data` (RFC 9112 7.1).
+pub fn chunk_header(out: &mut BytesMut, len: usize) {
+    use std::fmt::Write;
+    let _ = write!(out, "{len:x}\r\n");
+}
+
+/// The last chunk, the trailer fields and the end of a chunked body.
+pub fn last_chunk(out: &mut BytesMut, trailers: Option<&HeaderMap>) {
+    out.put_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        out.put_slice(name.as_str().as_bytes());
+        out.put_slice(b": ");
+        out.put_slice(value.as_bytes());
+        out.put_slice(b"\r\n");
+    }
+    out.put_slice(b"\r\n");
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct Head {
+    pub status: StatusCode,
+    pub version: Version,
+    pub headers: HeaderMap,
+}
+
+/// Takes a complete response head off the front of `buf`, or `None` when more bytes are
+/// needed. Header values share the bytes read rather than being copied.
+pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut slots);
+    let len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
+            return Err(WireError::HeadTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(WireError::Head(e)),
+    };
+    let status = StatusCode::from_u16(resp.code.unwrap_or(0))
+        .map_err(|_| WireError::Head(httparse::Error::Status))?;
+    let version = match resp.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    // Names are read while `buf` is borrowed; values then point into the split-off head.
+    let base = buf.as_ptr() as usize;
+    let mut fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 16]> = SmallVec::new();
+    for h in resp.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| WireError::Header(h.name.to_owned()))?;
+        let start = h.value.as_ptr() as usize - base;
+        fields.push((name, start..start + h.value.len()));
+    }
+    let head = buf.split_to(len).freeze();
+    let mut headers = HeaderMap::with_capacity(fields.len());
+    for (name, range) in fields {
+        let value = HeaderValue::from_maybe_shared(head.slice(range))
+            .map_err(|_| WireError::Header(name.as_str().to_owned()))?;
+        headers.append(name, value);
+    }
+    Ok(Some(Head {
+        status,
+        version,
+        headers,
+    }))
+}
+
+/// How a response body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// The framing of the response to a `method` request (RFC 9112 6.3).
+pub fn response_framing(
+    method: &Method,
+    status: StatusCode,
+    headers: &HeaderMap,
+) -> Result<Framing, WireError> {
+    if *method == Method::HEAD
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        let last = headers
+            .get_all(header::TRANSFER_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .rfind(|c| !c.is_empty());
+        return Ok(match last {
+            Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+            _ => Framing::Close,
+        });
+    }
+    let mut length = None;
+    for value in headers.get_all(header::CONTENT_LENGTH) {
+        let text = value.to_str().map_err(|_| WireError::ContentLength)?;
+        for part in text.split(',') {
+            let part = part.trim();
+            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(WireError::ContentLength);
+            }
+            let n: u64 = part.parse().map_err(|_| WireError::ContentLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(WireError::ContentLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => Framing::Empty,
+        Some(n) => Framing::Length(n),
+        None => Framing::Close,
+    })
+}
+
+/// Whether the connection can carry another request after this response: HTTP/1.1
+/// without `Connection: close`, and framing that says where the body ends. A response
+/// with both Content-Length and Transfer-Encoding is answered but its connection is
+/// not trusted again (RFC 9112 6.3).
+pub fn reusable(head: &Head, framing: Framing) -> bool {
+    head.version == Version::HTTP_11
+        && framing != Framing::Close
+        && !(head.headers.contains_key(header::TRANSFER_ENCODING)
+            && head.headers.contains_key(header::CONTENT_LENGTH))
+        && !head
+            .headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("close"))
+}
+
+/// What the decoder could take from the bytes read so far.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    Data(Bytes),
+    /// More bytes are needed.
+    More,
+    /// The body is complete.
+    Done,
+}
+
+/// Decodes a streamed response body as its bytes arrive.
+#[derive(Debug)]
+pub enum Decoder {
+    Length(u64),
+    Chunked(Chunk),
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunk {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+impl Decoder {
+    pub fn new(framing: Framing) -> Self {
+        match framing {
+            Framing::Empty => Decoder::Length(0),
+            Framing::Length(n) => Decoder::Length(n),
+            Framing::Chunked => Decoder::Chunked(Chunk::Size),
+            Framing::Close => Decoder::Close,
+        }
+    }
+
+    /// The exact number of bytes still to come, when the framing says.
+    pub fn remaining(&self) -> Option<u64> {
+        match self {
+            Decoder::Length(n) => Some(*n),
+            Decoder::Chunked(Chunk::Done) => Some(0),
+            _ => None,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.remaining() == Some(0)
+    }
+
+    /// Takes the next piece of body off the front of `buf`.
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        match self {
+            Decoder::Length(0) => Ok(Decoded::Done),
+            Decoder::Length(n) => {
+                if buf.is_empty() {
+                    return Ok(Decoded::More);
+                }
+                let take = (*n).min(buf.len() as u64);
+                *n -= take;
+                Ok(Decoded::Data(buf.split_to(take as usize).freeze()))
+            }
+            Decoder::Close => Ok(if buf.is_empty() {
+                Decoded::More
+            } else {
+                Decoded::Data(buf.split().freeze())
+            }),
+            Decoder::Chunked(state) => decode_chunked(state, buf),
+        }
+    }
+
+    /// The upstream closed the connection: the end of a `Close` body, an error for any
+    /// other that is not complete.
+    pub fn eof(&mut self) -> Result<(), WireError> {
+        match self {
+            Decoder::Close | Decoder::Length(0) | Decoder::Chunked(Chunk::Done) => {
+                *self = Decoder::Length(0);
+                Ok(())
+            }
+            Decoder::Length(n) => Err(WireError::Truncated(*n)),
+            Decoder::Chunked(_) => Err(WireError::TruncatedChunked),
+        }
+    }
+}
+
+fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+    loop {
+        match *state {
+            Chunk::Size => match httparse::parse_chunk_size(buf) {
+                Ok(httparse::Status::Complete((used, size))) => {
+                    let _ = buf.split_to(used);
+                    *state = if size == 0 {
+                        Chunk::Trailers
+                    } else {
+                        Chunk::Data(size)
+                    };
+                }
+                Ok(httparse::Status::Partial) if buf.len() > MAX_CHUNK_LINE => {
+                    return Err(WireError::Chunk)
+                }
+                Ok(httparse::Status::Partial) => return Ok(Decoded::More),
+                Err(_) => return Err(WireError::Chunk),
+            },
+            Chunk::Data(n) => {
+                if buf.is_empty() {
+                    return Ok(Decoded::More);
+                }
+                let take = n.min(buf.len() as u64);
+                *state = if take == n {
+                    Chunk::DataEnd
+                } else {
+                    Chunk::Data(n - take)
+                };
+                return Ok(Decoded::Data(buf.split_to(take as usize).freeze()));
+            }
+            Chunk::DataEnd => {
+                if buf.len() < 2 {
+                    return Ok(Decoded::More);
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Err(WireError::Chunk);
+                }
+                let _ = buf.split_to(2);
+                *state = Chunk::Size;
+            }
+            // Trailer fields are read and dropped: the client side is answered by a
+            // server that decides its own framing.
+            Chunk::Trailers => match memchr::memmem::find(buf, b"\r\n") {
+                Some(0) => {
+                    let _ = buf.split_to(2);
+                    *state = Chunk::Done;
+                }
+                Some(end) => {
+                    let _ = buf.split_to(end + 2);
+                }
+                None if buf.len() > MAX_CHUNK_LINE => return Err(WireError::Chunk),
+                None => return Ok(Decoded::More),
+            },
+            Chunk::Done => return Ok(Decoded::Done),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> Head {
+        let mut buf = BytesMut::from(text);
+        let head = parse_head(&mut buf).unwrap().unwrap();
+        assert!(buf.is_empty(), "the head is split off");
+        head
+    }
+
+    fn decode_all(framing: Framing, wire: &[u8], step: usize) -> Result<Vec<u8>, WireError> {
+        let mut d = Decoder::new(framing);
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        let mut fed = 0;
+        loop {
+            match d.decode(&mut buf)? {
+                Decoded::Data(b) => body.extend_from_slice(&b),
+                Decoded::Done => return Ok(body),
+                Decoded::More if fed == wire.len() => {
+                    d.eof()?;
+                    return Ok(body);
+                }
+                Decoded::More => {
+                    let next = (fed + step).min(wire.len());
+                    buf.extend_from_slice(&wire[fed..next]);
+                    fed = next;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn request_heads_carry_their_own_framing() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, "up:8080".parse().unwrap());
+        headers.insert(header::CONTENT_LENGTH, "999".parse().unwrap());
+        headers.append("x-many", "1".parse().unwrap());
+        headers.append("x-many", "2".parse().unwrap());
+        let mut out = BytesMut::new();
+        encode_head(
+            &mut out,
+            &Method::POST,
+            "/a?b=c",
+            &headers,
+            RequestFraming::Length(5),
+        );
+        assert_eq!(
+            &out[..],
+            b"POST /a?b=c HTTP/1.1\r\nhost: up:8080\r\nx-many: 1\r\nx-many: 2\r\ncontent-length: 5\r\n\r\n"
+        );
+        let mut out = BytesMut::new();
+        encode_head(
+            &mut out,
+            &Method::GET,
+            "/",
+            &HeaderMap::new(),
+            RequestFraming::None,
+        );
+        assert_eq!(&out[..], b"GET / HTTP/1.1\r\n\r\n");
+    }
+
+    #[test]
+    fn empty_bodies_are_announced_only_where_a_body_is_usual() {
+        assert_eq!(
+            RequestFraming::of(&Method::GET, true, Some(0)),
+            RequestFraming::None
+        );
+        assert_eq!(
+            RequestFraming::of(&Method::POST, true, Some(0)),
+            RequestFraming::Length(0)
+        );
+        assert_eq!(
+            RequestFraming::of(&Method::PUT, false, None),
+            RequestFraming::Chunked
+        );
+        assert_eq!(
+            RequestFraming::of(&Method::PUT, false, Some(7)),
+            RequestFraming::Length(7)
+        );
+    }
+
+    #[test]
+    fn chunks_are_written_in_hex_with_trailers_at_the_end() {
+        let mut out = BytesMut::new();
+        chunk_header(&mut out, 255);
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-sum", "1".parse().unwrap());
+        last_chunk(&mut out, Some(&trailers));
+        assert_eq!(&out[..], b"ff\r\n0\r\nx-sum: 1\r\n\r\n");
+    }
+
+    #[test]
+    fn response_heads_parse_whole_or_wait_for_more() {
+        let mut buf = BytesMut::from("HTTP/1.1 200 OK\r\nContent-Len");
+        assert!(parse_head(&mut buf).unwrap().is_none());
+        buf.extend_from_slice(b"gth: 3\r\nX-A: 1\r\nX-A: 2\r\n\r\nabcNEXT");
+        let h = parse_head(&mut buf).unwrap().unwrap();
+        assert_eq!(h.status, StatusCode::OK);
+        assert_eq!(h.headers["content-length"], "3");
+        assert_eq!(h.headers.get_all("x-a").iter().count(), 2);
+        assert_eq!(&buf[..], b"abcNEXT", "the body stays in the buffer");
+        let h = head("HTTP/1.0 404 Not Found\r\n\r\n");
+        assert_eq!(
+            (h.status, h.version),
+            (StatusCode::NOT_FOUND, Version::HTTP_10)
+        );
+    }
+
+    #[test]
+    fn bad_response_heads_are_errors() {
+        for bad in [
+            "HTTP/1.1 abc OK\r\n\r\n",
+            "HTTP/9.9 200 OK\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nBad Name: x\r\n\r\n",
+            "HTTP/1.1 099 Low\r\n\r\n",
+        ] {
+            assert!(parse_head(&mut BytesMut::from(bad)).is_err(), "{bad:?}");
+        }
+        let mut huge = BytesMut::from("HTTP/1.1 200 OK\r\n");
+        huge.extend_from_slice(&vec![b'a'; MAX_HEAD]);
+        assert_eq!(parse_head(&mut huge).unwrap_err(), WireError::HeadTooLarge);
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let framing = |method: Method, text: &str| {
+            let h = head(text);
+            response_framing(&method, h.status, &h.headers)
+        };
+        let ok = |t: &str| framing(Method::GET, t).unwrap();
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\n\r\n"),
+            Framing::Length(5)
+        );
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"),
+            Framing::Empty
+        );
+        assert_eq!(ok("HTTP/1.1 204 No Content\r\n\r\n"), Framing::Empty);
+        assert_eq!(
+            ok("HTTP/1.1 304 Not Modified\r\ncontent-length: 9\r\n\r\n"),
+            Framing::Empty
+        );
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\ncontent-length: 9\r\n\r\n"),
+            Framing::Chunked
+        );
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n"),
+            Framing::Close
+        );
+        assert_eq!(ok("HTTP/1.1 200 OK\r\n\r\n"), Framing::Close);
+        assert_eq!(
+            framing(Method::HEAD, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n").unwrap(),
+            Framing::Empty
+        );
+        for bad in ["5, 6", "-1", "five", "+5", ""] {
+            let text = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
+            assert_eq!(
+                framing(Method::GET, &text),
+                Err(WireError::ContentLength),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_clean_http_11_connections_are_reused() {
+        let reuse = |text: &str| {
+            let h = head(text);
+            let f = response_framing(&Method::GET, h.status, &h.headers).unwrap();
+            reusable(&h, f)
+        };
+        assert!(reuse("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n"));
+        assert!(reuse(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        ));
+        assert!(!reuse(
+            "HTTP/1.1 200 OK\r\nconnection: keep-alive, close\r\ncontent-length: 1\r\n\r\n"
+        ));
+        assert!(!reuse("HTTP/1.0 200 OK\r\ncontent-length: 1\r\n\r\n"));
+        assert!(!reuse("HTTP/1.1 200 OK\r\n\r\n"));
+        assert!(!reuse(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 1\r\n\r\n"
+        ));
+    }
+
+    #[test]
+    fn bodies_decode_whatever_the_read_sizes() {
+        let chunked = b"5;ext=1\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nx-t: 1\r\n\r\n";
+        for step in [1, 2, 3, 7, 100] {
+            assert_eq!(
+                decode_all(Framing::Chunked, chunked, step).unwrap(),
+                b"hello world"
+            );
+            assert_eq!(
+                decode_all(Framing::Length(5), b"hello", step).unwrap(),
+                b"hello"
+            );
+            assert_eq!(
+                decode_all(Framing::Close, b"to the end", step).unwrap(),
+                b"to the end"
+            );
+        }
+        assert_eq!(decode_all(Framing::Empty, b"", 1).unwrap(), b"");
+    }
+
+    #[test]
+    fn a_length_body_stops_at_its_length() {
+        let mut d = Decoder::new(Framing::Length(3));
+        let mut buf = BytesMut::from("abcHTTP/1.1");
+        assert_eq!(
+            d.decode(&mut buf).unwrap(),
+            Decoded::Data(Bytes::from("abc"))
+        );
+        assert!(d.is_done());
+        assert_eq!(&buf[..], b"HTTP/1.1");
+    }
+
+    #[test]
+    fn truncated_and_malformed_bodies_are_errors() {
+        assert_eq!(
+            decode_all(Framing::Length(10), b"short", 100),
+            Err(WireError::Truncated(5))
+        );
+        assert_eq!(
+            decode_all(Framing::Chunked, b"5\r\nhel", 100),
+            Err(WireError::TruncatedChunked)
+        );
+        assert_eq!(
+            decode_all(Framing::Chunked, b"zz\r\n", 100),
+            Err(WireError::Chunk)
+        );
+        assert_eq!(
+            decode_all(Framing::Chunked, b"2\r\nabXX", 100),
+            Err(WireError::Chunk)
+        );
+        let endless = vec![b'1'; MAX_CHUNK_LINE + 10];
+        assert_eq!(
+            decode_all(Framing::Chunked, &endless, 100_000),
+            Err(WireError::Chunk)
+        );
+    }
+}
