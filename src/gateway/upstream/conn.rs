@@ -81,6 +81,7 @@ struct Idle {
 thread_local! {
     static POOL: RefCell<HashMap<PoolKey, VecDeque<Idle>>> = RefCell::new(HashMap::new());
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+    static SWEEP: Cell<u64> = const { Cell::new(0) };
 }
 
 fn thread_id() -> u64 {
@@ -126,15 +127,35 @@ pub fn checkin(key: &PoolKey, limits: PoolLimits, conn: Conn) {
             Some(idle) => idle,
             None => pool.entry(*key).or_default(),
         };
-        while idle.len() >= limits.max_idle {
+        // The oldest go first: past the limit, or past their time (so that an upstream
+        // no longer called does not keep its sockets open for ever).
+        while idle.len() >= limits.max_idle
+            || idle
+                .front()
+                .is_some_and(|e| e.since.elapsed() >= limits.idle_timeout)
+        {
             idle.pop_front();
         }
         idle.push_back(Idle {
             conn,
             since: Instant::now(),
         });
+        // Now and then, the other upstreams' expired connections too: one no longer
+        // called (its API removed, say) would otherwise keep its sockets.
+        SWEEP.with(|n| {
+            n.set(n.get().wrapping_add(1));
+            if n.get() % SWEEP_EVERY == 0 {
+                for idle in pool.values_mut() {
+                    idle.retain(|e| e.since.elapsed() < limits.idle_timeout);
+                }
+                pool.retain(|_, idle| !idle.is_empty());
+            }
+        });
     });
 }
+
+/// How many check-ins go between sweeps of the whole pool.
+const SWEEP_EVERY: u64 = 4096;
 
 impl AsyncRead for Io {
     fn poll_read(

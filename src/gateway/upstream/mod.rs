@@ -156,7 +156,9 @@ impl Client {
             match sent {
                 // An idle connection the upstream closed just before it was taken: a
                 // request with no body can safely go again on a new one.
-                Err(ClientError::Closed | ClientError::Io(_)) if conn.reused && empty => {
+                Err(ClientError::Closed | ClientError::Io(_))
+                    if conn.reused && empty && method.is_idempotent() =>
+                {
                     conn = self.connect(target).await?;
                 }
                 other => break other?,
@@ -168,6 +170,11 @@ impl Client {
         parts.status = resp.status;
         parts.version = resp.version;
         parts.headers = resp.headers;
+        // The body is re-framed for the client: a length sent beside a transfer coding
+        // is not the body's (RFC 9112 6.3).
+        if parts.headers.contains_key(http::header::TRANSFER_ENCODING) {
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+        }
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {
             return Ok((parts, Reply::Upgraded(Upgraded { conn })));
         }
@@ -216,11 +223,12 @@ impl Client {
 /// Writes a request with no body and reads the head of its response.
 async fn send_head(conn: &mut Conn, head: &[u8]) -> Result<wire::Head, ClientError> {
     conn.io.write_all(head).await?;
+    conn.io.flush().await?;
     read_head(&mut conn.io, &mut conn.buf).await
 }
 
 /// Writes a request and its body while reading the response head, so that an upstream
-/// that answers before it has read the whole body (say, 413) is heard. Returns whether
+/// that refuses before it has read the whole body (say, 413) is heard. Returns whether
 /// the whole body was sent: if not, the connection cannot be used again.
 async fn send_with_body(
     conn: &mut Conn,
@@ -233,12 +241,26 @@ async fn send_with_body(
     let read = std::pin::pin!(read_head(&mut rd, &mut conn.buf));
     match future::select(write, read).await {
         Either::Left((Ok(()), read)) => Ok((read.await?, true)),
+        // The client's side failed: the upstream, still waiting for the body, will not
+        // answer.
+        Either::Left((Err(e @ ClientError::RequestBody(_)), _)) => Err(e),
         // The upstream may have answered and closed: its answer is what counts.
         Either::Left((Err(e), read)) => match read.await {
             Ok(head) => Ok((head, false)),
             Err(_) => Err(e),
         },
-        Either::Right((head, _)) => Ok((head?, false)),
+        Either::Right((head, write)) => {
+            let head = head?;
+            if head.status.is_client_error()
+                || head.status.is_server_error()
+                || !wire::keeps_open(&head)
+            {
+                return Ok((head, false));
+            }
+            // A success before the whole body: the upstream may still read the rest
+            // while it answers (an echo, a transform), so the body is sent to its end.
+            Ok((head, write.await.is_ok()))
+        }
     }
 }
 
@@ -294,7 +316,7 @@ async fn write_body<W: AsyncWrite + Unpin>(
             Some(frame) => frame,
             None => {
                 if !out.is_empty() {
-                    io.write_all(&out).await?;
+                    write_flushed(io, &out).await?;
                     out.clear();
                 }
                 body.frame().await
@@ -325,14 +347,14 @@ async fn write_body<W: AsyncWrite + Unpin>(
                 Err(frame) => {
                     if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
                         wire::last_chunk(&mut out, Some(&trailers));
-                        io.write_all(&out).await?;
+                        write_flushed(io, &out).await?;
                         return Ok(());
                     }
                 }
             },
         }
         if out.len() >= WRITE_BATCH {
-            io.write_all(&out).await?;
+            write_flushed(io, &out).await?;
             out.clear();
         }
     }
@@ -345,9 +367,16 @@ async fn write_body<W: AsyncWrite + Unpin>(
         wire::last_chunk(&mut out, None);
     }
     if !out.is_empty() {
-        io.write_all(&out).await?;
+        write_flushed(io, &out).await?;
     }
     Ok(())
+}
+
+/// Writes and flushes: a TLS stream may hold written bytes until flushed, and the
+/// upstream must have them before the next frame is waited for.
+async fn write_flushed<W: AsyncWrite + Unpin>(io: &mut W, bytes: &[u8]) -> io::Result<()> {
+    io.write_all(bytes).await?;
+    io.flush().await
 }
 
 /// An upstream connection after `101 Switching Protocols`: the bytes already read come
@@ -551,6 +580,44 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(&get(&c, &t).await.1[..], b"ok");
         }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_before_the_body_is_heard_and_lengths_beside_codings_go() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut b = [0u8; 4096];
+            let _ = s.read(&mut b).await;
+            let _ = s
+                .write_all(
+                    b"HTTP/1.1 413 Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+                )
+                .await;
+            // Keep the socket open: the answer alone must end the exchange.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        // A body that never ends.
+        let endless = futures::stream::pending::<Result<http_body::Frame<Bytes>, h::BoxError>>();
+        let body = h::boxed(http_body_util::StreamBody::new(endless));
+        let (c, t) = (client(), target(addr));
+        let sent = tokio::time::timeout(
+            Duration::from_secs(5),
+            c.send(&t, &Method::POST, "/", &HeaderMap::new(), body),
+        )
+        .await
+        .expect("answered without the body")
+        .unwrap();
+        assert_eq!(sent.0.status, StatusCode::PAYLOAD_TOO_LARGE);
+
+        let (addr, _seen) = upstream(vec![
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\na\r\n0123456789\r\n0\r\n\r\n",
+        ])
+        .await;
+        let (parts, body) = get(&c, &target(addr)).await;
+        assert!(!parts.headers.contains_key(http::header::CONTENT_LENGTH));
+        assert_eq!(&body[..], b"0123456789");
     }
 
     #[tokio::test]

@@ -234,13 +234,19 @@ pub fn reusable(head: &Head, framing: Framing) -> bool {
         && framing != Framing::Close
         && !(head.headers.contains_key(header::TRANSFER_ENCODING)
             && head.headers.contains_key(header::CONTENT_LENGTH))
-        && !head
-            .headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("close"))
+        && keeps_open(head)
+}
+
+/// Whether the upstream means to keep the connection open after this response (no
+/// `Connection: close`).
+pub fn keeps_open(head: &Head) -> bool {
+    !head
+        .headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("close"))
 }
 
 /// What the decoder could take from the bytes read so far.
