@@ -437,8 +437,10 @@ async fn tls_with_a_client_certificate() {
     let pki = tls::Pki::new();
     let broker = private_rabbitmq(&pki);
     let port = broker.port;
-    let queue = unique("tls");
+    // A queue per pair: a round trip stops with messages still queued, which must not
+    // reach the next one.
     let pair = |url: &str, tls: &str| {
+        let queue = unique("tls");
         (
             format!(
                 "{{amqp_1: {{urls: ['{url}'], target_address: '/queue/{queue}', tls: {tls}}}}}"

@@ -96,15 +96,13 @@ impl ApiMetrics {
 }
 
 pub struct Upstream {
-    /// `http://host:port` and a base path without a trailing `/`.
-    pub scheme: http::uri::Scheme,
-    pub authority: http::uri::Authority,
+    /// Where to connect: `http(s)://host:port`, resolved.
+    pub target: Target,
+    /// The `Host` header sent upstream: the URL's authority.
+    pub host: http::HeaderValue,
+    /// The URL's path, without a trailing `/`.
     pub base_path: String,
     pub timeout: Option<Duration>,
-    /// Where to connect, resolved from the scheme and authority.
-    pub target: Target,
-    /// The `Host` header sent upstream: the authority.
-    pub host: http::HeaderValue,
 }
 
 /// The security requirements: any alternative passes when all its schemes pass.
@@ -660,9 +658,9 @@ fn parse_upstream(url: &str) -> Result<Upstream, String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
-    let scheme = match uri.scheme_str() {
-        Some("http") => http::uri::Scheme::HTTP,
-        Some("https") => http::uri::Scheme::HTTPS,
+    let https = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
         _ => {
             return Err(format!(
                 "`{url}`: the upstream must be an http:// or https:// URL"
@@ -677,17 +675,14 @@ fn parse_upstream(url: &str) -> Result<Upstream, String> {
         return Err(format!("`{url}`: an upstream URL takes no query"));
     }
     let base_path = uri.path().trim_end_matches('/').to_owned();
-    let target = Target::new(scheme == http::uri::Scheme::HTTPS, &authority)
-        .map_err(|e| format!("`{url}`: {e}"))?;
+    let target = Target::new(https, &authority).map_err(|e| format!("`{url}`: {e}"))?;
     let host = http::HeaderValue::from_str(authority.as_str())
         .map_err(|_| format!("`{url}`: the host cannot be sent as a header"))?;
     Ok(Upstream {
-        scheme,
-        authority,
-        base_path,
-        timeout: None,
         target,
         host,
+        base_path,
+        timeout: None,
     })
 }
 

@@ -78,10 +78,16 @@ struct Idle {
     since: Instant,
 }
 
+/// One thread's idle connections, and how many check-ins since the last sweep.
+#[derive(Default)]
+struct Pool {
+    idle: HashMap<PoolKey, VecDeque<Idle>>,
+    checkins: u64,
+}
+
 thread_local! {
-    static POOL: RefCell<HashMap<PoolKey, VecDeque<Idle>>> = RefCell::new(HashMap::new());
+    static POOL: RefCell<Pool> = RefCell::new(Pool::default());
     static THREAD_ID: Cell<u64> = const { Cell::new(0) };
-    static SWEEP: Cell<u64> = const { Cell::new(0) };
 }
 
 fn thread_id() -> u64 {
@@ -99,7 +105,7 @@ fn thread_id() -> u64 {
 pub fn checkout(key: &PoolKey, limits: PoolLimits) -> Option<Conn> {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
-        let idle = pool.get_mut(key)?;
+        let idle = pool.idle.get_mut(key)?;
         while let Some(mut entry) = idle.pop_back() {
             if entry.since.elapsed() >= limits.idle_timeout {
                 // The rest are older still.
@@ -121,36 +127,26 @@ pub fn checkin(key: &PoolKey, limits: PoolLimits, conn: Conn) {
     if conn.home != thread_id() || limits.max_idle == 0 {
         return;
     }
+    let now = Instant::now();
+    let live = |e: &Idle| now.duration_since(e.since) < limits.idle_timeout;
     POOL.with(|pool| {
-        let mut pool = pool.borrow_mut();
-        let idle = match pool.get_mut(key) {
-            Some(idle) => idle,
-            None => pool.entry(*key).or_default(),
-        };
+        let pool = &mut *pool.borrow_mut();
+        let idle = pool.idle.entry(*key).or_default();
         // The oldest go first: past the limit, or past their time (so that an upstream
         // no longer called does not keep its sockets open for ever).
-        while idle.len() >= limits.max_idle
-            || idle
-                .front()
-                .is_some_and(|e| e.since.elapsed() >= limits.idle_timeout)
-        {
+        while idle.len() >= limits.max_idle || idle.front().is_some_and(|e| !live(e)) {
             idle.pop_front();
         }
-        idle.push_back(Idle {
-            conn,
-            since: Instant::now(),
-        });
+        idle.push_back(Idle { conn, since: now });
         // Now and then, the other upstreams' expired connections too: one no longer
         // called (its API removed, say) would otherwise keep its sockets.
-        SWEEP.with(|n| {
-            n.set(n.get().wrapping_add(1));
-            if n.get() % SWEEP_EVERY == 0 {
-                for idle in pool.values_mut() {
-                    idle.retain(|e| e.since.elapsed() < limits.idle_timeout);
-                }
-                pool.retain(|_, idle| !idle.is_empty());
+        pool.checkins = pool.checkins.wrapping_add(1);
+        if pool.checkins % SWEEP_EVERY == 0 {
+            for idle in pool.idle.values_mut() {
+                idle.retain(live);
             }
-        });
+            pool.idle.retain(|_, idle| !idle.is_empty());
+        }
     });
 }
 

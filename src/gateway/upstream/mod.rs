@@ -89,8 +89,8 @@ fn upstream_id(https: bool, authority: &str) -> u64 {
         .or_insert(next)
 }
 
-/// What came back: the response head, and its body or, after `101 Switching
-/// Protocols`, the connection itself.
+/// What follows the response head: its body or, after `101 Switching Protocols`, the
+/// connection itself.
 pub enum Reply {
     Body(Body),
     Upgraded(Upgraded),
@@ -447,6 +447,24 @@ mod tests {
         body.len() >= length
     }
 
+    /// A raw upstream that, on every connection, reads once, writes `answer` and closes
+    /// the socket after `hold`.
+    async fn answering(answer: &'static [u8], hold: Duration) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut b = [0u8; 4096];
+                    let _ = s.read(&mut b).await;
+                    let _ = s.write_all(answer).await;
+                    tokio::time::sleep(hold).await;
+                });
+            }
+        });
+        addr
+    }
+
     /// A raw upstream that answers each connection with the scripted bytes, after
     /// reading one request head, and reports what it read.
     async fn upstream(
@@ -563,19 +581,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_connection_closed_by_the_upstream_is_replaced() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            // Each connection answers once, then closes without saying so.
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                let mut b = [0u8; 1024];
-                let _ = s.read(&mut b).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                    .await;
-            }
-        });
+        // Each connection answers once, then closes without saying so.
+        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let addr = answering(ok, Duration::ZERO).await;
         let (c, t) = (client(), target(addr));
         for _ in 0..3 {
             assert_eq!(&get(&c, &t).await.1[..], b"ok");
@@ -584,20 +592,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_before_the_body_is_heard_and_lengths_beside_codings_go() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut b = [0u8; 4096];
-            let _ = s.read(&mut b).await;
-            let _ = s
-                .write_all(
-                    b"HTTP/1.1 413 Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
-                )
-                .await;
-            // Keep the socket open: the answer alone must end the exchange.
-            tokio::time::sleep(Duration::from_secs(30)).await;
-        });
+        // The socket stays open: the answer alone must end the exchange.
+        let refusal = b"HTTP/1.1 413 Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        let addr = answering(refusal, Duration::from_secs(30)).await;
         // A body that never ends.
         let endless = futures::stream::pending::<Result<http_body::Frame<Bytes>, h::BoxError>>();
         let body = h::boxed(http_body_util::StreamBody::new(endless));
@@ -627,14 +624,7 @@ mod tests {
             b"garbage\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nab",
         ] {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap();
-            tokio::spawn(async move {
-                let (mut s, _) = listener.accept().await.unwrap();
-                let mut b = [0u8; 1024];
-                let _ = s.read(&mut b).await;
-                let _ = s.write_all(answer).await;
-            });
+            let addr = answering(answer, Duration::ZERO).await;
             let (c, t) = (client(), target(addr));
             let result = c
                 .send(&t, &Method::GET, "/", &HeaderMap::new(), h::empty())
