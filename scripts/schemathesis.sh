@@ -11,6 +11,7 @@
 #
 #   scripts/schemathesis.sh              # target/debug/sluice, 30 examples an operation
 #   SLUICE_BIN=target/release/sluice EXAMPLES=100 scripts/schemathesis.sh
+#   SEED=20261126 scripts/schemathesis.sh   # the same examples every run (the test's)
 #
 # Installs schemathesis into a virtualenv under $HOME/.cache/sluice-tools the first time
 # (needs python3 and PyPI), unless `st` is already on the PATH.
@@ -68,6 +69,7 @@ PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" SCHEMATHESIS_HOOKS=schemathesis_ho
   --checks all \
   --exclude-checks positive_data_acceptance \
   --max-examples "$examples" \
+  ${SEED:+--seed "$SEED"} \
   --no-color
 
 # Whatever the requests did, the dashboard must still be up.

@@ -180,6 +180,13 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             "the body is empty: a JSON object is expected",
         ));
     }
+    // Every body here is an object; serde would also fill a struct from an array of its
+    // fields in order, which no client means.
+    if body.trim_ascii_start().first() == Some(&b'[') {
+        return Err(ApiError::bad_request(
+            "the body is an array: a JSON object is expected",
+        ));
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -269,6 +276,11 @@ mod tests {
         assert!(m.contains("not valid"), "{m}");
         let e = parse_json::<Input>(b"  ").unwrap_err();
         assert!(message(e).contains("empty"));
+        // serde alone would read `[null, null]` as the struct's fields in order.
+        let e = parse_json::<Input>(b" [null, null]").unwrap_err();
+        assert!(message(e).contains("array"));
+        let e = parse_json::<Option<Input>>(b"[null]").unwrap_err();
+        assert!(message(e).contains("array"));
     }
 
     #[test]

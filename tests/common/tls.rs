@@ -290,15 +290,34 @@ pub async fn round_trip(output: &str, input: &str) {
 /// Runs `input` (a YAML flow mapping) alone and waits for it to fail to connect with
 /// `reason` in sluice's log (which is shown if it does not).
 pub async fn refused(input: &str, reason: &str) {
+    refused_with(input, reason, None).await;
+}
+
+/// As [`refused`], adding `broker`'s own log to a failure.
+pub async fn refused_by(broker: &Broker, input: &str, reason: &str) {
+    refused_with(input, reason, Some(broker)).await;
+}
+
+async fn refused_with(input: &str, reason: &str, broker: Option<&Broker>) {
     let config = format!(
         "http: {{enabled: false}}\nlogger: {{level: warn}}\ninput: {input}\noutput: {{drop: {{}}}}\n"
     );
     let mut run = Run::start(&config);
     // The reason may be logged by the client library just after the failed connect.
     let what = format!("a connection refused with `{reason}`");
-    run.wait(&what, Duration::from_secs(60), |r| {
-        let log = r.log();
-        log.contains("Input failed to connect") && log.contains(reason)
-    })
+    let waited = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run.wait(
+        &what,
+        Duration::from_secs(60),
+        |r| {
+            let log = r.log();
+            log.contains("Input failed to connect") && log.contains(reason)
+        },
+    )))
     .await;
+    if let Err(panic) = waited {
+        if let Some(broker) = broker {
+            eprintln!("the broker's log:\n{}", broker.log_text());
+        }
+        std::panic::resume_unwind(panic);
+    }
 }
