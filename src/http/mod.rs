@@ -8,6 +8,7 @@
 
 pub mod cors;
 pub mod hub;
+pub mod wire;
 pub mod ws;
 
 use std::collections::HashMap;

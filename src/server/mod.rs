@@ -24,8 +24,10 @@ use crate::http::{self as h, HttpResponse, Routes};
 use crate::stream::Readiness;
 
 mod event_stream;
+mod h1;
+mod wire;
 
-use event_stream::First;
+use h1::Served;
 
 /// Serves a connection until it ends, or until `stop`, then lets it finish its current
 /// requests. A macro because hyper's two connection types share no trait for this.
@@ -113,7 +115,7 @@ impl Server {
 }
 
 /// Answers one request; the second argument is the client's address. Bodies are boxed:
-/// hyper's, or an empty one for a request read by `event_stream`.
+/// hyper's, or those of the `h1` loop.
 pub type Service = Arc<
     dyn Fn(http::Request<h::Body>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
 >;
@@ -220,8 +222,8 @@ struct Conn {
 }
 
 impl Conn {
-    /// Serves `io` once its protocol is known: HTTP/2 through hyper; HTTP/1 first through
-    /// `event_stream`, which hands anything but an event stream on to hyper.
+    /// Serves `io` once its protocol is known: HTTP/2 through hyper; HTTP/1 by `h1`,
+    /// which hands hyper the connections it does not serve itself.
     async fn serve<I>(self, io: I, h2: bool)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -230,7 +232,7 @@ impl Conn {
             self.hyper(io, true);
             return;
         }
-        let first = event_stream::serve_first(
+        let served = h1::serve(
             io,
             &self.service,
             self.peer,
@@ -238,7 +240,7 @@ impl Conn {
             &self.stop,
         )
         .await;
-        if let First::Hyper(io) = first {
+        if let Served::Hyper(io) = served {
             self.hyper(io, false);
         }
     }

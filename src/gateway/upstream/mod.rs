@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 use self::body::UpstreamBody;
 use self::conn::{Conn, Io, PoolKey, PoolLimits};
 use self::wire::{Decoder, Framing, RequestFraming, WireError};
+use crate::http::wire as fields;
 use crate::http::{self as h, Body};
 
 /// Why an exchange with the upstream failed.
@@ -337,7 +338,7 @@ async fn write_body<W: AsyncWrite + Unpin>(
                         ));
                     }
                     if chunked {
-                        wire::chunk_header(&mut out, data.len());
+                        fields::chunk_line(&mut out, data.len());
                         out.extend_from_slice(&data);
                         out.extend_from_slice(b"\r\n");
                     } else {
@@ -346,7 +347,7 @@ async fn write_body<W: AsyncWrite + Unpin>(
                 }
                 Err(frame) => {
                     if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
-                        wire::last_chunk(&mut out, Some(&trailers));
+                        fields::last_chunk(&mut out, Some(&trailers));
                         write_flushed(io, &out).await?;
                         return Ok(());
                     }
@@ -364,7 +365,7 @@ async fn write_body<W: AsyncWrite + Unpin>(
         ));
     }
     if chunked {
-        wire::last_chunk(&mut out, None);
+        fields::last_chunk(&mut out, None);
     }
     if !out.is_empty() {
         write_flushed(io, &out).await?;

@@ -7,6 +7,8 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
+use crate::http::wire::{put_content_length, put_field};
+
 /// The most header lines an upstream's response head may carry.
 const MAX_HEADERS: usize = 128;
 /// The largest response head accepted.
@@ -82,37 +84,12 @@ pub fn encode_head(
         if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
             continue;
         }
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
+        put_field(out, name, value);
     }
     match framing {
         RequestFraming::None => {}
-        RequestFraming::Length(n) => {
-            out.put_slice(b"content-length: ");
-            out.put_slice(itoa::Buffer::new().format(n).as_bytes());
-            out.put_slice(b"\r\n");
-        }
+        RequestFraming::Length(n) => put_content_length(out, n),
         RequestFraming::Chunked => out.put_slice(b"transfer-encoding: chunked\r\n"),
-    }
-    out.put_slice(b"\r\n");
-}
-
-/// Writes the line and the end of one chunk around `data` (RFC 9112 7.1).
-pub fn chunk_header(out: &mut BytesMut, len: usize) {
-    use std::fmt::Write;
-    let _ = write!(out, "{len:x}\r\n");
-}
-
-/// The last chunk, the trailer fields and the end of a chunked body.
-pub fn last_chunk(out: &mut BytesMut, trailers: Option<&HeaderMap>) {
-    out.put_slice(b"0\r\n");
-    for (name, value) in trailers.into_iter().flatten() {
-        out.put_slice(name.as_str().as_bytes());
-        out.put_slice(b": ");
-        out.put_slice(value.as_bytes());
-        out.put_slice(b"\r\n");
     }
     out.put_slice(b"\r\n");
 }
@@ -473,16 +450,6 @@ mod tests {
             RequestFraming::of(&Method::PUT, false, Some(7)),
             RequestFraming::Length(7)
         );
-    }
-
-    #[test]
-    fn chunks_are_written_in_hex_with_trailers_at_the_end() {
-        let mut out = BytesMut::new();
-        chunk_header(&mut out, 255);
-        let mut trailers = HeaderMap::new();
-        trailers.insert("x-sum", "1".parse().unwrap());
-        last_chunk(&mut out, Some(&trailers));
-        assert_eq!(&out[..], b"ff\r\n0\r\nx-sum: 1\r\n\r\n");
     }
 
     #[test]

@@ -1,0 +1,77 @@
+//! HTTP/1.1 fields and body framing as bytes (RFC 9112), shared by the responses the
+//! server writes and the requests the gateway sends upstream.
+
+use bytes::BufMut;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// One `name: value` line.
+pub fn put_field(out: &mut impl BufMut, name: &HeaderName, value: &HeaderValue) {
+    out.put_slice(name.as_str().as_bytes());
+    out.put_slice(b": ");
+    out.put_slice(value.as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// The `content-length` line.
+pub fn put_content_length(out: &mut impl BufMut, n: u64) {
+    out.put_slice(b"content-length: ");
+    out.put_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// The line that opens a chunk of `len` bytes (RFC 9112 7.1).
+pub fn chunk_line(out: &mut impl BufMut, len: usize) {
+    let mut digits = [0u8; 16];
+    let mut at = digits.len();
+    let mut n = len;
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put_slice(&digits[at..]);
+    out.put_slice(b"\r\n");
+}
+
+/// The last chunk and the end of a chunked body, with its trailer fields.
+pub fn last_chunk(out: &mut impl BufMut, trailers: Option<&HeaderMap>) {
+    out.put_slice(b"0\r\n");
+    for (name, value) in trailers.into_iter().flatten() {
+        put_field(out, name, value);
+    }
+    out.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_framed() {
+        let mut out = Vec::new();
+        for len in [0, 9, 0x4e20, usize::MAX] {
+            chunk_line(&mut out, len);
+        }
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        last_chunk(&mut out, Some(&trailers));
+        last_chunk(&mut out, None);
+        let expected = "0\r\n9\r\n4e20\r\nffffffffffffffff\r\n0\r\ngrpc-status: 0\r\n\r\n0\r\n\r\n";
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+    }
+
+    #[test]
+    fn fields_and_lengths() {
+        let mut out = bytes::BytesMut::new();
+        put_field(
+            &mut out,
+            &http::header::HOST,
+            &HeaderValue::from_static("a:1"),
+        );
+        put_content_length(&mut out, 1234);
+        assert_eq!(&out[..], b"host: a:1\r\ncontent-length: 1234\r\n");
+    }
+}
