@@ -253,7 +253,7 @@ pub fn hash_token(token: &str) -> String {
     let mut out = [0u8; 64];
     let digest = Sha256::digest(token.as_bytes());
     match hex::encode_to_slice(digest, &mut out) {
-        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+        Ok(()) => std::str::from_utf8(&out).map_or_else(|_| hex::encode(digest), str::to_owned),
         Err(_) => hex::encode(digest),
     }
 }

@@ -208,10 +208,7 @@ impl Gateway {
             header: shared.config.http.header_read_timeout.0,
             body: shared.config.http.body_read_timeout.0,
         };
-        let service: Service = Arc::new(move |req, peer| {
-            let shared = shared.clone();
-            async move { shared.handle(req, peer).await }.boxed()
-        });
+        let service: Service = Arc::new(Serving(shared));
         let placement: server::Placement = {
             let shared = self.shared.clone();
             Arc::new(move |path| shared.streams.home(&shared.table.current(), path))
@@ -309,6 +306,19 @@ impl Gateway {
     }
 }
 
+/// The gateway as the server's service: a request's work borrows `Shared` from here.
+struct Serving(Arc<Shared>);
+
+impl server::Serve for Serving {
+    fn call(
+        &self,
+        req: http::Request<h::Body>,
+        peer: SocketAddr,
+    ) -> futures::future::BoxFuture<'_, HttpResponse> {
+        self.0.handle(req, peer).boxed()
+    }
+}
+
 /// The TLS identity: PEM files, or a certificate the dashboard stored.
 async fn tls_acceptor(
     tls: &config::TlsConfig,
@@ -401,7 +411,7 @@ impl Shared {
             return admin::handle(self, req).await;
         }
         let started = Instant::now();
-        let table = self.table.current();
+        let table = self.table.for_request();
         let Some(api) = table.route(req.uri().path()) else {
             return middleware::error(StatusCode::NOT_FOUND, "no API is served at this path");
         };

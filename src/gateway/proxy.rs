@@ -214,27 +214,56 @@ pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 fn forwarded_headers(headers: &mut HeaderMap, origin: &Origin, host: Option<HeaderValue>) {
-    use std::fmt::Write;
-    let mut xff = String::with_capacity(48);
-    if let Some(prior) = headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        if !prior.is_empty() {
+    let prior = headers
+        .get(&X_FORWARDED_FOR)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty());
+    let xff = match prior {
+        Some(prior) => {
+            let mut xff = String::with_capacity(prior.len() + 48);
             xff.push_str(prior);
             xff.push_str(", ");
+            xff.push_str(peer_text(origin.peer.ip()).to_str().unwrap_or_default());
+            HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)).ok()
         }
-    }
-    let _ = write!(xff, "{}", origin.peer.ip());
-    // From the String's own bytes: no second copy.
-    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)) {
-        headers.insert("x-forwarded-for", v);
+        None => Some(peer_text(origin.peer.ip())),
+    };
+    if let Some(v) = xff {
+        headers.insert(X_FORWARDED_FOR, v);
     }
     headers.insert(
-        "x-forwarded-proto",
+        X_FORWARDED_PROTO,
         HeaderValue::from_static(if origin.tls { "https" } else { "http" }),
     );
     if let Some(host) = host {
-        headers.insert("x-forwarded-host", host);
+        headers.insert(X_FORWARDED_HOST, host);
     }
+}
+
+/// A client address as header text. A connection's requests come from one address, so
+/// the last one's text is kept per thread rather than written out for each request.
+fn peer_text(ip: std::net::IpAddr) -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(std::net::IpAddr, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((seen, text)) = last.as_ref() {
+            if *seen == ip {
+                return text.clone();
+            }
+        }
+        let text = HeaderValue::from_maybe_shared(bytes::Bytes::from(ip.to_string()))
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        *last = Some((ip, text.clone()));
+        text
+    })
 }
 
 #[cfg(test)]
@@ -252,6 +281,22 @@ mod tests {
         remove_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert!(h.contains_key("x-kept"));
+    }
+
+    #[test]
+    fn forwarded_for_names_each_client() {
+        for peer in ["10.1.2.3:1", "[2001:db8::1]:2", "10.1.2.3:3"] {
+            let mut h = HeaderMap::new();
+            let origin = Origin {
+                peer: peer.parse().unwrap(),
+                tls: false,
+            };
+            forwarded_headers(&mut h, &origin, None);
+            let ip = origin.peer.ip().to_string();
+            assert_eq!(h["x-forwarded-for"], ip.as_str());
+            assert_eq!(h["x-forwarded-proto"], "http");
+            assert!(!h.contains_key("x-forwarded-host"));
+        }
     }
 
     #[test]

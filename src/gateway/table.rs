@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -47,6 +48,20 @@ impl Table {
     }
 }
 
+/// A thread's handle on a table (see [`ApiTable::for_request`]). The outer allocation
+/// is the thread's own, so its count is written by that thread alone.
+#[derive(Clone)]
+#[allow(clippy::redundant_allocation)]
+pub struct TableRef(Arc<Arc<Table>>);
+
+impl std::ops::Deref for TableRef {
+    type Target = Table;
+
+    fn deref(&self) -> &Table {
+        &self.0
+    }
+}
+
 /// Where definitions come from.
 pub struct Sources {
     pub dir: Option<PathBuf>,
@@ -63,6 +78,10 @@ pub struct Fingerprint {
 
 pub struct ApiTable {
     current: RwLock<Arc<Table>>,
+    /// Counts the swaps of `current`, so that a thread can tell its copy is stale.
+    generation: AtomicU64,
+    /// Tells this table from any other of the process (an address could be reused).
+    id: u64,
     sources: Sources,
     seen: parking_lot::Mutex<Option<Fingerprint>>,
 }
@@ -71,6 +90,11 @@ impl ApiTable {
     pub fn new(sources: Sources) -> Self {
         ApiTable {
             current: RwLock::new(Arc::new(Table::default())),
+            generation: AtomicU64::new(0),
+            id: {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
             sources,
             seen: parking_lot::Mutex::new(None),
         }
@@ -79,6 +103,31 @@ impl ApiTable {
     /// The table of this moment.
     pub fn current(&self) -> Arc<Table> {
         self.current.read().clone()
+    }
+
+    /// The table of this moment, for a request. Each thread keeps its own handle on it,
+    /// checked against the swap count: taking it costs no write to memory that the
+    /// other serving threads also write (the lock's count and the table's reference
+    /// count would otherwise move between cores on every request).
+    pub fn for_request(&self) -> TableRef {
+        thread_local! {
+            static MINE: std::cell::RefCell<Option<(u64, u64, TableRef)>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let me = self.id;
+        let generation = self.generation.load(Ordering::Acquire);
+        MINE.with(|mine| {
+            let mut mine = mine.borrow_mut();
+            match mine.as_ref() {
+                Some((owner, seen, table)) if *owner == me && *seen == generation => table.clone(),
+                _ => {
+                    // Read before the table, so a swap in between only costs a refresh.
+                    let table = TableRef(Arc::new(self.current()));
+                    *mine = Some((me, generation, table.clone()));
+                    table
+                }
+            }
+        })
     }
 
     /// Reloads when a source changed since the last load (or `force`). Returns whether a
@@ -98,6 +147,7 @@ impl ApiTable {
             "APIs loaded."
         );
         *self.current.write() = Arc::new(table);
+        self.generation.fetch_add(1, Ordering::AcqRel);
         *self.seen.lock() = Some(fingerprint);
         true
     }
@@ -258,4 +308,46 @@ fn definition_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     files.sort();
     files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definition(id: &str) -> String {
+        format!(
+            "openapi: 3.0.3\ninfo: {{title: {id}, version: '1'}}\npaths: {{}}\nx-sluice-api-gateway:\n  info: {{id: {id}, name: {id}}}\n  upstream: {{url: 'http://127.0.0.1:9'}}\n  server:\n    listenPath: {{value: /{id}/, strip: true}}\n"
+        )
+    }
+
+    #[tokio::test]
+    async fn a_thread_sees_each_new_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = ApiTable::new(Sources {
+            dir: Some(dir.path().to_owned()),
+            store: None,
+            options: api::CompileOptions::default(),
+        });
+        table.refresh(true).await;
+        assert!(table.for_request().is_empty());
+        assert!(table.for_request().route("/one/x").is_none());
+        std::fs::write(dir.path().join("one.yaml"), definition("one")).unwrap();
+        table.refresh(true).await;
+        let first = table.for_request();
+        assert_eq!(first.route("/one/x").map(|a| a.id.as_str()), Some("one"));
+        std::fs::write(dir.path().join("two.yaml"), definition("two")).unwrap();
+        table.refresh(true).await;
+        assert_eq!(table.for_request().len(), 2);
+        // A request that began before the reload keeps the table it took.
+        assert_eq!(first.len(), 1);
+
+        // Another table on the same thread is not mistaken for this one.
+        let other = ApiTable::new(Sources {
+            dir: None,
+            store: None,
+            options: api::CompileOptions::default(),
+        });
+        assert!(other.for_request().is_empty());
+        assert_eq!(table.for_request().len(), 2);
+    }
 }

@@ -88,7 +88,7 @@ where
         if incoming.events {
             // An event stream holds its connection for long: nothing of this loop is kept.
             let Conn { mut io, .. } = conn;
-            let resp = service(incoming.req, peer).await;
+            let resp = service.call(incoming.req, peer).await;
             if let Err(e) = event_stream::respond(&mut io, resp).await {
                 debug!(error = %e, peer = %peer, "Event stream ended with an error.");
             }
@@ -217,7 +217,7 @@ where
                 });
             }
         }
-        let mut call = service(req, peer);
+        let mut call = service.call(req, peer);
         let resp = match pump.as_mut() {
             // A client that closes while its request is served is gone: the service's
             // work is dropped, as hyper drops it (a long poll then takes no message

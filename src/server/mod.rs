@@ -116,9 +116,23 @@ impl Server {
 
 /// Answers one request; the second argument is the client's address. Bodies are boxed:
 /// hyper's, or those of the `h1` loop.
-pub type Service = Arc<
-    dyn Fn(http::Request<h::Body>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
->;
+pub type Service = Arc<dyn Serve>;
+
+/// What answers requests. The answer may borrow the service: a connection holds its
+/// service while it serves, so a request need not take a reference of its own on
+/// shared state (a count that every serving thread would write).
+pub trait Serve: Send + Sync {
+    fn call(&self, req: http::Request<h::Body>, peer: SocketAddr) -> BoxFuture<'_, HttpResponse>;
+}
+
+impl<F> Serve for F
+where
+    F: Fn(http::Request<h::Body>, SocketAddr) -> BoxFuture<'static, HttpResponse> + Send + Sync,
+{
+    fn call(&self, req: http::Request<h::Body>, peer: SocketAddr) -> BoxFuture<'_, HttpResponse> {
+        self(req, peer)
+    }
+}
 
 /// Where a plain HTTP/1 connection is best served, from the path of its first request
 /// when that is a GET: the runtime to move it to, or `None` to serve it where it was
@@ -280,7 +294,7 @@ impl Conn {
         let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
             let service = service.clone();
             let req = req.map(h::boxed);
-            async move { Ok::<_, std::convert::Infallible>(service(req, peer).await) }
+            async move { Ok::<_, std::convert::Infallible>(service.call(req, peer).await) }
         });
         let io = TokioIo::new(io);
         if h2 {

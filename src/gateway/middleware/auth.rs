@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use http::StatusCode;
+use smallvec::SmallVec;
 
 use super::{error, Ctx, Step};
 use crate::gateway::api::Scheme;
@@ -24,9 +25,10 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Step {
     let req = ctx.take_req();
     let (parts, body) = req.into_parts();
     let mut first_error: Option<AuthError> = None;
-    let mut passed_alt: Option<Vec<Passed>> = None;
+    // Most requirements name one or two schemes: no allocation for them.
+    let mut passed_alt: Option<SmallVec<[Passed; 2]>> = None;
     'alternatives: for alt in &auth.alternatives {
-        let mut passed = Vec::new();
+        let mut passed = SmallVec::new();
         for &i in alt {
             match check(ctx, &auth.schemes[i].scheme, &parts).await {
                 Ok(p) => passed.push(p),

@@ -22,7 +22,7 @@ pub mod validate;
 
 use std::sync::Arc;
 
-use http::{HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, StatusCode};
 
 use super::api::{Api, Operation};
 use super::events::EventKind;
@@ -177,12 +177,16 @@ pub fn enforce(
     Ok(())
 }
 
+const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
 /// `X-RateLimit-Limit/Remaining/Reset` (the reset in seconds from now).
 pub fn limit_headers(resp: &mut HttpResponse, d: &Decision) {
     let h = resp.headers_mut();
-    h.insert("x-ratelimit-limit", HeaderValue::from(d.limit));
-    h.insert("x-ratelimit-remaining", HeaderValue::from(d.remaining));
-    h.insert("x-ratelimit-reset", HeaderValue::from(ceil_secs(d.reset)));
+    h.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
+    h.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+    h.insert(X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset)));
 }
 
 /// A refusal for a limit: 429 with `Retry-After` and the limit headers.
