@@ -22,7 +22,9 @@ where
     I: AsyncRead + AsyncWrite + Unpin,
 {
     let (parts, mut body) = resp.into_parts();
+    let bodiless = wire::no_body(parts.status);
     let (framing, chunked) = match http_body::Body::size_hint(&body).exact() {
+        _ if bodiless => (Framing::None, false),
         Some(n) => (Framing::Length(n), false),
         None => (Framing::Chunked, true),
     };
@@ -36,9 +38,14 @@ where
         false,
         true,
     );
+    // Nothing of the answer's head is kept while the stream runs.
+    drop(parts);
     io.write_all(&head).await?;
     io.flush().await?;
     drop(head);
+    if bodiless {
+        return Ok(());
+    }
 
     // Bytes the client sends now are not read as requests (the connection closes after
     // this response); reading them tells when the client has gone.
@@ -136,6 +143,15 @@ mod tests {
             got.ends_with("\r\n\r\n9\r\ndata: a\n\n\r\na\r\ndata: bc\n\n\r\n0\r\n\r\n"),
             "{got}"
         );
+
+        // 204 tells an event source to stop reconnecting; it has no body to frame.
+        let got = answer(h::text(http::StatusCode::NO_CONTENT, "")).await;
+        assert!(got.starts_with("HTTP/1.1 204 No Content\r\n"), "{got}");
+        assert!(
+            !got.contains("content-length") && !got.contains("chunked"),
+            "{got}"
+        );
+        assert!(got.ends_with("connection: close\r\n\r\n"), "{got}");
 
         let got = answer(h::text(http::StatusCode::UNAUTHORIZED, "no key")).await;
         assert!(got.starts_with("HTTP/1.1 401 Unauthorized\r\n"), "{got}");

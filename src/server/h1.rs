@@ -95,7 +95,7 @@ where
             let _ = io.shutdown().await;
             return Served::Closed;
         }
-        match conn.exchange(incoming, service, peer).await {
+        match conn.exchange(incoming, service, peer, stop).await {
             Ok(true) if !stop.is_cancelled() => {}
             Ok(_) => break,
             Err(e) => {
@@ -192,6 +192,7 @@ where
         incoming: Incoming,
         service: &Service,
         peer: SocketAddr,
+        stop: &CancellationToken,
     ) -> std::io::Result<bool> {
         let Incoming {
             mut req,
@@ -222,12 +223,14 @@ where
             // A client that closes while its request is served is gone: the service's
             // work is dropped, as hyper drops it (a long poll then takes no message
             // that nobody would receive). What it sends meanwhile is its next request.
+            // Only while no later request waits in the buffer: a client may send its
+            // requests, close its side and still expect every answer.
             None => loop {
-                let room = self.buf.len() < MAX_HEAD;
+                let watch = self.buf.is_empty();
                 tokio::select! {
                     biased;
                     resp = &mut call => break resp,
-                    read = self.io.read_buf(&mut self.buf), if room => match read {
+                    read = self.io.read_buf(&mut self.buf), if watch => match read {
                         Ok(0) => return Err(std::io::ErrorKind::ConnectionAborted.into()),
                         Ok(_) => {}
                         Err(e) => return Err(e),
@@ -244,8 +247,12 @@ where
         };
         // A body the service left unread is not read past: the connection ends after
         // this response, and whoever still holds the body learns it ends early.
+        // (A service that answers first and reads the body while its answer is written,
+        // an echo, is therefore not served in full; none of this crate's does that.)
         let unread = pump.is_some_and(|p| p.remaining > 0);
-        self.respond(resp, head, close || unread).await
+        // A gateway that is stopping says so in its last answer.
+        self.respond(resp, head, close || unread || stop.is_cancelled())
+            .await
     }
 
     /// Writes `resp`. `Ok(true)` when the connection can carry another request.
@@ -255,29 +262,41 @@ where
         head_request: bool,
         mut close: bool,
     ) -> std::io::Result<bool> {
-        let (parts, mut body) = resp.into_parts();
+        let (mut parts, mut body) = resp.into_parts();
+        if parts.status.is_informational() {
+            // An interim status cannot be the answer (101 is hyper's, for upgrades): the
+            // client would wait for the real one.
+            parts.status = StatusCode::INTERNAL_SERVER_ERROR;
+            parts.headers.clear();
+            body = h::empty();
+            close = true;
+        }
         let status = parts.status;
-        let bodiless = head_request
-            || status.is_informational()
-            || status == StatusCode::NO_CONTENT
-            || status == StatusCode::NOT_MODIFIED;
+        let bodiless = head_request || wire::no_body(status);
         close |= asks_to_close(&parts.headers);
+        let sized = http_body::Body::size_hint(&body).exact();
         let framing = if bodiless {
             Framing::None
         } else if http_body::Body::is_end_stream(&body) {
             Framing::Length(0)
         } else {
-            match http_body::Body::size_hint(&body).exact() {
-                Some(n) => Framing::Length(n),
-                None => Framing::Chunked,
+            sized.map_or(Framing::Chunked, Framing::Length)
+        };
+        // A HEAD answer tells the length its GET would have, when the service knows it.
+        let announced = match sized {
+            Some(n)
+                if head_request && n > 0 && !parts.headers.contains_key(header::CONTENT_LENGTH) =>
+            {
+                Framing::Length(n)
             }
+            _ => framing,
         };
         self.out.clear();
         wire::encode_head(
             &mut self.out,
             status,
             &parts.headers,
-            framing,
+            announced,
             head_request,
             close,
         );
@@ -302,6 +321,15 @@ where
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => {
                         sent += data.len() as u64;
+                        if let Framing::Length(n) = framing {
+                            // Never past the announced length: the client would read the
+                            // rest as the next response.
+                            if sent > n {
+                                return Err(std::io::Error::other(format!(
+                                    "the response body ran past the {n} bytes announced"
+                                )));
+                            }
+                        }
                         self.put_data(data, framing).await?;
                     }
                     Err(frame) => {
@@ -328,19 +356,19 @@ where
     }
 
     /// Waits for the body's next frame, reading what the client sends meanwhile (its next
-    /// request, kept) to notice when it closes.
+    /// request, kept) to notice when it closes; once a next request is in, no more.
     async fn next_frame(
         &mut self,
         body: &mut h::Body,
     ) -> std::io::Result<Option<Result<Frame<Bytes>, h::BoxError>>> {
         loop {
-            let room = self.buf.len() < MAX_HEAD;
-            if room && self.buf.capacity() - self.buf.len() < READ_ROOM / 4 {
+            let watch = self.buf.is_empty();
+            if watch && self.buf.capacity() < READ_ROOM / 4 {
                 self.buf.reserve(READ_ROOM);
             }
             tokio::select! {
                 frame = body.frame() => return Ok(frame),
-                read = self.io.read_buf(&mut self.buf), if room => match read {
+                read = self.io.read_buf(&mut self.buf), if watch => match read {
                     Ok(0) => return Err(std::io::ErrorKind::ConnectionAborted.into()),
                     Ok(_) => {}
                     Err(e) => return Err(e),
@@ -480,7 +508,13 @@ fn parse(buf: &mut BytesMut) -> Parse {
         fields.push((name, range(field.value)));
     }
     let body_len = body_len.unwrap_or(0);
-    let head = buf.split_to(len).freeze();
+    let head = if events {
+        // An event stream holds its request for long: its head gets an allocation of its
+        // own rather than keep the connection's read buffer alive.
+        Bytes::copy_from_slice(&buf.split_to(len))
+    } else {
+        buf.split_to(len).freeze()
+    };
     let Some(req) = request(&head, method, path, fields) else {
         // Put the head back for hyper.
         let mut whole = BytesMut::with_capacity(head.len() + buf.len());
@@ -870,6 +904,90 @@ mod tests {
         }
     }
 
+    /// A body that announces 5 bytes and yields 10.
+    struct Liar(bool);
+
+    impl http_body::Body for Liar {
+        type Data = Bytes;
+        type Error = h::BoxError;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            let first = !std::mem::replace(&mut self.0, true);
+            Poll::Ready(first.then(|| Ok(Frame::data(Bytes::from_static(b"0123456789")))))
+        }
+
+        fn size_hint(&self) -> http_body::SizeHint {
+            http_body::SizeHint::with_exact(5)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_interim_status_is_not_an_answer() {
+        let early: Service = Arc::new(|_req, _peer| {
+            async { h::text(StatusCode::from_u16(103).unwrap(), "hints") }.boxed()
+        });
+        let (mut client, task, _stop) = start(early, LONG);
+        client
+            .write_all(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let (head, body) = response(&mut client).await;
+        assert!(head.starts_with("HTTP/1.1 500 "), "{head}");
+        assert!(head.contains("connection: close\r\n"), "{head}");
+        assert_eq!(body, "");
+        assert!(matches!(task.await.unwrap(), Served::Closed));
+    }
+
+    #[tokio::test]
+    async fn requests_sent_before_a_half_close_are_all_answered() {
+        let (mut client, _task, _stop) = start(echo(), LONG);
+        client
+            .write_all(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        client.shutdown().await.unwrap();
+        assert_eq!(response(&mut client).await.1, "GET /a ");
+        assert_eq!(response(&mut client).await.1, "GET /b ");
+    }
+
+    #[tokio::test]
+    async fn the_answer_during_a_stop_says_the_connection_closes() {
+        let stop_here = CancellationToken::new();
+        let stopping = stop_here.clone();
+        let slow: Service = Arc::new(move |_req, _peer| {
+            let stopping = stopping.clone();
+            async move {
+                stopping.cancel();
+                h::text(StatusCode::OK, "done")
+            }
+            .boxed()
+        });
+        let (mut client, server) = tokio::io::duplex(4096);
+        let task =
+            tokio::spawn(async move { serve(server, &slow, peer(), LONG, &stop_here).await });
+        client.write_all(b"GET /x HTTP/1.1\r\n\r\n").await.unwrap();
+        let (head, body) = response(&mut client).await;
+        assert!(head.contains("connection: close\r\n"), "{head}");
+        assert_eq!(body, "done");
+        assert!(matches!(task.await.unwrap(), Served::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_body_longer_than_announced_is_not_sent() {
+        let liar: Service =
+            Arc::new(|_req, _peer| async { http::Response::new(h::boxed(Liar(false))) }.boxed());
+        let (mut client, task, _stop) = start(liar, LONG);
+        client.write_all(b"GET /x HTTP/1.1\r\n\r\n").await.unwrap();
+        assert!(matches!(task.await.unwrap(), Served::Closed));
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).await.unwrap();
+        let got = String::from_utf8_lossy(&got);
+        assert!(!got.contains("56789"), "{got}");
+    }
+
     #[tokio::test]
     async fn head_answers_keep_their_length_and_send_no_body() {
         let sized: Service = Arc::new(|_req, _peer| {
@@ -892,6 +1010,22 @@ mod tests {
             assert!(head.contains("content-length: 42\r\n"), "{head}");
             assert_eq!(body, "");
         }
+
+        // A service that answers HEAD as it answers GET: the length is its body's.
+        let (mut client, _task, _stop) = start(echo(), LONG);
+        client
+            .write_all(b"HEAD /h HTTP/1.1\r\nX-Echo: yes\r\n\r\nGET /after HTTP/1.1\r\n\r\n")
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            client.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.contains("content-length: 8\r\n"), "{head}");
+        assert_eq!(response(&mut client).await.1, "GET /after ");
     }
 
     #[tokio::test]

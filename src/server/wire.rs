@@ -19,6 +19,13 @@ pub enum Framing {
     Chunked,
 }
 
+/// Statuses whose answers have no body (RFC 9110 6.4.1).
+pub fn no_body(status: StatusCode) -> bool {
+    status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+}
+
 /// The status line and headers of a response. The framing fields are written from
 /// `framing`, never taken from `headers`, except a HEAD answer's `Content-Length`
 /// (`keep_length`), which describes the body it would have had.
