@@ -99,10 +99,14 @@ tansu_bin() {
     fi
 }
 
+# Below the kernel's ephemeral range: a port from it can be taken by an outgoing
+# connection between the check and the broker's bind, and the broker then fails to start.
 free_port() {
-    local p
+    local p top
+    top="$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+    [ "$top" -gt 12000 ] || top=12000
     for _ in $(seq 1 50); do
-        p=$((20000 + RANDOM % 20000))
+        p=$((10000 + (RANDOM * 32768 + RANDOM) % (top - 10000)))
         listening "$p" || { echo "$p"; return 0; }
     done
     return 1
@@ -119,17 +123,30 @@ start_tansu() {
     if [ -f "$kafka_addr_file" ] && listening "$(sed 's/.*://' "$kafka_addr_file")"; then
         return 0
     fi
-    local bin port
+    local bin port pid attempt
     bin="$(tansu_bin)"
-    port="$(free_port)"
-    nohup "$bin" broker \
-        --storage-engine memory://tansu/ \
-        --listener-url "tcp://127.0.0.1:$port" \
-        --advertised-listener-url "tcp://127.0.0.1:$port" \
-        >"$state_dir/tansu.log" 2>&1 &
-    echo $! >"$state_dir/tansu.pid"
-    wait_port "$port" tansu 30
-    echo "127.0.0.1:$port" >"$kafka_addr_file"
+    # A broker that cannot bind its port exits: it is tried again on another.
+    for attempt in 1 2 3; do
+        port="$(free_port)"
+        nohup "$bin" broker \
+            --storage-engine memory://tansu/ \
+            --listener-url "tcp://127.0.0.1:$port" \
+            --advertised-listener-url "tcp://127.0.0.1:$port" \
+            >"$state_dir/tansu.log" 2>&1 &
+        pid=$!
+        echo "$pid" >"$state_dir/tansu.pid"
+        for _ in $(seq 1 300); do
+            if listening "$port"; then
+                echo "127.0.0.1:$port" >"$kafka_addr_file"
+                return 0
+            fi
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill "$pid" 2>/dev/null || true
+        log "tansu did not start on $port (attempt $attempt): $(tail -n 3 "$state_dir/tansu.log")"
+    done
+    return 1
 }
 
 # The broker binaries, for the shared brokers started below and for the private ones the

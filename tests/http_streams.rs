@@ -14,9 +14,10 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 /// Generous: CI machines are slow; a passing run never waits this long.
 const DEADLINE: Duration = Duration::from_secs(30);
 
+include!("common/ports.rs");
+
 fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", free_port())
 }
 
 /// A running `sluice run`, killed when dropped.

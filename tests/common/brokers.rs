@@ -190,11 +190,4 @@ impl Drop for Sluice {
     }
 }
 
-/// A loopback port free right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+include!("ports.rs");

@@ -17,13 +17,7 @@ pub use sink::Sink;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
-/// A free loopback port (bound and released; good enough for tests).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+include!("ports.rs");
 
 /// A running `sluice run` with its config in a temporary directory.
 pub struct Sluice {
