@@ -8,6 +8,7 @@
 
 pub mod cors;
 pub mod hub;
+pub mod rewind;
 pub mod wire;
 pub mod ws;
 

@@ -15,20 +15,19 @@
 //! request for an event stream is answered by [`event_stream`](super::event_stream), which
 //! keeps no buffers while the stream runs, and ends the connection.
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use smallvec::SmallVec;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
@@ -36,6 +35,7 @@ use tracing::debug;
 
 use super::wire::{self, Framing};
 use super::{event_stream, Service};
+use crate::http::rewind::Rewind;
 use crate::http::wire as fields;
 use crate::http::{self as h, HttpResponse};
 
@@ -655,68 +655,6 @@ impl http_body::Body for RequestBody {
     }
 }
 
-/// A stream that yields `prefix` before what it reads from `inner`.
-pub struct Rewind<I> {
-    prefix: Bytes,
-    inner: I,
-}
-
-impl<I> Rewind<I> {
-    pub fn new(inner: I, prefix: Bytes) -> Self {
-        Rewind { prefix, inner }
-    }
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Rewind<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        if !self.prefix.is_empty() {
-            let n = self.prefix.len().min(buf.remaining());
-            buf.put_slice(&self.prefix[..n]);
-            self.prefix.advance(n);
-            if self.prefix.is_empty() {
-                // Free the head's allocation once it has been handed over.
-                self.prefix = Bytes::new();
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1150,14 +1088,6 @@ mod tests {
         response(&mut client).await;
         stop.cancel();
         assert!(matches!(task.await.unwrap(), Served::Closed));
-    }
-
-    #[tokio::test]
-    async fn rewind_yields_the_prefix_first() {
-        let mut r = Rewind::new(&b" world"[..], Bytes::from_static(b"hello"));
-        let mut out = String::new();
-        r.read_to_string(&mut out).await.unwrap();
-        assert_eq!(out, "hello world");
     }
 
     #[test]

@@ -11,24 +11,23 @@ mod conn;
 mod wire;
 
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use futures::future::{self, Either};
 use futures::FutureExt;
 use http::{HeaderMap, Method, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use self::body::UpstreamBody;
 use self::conn::{Conn, Io, PoolKey, PoolLimits};
 use self::wire::{Decoder, Framing, RequestFraming, WireError};
+use crate::http::rewind::Rewind;
 use crate::http::wire as fields;
 use crate::http::{self as h, Body};
 
@@ -177,7 +176,10 @@ impl Client {
             parts.headers.remove(http::header::CONTENT_LENGTH);
         }
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {
-            return Ok((parts, Reply::Upgraded(Upgraded { conn })));
+            return Ok((
+                parts,
+                Reply::Upgraded(Rewind::new(conn.io, conn.buf.freeze())),
+            ));
         }
         let pool = reuse.then_some((key, self.limits));
         let body = match framing {
@@ -382,44 +384,7 @@ async fn write_flushed<W: AsyncWrite + Unpin>(io: &mut W, bytes: &[u8]) -> io::R
 
 /// An upstream connection after `101 Switching Protocols`: the bytes already read come
 /// first, then the socket.
-pub struct Upgraded {
-    conn: Conn,
-}
-
-impl AsyncRead for Upgraded {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let conn = &mut self.get_mut().conn;
-        if !conn.buf.is_empty() {
-            let n = conn.buf.len().min(buf.remaining());
-            buf.put_slice(&conn.buf[..n]);
-            conn.buf.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut conn.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Upgraded {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().conn.io).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().conn.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().conn.io).poll_shutdown(cx)
-    }
-}
+pub type Upgraded = Rewind<Io>;
 
 #[cfg(test)]
 mod tests {
