@@ -1109,3 +1109,105 @@ async fn tls_from_a_certificate_the_dashboard_stored() {
     assert_eq!(code, 1);
     assert!(err.contains("cannot be opened"), "{err}");
 }
+
+/// A TLS acceptor for `localhost`/`127.0.0.1` with a self-signed certificate, asking
+/// for a client certificate issued by `clients` when given. Returns it with the
+/// certificate's PEM.
+fn upstream_tls(clients: Option<&rcgen::CertifiedKey>) -> (tokio_rustls::TlsAcceptor, String) {
+    use tokio_rustls::rustls;
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match clients {
+        None => builder.with_no_client_auth(),
+        Some(client) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(client.cert.der().clone()).unwrap();
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let config = builder
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    (
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        cert.cert.pem(),
+    )
+}
+
+#[tokio::test]
+async fn https_upstreams_are_trusted_by_a_ca_file_and_shown_a_client_certificate() {
+    let files = tempfile::tempdir().unwrap();
+    let path = |name: &str| files.path().join(name).display().to_string();
+    let client = rcgen::generate_simple_self_signed(vec!["sluice-gateway".into()]).unwrap();
+    std::fs::write(path("client.pem"), client.cert.pem()).unwrap();
+    std::fs::write(path("client.key"), client.key_pair.serialize_pem()).unwrap();
+
+    // A self-signed upstream: refused (502) until its certificate is in `ca_file`.
+    let (tls, pem) = upstream_tls(None);
+    std::fs::write(path("upstream.pem"), pem).unwrap();
+    let up = Upstream::start_tls(tls).await;
+    let https = format!("https://127.0.0.1:{}", up.addr.port());
+    let apis = [("a.yaml", api("secure", "/secure", &https, ""))];
+    let untrusting = Gw::start(&apis, "").await;
+    let (status, _, body) = get(&untrusting, "/secure/x").await;
+    assert_eq!(status, 502, "{body}");
+    let trusting = Gw::start(
+        &apis,
+        &format!("proxy:\n  ca_file: {}\n", path("upstream.pem")),
+    )
+    .await;
+    let (status, _, body) = get(&trusting, "/secure/x").await;
+    assert_eq!(status, 200, "{body}");
+    let echo: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(echo["path"], "/x");
+
+    // An upstream that asks for a client certificate: shown one, it answers.
+    let (tls, pem) = upstream_tls(Some(&client));
+    std::fs::write(path("mutual.pem"), pem).unwrap();
+    let up = Upstream::start_tls(tls).await;
+    let https = format!("https://127.0.0.1:{}", up.addr.port());
+    let apis = [("a.yaml", api("mutual", "/mutual", &https, ""))];
+    let anonymous = Gw::start(
+        &apis,
+        &format!("proxy:\n  ca_file: {}\n", path("mutual.pem")),
+    )
+    .await;
+    assert_eq!(get(&anonymous, "/mutual/x").await.0, 502);
+    let named = Gw::start(
+        &apis,
+        &format!(
+            "proxy:\n  ca_file: {}\n  client_cert_file: {}\n  client_key_file: {}\n",
+            path("mutual.pem"),
+            path("client.pem"),
+            path("client.key")
+        ),
+    )
+    .await;
+    let (status, _, body) = get(&named, "/mutual/x").await;
+    assert_eq!(status, 200, "{body}");
+
+    // Files that are missing or half a pair stop the gateway at start, naming the field.
+    let (code, err) = harness::refused(&format!(
+        "store:\n  url: sqlite://{}\nproxy:\n  ca_file: /nonexistent/ca.pem\n",
+        path("refused.db")
+    ))
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("`proxy.ca_file`"), "{err}");
+    let (code, err) = harness::refused(&format!(
+        "proxy:\n  client_cert_file: {}\n",
+        path("client.pem")
+    ))
+    .await;
+    assert_eq!(code, 1);
+    assert!(err.contains("`client_key_file` go together"), "{err}");
+}

@@ -180,6 +180,14 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// Idle connections kept per upstream host.
     pub max_idle_per_host: usize,
+    /// PEM file of certificate authorities trusted for HTTPS upstreams, besides the
+    /// system's (an internal CA, a self-signed upstream).
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain the gateway shows to HTTPS upstreams that ask for one
+    /// (mutual TLS).
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of `client_cert_file`.
+    pub client_key_file: Option<PathBuf>,
 }
 
 impl Default for ProxyConfig {
@@ -188,6 +196,9 @@ impl Default for ProxyConfig {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             max_idle_per_host: 256,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
         }
     }
 }
@@ -285,7 +296,14 @@ const OVERRIDABLE: Overridable = Overridable {
         ),
         (
             "proxy",
-            &["timeout", "connect_timeout", "max_idle_per_host"],
+            &[
+                "timeout",
+                "connect_timeout",
+                "max_idle_per_host",
+                "ca_file",
+                "client_cert_file",
+                "client_key_file",
+            ],
         ),
         ("http", &["header_read_timeout", "body_read_timeout"]),
         ("keys", &["cache_ttl"]),
@@ -362,6 +380,12 @@ impl GatewayConfig {
         }
         if self.apps.poll_interval.is_zero() {
             errors.push(ConfigError::new("must be above zero").at(at("apps.poll_interval")));
+        }
+        if self.proxy.client_cert_file.is_some() != self.proxy.client_key_file.is_some() {
+            errors.push(
+                ConfigError::new("`client_cert_file` and `client_key_file` go together")
+                    .at(at("proxy")),
+            );
         }
         if self.proxy.timeout.is_zero() {
             errors.push(ConfigError::new("must be above zero").at(at("proxy.timeout")));

@@ -378,9 +378,9 @@ impl Keys {
         if let Some(hit) = self.cached(hash) {
             return Ok(hit);
         }
-        let session = self
-            .store
-            .key_by_hash(hash)
+        // Boxed: a store query's future is large, and cached lookups (nearly all) should
+        // not carry its room.
+        let session = Box::pin(self.store.key_by_hash(hash))
             .await?
             .filter(|r| matches(r))
             .and_then(|r| session_of(&r))

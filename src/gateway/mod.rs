@@ -116,12 +116,7 @@ impl Gateway {
         } else {
             None
         };
-        let proxy = Proxy::new(
-            config.proxy.timeout.0,
-            config.proxy.connect_timeout.0,
-            config.proxy.max_idle_per_host,
-        )
-        .map_err(StartError::Proxy)?;
+        let proxy = Proxy::new(&config.proxy).map_err(StartError::Proxy)?;
         let metrics = config.metrics.enabled.then(crate::metrics::install);
         let config_webhooks = config.webhooks.clone();
         let events = EventBus::default();
@@ -408,7 +403,9 @@ impl Shared {
             }
         });
         if api::listen_rest("/sluice", req.uri().path()).is_some() {
-            return admin::handle(self, req).await;
+            // Boxed: the gateway API's future is large and its requests rare; proxied
+            // requests should not carry (and move) its room.
+            return Box::pin(admin::handle(self, req)).await;
         }
         let started = Instant::now();
         let table = self.table.for_request();
@@ -416,10 +413,12 @@ impl Shared {
             return middleware::error(StatusCode::NOT_FOUND, "no API is served at this path");
         };
         let method = req.method().clone();
-        let full_path = req.uri().path().to_owned();
-        let rest = api.below(&full_path).unwrap_or("").to_owned();
-        let op = api.operation(&method, if rest.is_empty() { "/" } else { &rest });
-        let ctx = Ctx {
+        // The URI's clone shares its bytes: the path below the listen path borrows it
+        // rather than being copied for every request.
+        let uri = req.uri().clone();
+        let rest = api.below(uri.path()).unwrap_or("");
+        let op = api.operation(&method, if rest.is_empty() { "/" } else { rest });
+        let resp = middleware::run(Ctx {
             gw: self,
             api,
             op,
@@ -433,14 +432,14 @@ impl Shared {
             identity: None,
             claims: None,
             limit: None,
-        };
-        let resp = middleware::run(ctx).await;
+        })
+        .await;
         let took = started.elapsed();
         api.metrics
             .get_or_init(|| api::ApiMetrics::new(&api.id))
             .record(resp.status(), took);
         if self.config.access_log {
-            access_log(&api.id, &method, &full_path, resp.status(), took, peer);
+            access_log(&api.id, &method, uri.path(), resp.status(), took, peer);
         }
         resp
     }

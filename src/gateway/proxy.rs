@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 use tracing::debug;
 
 use super::api::Api;
+use super::config::ProxyConfig;
 use super::upstream::{Client, ClientError, Reply};
 use crate::http::{self as h, Body, HttpResponse};
 
@@ -58,19 +59,16 @@ pub struct Origin {
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 impl Proxy {
-    pub fn new(
-        timeout: Duration,
-        connect_timeout: Duration,
-        max_idle_per_host: usize,
-    ) -> Result<Self, String> {
+    /// A proxy with the settings of the config's `proxy` section; its files are read now.
+    pub fn new(config: &ProxyConfig) -> Result<Self, String> {
         Ok(Proxy {
             client: Arc::new(Client::new(
-                connect_timeout,
-                max_idle_per_host,
+                config.connect_timeout.0,
+                config.max_idle_per_host,
                 IDLE_TIMEOUT,
-                upstream_tls()?,
+                upstream_tls(config)?,
             )),
-            timeout,
+            timeout: config.timeout.0,
         })
     }
 
@@ -152,20 +150,57 @@ impl Proxy {
     }
 }
 
-/// TLS to upstreams, trusting the system's roots. A machine without them still proxies
-/// to plain HTTP upstreams; HTTPS ones then fail at connect (502).
-fn upstream_tls() -> Result<rustls::ClientConfig, String> {
+/// TLS to upstreams: the system's roots and those of `ca_file`, and the client
+/// certificate when one is set. A machine without system roots still proxies to plain
+/// HTTP upstreams; HTTPS ones then fail at connect (502) unless `ca_file` vouches for
+/// them. Errors name the field.
+fn upstream_tls(config: &ProxyConfig) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let read = |path: &std::path::Path, field: &str| {
+        std::fs::read(path)
+            .map_err(|e| format!("`proxy.{field}`: cannot read {}: {e}", path.display()))
+    };
+    let certs = |pem: &[u8], path: &std::path::Path, field: &str| {
+        let certs = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("`proxy.{field}`: {}: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!(
+                "`proxy.{field}`: no certificate in {}",
+                path.display()
+            ));
+        }
+        Ok(certs)
+    };
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
+    // Certificates the system store holds but rustls cannot parse are skipped, as every
+    // TLS client does with such stores.
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(path) = &config.ca_file {
+        for cert in certs(&read(path, "ca_file")?, path, "ca_file")? {
+            roots
+                .add(cert)
+                .map_err(|e| format!("`proxy.ca_file`: {}: {e}", path.display()))?;
+        }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("upstream TLS: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(config)
+        .with_root_certificates(roots);
+    match (&config.client_cert_file, &config.client_key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = certs(&read(cert, "client_cert_file")?, cert, "client_cert_file")?;
+            let key = PrivateKeyDer::from_pem_slice(&read(key, "client_key_file")?)
+                .map_err(|e| format!("`proxy.client_key_file`: {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("`proxy.client_key_file`: {e}"))
+        }
+        _ => Ok(builder.with_no_client_auth()),
+    }
 }
 
 fn wants_upgrade(headers: &HeaderMap) -> bool {

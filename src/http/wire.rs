@@ -36,13 +36,63 @@ pub fn chunk_line(out: &mut impl BufMut, len: usize) {
     out.put_slice(b"\r\n");
 }
 
-/// The last chunk and the end of a chunked body, with its trailer fields.
+/// The last chunk and the end of a chunked body, with its trailer fields. Fields that
+/// have no place in a trailer are left out: those of one connection, and those a
+/// recipient needs before the content (framing, routing, authentication, request
+/// modifiers, response controls, content format; RFC 9110 6.5.1), which a peer might
+/// otherwise merge into the head it already acted on.
 pub fn last_chunk(out: &mut impl BufMut, trailers: Option<&HeaderMap>) {
     out.put_slice(b"0\r\n");
     for (name, value) in trailers.into_iter().flatten() {
-        put_field(out, name, value);
+        if allowed_in_trailer(name) {
+            put_field(out, name, value);
+        }
     }
     out.put_slice(b"\r\n");
+}
+
+fn allowed_in_trailer(name: &HeaderName) -> bool {
+    use http::header::*;
+    const BARRED: &[HeaderName] = &[
+        // One connection's.
+        CONNECTION,
+        PROXY_AUTHENTICATE,
+        PROXY_AUTHORIZATION,
+        TE,
+        TRAILER,
+        TRANSFER_ENCODING,
+        UPGRADE,
+        // Framing and routing.
+        CONTENT_LENGTH,
+        HOST,
+        // Authentication and state.
+        AUTHORIZATION,
+        WWW_AUTHENTICATE,
+        COOKIE,
+        SET_COOKIE,
+        // Request modifiers and response controls.
+        EXPECT,
+        MAX_FORWARDS,
+        RANGE,
+        IF_MATCH,
+        IF_NONE_MATCH,
+        IF_MODIFIED_SINCE,
+        IF_UNMODIFIED_SINCE,
+        IF_RANGE,
+        CACHE_CONTROL,
+        PRAGMA,
+        AGE,
+        EXPIRES,
+        DATE,
+        LOCATION,
+        RETRY_AFTER,
+        VARY,
+        // How to read the content.
+        CONTENT_ENCODING,
+        CONTENT_TYPE,
+        CONTENT_RANGE,
+    ];
+    !BARRED.contains(name) && name.as_str() != "keep-alive"
 }
 
 #[cfg(test)]
@@ -57,6 +107,10 @@ mod tests {
         }
         let mut trailers = HeaderMap::new();
         trailers.insert("grpc-status", "0".parse().unwrap());
+        // Fields with no place in a trailer do not go out.
+        trailers.insert("content-length", "5".parse().unwrap());
+        trailers.insert("connection", "close".parse().unwrap());
+        trailers.insert("authorization", "Bearer x".parse().unwrap());
         last_chunk(&mut out, Some(&trailers));
         last_chunk(&mut out, None);
         let expected = "0\r\n9\r\n4e20\r\nffffffffffffffff\r\n0\r\ngrpc-status: 0\r\n\r\n0\r\n\r\n";

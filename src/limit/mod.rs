@@ -136,10 +136,12 @@ impl Limiter {
     }
 
     /// One request against the bucket's rate. Allowed requests consume; refused ones do not.
+    // The Redis exchanges are boxed here and below: their futures are large, and every
+    // request's future would otherwise carry their room even when counting in memory.
     pub async fn check_rate(&self, bucket: &str, rate: Rate) -> Result<Decision, LimitError> {
         match self {
             Limiter::Local(l) => l.check_rate(bucket, rate),
-            Limiter::Redis(r) => r.check_rate(bucket, rate).await,
+            Limiter::Redis(r) => Box::pin(r.check_rate(bucket, rate)).await,
         }
     }
 
@@ -153,7 +155,7 @@ impl Limiter {
     ) -> Result<Decision, LimitError> {
         match self {
             Limiter::Local(l) => l.check_quota(bucket, max, renewal),
-            Limiter::Redis(r) => r.check_quota(bucket, max, renewal).await,
+            Limiter::Redis(r) => Box::pin(r.check_quota(bucket, max, renewal)).await,
         }
     }
 

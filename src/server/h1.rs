@@ -96,7 +96,9 @@ where
             return Served::Closed;
         }
         match conn.exchange(incoming, service, peer, stop).await {
-            Ok(true) if !stop.is_cancelled() => {}
+            // A stop that came meanwhile ends the connection at its next wait for a head
+            // (and the answer before that says so).
+            Ok(true) => {}
             Ok(_) => break,
             Err(e) => {
                 debug!(error = %e, peer = %peer, "Connection ended with an error.");
@@ -245,14 +247,25 @@ where
                 }
             },
         };
-        // A body the service left unread is not read past: the connection ends after
-        // this response, and whoever still holds the body learns it ends early.
-        // (A service that answers first and reads the body while its answer is written,
-        // an echo, is therefore not served in full; none of this crate's does that.)
-        let unread = pump.is_some_and(|p| p.remaining > 0);
+        // A service may answer first and read the body while its answer is written (an
+        // echo, a proxied upstream that streams back as it reads): the body keeps being
+        // read while the answer waits for its next piece. What the service leaves unread
+        // is not read past: the connection ends after this response, and whoever still
+        // holds the body learns it ends early.
+        let mut pump = pump.filter(|p| p.remaining > 0);
+        let dropped = pump
+            .as_ref()
+            .is_some_and(|p| p.tx.as_ref().is_none_or(|tx| tx.is_closed()));
         // A gateway that is stopping says so in its last answer.
-        self.respond(resp, head, close || unread || stop.is_cancelled())
-            .await
+        let keep = self
+            .respond(
+                resp,
+                head,
+                close || dropped || stop.is_cancelled(),
+                pump.as_mut(),
+            )
+            .await?;
+        Ok(keep && pump.is_none_or(|p| p.remaining == 0))
     }
 
     /// Writes `resp`. `Ok(true)` when the connection can carry another request.
@@ -261,6 +274,7 @@ where
         resp: HttpResponse,
         head_request: bool,
         mut close: bool,
+        mut pump: Option<&mut Pump>,
     ) -> std::io::Result<bool> {
         let (mut parts, mut body) = resp.into_parts();
         if parts.status.is_informational() {
@@ -312,7 +326,7 @@ where
                     // Not ready: what is gathered goes out while the body is waited for,
                     // and a client that goes away meanwhile is noticed.
                     self.write_out().await?;
-                    self.next_frame(&mut body).await?
+                    self.next_frame(&mut body, pump.as_deref_mut()).await?
                 }
             };
             match frame {
@@ -360,20 +374,34 @@ where
     async fn next_frame(
         &mut self,
         body: &mut h::Body,
+        mut pump: Option<&mut Pump>,
     ) -> std::io::Result<Option<Result<Frame<Bytes>, h::BoxError>>> {
         loop {
-            let watch = self.buf.is_empty();
+            let pumping = pump.as_ref().is_some_and(|p| p.tx.is_some());
+            let watch = self.buf.is_empty() && !pumping;
             if watch && self.buf.capacity() < READ_ROOM / 4 {
                 self.buf.reserve(READ_ROOM);
             }
             tokio::select! {
                 frame = body.frame() => return Ok(frame),
-                read = self.io.read_buf(&mut self.buf), if watch => match read {
-                    Ok(0) => return Err(std::io::ErrorKind::ConnectionAborted.into()),
-                    Ok(_) => {}
-                    Err(e) => return Err(e),
-                },
+                read = self.read_meanwhile(pump.as_deref_mut()), if pumping || watch => read?,
             }
+        }
+    }
+
+    /// What is read while an answer waits: the request body while it is being read (for
+    /// a service that reads it while it answers), else what the client sends next.
+    async fn read_meanwhile(&mut self, pump: Option<&mut Pump>) -> std::io::Result<()> {
+        match pump {
+            Some(pump) if pump.tx.is_some() => {
+                pump.step(&mut self.io, &mut self.buf).await;
+                Ok(())
+            }
+            _ => match self.io.read_buf(&mut self.buf).await {
+                Ok(0) => Err(std::io::ErrorKind::ConnectionAborted.into()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            },
         }
     }
 
@@ -542,7 +570,8 @@ fn request(
     fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 16]>,
 ) -> Option<http::Request<h::Body>> {
     let uri = http::Uri::from_maybe_shared(head.slice(path)).ok()?;
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    // Room for the fields a proxy adds (`X-Forwarded-*`): growing the map would move it.
+    let mut headers = HeaderMap::with_capacity(fields.len() + 4);
     for (name, range) in fields {
         headers.append(
             name,
@@ -798,6 +827,71 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 400"), "{head}");
         assert!(body.contains("7 bytes short"), "{body}");
         assert!(head.contains("connection: close\r\n"), "{head}");
+        assert!(matches!(task.await.unwrap(), Served::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_service_may_answer_while_it_reads_the_body() {
+        // Answers at once with the request body itself: each piece goes back as it comes.
+        let stream_back: Service = Arc::new(|req: http::Request<h::Body>, _peer| {
+            async move { http::Response::new(req.into_body()) }.boxed()
+        });
+        let (mut client, task, _stop) = start(stream_back, LONG);
+        client
+            .write_all(b"POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+            .await
+            .unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(client.read(&mut byte).await.unwrap(), 1);
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.contains("content-length: 10\r\n"), "{head}");
+        assert!(!head.contains("connection: close"), "{head}");
+        // The first piece comes back before the rest is sent.
+        let mut first = [0u8; 3];
+        client.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"abc");
+        client.write_all(b"defghij").await.unwrap();
+        let mut rest = [0u8; 7];
+        client.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"defghij");
+        // The body was read to its end: the connection carries the next request.
+        client
+            .write_all(b"POST /again HTTP/1.1\r\nContent-Length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        let (_, body) = response(&mut client).await;
+        assert_eq!(body, "ok");
+        drop(client);
+        assert!(matches!(task.await.unwrap(), Served::Closed));
+    }
+
+    #[tokio::test]
+    async fn a_body_left_unread_while_answering_ends_the_connection() {
+        // Answers with a body of its own and keeps the request body without reading it.
+        let hold: Service = Arc::new(|req: http::Request<h::Body>, _peer| {
+            async move {
+                let frames = futures::stream::once(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    drop(req);
+                    Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(b"done")))
+                });
+                http::Response::new(h::boxed(http_body_util::StreamBody::new(frames)))
+            }
+            .boxed()
+        });
+        let (mut client, task, _stop) = start(hold, LONG);
+        client
+            .write_all(b"POST /p HTTP/1.1\r\nContent-Length: 100000\r\n\r\nabc")
+            .await
+            .unwrap();
+        let (head, body) = response(&mut client).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body.contains("done"), "{body}");
         assert!(matches!(task.await.unwrap(), Served::Closed));
     }
 

@@ -155,6 +155,10 @@ pub async fn serve_connections(
     stop: CancellationToken,
 ) {
     let conns = tokio_util::task::TaskTracker::new();
+    // Every connection checks the token between requests, and a check takes the token's
+    // lock: a token of this listener's own keeps that lock off the cores that serve the
+    // other listeners (the gateway runs one per thread). It is cancelled with `stop`.
+    let stop = stop.child_token();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {

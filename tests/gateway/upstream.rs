@@ -33,6 +33,15 @@ fn full(text: impl Into<Bytes>) -> Body {
 
 impl Upstream {
     pub async fn start() -> Upstream {
+        Self::start_on(None).await
+    }
+
+    /// An upstream that speaks HTTPS through `tls`.
+    pub async fn start_tls(tls: tokio_rustls::TlsAcceptor) -> Upstream {
+        Self::start_on(Some(tls)).await
+    }
+
+    async fn start_on(tls: Option<tokio_rustls::TlsAcceptor>) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind upstream");
@@ -45,16 +54,29 @@ impl Upstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                let (h, g) = (h.clone(), g.clone());
+                let (h, g, tls) = (h.clone(), g.clone(), tls.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |req| {
                         let (h, g) = (h.clone(), g.clone());
                         async move { Ok::<_, Infallible>(answer(req, &h, &g).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .with_upgrades()
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => {
+                            http.serve_connection(TokioIo::new(stream), service)
+                                .with_upgrades()
+                                .await
+                        }
+                        Some(tls) => {
+                            // A refused handshake (no client certificate, say) ends here.
+                            let Ok(stream) = tls.accept(stream).await else {
+                                return;
+                            };
+                            http.serve_connection(TokioIo::new(stream), service)
+                                .with_upgrades()
+                                .await
+                        }
+                    };
                 });
             }
         });

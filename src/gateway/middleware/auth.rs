@@ -79,7 +79,7 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Step {
                 EventKind::AuthFailure,
                 &ctx.api.id,
                 None,
-                &ctx.rest,
+                ctx.rest,
                 &message,
             );
             let status = match e {
@@ -102,6 +102,9 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Step {
     }
 }
 
+/// Schemes other than API keys are boxed where they wait (a key fetch, a password
+/// hash, a store query): their futures are large, and every request's future would
+/// otherwise carry their room, whichever scheme it uses.
 async fn check(
     ctx: &Ctx<'_>,
     scheme: &Scheme,
@@ -122,10 +125,7 @@ async fn check(
         }
         Scheme::Basic => {
             let (user, password) = basic::credentials(parts)?;
-            let session = ctx
-                .gw
-                .keys
-                .by_basic(&user, &password)
+            let session = Box::pin(ctx.gw.keys.by_basic(&user, &password))
                 .await
                 .map_err(store_down)?
                 .ok_or_else(|| AuthError::Invalid("user name or password is wrong".into()))?;
@@ -133,15 +133,12 @@ async fn check(
         }
         Scheme::Jwt(verifier) => {
             let token = jwt::bearer(parts)?;
-            let claims = verifier.verify(token).await?;
+            let claims = Box::pin(verifier.verify(token)).await?;
             Ok(Passed::Identity(claims.identity, claims.claims))
         }
         Scheme::Hmac(settings) => {
             let sig = hmac::parse(parts)?;
-            let (session, secret) = ctx
-                .gw
-                .keys
-                .hmac_secret(&sig.key_id)
+            let (session, secret) = Box::pin(ctx.gw.keys.hmac_secret(&sig.key_id))
                 .await
                 .map_err(store_down)?
                 .ok_or_else(|| AuthError::Invalid("unknown signing key".into()))?;

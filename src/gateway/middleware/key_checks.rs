@@ -16,7 +16,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Step {
                 EventKind::KeyExpired,
                 &ctx.api.id,
                 Some(&session.id),
-                &ctx.rest,
+                ctx.rest,
                 "key expired",
             );
             return Err(error(StatusCode::UNAUTHORIZED, "the key has expired"));
@@ -28,7 +28,7 @@ pub fn run(ctx: &mut Ctx<'_>) -> Step {
                     "the key has no access to this API",
                 ))
             }
-            Some(right) if !right.allows(ctx.req.method(), &ctx.rest) => {
+            Some(right) if !right.allows(ctx.req.method(), ctx.rest) => {
                 return Err(error(
                     StatusCode::FORBIDDEN,
                     "the key has no access to this method or path",

@@ -39,7 +39,7 @@ pub struct Ctx<'a> {
     /// The operation the request resolved to, with its path parameters.
     pub op: Option<(&'a Operation, Vec<(String, String)>)>,
     /// The path below the listen path.
-    pub rest: String,
+    pub rest: &'a str,
     pub req: HttpRequest,
     pub origin: Origin,
     /// The key that authenticated the request.
@@ -120,7 +120,7 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
     match ctx
         .gw
         .proxy
-        .forward(ctx.api, req, &ctx.rest, &ctx.origin)
+        .forward(ctx.api, req, ctx.rest, &ctx.origin)
         .await
     {
         Ok(resp) => Ok(match cache_key {
@@ -133,7 +133,7 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
                 super::events::EventKind::UpstreamError,
                 &ctx.api.id,
                 ctx.key_id(),
-                &ctx.rest,
+                ctx.rest,
                 e.to_string(),
             );
             Err(error(e.status(), &e.to_string()))
@@ -170,7 +170,7 @@ pub fn enforce(
     if !d.allowed {
         ctx.gw
             .events
-            .publish(event, &ctx.api.id, ctx.key_id(), &ctx.rest, message);
+            .publish(event, &ctx.api.id, ctx.key_id(), ctx.rest, message);
         return Err(too_many(&d, message));
     }
     ctx.note_limit(d);

@@ -15,5 +15,5 @@ pub fn divert(
         identity: ctx.identity.as_deref(),
         claims: ctx.claims.as_ref(),
     };
-    ctx.gw.streams.divert(ctx.api, &ctx.rest, req, &caller)
+    ctx.gw.streams.divert(ctx.api, ctx.rest, req, &caller)
 }

@@ -145,13 +145,18 @@ impl Client {
         wire::encode_head(&mut head, method, target_path, headers, framing);
         let mut conn = match conn::checkout(&key, self.limits) {
             Some(conn) => conn,
-            None => self.connect(target).await?,
+            // Boxed: connecting (a lookup, a TLS handshake) is the largest part of this
+            // future and the rarest, and every request's future would otherwise carry
+            // its room, moved and touched on each request.
+            None => Box::pin(self.connect(target)).await?,
         };
         let (resp, complete) = loop {
             let sent = if empty {
                 send_head(&mut conn, &head).await.map(|h| (h, true))
             } else {
-                send_with_body(&mut conn, &head, &mut body, framing).await
+                // Boxed: the body's writer is most of this future's size, and requests
+                // without a body should not carry (and move) its room.
+                Box::pin(send_with_body(&mut conn, &head, &mut body, framing)).await
             };
             match sent {
                 // An idle connection the upstream closed just before it was taken: a
@@ -159,7 +164,7 @@ impl Client {
                 Err(ClientError::Closed | ClientError::Io(_))
                     if conn.reused && empty && method.is_idempotent() =>
                 {
-                    conn = self.connect(target).await?;
+                    conn = Box::pin(self.connect(target)).await?;
                 }
                 other => break other?,
             }
@@ -389,6 +394,7 @@ pub type Upgraded = Rewind<Io>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use bytes::Bytes;
     use tokio::net::TcpListener;
 

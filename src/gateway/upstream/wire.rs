@@ -131,7 +131,9 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
         fields.push((name, start..start + h.value.len()));
     }
     let head = buf.split_to(len).freeze();
-    let mut headers = HeaderMap::with_capacity(fields.len());
+    // Room for the fields the gateway adds to an answer (`X-RateLimit-*`, CORS): growing
+    // the map would move it.
+    let mut headers = HeaderMap::with_capacity(fields.len() + 4);
     for (name, range) in fields {
         let value = HeaderValue::from_maybe_shared(head.slice(range))
             .map_err(|_| WireError::Header(name.as_str().to_owned()))?;
