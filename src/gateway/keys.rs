@@ -3,6 +3,7 @@
 //! Lookups are cached for `keys.cache_ttl`, so a hot key costs no store round trip.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -268,8 +269,31 @@ type Cache = HashMap<String, (Instant, Option<Arc<Session>>)>;
 /// Bounds the lookup cache; random keys from a client must not grow it without end.
 const CACHE_MAX: usize = 100_000;
 
+/// Bounds each serving thread's copy of the cache.
+const THREAD_CACHE_MAX: usize = 10_000;
+
+/// A serving thread's copies of cached lookups, for the [`Keys`] `owner` as of
+/// `generation`.
+#[derive(Default)]
+struct ThreadCache {
+    owner: u64,
+    generation: u64,
+    map: Cache,
+}
+
+thread_local! {
+    static THREAD_CACHE: std::cell::RefCell<ThreadCache> =
+        std::cell::RefCell::new(ThreadCache::default());
+}
+
+/// Numbers each [`Keys`] (from 1), so that a thread's copies are never taken for another's.
+static NEXT_KEYS_ID: AtomicU64 = AtomicU64::new(1);
+
 /// The keys of a gateway.
 pub struct Keys {
+    id: u64,
+    /// Moves on whenever cached lookups are forgotten.
+    generation: AtomicU64,
     store: Store,
     ttl: Duration,
     // Read far more often than written: every request of a cached key only reads.
@@ -285,6 +309,8 @@ impl Keys {
             aes_gcm::Aes256Gcm::new_from_slice(&key).ok()
         });
         Keys {
+            id: NEXT_KEYS_ID.fetch_add(1, Ordering::Relaxed),
+            generation: AtomicU64::new(0),
             store,
             ttl,
             cache: parking_lot::RwLock::new(HashMap::new()),
@@ -350,12 +376,44 @@ impl Keys {
         Ok(secret.map(|s| (Arc::new(session), s)))
     }
 
+    /// A lookup remembered less than `ttl` ago. Each serving thread keeps its own copy of
+    /// what it found in the shared cache: a request of a known key then takes no lock and
+    /// touches no reference count that the other threads also write (either would move a
+    /// cache line between cores on every request).
     fn cached(&self, hash: &str) -> Option<Option<Arc<Session>>> {
-        let cache = self.cache.read();
-        cache
+        let generation = self.generation.load(Ordering::Acquire);
+        let fresh = |at: &Instant| at.elapsed() < self.ttl;
+        let mine = THREAD_CACHE.with(|mine| {
+            let mut mine = mine.borrow_mut();
+            if mine.owner != self.id || mine.generation != generation {
+                mine.owner = self.id;
+                mine.generation = generation;
+                mine.map.clear();
+            }
+            mine.map
+                .get(hash)
+                .filter(|(at, _)| fresh(at))
+                .map(|(_, s)| s.clone())
+        });
+        if mine.is_some() {
+            return mine;
+        }
+        let (at, session) = self
+            .cache
+            .read()
             .get(hash)
-            .filter(|(at, _)| at.elapsed() < self.ttl)
-            .map(|(_, s)| s.clone())
+            .filter(|(at, _)| fresh(at))?
+            .clone();
+        // A copy of its own, so that its reference count stays on this thread.
+        let copy = session.map(|s| Arc::new(Session::clone(&s)));
+        THREAD_CACHE.with(|mine| {
+            let mut mine = mine.borrow_mut();
+            if mine.map.len() >= THREAD_CACHE_MAX {
+                mine.map.clear();
+            }
+            mine.map.insert(hash.to_owned(), (at, copy.clone()));
+        });
+        Some(copy)
     }
 
     fn remember(&self, hash: String, session: Option<Arc<Session>>) {
@@ -391,7 +449,10 @@ impl Keys {
 
     /// Forgets cached lookups, after a key changed here.
     pub fn forget_all(&self) {
-        self.cache.write().clear();
+        let mut cache = self.cache.write();
+        cache.clear();
+        // The threads' copies go at their next lookup.
+        self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Makes a key. Returns the token (shown once), the HMAC secret if asked for, and the
@@ -661,6 +722,38 @@ mod tests {
         // The store holds no token.
         let record = keys.store().key(&session.id).await.unwrap().unwrap();
         assert!(!record.policy.contains(&token) && record.hash != token);
+    }
+
+    #[tokio::test]
+    async fn a_change_here_is_seen_at_once_despite_the_cache() {
+        let (_other_dir, other) = keys().await;
+        let (_dir, keys) = keys().await;
+        let (token, _, session) = keys
+            .create(
+                request(serde_json::json!({"access_rights": {"a": {}}})),
+                &|_| true,
+            )
+            .await
+            .unwrap();
+        // Cached on this thread by the first lookups.
+        for _ in 0..2 {
+            let found = keys.by_token(&token).await.unwrap().unwrap();
+            assert!(found.policy.access_rights.contains_key("a"));
+        }
+        // Another gateway's keys on the same thread never answer from these copies.
+        assert!(other.by_token(&token).await.unwrap().is_none());
+        assert!(keys.by_token(&token).await.unwrap().is_some());
+        keys.update(
+            &session.id,
+            request(serde_json::json!({"access_rights": {"b": {}}})),
+            &|_| true,
+        )
+        .await
+        .unwrap();
+        let found = keys.by_token(&token).await.unwrap().unwrap();
+        assert!(found.policy.access_rights.contains_key("b"), "{found:?}");
+        assert!(keys.delete(&session.id).await.unwrap());
+        assert!(keys.by_token(&token).await.unwrap().is_none());
     }
 
     #[tokio::test]
