@@ -1211,3 +1211,40 @@ async fn https_upstreams_are_trusted_by_a_ca_file_and_shown_a_client_certificate
     assert_eq!(code, 1);
     assert!(err.contains("`client_key_file` go together"), "{err}");
 }
+
+#[tokio::test]
+async fn an_upstream_may_stream_its_answer_while_it_reads_the_body() {
+    use futures::StreamExt;
+    let up = Upstream::start().await;
+    let gw = Gw::start(&[("a.yaml", api("echo", "/echo", &up.url(), ""))], "").await;
+    // Far more than the sockets on the way buffer: neither side may wait for the other
+    // to finish.
+    const PIECE: usize = 64 * 1024;
+    const PIECES: usize = 256;
+    let pieces = futures::stream::iter(0..PIECES)
+        .map(|i| Ok::<_, std::io::Error>(bytes::Bytes::from(vec![(i % 251) as u8; PIECE])));
+    let resp = gw
+        .http
+        .post(gw.url("/echo/stream-echo"))
+        .header("content-length", (PIECE * PIECES).to_string())
+        .body(reqwest::Body::wrap_stream(pieces))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status(), 200);
+    let mut got = Vec::with_capacity(PIECE * PIECES);
+    let mut stream = resp.bytes_stream();
+    let read = async {
+        while let Some(chunk) = stream.next().await {
+            got.extend_from_slice(&chunk.expect("body"));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("the echo flows both ways");
+    assert_eq!(got.len(), PIECE * PIECES);
+    assert!(got
+        .chunks(PIECE)
+        .enumerate()
+        .all(|(i, piece)| piece.iter().all(|&b| b == (i % 251) as u8)));
+}

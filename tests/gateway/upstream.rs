@@ -109,6 +109,17 @@ async fn answer(
     if path.ends_with("/ws") {
         return websocket_echo(req);
     }
+    if path.ends_with("/stream-echo") {
+        // Answers at once and sends each piece of the body back as it arrives.
+        let body = req.into_body();
+        let pieces = futures::stream::unfold(body, |mut body| async move {
+            match body.frame().await {
+                Some(Ok(frame)) => Some((Ok::<_, Infallible>(frame), body)),
+                _ => None,
+            }
+        });
+        return Response::new(StreamBody::new(pieces).boxed());
+    }
     if path.ends_with("/sse") {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(4);
         let gate = gate.clone();

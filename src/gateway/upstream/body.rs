@@ -10,6 +10,7 @@ use http_body::{Frame, SizeHint};
 
 use super::conn::{self, Conn, PoolKey, PoolLimits};
 use super::wire::{Decoded, Decoder};
+use super::writer::BodyWriter;
 use crate::http::BoxError;
 
 /// The smallest room made in the read buffer before each read.
@@ -21,14 +22,22 @@ pub struct UpstreamBody {
     decoder: Decoder,
     /// Where the connection goes when the body ends, if it may be used again.
     pool: Option<(PoolKey, PoolLimits)>,
+    /// The rest of the request, for an upstream that answered before it had it all.
+    writer: Option<Box<BodyWriter>>,
 }
 
 impl UpstreamBody {
-    pub fn new(conn: Conn, decoder: Decoder, pool: Option<(PoolKey, PoolLimits)>) -> Self {
+    pub fn new(
+        conn: Conn,
+        decoder: Decoder,
+        pool: Option<(PoolKey, PoolLimits)>,
+        writer: Option<Box<BodyWriter>>,
+    ) -> Self {
         UpstreamBody {
             conn: Some(conn),
             decoder,
             pool,
+            writer,
         }
     }
 
@@ -52,6 +61,18 @@ impl http_body::Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
+        if let (Some(writer), Some(conn)) = (this.writer.as_mut(), this.conn.as_mut()) {
+            match writer.poll_write_to(&mut conn.io, cx) {
+                Poll::Pending => {}
+                Poll::Ready(Ok(())) => this.writer = None,
+                // The upstream stopped reading, or the client's body failed: nothing more
+                // is sent, and the answer goes on as far as the upstream takes it.
+                Poll::Ready(Err(e)) => {
+                    tracing::debug!(error = %e, "The rest of the request body was not sent.");
+                    this.writer = None;
+                }
+            }
+        }
         loop {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);

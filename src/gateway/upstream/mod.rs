@@ -9,6 +9,7 @@
 mod body;
 mod conn;
 mod wire;
+mod writer;
 
 use std::io;
 use std::sync::Arc;
@@ -16,19 +17,17 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::future::{self, Either};
-use futures::FutureExt;
 use http::{HeaderMap, Method, StatusCode};
 use http_body::Body as _;
-use http_body_util::BodyExt;
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use self::body::UpstreamBody;
 use self::conn::{Conn, Io, PoolKey, PoolLimits};
 use self::wire::{Decoder, Framing, RequestFraming, WireError};
+use self::writer::BodyWriter;
 use crate::http::rewind::Rewind;
-use crate::http::wire as fields;
 use crate::http::{self as h, Body};
 
 /// Why an exchange with the upstream failed.
@@ -133,7 +132,7 @@ impl Client {
         method: &Method,
         target_path: &str,
         headers: &HeaderMap,
-        mut body: Body,
+        body: Body,
     ) -> Result<(http::response::Parts, Reply), ClientError> {
         let key = PoolKey {
             client: self.id,
@@ -143,6 +142,9 @@ impl Client {
         let framing = RequestFraming::of(method, empty, body.size_hint().exact());
         let mut head = BytesMut::new();
         wire::encode_head(&mut head, method, target_path, headers, framing);
+        // Boxed: the body's writer, and the future that drives it, are only for requests
+        // with a body; the others should not carry (and move) their room.
+        let mut writer = (!empty).then(|| Box::new(BodyWriter::new(&head, body, framing)));
         let mut conn = match conn::checkout(&key, self.limits) {
             Some(conn) => conn,
             // Boxed: connecting (a lookup, a TLS handshake) is the largest part of this
@@ -151,12 +153,9 @@ impl Client {
             None => Box::pin(self.connect(target)).await?,
         };
         let (resp, complete) = loop {
-            let sent = if empty {
-                send_head(&mut conn, &head).await.map(|h| (h, true))
-            } else {
-                // Boxed: the body's writer is most of this future's size, and requests
-                // without a body should not carry (and move) its room.
-                Box::pin(send_with_body(&mut conn, &head, &mut body, framing)).await
+            let sent = match writer.as_deref_mut() {
+                None => send_head(&mut conn, &head).await.map(|h| (h, true)),
+                Some(writer) => Box::pin(send_with_body(&mut conn, writer)).await,
             };
             match sent {
                 // An idle connection the upstream closed just before it was taken: a
@@ -171,6 +170,13 @@ impl Client {
         };
         let framing = wire::response_framing(method, resp.status, &resp.headers)?;
         let reuse = complete && wire::reusable(&resp, framing);
+        // An answer of success before the whole body: the upstream may still read the
+        // rest while it answers (an echo, a transform), so the rest goes on being written
+        // as the answer is relayed. A refusal, or an answer that closes, ends the body.
+        let unfinished = writer.filter(|_| {
+            let refused = resp.status.is_client_error() || resp.status.is_server_error();
+            !complete && !refused && wire::keeps_open(&resp)
+        });
         let mut parts = http::Response::new(()).into_parts().0;
         parts.status = resp.status;
         parts.version = resp.version;
@@ -202,7 +208,12 @@ impl Client {
                 }
                 h::full(data)
             }
-            framing => h::boxed(UpstreamBody::new(conn, Decoder::new(framing), pool)),
+            framing => h::boxed(UpstreamBody::new(
+                conn,
+                Decoder::new(framing),
+                pool,
+                unfinished,
+            )),
         };
         Ok((parts, Reply::Body(body)))
     }
@@ -237,15 +248,13 @@ async fn send_head(conn: &mut Conn, head: &[u8]) -> Result<wire::Head, ClientErr
 
 /// Writes a request and its body while reading the response head, so that an upstream
 /// that refuses before it has read the whole body (say, 413) is heard. Returns whether
-/// the whole body was sent: if not, the connection cannot be used again.
+/// the whole request was written; when not, what is left stays in `writer`.
 async fn send_with_body(
     conn: &mut Conn,
-    head: &[u8],
-    body: &mut Body,
-    framing: RequestFraming,
+    writer: &mut BodyWriter,
 ) -> Result<(wire::Head, bool), ClientError> {
     let (mut rd, mut wr) = tokio::io::split(&mut conn.io);
-    let write = std::pin::pin!(write_body(&mut wr, head, body, framing));
+    let write = std::pin::pin!(future::poll_fn(|cx| writer.poll_write_to(&mut wr, cx)));
     let read = std::pin::pin!(read_head(&mut rd, &mut conn.buf));
     match future::select(write, read).await {
         Either::Left((Ok(()), read)) => Ok((read.await?, true)),
@@ -257,18 +266,7 @@ async fn send_with_body(
             Ok(head) => Ok((head, false)),
             Err(_) => Err(e),
         },
-        Either::Right((head, write)) => {
-            let head = head?;
-            if head.status.is_client_error()
-                || head.status.is_server_error()
-                || !wire::keeps_open(&head)
-            {
-                return Ok((head, false));
-            }
-            // A success before the whole body: the upstream may still read the rest
-            // while it answers (an echo, a transform), so the body is sent to its end.
-            Ok((head, write.await.is_ok()))
-        }
+        Either::Right((head, _)) => Ok((head?, false)),
     }
 }
 
@@ -299,94 +297,6 @@ async fn read_head<R: AsyncRead + Unpin>(
     }
 }
 
-/// The largest run of request body gathered into one write.
-const WRITE_BATCH: usize = 64 * 1024;
-
-/// Writes the head and the body in as few writes as the body's pace allows: whatever
-/// frames are ready go out together.
-async fn write_body<W: AsyncWrite + Unpin>(
-    io: &mut W,
-    head: &[u8],
-    body: &mut Body,
-    framing: RequestFraming,
-) -> Result<(), ClientError> {
-    let chunked = framing == RequestFraming::Chunked;
-    let declared = match framing {
-        RequestFraming::Length(n) => Some(n),
-        _ => None,
-    };
-    let mut sent: u64 = 0;
-    let mut out = BytesMut::with_capacity(head.len() + 1024);
-    out.extend_from_slice(head);
-    loop {
-        // Take what is ready now; wait only when nothing is.
-        let frame = match body.frame().now_or_never() {
-            Some(frame) => frame,
-            None => {
-                if !out.is_empty() {
-                    write_flushed(io, &out).await?;
-                    out.clear();
-                }
-                body.frame().await
-            }
-        };
-        match frame {
-            None => break,
-            Some(Err(e)) => return Err(ClientError::RequestBody(e.to_string())),
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => {
-                    if data.is_empty() {
-                        continue;
-                    }
-                    sent += data.len() as u64;
-                    if declared.is_some_and(|n| sent > n) {
-                        return Err(ClientError::RequestBody(
-                            "longer than its Content-Length".into(),
-                        ));
-                    }
-                    if chunked {
-                        fields::chunk_line(&mut out, data.len());
-                        out.extend_from_slice(&data);
-                        out.extend_from_slice(b"\r\n");
-                    } else {
-                        out.extend_from_slice(&data);
-                    }
-                }
-                Err(frame) => {
-                    if let (true, Ok(trailers)) = (chunked, frame.into_trailers()) {
-                        fields::last_chunk(&mut out, Some(&trailers));
-                        write_flushed(io, &out).await?;
-                        return Ok(());
-                    }
-                }
-            },
-        }
-        if out.len() >= WRITE_BATCH {
-            write_flushed(io, &out).await?;
-            out.clear();
-        }
-    }
-    if declared.is_some_and(|n| sent != n) {
-        return Err(ClientError::RequestBody(
-            "shorter than its Content-Length".into(),
-        ));
-    }
-    if chunked {
-        fields::last_chunk(&mut out, None);
-    }
-    if !out.is_empty() {
-        write_flushed(io, &out).await?;
-    }
-    Ok(())
-}
-
-/// Writes and flushes: a TLS stream may hold written bytes until flushed, and the
-/// upstream must have them before the next frame is waited for.
-async fn write_flushed<W: AsyncWrite + Unpin>(io: &mut W, bytes: &[u8]) -> io::Result<()> {
-    io.write_all(bytes).await?;
-    io.flush().await
-}
-
 /// An upstream connection after `101 Switching Protocols`: the bytes already read come
 /// first, then the socket.
 pub type Upgraded = Rewind<Io>;
@@ -394,6 +304,7 @@ pub type Upgraded = Rewind<Io>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
 
     use bytes::Bytes;
     use tokio::net::TcpListener;
