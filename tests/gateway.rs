@@ -1155,8 +1155,7 @@ async fn https_upstreams_are_trusted_by_a_ca_file_and_shown_a_client_certificate
     let (tls, pem) = upstream_tls(None);
     std::fs::write(path("upstream.pem"), pem).unwrap();
     let up = Upstream::start_tls(tls).await;
-    let https = format!("https://127.0.0.1:{}", up.addr.port());
-    let apis = [("a.yaml", api("secure", "/secure", &https, ""))];
+    let apis = [("a.yaml", api("secure", "/secure", &up.url(), ""))];
     let untrusting = Gw::start(&apis, "").await;
     let (status, _, body) = get(&untrusting, "/secure/x").await;
     assert_eq!(status, 502, "{body}");
@@ -1174,8 +1173,7 @@ async fn https_upstreams_are_trusted_by_a_ca_file_and_shown_a_client_certificate
     let (tls, pem) = upstream_tls(Some(&client));
     std::fs::write(path("mutual.pem"), pem).unwrap();
     let up = Upstream::start_tls(tls).await;
-    let https = format!("https://127.0.0.1:{}", up.addr.port());
-    let apis = [("a.yaml", api("mutual", "/mutual", &https, ""))];
+    let apis = [("a.yaml", api("mutual", "/mutual", &up.url(), ""))];
     let anonymous = Gw::start(
         &apis,
         &format!("proxy:\n  ca_file: {}\n", path("mutual.pem")),

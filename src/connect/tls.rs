@@ -1,6 +1,7 @@
 //! The TLS settings every broker connector accepts, mapped by each connector onto its
 //! client library.
 
+use std::path::Path;
 use std::sync::{Arc, Once};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -90,15 +91,12 @@ impl TlsConfig {
             builder.with_root_certificates(self.root_store()?)
         };
         match self.client_pair() {
-            Some((cert, key)) => {
-                let chain = pem_certs(cert, "tls.client_cert_file")?;
-                let key = PrivateKeyDer::from_pem_slice(&Self::read(key)?).map_err(|e| {
-                    format!("`tls.client_key_file`: no private key in `{key}`: {e}")
-                })?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| format!("`tls.client_key_file`: {e}"))
-            }
+            Some((cert, key)) => with_client_cert(
+                builder,
+                Path::new(cert),
+                Path::new(key),
+                ["tls.client_cert_file", "tls.client_key_file"],
+            ),
             None => Ok(builder.with_no_client_auth()),
         }
     }
@@ -107,7 +105,7 @@ impl TlsConfig {
         let mut roots = RootCertStore::empty();
         match &self.root_cas_file {
             Some(path) => {
-                for cert in pem_certs(path, "tls.root_cas_file")? {
+                for cert in pem_certs(Path::new(path), "tls.root_cas_file")? {
                     roots
                         .add(cert)
                         .map_err(|e| format!("`tls.root_cas_file`: `{path}`: {e}"))?;
@@ -130,15 +128,36 @@ impl TlsConfig {
 }
 
 /// The certificates of a PEM file; an error names the field when there are none.
-fn pem_certs(path: &str, field: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = TlsConfig::read_field(path, field)?;
+pub fn pem_certs(path: &Path, field: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let path_text = path.display();
+    let bytes =
+        std::fs::read(path).map_err(|e| format!("`{field}`: cannot read `{path_text}`: {e}"))?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("`{field}`: `{path}`: {e}"))?;
+        .map_err(|e| format!("`{field}`: `{path_text}`: {e}"))?;
     if certs.is_empty() {
-        return Err(format!("`{field}`: no PEM certificate in `{path}`"));
+        return Err(format!("`{field}`: no PEM certificate in `{path_text}`"));
     }
     Ok(certs)
+}
+
+/// Finishes a client configuration with the certificate chain and private key of two
+/// PEM files; errors name `fields` (the certificate's, the key's).
+pub fn with_client_cert(
+    builder: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>,
+    cert: &Path,
+    key: &Path,
+    fields: [&str; 2],
+) -> Result<ClientConfig, String> {
+    let [cert_field, key_field] = fields;
+    let chain = pem_certs(cert, cert_field)?;
+    let key_text = key.display();
+    let pem = std::fs::read(key).map_err(|e| format!("cannot read `{key_text}`: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&pem)
+        .map_err(|e| format!("`{key_field}`: no private key in `{key_text}`: {e}"))?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("`{key_field}`: {e}"))
 }
 
 /// `skip_cert_verify`: any server certificate is taken. The handshake signatures are still

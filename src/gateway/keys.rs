@@ -706,9 +706,8 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
-    #[tokio::test]
-    async fn a_key_is_found_by_its_token_only() {
-        let (_dir, keys) = keys().await;
+    /// A new key with access to API `a`: its token and session.
+    async fn key_for_api_a(keys: &Keys) -> (String, Session) {
         let (token, _, session) = keys
             .create(
                 request(serde_json::json!({"access_rights": {"a": {}}})),
@@ -716,6 +715,13 @@ mod tests {
             )
             .await
             .unwrap();
+        (token, session)
+    }
+
+    #[tokio::test]
+    async fn a_key_is_found_by_its_token_only() {
+        let (_dir, keys) = keys().await;
+        let (token, session) = key_for_api_a(&keys).await;
         let found = keys.by_token(&token).await.unwrap().unwrap();
         assert_eq!(found.id, session.id);
         assert!(keys.by_token("nope").await.unwrap().is_none());
@@ -728,13 +734,7 @@ mod tests {
     async fn a_change_here_is_seen_at_once_despite_the_cache() {
         let (_other_dir, other) = keys().await;
         let (_dir, keys) = keys().await;
-        let (token, _, session) = keys
-            .create(
-                request(serde_json::json!({"access_rights": {"a": {}}})),
-                &|_| true,
-            )
-            .await
-            .unwrap();
+        let (token, session) = key_for_api_a(&keys).await;
         // Cached on this thread by the first lookups.
         for _ in 0..2 {
             let found = keys.by_token(&token).await.unwrap().unwrap();

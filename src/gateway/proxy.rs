@@ -15,6 +15,7 @@ use tracing::debug;
 use super::api::Api;
 use super::config::ProxyConfig;
 use super::upstream::{Client, ClientError, Reply};
+use crate::connect::tls;
 use crate::http::{self as h, Body, HttpResponse};
 
 /// Why the upstream gave no answer.
@@ -155,31 +156,12 @@ impl Proxy {
 /// HTTP upstreams; HTTPS ones then fail at connect (502) unless `ca_file` vouches for
 /// them. Errors name the field.
 fn upstream_tls(config: &ProxyConfig) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-
-    let read = |path: &std::path::Path, field: &str| {
-        std::fs::read(path)
-            .map_err(|e| format!("`proxy.{field}`: cannot read {}: {e}", path.display()))
-    };
-    let certs = |pem: &[u8], path: &std::path::Path, field: &str| {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("`proxy.{field}`: {}: {e}", path.display()))?;
-        if certs.is_empty() {
-            return Err(format!(
-                "`proxy.{field}`: no certificate in {}",
-                path.display()
-            ));
-        }
-        Ok(certs)
-    };
     let mut roots = rustls::RootCertStore::empty();
     // Certificates the system store holds but rustls cannot parse are skipped, as every
     // TLS client does with such stores.
     roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
     if let Some(path) = &config.ca_file {
-        for cert in certs(&read(path, "ca_file")?, path, "ca_file")? {
+        for cert in tls::pem_certs(path, "proxy.ca_file")? {
             roots
                 .add(cert)
                 .map_err(|e| format!("`proxy.ca_file`: {}: {e}", path.display()))?;
@@ -191,14 +173,12 @@ fn upstream_tls(config: &ProxyConfig) -> Result<rustls::ClientConfig, String> {
         .map_err(|e| format!("upstream TLS: {e}"))?
         .with_root_certificates(roots);
     match (&config.client_cert_file, &config.client_key_file) {
-        (Some(cert), Some(key)) => {
-            let chain = certs(&read(cert, "client_cert_file")?, cert, "client_cert_file")?;
-            let key = PrivateKeyDer::from_pem_slice(&read(key, "client_key_file")?)
-                .map_err(|e| format!("`proxy.client_key_file`: {}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("`proxy.client_key_file`: {e}"))
-        }
+        (Some(cert), Some(key)) => tls::with_client_cert(
+            builder,
+            cert,
+            key,
+            ["proxy.client_cert_file", "proxy.client_key_file"],
+        ),
         _ => Ok(builder.with_no_client_auth()),
     }
 }

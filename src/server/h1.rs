@@ -867,7 +867,11 @@ mod tests {
         let (_, body) = response(&mut client).await;
         assert_eq!(body, "ok");
         drop(client);
-        assert!(matches!(task.await.unwrap(), Served::Closed));
+        // A connection left open would hang here: bounded, so that it fails instead.
+        let served = tokio::time::timeout(LONG, task)
+            .await
+            .expect("the connection ends");
+        assert!(matches!(served.unwrap(), Served::Closed));
     }
 
     #[tokio::test]
@@ -892,7 +896,11 @@ mod tests {
         let (head, body) = response(&mut client).await;
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert!(body.contains("done"), "{body}");
-        assert!(matches!(task.await.unwrap(), Served::Closed));
+        // A connection left open would hang here: bounded, so that it fails instead.
+        let served = tokio::time::timeout(LONG, task)
+            .await
+            .expect("the connection ends");
+        assert!(matches!(served.unwrap(), Served::Closed));
     }
 
     #[tokio::test]

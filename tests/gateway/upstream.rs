@@ -19,6 +19,8 @@ use tokio::sync::Notify;
 
 pub struct Upstream {
     pub addr: SocketAddr,
+    /// Whether it speaks HTTPS.
+    https: bool,
     /// Requests received.
     pub hits: Arc<AtomicUsize>,
     /// Releases the second event of `/sse`.
@@ -49,6 +51,7 @@ impl Upstream {
         let hits = Arc::new(AtomicUsize::new(0));
         let sse_gate = Arc::new(Notify::new());
         let (h, g) = (hits.clone(), sse_gate.clone());
+        let https = tls.is_some();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -82,13 +85,15 @@ impl Upstream {
         });
         Upstream {
             addr,
+            https,
             hits,
             sse_gate,
         }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     pub fn hits(&self) -> usize {

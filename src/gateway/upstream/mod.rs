@@ -143,8 +143,10 @@ impl Client {
         let mut head = BytesMut::new();
         wire::encode_head(&mut head, method, target_path, headers, framing);
         // Boxed: the body's writer, and the future that drives it, are only for requests
-        // with a body; the others should not carry (and move) their room.
-        let mut writer = (!empty).then(|| Box::new(BodyWriter::new(&head, body, framing)));
+        // with a body; the others should not carry (and move) their room. The writer
+        // takes the head as the start of what it writes.
+        let mut writer =
+            (!empty).then(|| Box::new(BodyWriter::new(std::mem::take(&mut head), body, framing)));
         let mut conn = match conn::checkout(&key, self.limits) {
             Some(conn) => conn,
             // Boxed: connecting (a lookup, a TLS handshake) is the largest part of this

@@ -32,12 +32,11 @@ pub struct BodyWriter {
 }
 
 impl BodyWriter {
-    pub fn new(head: &[u8], body: Body, framing: RequestFraming) -> Self {
-        let mut out = BytesMut::with_capacity(head.len() + 1024);
-        out.extend_from_slice(head);
+    /// A writer of `head` (the encoded request head) and then `body`.
+    pub fn new(head: BytesMut, body: Body, framing: RequestFraming) -> Self {
         BodyWriter {
             body,
-            out,
+            out: head,
             chunked: framing == RequestFraming::Chunked,
             declared: match framing {
                 RequestFraming::Length(n) => Some(n),
