@@ -266,6 +266,35 @@ fn basic_lookup_hash(username: &str) -> String {
 /// Cached lookups: hash -> (when read, the key or its absence).
 type Cache = HashMap<String, (Instant, Option<Arc<Session>>)>;
 
+/// A keyed digest of what a lookup was made with (a token, say): SipHash-2-4 with 128
+/// bits out, under a key drawn at start. Serving threads file their copies of lookups by
+/// it, so that a request of a known key costs one short keyed hash rather than the
+/// SHA-256 the store is searched by. It is a pseudo-random function of a secret key, so
+/// comparing fingerprints tells nothing about the tokens, and no token is kept.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Fingerprint(u128);
+
+impl Fingerprint {
+    /// `kind` keeps lookups of different things apart.
+    fn of(kind: u8, text: &str) -> Self {
+        use siphasher::sip128::Hasher128;
+        use std::hash::Hasher;
+        static KEY: std::sync::LazyLock<[u8; 16]> = std::sync::LazyLock::new(rand::random);
+        let mut h = siphasher::sip128::SipHasher24::new_with_key(&KEY);
+        h.write_u8(kind);
+        h.write(text.as_bytes());
+        Fingerprint(h.finish128().as_u128())
+    }
+}
+
+/// What a lookup was made with.
+const TOKEN: u8 = 1;
+const HASH: u8 = 2;
+
+/// One serving thread's copies of lookups: fingerprint -> (when the shared entry was
+/// read, the key or its absence).
+type ThreadMap = HashMap<Fingerprint, (Instant, Option<Arc<Session>>), foldhash::fast::FixedState>;
+
 /// Bounds the lookup cache; random keys from a client must not grow it without end.
 const CACHE_MAX: usize = 100_000;
 
@@ -278,7 +307,7 @@ const THREAD_CACHE_MAX: usize = 10_000;
 struct ThreadCache {
     owner: u64,
     generation: u64,
-    map: Cache,
+    map: ThreadMap,
 }
 
 thread_local! {
@@ -324,8 +353,12 @@ impl Keys {
 
     /// The key whose token is `token`.
     pub async fn by_token(&self, token: &str) -> Result<Option<Arc<Session>>, StoreError> {
+        let print = Fingerprint::of(TOKEN, token);
+        if let Some(hit) = self.thread_cached(print) {
+            return Ok(hit);
+        }
         let hash = hash_token(token);
-        self.lookup(&hash, |record| {
+        self.lookup(print, &hash, |record| {
             record.hash.as_bytes().ct_eq(hash.as_bytes()).into()
         })
         .await
@@ -342,11 +375,13 @@ impl Keys {
         let pair = hex::encode(Sha256::digest(
             format!("basic-pair\0{username}\0{password}").as_bytes(),
         ));
-        if let Some(hit) = self.cached(&pair) {
+        if let Some(hit) = self.cached(Fingerprint::of(HASH, &pair), &pair) {
             return Ok(hit);
         }
         let hash = basic_lookup_hash(username);
-        let session = self.lookup(&hash, |_| true).await?;
+        let session = self
+            .lookup(Fingerprint::of(HASH, &hash), &hash, |_| true)
+            .await?;
         let verified = session.filter(|s| {
             s.policy
                 .basic_password_hash
@@ -380,29 +415,15 @@ impl Keys {
     /// what it found in the shared cache: a request of a known key then takes no lock and
     /// touches no reference count that the other threads also write (either would move a
     /// cache line between cores on every request).
-    fn cached(&self, hash: &str) -> Option<Option<Arc<Session>>> {
-        let generation = self.generation.load(Ordering::Acquire);
-        let fresh = |at: &Instant| at.elapsed() < self.ttl;
-        let mine = THREAD_CACHE.with(|mine| {
-            let mut mine = mine.borrow_mut();
-            if mine.owner != self.id || mine.generation != generation {
-                mine.owner = self.id;
-                mine.generation = generation;
-                mine.map.clear();
-            }
-            mine.map
-                .get(hash)
-                .filter(|(at, _)| fresh(at))
-                .map(|(_, s)| s.clone())
-        });
-        if mine.is_some() {
-            return mine;
+    fn cached(&self, print: Fingerprint, hash: &str) -> Option<Option<Arc<Session>>> {
+        if let Some(mine) = self.thread_cached(print) {
+            return Some(mine);
         }
         let (at, session) = self
             .cache
             .read()
             .get(hash)
-            .filter(|(at, _)| fresh(at))?
+            .filter(|(at, _)| at.elapsed() < self.ttl)?
             .clone();
         // A copy of its own, so that its reference count stays on this thread.
         let copy = session.map(|s| Arc::new(Session::clone(&s)));
@@ -411,9 +432,27 @@ impl Keys {
             if mine.map.len() >= THREAD_CACHE_MAX {
                 mine.map.clear();
             }
-            mine.map.insert(hash.to_owned(), (at, copy.clone()));
+            mine.map.insert(print, (at, copy.clone()));
         });
         Some(copy)
+    }
+
+    /// This thread's copy of a lookup, while the shared entry it was copied from is
+    /// fresh and no key changed here since.
+    fn thread_cached(&self, print: Fingerprint) -> Option<Option<Arc<Session>>> {
+        let generation = self.generation.load(Ordering::Acquire);
+        THREAD_CACHE.with(|mine| {
+            let mut mine = mine.borrow_mut();
+            if mine.owner != self.id || mine.generation != generation {
+                mine.owner = self.id;
+                mine.generation = generation;
+                mine.map.clear();
+            }
+            mine.map
+                .get(&print)
+                .filter(|(at, _)| at.elapsed() < self.ttl)
+                .map(|(_, s)| s.clone())
+        })
     }
 
     fn remember(&self, hash: String, session: Option<Arc<Session>>) {
@@ -430,10 +469,11 @@ impl Keys {
 
     async fn lookup(
         &self,
+        print: Fingerprint,
         hash: &str,
         matches: impl Fn(&KeyRecord) -> bool,
     ) -> Result<Option<Arc<Session>>, StoreError> {
-        if let Some(hit) = self.cached(hash) {
+        if let Some(hit) = self.cached(print, hash) {
             return Ok(hit);
         }
         // Boxed: a store query's future is large, and cached lookups (nearly all) should

@@ -16,6 +16,7 @@ use super::api::Api;
 use super::config::ProxyConfig;
 use super::upstream::{Client, ClientError, Reply};
 use crate::connect::tls;
+use crate::http::wire::{field_name, is_hop_by_hop, tokens};
 use crate::http::{self as h, Body, HttpResponse};
 
 /// Why the upstream gave no answer.
@@ -84,9 +85,9 @@ impl Proxy {
         let Some(up) = &api.upstream else {
             return Err(ProxyError::NoUpstream);
         };
-        let upgrade = wants_upgrade(req.headers());
-        let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (mut parts, body) = req.into_parts();
+        let outgoing = Outgoing::of(req.headers(), req.uri(), origin, &up.host);
+        let client_upgrade = outgoing.upgrade.then(|| hyper::upgrade::on(&mut req));
+        let (parts, body) = req.into_parts();
         let path = if api.strip { rest } else { parts.uri.path() };
         let path = if path.is_empty() { "/" } else { path };
         let mut target = String::with_capacity(up.base_path.len() + path.len() + 32);
@@ -96,27 +97,15 @@ impl Proxy {
             target.push('?');
             target.push_str(q);
         }
-        let original_host = parts.headers.get(header::HOST).cloned().or_else(|| {
-            parts
-                .uri
-                .authority()
-                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        });
-        let upgrade_value = parts.headers.get(header::UPGRADE).cloned();
-        remove_hop_by_hop(&mut parts.headers);
-        if let Some(u) = upgrade_value.filter(|_| upgrade) {
-            parts
-                .headers
-                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-            parts.headers.insert(header::UPGRADE, u);
-        }
-        forwarded_headers(&mut parts.headers, origin, original_host);
-        parts.headers.insert(header::HOST, up.host.clone());
         let timeout = up.timeout.unwrap_or(self.timeout);
-        let send = self
-            .client
-            .send(&up.target, &parts.method, &target, &parts.headers, body);
-        let (mut head, reply) = match tokio::time::timeout(timeout, send).await {
+        let send = self.client.send(
+            &up.target,
+            &parts.method,
+            &target,
+            outgoing.fields(&parts.headers),
+            body,
+        );
+        let (head, reply) = match tokio::time::timeout(timeout, send).await {
             Err(_) => return Err(ProxyError::Timeout(timeout)),
             Ok(Err(ClientError::Connect(e))) => {
                 debug!(error = %e, api = %api.id, "Upstream connect failed.");
@@ -144,9 +133,8 @@ impl Proxy {
                 h::empty()
             }
         };
-        if head.status != StatusCode::SWITCHING_PROTOCOLS {
-            remove_hop_by_hop(&mut head.headers);
-        }
+        // The client's connection fields were read and left out on the way in: the
+        // answer carries its end-to-end fields only.
         Ok(http::Response::from_parts(head, body))
     }
 }
@@ -183,81 +171,120 @@ fn upstream_tls(config: &ProxyConfig) -> Result<rustls::ClientConfig, String> {
     }
 }
 
-fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-}
-
-const HOP_BY_HOP: &[HeaderName] = &[
-    header::CONNECTION,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
-
-/// Removes the headers that belong to one connection (RFC 9110 7.6.1), including those
-/// the `Connection` header names.
-pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
-    // One pass over the names present, rather than a hashed removal of every hop-by-hop
-    // name: most messages carry one or none of them.
-    let mut doomed: SmallVec<[HeaderName; 4]> = headers
-        .keys()
-        .filter(|name| HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive")
-        .cloned()
-        .collect();
-    if doomed.is_empty() {
-        return;
-    }
-    doomed.extend(
-        headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok()),
-    );
-    for name in doomed {
-        headers.remove(name);
-    }
-}
-
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-fn forwarded_headers(headers: &mut HeaderMap, origin: &Origin, host: Option<HeaderValue>) {
-    let prior = headers
-        .get(&X_FORWARDED_FOR)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty());
-    let xff = match prior {
-        Some(prior) => {
-            let mut xff = String::with_capacity(prior.len() + 48);
-            xff.push_str(prior);
-            xff.push_str(", ");
-            xff.push_str(peer_text(origin.peer.ip()).to_str().unwrap_or_default());
-            HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)).ok()
+/// The request's fields as the upstream gets them: the client's end-to-end fields as they
+/// are, then those the proxy sets. Read in one pass over the client's fields and written
+/// straight into the upstream request, so the request's map is neither searched nor
+/// changed for each field the proxy drops or sets.
+struct Outgoing {
+    /// The fields the client's `Connection` names: they belong to its connection alone
+    /// (RFC 9110 7.6.1).
+    named: SmallVec<[HeaderName; 2]>,
+    /// `Host`, `X-Forwarded-*`, and for an upgrade `Connection` and `Upgrade`.
+    set: SmallVec<[(HeaderName, HeaderValue); 6]>,
+    /// The client asks to switch protocols (a WebSocket, say).
+    upgrade: bool,
+}
+
+impl Outgoing {
+    fn of(headers: &HeaderMap, uri: &http::Uri, origin: &Origin, host: &HeaderValue) -> Self {
+        let mut named = SmallVec::new();
+        let mut upgrade_asked = false;
+        let mut upgrade = None;
+        let mut original_host = None;
+        let mut prior: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
+        for (name, value) in headers {
+            if *name == header::CONNECTION {
+                for token in tokens(value.as_bytes()) {
+                    if token.eq_ignore_ascii_case(b"upgrade") {
+                        upgrade_asked = true;
+                    } else if let Some(n) = field_name(token) {
+                        named.push(n);
+                    }
+                }
+            } else if *name == header::UPGRADE {
+                upgrade = upgrade.or(Some(value));
+            } else if *name == header::HOST {
+                original_host = original_host.or(Some(value));
+            } else if *name == X_FORWARDED_FOR {
+                prior.push(value);
+            }
         }
-        None => Some(peer_text(origin.peer.ip())),
-    };
-    if let Some(v) = xff {
-        headers.insert(X_FORWARDED_FOR, v);
+        if named.contains(&header::HOST) {
+            original_host = None;
+        }
+        if named.contains(&X_FORWARDED_FOR) {
+            prior.clear();
+        }
+        let upgrade = upgrade.filter(|_| upgrade_asked);
+        let mut set = SmallVec::new();
+        set.push((header::HOST, host.clone()));
+        set.push((X_FORWARDED_FOR, forwarded_for(&prior, origin)));
+        set.push((
+            X_FORWARDED_PROTO,
+            HeaderValue::from_static(if origin.tls { "https" } else { "http" }),
+        ));
+        let original_host = original_host.cloned().or_else(|| {
+            uri.authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        if let Some(h) = original_host {
+            set.push((X_FORWARDED_HOST, h));
+        }
+        if let Some(u) = upgrade {
+            set.push((header::CONNECTION, HeaderValue::from_static("upgrade")));
+            set.push((header::UPGRADE, u.clone()));
+        }
+        Outgoing {
+            named,
+            set,
+            upgrade: upgrade.is_some(),
+        }
     }
-    headers.insert(
-        X_FORWARDED_PROTO,
-        HeaderValue::from_static(if origin.tls { "https" } else { "http" }),
-    );
-    if let Some(host) = host {
-        headers.insert(X_FORWARDED_HOST, host);
+
+    /// Whether a field of the client's goes on as it is.
+    fn keeps(&self, name: &HeaderName) -> bool {
+        !(is_hop_by_hop(name)
+            || *name == header::HOST
+            || *name == X_FORWARDED_FOR
+            || *name == X_FORWARDED_PROTO
+            || *name == X_FORWARDED_HOST
+            || self.named.contains(name))
     }
+
+    fn fields<'a>(
+        &'a self,
+        headers: &'a HeaderMap,
+    ) -> impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)> {
+        headers
+            .iter()
+            .filter(|(name, _)| self.keeps(name))
+            .chain(self.set.iter().map(|(name, value)| (name, value)))
+    }
+}
+
+/// `X-Forwarded-For`: the addresses earlier proxies gave, then the client's.
+fn forwarded_for(prior: &[&HeaderValue], origin: &Origin) -> HeaderValue {
+    let peer = peer_text(origin.peer.ip());
+    let prior: SmallVec<[&str; 2]> = prior
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .collect();
+    if prior.is_empty() {
+        return peer;
+    }
+    let mut xff = String::with_capacity(prior.iter().map(|p| p.len() + 2).sum::<usize>() + 48);
+    for p in prior {
+        xff.push_str(p);
+        xff.push_str(", ");
+    }
+    xff.push_str(peer.to_str().unwrap_or_default());
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(xff)).unwrap_or(peer)
 }
 
 /// A client address as header text. A connection's requests come from one address, so
@@ -285,6 +312,30 @@ fn peer_text(ip: std::net::IpAddr) -> HeaderValue {
 mod tests {
     use super::*;
 
+    fn origin(peer: &str, tls: bool) -> Origin {
+        Origin {
+            peer: peer.parse().unwrap(),
+            tls,
+        }
+    }
+
+    /// The fields the upstream gets, as text.
+    fn sent(headers: &HeaderMap, uri: &str, origin: &Origin) -> Vec<(String, String)> {
+        let up = HeaderValue::from_static("upstream:9000");
+        let out = Outgoing::of(headers, &uri.parse().unwrap(), origin, &up);
+        out.fields(headers)
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_owned()))
+            .collect()
+    }
+
+    fn get<'a>(fields: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+        fields
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     #[test]
     fn hop_by_hop_headers_go() {
         let mut h = HeaderMap::new();
@@ -292,43 +343,81 @@ mod tests {
         h.insert("x-private", "1".parse().unwrap());
         h.insert("keep-alive", "timeout=5".parse().unwrap());
         h.insert(header::TRANSFER_ENCODING, "chunked".parse().unwrap());
+        h.insert(header::TE, "trailers".parse().unwrap());
+        h.insert(header::PROXY_AUTHORIZATION, "Basic eA==".parse().unwrap());
+        h.insert(header::UPGRADE, "websocket".parse().unwrap());
         h.insert("x-kept", "1".parse().unwrap());
-        remove_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1);
-        assert!(h.contains_key("x-kept"));
+        h.append("x-kept", "2".parse().unwrap());
+        let out = Outgoing::of(
+            &h,
+            &"/".parse().unwrap(),
+            &origin("10.0.0.9:1", false),
+            &HeaderValue::from_static("up"),
+        );
+        assert!(
+            !out.upgrade,
+            "an Upgrade the Connection does not name asks nothing"
+        );
+        let fields = sent(&h, "/", &origin("10.0.0.9:1", false));
+        let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x-kept",
+                "x-kept",
+                "host",
+                "x-forwarded-for",
+                "x-forwarded-proto"
+            ]
+        );
+        assert_eq!(get(&fields, "host"), ["upstream:9000"]);
+    }
+
+    #[test]
+    fn an_upgrade_goes_on_with_its_connection_fields() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, "Upgrade".parse().unwrap());
+        h.insert(header::UPGRADE, "websocket".parse().unwrap());
+        h.insert(header::HOST, "api.example".parse().unwrap());
+        let o = origin("10.0.0.9:1", true);
+        let up = HeaderValue::from_static("up");
+        assert!(Outgoing::of(&h, &"/".parse().unwrap(), &o, &up).upgrade);
+        let fields = sent(&h, "/", &o);
+        assert_eq!(get(&fields, "connection"), ["upgrade"]);
+        assert_eq!(get(&fields, "upgrade"), ["websocket"]);
+        assert_eq!(get(&fields, "x-forwarded-host"), ["api.example"]);
+        assert_eq!(get(&fields, "x-forwarded-proto"), ["https"]);
     }
 
     #[test]
     fn forwarded_for_names_each_client() {
         for peer in ["10.1.2.3:1", "[2001:db8::1]:2", "10.1.2.3:3"] {
-            let mut h = HeaderMap::new();
-            let origin = Origin {
-                peer: peer.parse().unwrap(),
-                tls: false,
-            };
-            forwarded_headers(&mut h, &origin, None);
-            let ip = origin.peer.ip().to_string();
-            assert_eq!(h["x-forwarded-for"], ip.as_str());
-            assert_eq!(h["x-forwarded-proto"], "http");
-            assert!(!h.contains_key("x-forwarded-host"));
+            let o = origin(peer, false);
+            let fields = sent(&HeaderMap::new(), "/", &o);
+            let ip = o.peer.ip().to_string();
+            assert_eq!(get(&fields, "x-forwarded-for"), [ip.as_str()]);
+            assert_eq!(get(&fields, "x-forwarded-proto"), ["http"]);
+            assert!(get(&fields, "x-forwarded-host").is_empty());
         }
     }
 
     #[test]
-    fn forwarded_for_appends() {
+    fn forwarded_fields_extend_or_replace_the_clients() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", "10.0.0.1".parse().unwrap());
-        let origin = Origin {
-            peer: "127.0.0.1:5000".parse().unwrap(),
-            tls: true,
-        };
-        forwarded_headers(
-            &mut h,
-            &origin,
-            Some(HeaderValue::from_static("api.example")),
+        h.append("x-forwarded-for", "10.0.0.2, 10.0.0.3".parse().unwrap());
+        h.insert("x-forwarded-proto", "gopher".parse().unwrap());
+        h.insert("x-forwarded-host", "spoofed".parse().unwrap());
+        let fields = sent(&h, "http://api.example/a", &origin("127.0.0.1:5000", true));
+        assert_eq!(
+            get(&fields, "x-forwarded-for"),
+            ["10.0.0.1, 10.0.0.2, 10.0.0.3, 127.0.0.1"]
         );
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
-        assert_eq!(h["x-forwarded-proto"], "https");
-        assert_eq!(h["x-forwarded-host"], "api.example");
+        assert_eq!(get(&fields, "x-forwarded-proto"), ["https"]);
+        assert_eq!(get(&fields, "x-forwarded-host"), ["api.example"]);
+        // Fields the client's Connection names are not taken from it.
+        h.insert(header::CONNECTION, "x-forwarded-for".parse().unwrap());
+        let fields = sent(&h, "/", &origin("127.0.0.1:5000", false));
+        assert_eq!(get(&fields, "x-forwarded-for"), ["127.0.0.1"]);
     }
 }

@@ -12,6 +12,60 @@ pub fn put_field(out: &mut impl BufMut, name: &HeaderName, value: &HeaderValue) 
     out.put_slice(b"\r\n");
 }
 
+/// A field name read off the wire. The spellings servers and clients commonly send are
+/// matched as they are, which costs a fraction of the general parse (a lower-casing
+/// pass and a lookup) that every other name takes.
+pub fn field_name(raw: &[u8]) -> Option<HeaderName> {
+    use http::header::*;
+    let known = match raw {
+        b"Host" | b"host" => HOST,
+        b"Content-Length" | b"content-length" => CONTENT_LENGTH,
+        b"Content-Type" | b"content-type" => CONTENT_TYPE,
+        b"Connection" | b"connection" => CONNECTION,
+        b"Date" | b"date" => DATE,
+        b"Server" | b"server" => SERVER,
+        b"Transfer-Encoding" | b"transfer-encoding" => TRANSFER_ENCODING,
+        b"User-Agent" | b"user-agent" => USER_AGENT,
+        b"Accept" | b"accept" => ACCEPT,
+        b"Accept-Encoding" | b"accept-encoding" => ACCEPT_ENCODING,
+        b"Accept-Language" | b"accept-language" => ACCEPT_LANGUAGE,
+        b"Authorization" | b"authorization" => AUTHORIZATION,
+        b"Cache-Control" | b"cache-control" => CACHE_CONTROL,
+        b"Content-Encoding" | b"content-encoding" => CONTENT_ENCODING,
+        b"Cookie" | b"cookie" => COOKIE,
+        b"ETag" | b"etag" => ETAG,
+        b"Last-Modified" | b"last-modified" => LAST_MODIFIED,
+        b"Location" | b"location" => LOCATION,
+        b"Set-Cookie" | b"set-cookie" => SET_COOKIE,
+        b"Vary" | b"vary" => VARY,
+        _ => return HeaderName::from_bytes(raw).ok(),
+    };
+    Some(known)
+}
+
+/// Whether a field belongs to one connection (RFC 9110 7.6.1), besides `Connection`
+/// itself and those it names.
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    const HOP_BY_HOP: &[HeaderName] = &[
+        http::header::CONNECTION,
+        http::header::PROXY_AUTHENTICATE,
+        http::header::PROXY_AUTHORIZATION,
+        http::header::TE,
+        http::header::TRAILER,
+        http::header::TRANSFER_ENCODING,
+        http::header::UPGRADE,
+    ];
+    HOP_BY_HOP.contains(name) || name.as_str() == "keep-alive"
+}
+
+/// The members of a comma-separated field value, trimmed, empty ones skipped.
+pub fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value
+        .split(|&b| b == b',')
+        .map(|t| t.trim_ascii())
+        .filter(|t| !t.is_empty())
+}
+
 /// The `content-length` line.
 pub fn put_content_length(out: &mut impl BufMut, n: u64) {
     out.put_slice(b"content-length: ");
@@ -98,6 +152,30 @@ fn allowed_in_trailer(name: &HeaderName) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn field_names_read_alike_by_either_path() {
+        for raw in [
+            "Host",
+            "host",
+            "HOST",
+            "Content-Length",
+            "CONTENT-length",
+            "ETag",
+            "x-custom",
+            "X-Custom",
+            "Keep-Alive",
+        ] {
+            assert_eq!(
+                field_name(raw.as_bytes()),
+                HeaderName::from_bytes(raw.as_bytes()).ok(),
+                "{raw}"
+            );
+        }
+        assert_eq!(field_name(b"Date"), Some(http::header::DATE));
+        assert_eq!(field_name(b"bad name"), None);
+        assert_eq!(field_name(b""), None);
+    }
 
     #[test]
     fn chunks_are_framed() {

@@ -15,6 +15,7 @@
 //! request for an event stream is answered by [`event_stream`](super::event_stream), which
 //! keeps no buffers while the stream runs, and ends the connection.
 
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -452,13 +453,8 @@ fn asks_to_close(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::CONNECTION)
         .iter()
-        .flat_map(|v| tokens(v.as_bytes()))
+        .flat_map(|v| fields::tokens(v.as_bytes()))
         .any(|t| t.eq_ignore_ascii_case(b"close"))
-}
-
-/// The items of a comma-separated field value.
-fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
 }
 
 /// What the front of the read buffer holds.
@@ -474,9 +470,9 @@ enum Parse {
 
 /// Takes a request head off the front of `buf` when it is whole and one this loop serves.
 fn parse(buf: &mut BytesMut) -> Parse {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut slots);
-    let len = match parsed.parse(buf) {
+    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut []);
+    let len = match parsed.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parse::Partial,
         _ => return Parse::Other,
@@ -506,7 +502,7 @@ fn parse(buf: &mut BytesMut) -> Parse {
     let mut events = false;
     let mut fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 16]> = SmallVec::new();
     for field in parsed.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(field.name.as_bytes()) else {
+        let Some(name) = fields::field_name(field.name.as_bytes()) else {
             return Parse::Other;
         };
         if name == header::CONTENT_LENGTH {
@@ -521,7 +517,7 @@ fn parse(buf: &mut BytesMut) -> Parse {
         {
             return Parse::Other;
         } else if name == header::CONNECTION {
-            for token in tokens(field.value) {
+            for token in fields::tokens(field.value) {
                 if token.eq_ignore_ascii_case(b"upgrade") {
                     return Parse::Other;
                 }
@@ -570,8 +566,7 @@ fn request(
     fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 16]>,
 ) -> Option<http::Request<h::Body>> {
     let uri = http::Uri::from_maybe_shared(head.slice(path)).ok()?;
-    // Room for the fields a proxy adds (`X-Forwarded-*`): growing the map would move it.
-    let mut headers = HeaderMap::with_capacity(fields.len() + 4);
+    let mut headers = HeaderMap::with_capacity(fields.len());
     for (name, range) in fields {
         headers.append(
             name,

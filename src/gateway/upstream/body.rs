@@ -46,7 +46,7 @@ impl UpstreamBody {
         if let (Some(conn), Some((key, limits))) = (self.conn.take(), self.pool.take()) {
             // Bytes after the body are not ours to skip: such a connection is closed.
             if conn.buf.is_empty() {
-                conn::checkin(&key, limits, conn);
+                conn::checkin(&key, limits, conn, std::time::Instant::now());
             }
         }
     }

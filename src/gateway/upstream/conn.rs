@@ -78,10 +78,12 @@ struct Idle {
     since: Instant,
 }
 
-/// One thread's idle connections, and how many check-ins since the last sweep.
+/// One thread's idle connections, and how many check-ins since the last sweep. Filed
+/// with a fast hash: the keys are the gateway's own numbers, not a caller's input, and
+/// the default hasher's cost showed in every proxied request.
 #[derive(Default)]
 struct Pool {
-    idle: HashMap<PoolKey, VecDeque<Idle>>,
+    idle: HashMap<PoolKey, VecDeque<Idle>, foldhash::fast::FixedState>,
     checkins: u64,
 }
 
@@ -101,13 +103,14 @@ fn thread_id() -> u64 {
 }
 
 /// The most recently used idle connection to `key` that is still open. The newest goes
-/// first: it is the least likely to have been closed by the upstream.
-pub fn checkout(key: &PoolKey, limits: PoolLimits) -> Option<Conn> {
+/// first: it is the least likely to have been closed by the upstream. `now` is the
+/// caller's reading of the clock (an exchange reads it once for the pool's two steps).
+pub fn checkout(key: &PoolKey, limits: PoolLimits, now: Instant) -> Option<Conn> {
     POOL.with(|pool| {
         let mut pool = pool.borrow_mut();
         let idle = pool.idle.get_mut(key)?;
         while let Some(mut entry) = idle.pop_back() {
-            if entry.since.elapsed() >= limits.idle_timeout {
+            if now.saturating_duration_since(entry.since) >= limits.idle_timeout {
                 // The rest are older still.
                 idle.clear();
                 break;
@@ -123,12 +126,11 @@ pub fn checkout(key: &PoolKey, limits: PoolLimits) -> Option<Conn> {
 
 /// Files a connection whose last exchange ended cleanly, to be used again. One that
 /// was opened on another thread is closed instead.
-pub fn checkin(key: &PoolKey, limits: PoolLimits, conn: Conn) {
+pub fn checkin(key: &PoolKey, limits: PoolLimits, conn: Conn, now: Instant) {
     if conn.home != thread_id() || limits.max_idle == 0 {
         return;
     }
-    let now = Instant::now();
-    let live = |e: &Idle| now.duration_since(e.since) < limits.idle_timeout;
+    let live = |e: &Idle| now.saturating_duration_since(e.since) < limits.idle_timeout;
     POOL.with(|pool| {
         let pool = &mut *pool.borrow_mut();
         let idle = pool.idle.entry(*key).or_default();
@@ -247,30 +249,30 @@ mod tests {
         };
         let (pb, pc) = (port(&b), port(&c));
         let k = key(1);
-        checkin(&k, LIMITS, a);
-        checkin(&k, LIMITS, b);
+        checkin(&k, LIMITS, a, Instant::now());
+        checkin(&k, LIMITS, b, Instant::now());
         // Past max_idle the oldest goes.
-        checkin(&k, LIMITS, c);
-        let first = checkout(&k, LIMITS).unwrap();
+        checkin(&k, LIMITS, c, Instant::now());
+        let first = checkout(&k, LIMITS, Instant::now()).unwrap();
         assert!(first.reused);
         assert_eq!(port(&first), pc);
-        assert_eq!(port(&checkout(&k, LIMITS).unwrap()), pb);
-        assert!(checkout(&k, LIMITS).is_none());
-        assert!(checkout(&key(2), LIMITS).is_none());
+        assert_eq!(port(&checkout(&k, LIMITS, Instant::now()).unwrap()), pb);
+        assert!(checkout(&k, LIMITS, Instant::now()).is_none());
+        assert!(checkout(&key(2), LIMITS, Instant::now()).is_none());
     }
 
     #[tokio::test]
     async fn connections_closed_or_written_to_while_idle_are_dropped() {
         let k = key(3);
         let (a, sa) = pair().await;
-        checkin(&k, LIMITS, a);
+        checkin(&k, LIMITS, a, Instant::now());
         drop(sa);
         let (b, mut sb) = pair().await;
         sb.write_all(b"stray").await.unwrap();
-        checkin(&k, LIMITS, b);
+        checkin(&k, LIMITS, b, Instant::now());
         // Let the reactor see both events.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(checkout(&k, LIMITS).is_none());
+        assert!(checkout(&k, LIMITS, Instant::now()).is_none());
     }
 
     #[tokio::test]
@@ -281,8 +283,8 @@ mod tests {
             max_idle: 2,
             idle_timeout: Duration::from_millis(10),
         };
-        checkin(&k, limits, a);
+        checkin(&k, limits, a, Instant::now());
         tokio::time::sleep(Duration::from_millis(30)).await;
-        assert!(checkout(&k, limits).is_none());
+        assert!(checkout(&k, limits, Instant::now()).is_none());
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::future::{self, Either};
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::Body as _;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -124,14 +124,15 @@ impl Client {
         }
     }
 
-    /// Sends a request to `target`: `target_path` is its path and query, `headers` are
-    /// sent as they are except for the body's framing, which follows `body`.
-    pub async fn send(
+    /// Sends a request to `target`: `target_path` is its path and query, `fields` are
+    /// sent as they are except for the body's framing, which follows `body`. The answer's
+    /// fields are its end-to-end ones (see `wire::Head`).
+    pub async fn send<'f>(
         &self,
         target: &Target,
         method: &Method,
         target_path: &str,
-        headers: &HeaderMap,
+        fields: impl Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
         body: Body,
     ) -> Result<(http::response::Parts, Reply), ClientError> {
         let key = PoolKey {
@@ -141,13 +142,14 @@ impl Client {
         let empty = body.is_end_stream();
         let framing = RequestFraming::of(method, empty, body.size_hint().exact());
         let mut head = BytesMut::new();
-        wire::encode_head(&mut head, method, target_path, headers, framing);
+        wire::encode_head(&mut head, method, target_path, fields, framing);
         // Boxed: the body's writer, and the future that drives it, are only for requests
         // with a body; the others should not carry (and move) their room. The writer
         // takes the head as the start of what it writes.
         let mut writer =
             (!empty).then(|| Box::new(BodyWriter::new(std::mem::take(&mut head), body, framing)));
-        let mut conn = match conn::checkout(&key, self.limits) {
+        let now = std::time::Instant::now();
+        let mut conn = match conn::checkout(&key, self.limits, now) {
             Some(conn) => conn,
             // Boxed: connecting (a lookup, a TLS handshake) is the largest part of this
             // future and the rarest, and every request's future would otherwise carry
@@ -170,7 +172,7 @@ impl Client {
                 other => break other?,
             }
         };
-        let framing = wire::response_framing(method, resp.status, &resp.headers)?;
+        let framing = wire::response_framing(method, &resp)?;
         let reuse = complete && wire::reusable(&resp, framing);
         // An answer of success before the whole body: the upstream may still read the
         // rest while it answers (an echo, a transform), so the rest goes on being written
@@ -185,7 +187,7 @@ impl Client {
         parts.headers = resp.headers;
         // The body is re-framed for the client: a length sent beside a transfer coding
         // is not the body's (RFC 9112 6.3).
-        if parts.headers.contains_key(http::header::TRANSFER_ENCODING) {
+        if resp.conn.transfer_encoding.is_some() {
             parts.headers.remove(http::header::CONTENT_LENGTH);
         }
         if parts.status == StatusCode::SWITCHING_PROTOCOLS {
@@ -198,7 +200,7 @@ impl Client {
         let body = match framing {
             Framing::Empty => {
                 if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
-                    conn::checkin(&key, limits, conn);
+                    conn::checkin(&key, limits, conn, now);
                 }
                 h::empty()
             }
@@ -206,7 +208,7 @@ impl Client {
             Framing::Length(n) if conn.buf.len() as u64 >= n => {
                 let data = conn.buf.split_to(n as usize).freeze();
                 if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
-                    conn::checkin(&key, limits, conn);
+                    conn::checkin(&key, limits, conn, now);
                 }
                 h::full(data)
             }
@@ -306,6 +308,7 @@ pub type Upgraded = Rewind<Io>;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
     use http_body_util::BodyExt;
 
     use bytes::Bytes;
@@ -397,7 +400,13 @@ mod tests {
 
     async fn get(c: &Client, t: &Target) -> (http::response::Parts, Bytes) {
         let (parts, reply) = c
-            .send(t, &Method::GET, "/x?y=1", &HeaderMap::new(), h::empty())
+            .send(
+                t,
+                &Method::GET,
+                "/x?y=1",
+                HeaderMap::new().iter(),
+                h::empty(),
+            )
             .await
             .unwrap();
         let Reply::Body(body) = reply else {
@@ -440,7 +449,7 @@ mod tests {
         let (c, t) = (client(), target(addr));
         let mut headers = HeaderMap::new();
         headers.insert(http::header::CONTENT_LENGTH, "999".parse().unwrap());
-        c.send(&t, &Method::POST, "/", &headers, h::full("abc"))
+        c.send(&t, &Method::POST, "/", headers.iter(), h::full("abc"))
             .await
             .unwrap();
         let got = seen.recv().await.unwrap();
@@ -453,7 +462,7 @@ mod tests {
             Ok(http_body::Frame::data(Bytes::from("c"))),
         ]);
         let body = h::boxed(http_body_util::StreamBody::new(stream));
-        c.send(&t, &Method::PUT, "/", &HeaderMap::new(), body)
+        c.send(&t, &Method::PUT, "/", HeaderMap::new().iter(), body)
             .await
             .unwrap();
         let got = seen.recv().await.unwrap();
@@ -486,7 +495,7 @@ mod tests {
         let (c, t) = (client(), target(addr));
         let sent = tokio::time::timeout(
             Duration::from_secs(5),
-            c.send(&t, &Method::POST, "/", &HeaderMap::new(), body),
+            c.send(&t, &Method::POST, "/", HeaderMap::new().iter(), body),
         )
         .await
         .expect("answered without the body")
@@ -512,7 +521,7 @@ mod tests {
             let addr = answering(answer, Duration::ZERO).await;
             let (c, t) = (client(), target(addr));
             let result = c
-                .send(&t, &Method::GET, "/", &HeaderMap::new(), h::empty())
+                .send(&t, &Method::GET, "/", HeaderMap::new().iter(), h::empty())
                 .await;
             let failed = match result {
                 Err(_) => true,
@@ -531,7 +540,7 @@ mod tests {
         };
         let t = target(([127, 0, 0, 1], port).into());
         let err = client()
-            .send(&t, &Method::GET, "/", &HeaderMap::new(), h::empty())
+            .send(&t, &Method::GET, "/", HeaderMap::new().iter(), h::empty())
             .await
             .err()
             .unwrap();

@@ -2,12 +2,14 @@
 //! writes, the response head it reads, and how a response body is framed and decoded.
 //! No I/O here; the connection code feeds these functions what it has read.
 
+use std::mem::MaybeUninit;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
-use crate::http::wire::{put_content_length, put_field};
+use crate::http::wire::{field_name, is_hop_by_hop, put_content_length, put_field, tokens};
 
 /// The most header lines an upstream's response head may carry.
 const MAX_HEADERS: usize = 128;
@@ -16,7 +18,7 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// The longest chunk-size line or trailer section accepted.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
 
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error("malformed response head: {0}")]
     Head(httparse::Error),
@@ -66,21 +68,21 @@ impl RequestFraming {
 }
 
 /// Writes a request head: `target` is in origin form (path and query). The framing
-/// headers come from `framing`, never from `headers`, so they cannot disagree with the
+/// headers come from `framing`, never from `fields`, so they cannot disagree with the
 /// body that follows.
-pub fn encode_head(
+pub fn encode_head<'a>(
     out: &mut BytesMut,
     method: &Method,
     target: &str,
-    headers: &HeaderMap,
+    fields: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
     framing: RequestFraming,
 ) {
-    out.reserve(64 + target.len() + headers.len() * 32);
+    out.reserve(256 + target.len() + fields.size_hint().0 * 32);
     out.put_slice(method.as_str().as_bytes());
     out.put_u8(b' ');
     out.put_slice(target.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
-    for (name, value) in headers {
+    for (name, value) in fields {
         if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
             continue;
         }
@@ -99,15 +101,34 @@ pub fn encode_head(
 pub struct Head {
     pub status: StatusCode,
     pub version: Version,
+    /// The end-to-end fields. Those of the connection (RFC 9110 7.6.1: `Connection` and
+    /// the fields it names, `Keep-Alive`, `Transfer-Encoding`, `TE`, `Trailer`,
+    /// `Upgrade`, `Proxy-*`) are read into `conn` and left out, except in a `101` answer,
+    /// whose fields the client needs whole to take over the connection.
     pub headers: HeaderMap,
+    pub conn: ConnFields,
+}
+
+/// What the connection and framing fields of a response head said.
+#[derive(Debug, Clone)]
+pub struct ConnFields {
+    /// `Connection: close`.
+    pub close: bool,
+    /// A `Transfer-Encoding` was sent; `chunked` when its last coding is.
+    pub transfer_encoding: Option<bool>,
+    /// The `Content-Length`, its every value and list member agreeing; `Err` when they
+    /// do not or one is not a number.
+    pub content_length: Result<Option<u64>, WireError>,
 }
 
 /// Takes a complete response head off the front of `buf`, or `None` when more bytes are
 /// needed. Header values share the bytes read rather than being copied.
 pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut slots);
-    let len = match resp.parse(buf) {
+    let mut slots = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut slots);
+    let len = match parsed {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => {
             return Err(WireError::HeadTooLarge)
@@ -121,14 +142,48 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
+    let whole = status == StatusCode::SWITCHING_PROTOCOLS;
+    let mut conn = ConnFields {
+        close: false,
+        transfer_encoding: None,
+        content_length: Ok(None),
+    };
+    // The fields `Connection` names, dropped with it.
+    let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
     // Names are read while `buf` is borrowed; values then point into the split-off head.
     let base = buf.as_ptr() as usize;
     let mut fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 16]> = SmallVec::new();
     for h in resp.headers.iter() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| WireError::Header(h.name.to_owned()))?;
-        let start = h.value.as_ptr() as usize - base;
-        fields.push((name, start..start + h.value.len()));
+        let name =
+            field_name(h.name.as_bytes()).ok_or_else(|| WireError::Header(h.name.to_owned()))?;
+        let keep = if name == header::CONTENT_LENGTH {
+            conn.content_length = conn
+                .content_length
+                .and_then(|prior| content_length(prior, h.value));
+            true
+        } else if name == header::CONNECTION {
+            for token in tokens(h.value) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    conn.close = true;
+                } else if let Some(n) = field_name(token) {
+                    named.push(n);
+                }
+            }
+            false
+        } else if name == header::TRANSFER_ENCODING {
+            let last = tokens(h.value).last();
+            conn.transfer_encoding = Some(last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")));
+            false
+        } else {
+            !is_hop_by_hop(&name)
+        };
+        if keep || whole {
+            let start = h.value.as_ptr() as usize - base;
+            fields.push((name, start..start + h.value.len()));
+        }
+    }
+    if !named.is_empty() && !whole {
+        fields.retain(|(name, _)| !named.contains(name));
     }
     let head = buf.split_to(len).freeze();
     // Room for the fields the gateway adds to an answer (`X-RateLimit-*`, CORS): growing
@@ -143,7 +198,27 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
         status,
         version,
         headers,
+        conn,
     }))
+}
+
+/// Folds one `Content-Length` value into what earlier ones said.
+fn content_length(prior: Option<u64>, value: &[u8]) -> Result<Option<u64>, WireError> {
+    let mut length = prior;
+    for part in value.split(|&b| b == b',').map(|p| p.trim_ascii()) {
+        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
+            return Err(WireError::ContentLength);
+        }
+        let n: u64 = std::str::from_utf8(part)
+            .ok()
+            .and_then(|p| p.parse().ok())
+            .ok_or(WireError::ContentLength)?;
+        if length.is_some_and(|l| l != n) {
+            return Err(WireError::ContentLength);
+        }
+        length = Some(n);
+    }
+    Ok(length)
 }
 
 /// How a response body is delimited.
@@ -157,11 +232,8 @@ pub enum Framing {
 }
 
 /// The framing of the response to a `method` request (RFC 9112 6.3).
-pub fn response_framing(
-    method: &Method,
-    status: StatusCode,
-    headers: &HeaderMap,
-) -> Result<Framing, WireError> {
+pub fn response_framing(method: &Method, head: &Head) -> Result<Framing, WireError> {
+    let status = head.status;
     if *method == Method::HEAD
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
@@ -169,35 +241,14 @@ pub fn response_framing(
     {
         return Ok(Framing::Empty);
     }
-    if headers.contains_key(header::TRANSFER_ENCODING) {
-        let last = headers
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .map(str::trim)
-            .rfind(|c| !c.is_empty());
-        return Ok(match last {
-            Some(c) if c.eq_ignore_ascii_case("chunked") => Framing::Chunked,
-            _ => Framing::Close,
+    if let Some(chunked) = head.conn.transfer_encoding {
+        return Ok(if chunked {
+            Framing::Chunked
+        } else {
+            Framing::Close
         });
     }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        let text = value.to_str().map_err(|_| WireError::ContentLength)?;
-        for part in text.split(',') {
-            let part = part.trim();
-            if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(WireError::ContentLength);
-            }
-            let n: u64 = part.parse().map_err(|_| WireError::ContentLength)?;
-            if length.is_some_and(|l| l != n) {
-                return Err(WireError::ContentLength);
-            }
-            length = Some(n);
-        }
-    }
-    Ok(match length {
+    Ok(match head.conn.content_length.clone()? {
         Some(0) => Framing::Empty,
         Some(n) => Framing::Length(n),
         None => Framing::Close,
@@ -209,23 +260,18 @@ pub fn response_framing(
 /// with both Content-Length and Transfer-Encoding is answered but its connection is
 /// not trusted again (RFC 9112 6.3).
 pub fn reusable(head: &Head, framing: Framing) -> bool {
+    let length_beside_coding =
+        head.conn.transfer_encoding.is_some() && !matches!(head.conn.content_length, Ok(None));
     head.version == Version::HTTP_11
         && framing != Framing::Close
-        && !(head.headers.contains_key(header::TRANSFER_ENCODING)
-            && head.headers.contains_key(header::CONTENT_LENGTH))
+        && !length_beside_coding
         && keeps_open(head)
 }
 
 /// Whether the upstream means to keep the connection open after this response (no
 /// `Connection: close`).
 pub fn keeps_open(head: &Head) -> bool {
-    !head
-        .headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("close"))
+    !head.conn.close
 }
 
 /// What the decoder could take from the bytes read so far.
@@ -416,7 +462,7 @@ mod tests {
             &mut out,
             &Method::POST,
             "/a?b=c",
-            &headers,
+            headers.iter(),
             RequestFraming::Length(5),
         );
         assert_eq!(
@@ -428,7 +474,7 @@ mod tests {
             &mut out,
             &Method::GET,
             "/",
-            &HeaderMap::new(),
+            HeaderMap::new().iter(),
             RequestFraming::None,
         );
         assert_eq!(&out[..], b"GET / HTTP/1.1\r\n\r\n");
@@ -472,6 +518,28 @@ mod tests {
     }
 
     #[test]
+    fn connection_fields_are_read_and_left_out() {
+        let h = head(
+            "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Private\r\nX-Private: 1\r\n\
+             Keep-Alive: timeout=5\r\nTransfer-Encoding: chunked\r\nTrailer: x-t\r\n\
+             Proxy-Authenticate: Basic\r\nX-Kept: 1\r\nContent-Length: 9\r\n\r\n",
+        );
+        let names: Vec<&str> = h.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["x-kept", "content-length"]);
+        assert_eq!(h.conn.transfer_encoding, Some(true));
+        assert_eq!(h.conn.content_length, Ok(Some(9)));
+        assert!(!h.conn.close);
+        let h = head("HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n");
+        assert!(h.conn.close && h.headers.is_empty());
+        // Switching protocols: the client needs them to take the connection over.
+        let h = head(
+            "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        );
+        assert_eq!(h.headers["upgrade"], "websocket");
+        assert_eq!(h.headers["connection"], "Upgrade");
+    }
+
+    #[test]
     fn bad_response_heads_are_errors() {
         for bad in [
             "HTTP/1.1 abc OK\r\n\r\n",
@@ -490,7 +558,7 @@ mod tests {
     fn framing_follows_rfc_9112() {
         let framing = |method: Method, text: &str| {
             let h = head(text);
-            response_framing(&method, h.status, &h.headers)
+            response_framing(&method, &h)
         };
         let ok = |t: &str| framing(Method::GET, t).unwrap();
         assert_eq!(
@@ -537,7 +605,7 @@ mod tests {
     fn only_clean_http_11_connections_are_reused() {
         let reuse = |text: &str| {
             let h = head(text);
-            let f = response_framing(&Method::GET, h.status, &h.headers).unwrap();
+            let f = response_framing(&Method::GET, &h).unwrap();
             reusable(&h, f)
         };
         assert!(reuse("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n"));
