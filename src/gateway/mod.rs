@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
 use http::StatusCode;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
@@ -310,7 +309,9 @@ impl server::Serve for Serving {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> futures::future::BoxFuture<'_, HttpResponse> {
-        self.0.handle(req, peer).boxed()
+        // Boxed where it is made: through `FutureExt::boxed` the whole future was copied
+        // once more on its way to the heap.
+        Box::pin(self.0.handle(req, peer))
     }
 }
 

@@ -17,30 +17,61 @@ pub fn put_field(out: &mut impl BufMut, name: &HeaderName, value: &HeaderValue) 
 /// pass and a lookup) that every other name takes.
 pub fn field_name(raw: &[u8]) -> Option<HeaderName> {
     use http::header::*;
-    let known = match raw {
-        b"Host" | b"host" => HOST,
-        b"Content-Length" | b"content-length" => CONTENT_LENGTH,
-        b"Content-Type" | b"content-type" => CONTENT_TYPE,
-        b"Connection" | b"connection" => CONNECTION,
-        b"Date" | b"date" => DATE,
-        b"Server" | b"server" => SERVER,
-        b"Transfer-Encoding" | b"transfer-encoding" => TRANSFER_ENCODING,
-        b"User-Agent" | b"user-agent" => USER_AGENT,
-        b"Accept" | b"accept" => ACCEPT,
-        b"Accept-Encoding" | b"accept-encoding" => ACCEPT_ENCODING,
-        b"Accept-Language" | b"accept-language" => ACCEPT_LANGUAGE,
-        b"Authorization" | b"authorization" => AUTHORIZATION,
-        b"Cache-Control" | b"cache-control" => CACHE_CONTROL,
-        b"Content-Encoding" | b"content-encoding" => CONTENT_ENCODING,
-        b"Cookie" | b"cookie" => COOKIE,
-        b"ETag" | b"etag" => ETAG,
-        b"Last-Modified" | b"last-modified" => LAST_MODIFIED,
-        b"Location" | b"location" => LOCATION,
-        b"Set-Cookie" | b"set-cookie" => SET_COOKIE,
-        b"Vary" | b"vary" => VARY,
-        _ => return HeaderName::from_bytes(raw).ok(),
+    // By length first: a match over byte strings tries its arms one by one.
+    let known = match raw.len() {
+        4 => match raw {
+            b"Host" | b"host" => Some(HOST),
+            b"Date" | b"date" => Some(DATE),
+            b"ETag" | b"etag" => Some(ETAG),
+            b"Vary" | b"vary" => Some(VARY),
+            _ => None,
+        },
+        6 => match raw {
+            b"Server" | b"server" => Some(SERVER),
+            b"Accept" | b"accept" => Some(ACCEPT),
+            b"Cookie" | b"cookie" => Some(COOKIE),
+            _ => None,
+        },
+        8 => match raw {
+            b"Location" | b"location" => Some(LOCATION),
+            _ => None,
+        },
+        10 => match raw {
+            b"Connection" | b"connection" => Some(CONNECTION),
+            b"User-Agent" | b"user-agent" => Some(USER_AGENT),
+            b"Set-Cookie" | b"set-cookie" => Some(SET_COOKIE),
+            _ => None,
+        },
+        12 => match raw {
+            b"Content-Type" | b"content-type" => Some(CONTENT_TYPE),
+            _ => None,
+        },
+        13 => match raw {
+            b"Authorization" | b"authorization" => Some(AUTHORIZATION),
+            b"Cache-Control" | b"cache-control" => Some(CACHE_CONTROL),
+            b"Last-Modified" | b"last-modified" => Some(LAST_MODIFIED),
+            _ => None,
+        },
+        14 => match raw {
+            b"Content-Length" | b"content-length" => Some(CONTENT_LENGTH),
+            _ => None,
+        },
+        15 => match raw {
+            b"Accept-Encoding" | b"accept-encoding" => Some(ACCEPT_ENCODING),
+            b"Accept-Language" | b"accept-language" => Some(ACCEPT_LANGUAGE),
+            _ => None,
+        },
+        16 => match raw {
+            b"Content-Encoding" | b"content-encoding" => Some(CONTENT_ENCODING),
+            _ => None,
+        },
+        17 => match raw {
+            b"Transfer-Encoding" | b"transfer-encoding" => Some(TRANSFER_ENCODING),
+            _ => None,
+        },
+        _ => None,
     };
-    Some(known)
+    known.or_else(|| HeaderName::from_bytes(raw).ok())
 }
 
 /// Whether a field belongs to one connection (RFC 9110 7.6.1), besides `Connection`

@@ -118,7 +118,12 @@ pub struct NamedScheme {
 
 pub enum Scheme {
     /// A key issued by the gateway's key API.
-    ApiKey { location: KeyLocation, name: String },
+    ApiKey {
+        location: KeyLocation,
+        name: String,
+        /// `name` as a header name, read once at load, when the key is in a header.
+        header: Option<http::HeaderName>,
+    },
     /// A JWT bearer token.
     Jwt(Arc<JwtVerifier>),
     /// HTTP basic, checked against keys that carry basic credentials.
@@ -845,14 +850,17 @@ fn scheme_of(
                     )))
                 }
             };
-            if http::HeaderName::from_bytes(name.as_bytes()).is_err()
-                && location == KeyLocation::Header
-            {
-                return Err(bad(format!("`{name}` is not a header name")));
-            }
+            let header = match location {
+                KeyLocation::Header => Some(
+                    http::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|_| bad(format!("`{name}` is not a header name")))?,
+                ),
+                _ => None,
+            };
             Ok(Scheme::ApiKey {
                 location,
                 name: name.to_owned(),
+                header,
             })
         }
         "http" => match def

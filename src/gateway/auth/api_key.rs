@@ -28,10 +28,26 @@ pub enum KeyLocation {
 /// - Cookie: the first cookie called `name` across all `Cookie` headers; a value in
 ///   double quotes is unquoted. Cookie names are case-sensitive.
 pub fn extract(parts: &http::request::Parts, location: KeyLocation, name: &str) -> Option<String> {
-    let key = match location {
-        KeyLocation::Header => from_header(parts, name),
-        KeyLocation::Query => from_query(parts, name),
-        KeyLocation::Cookie => from_cookie(parts, name),
+    let header = match location {
+        // An invalid header name cannot be present: no key.
+        KeyLocation::Header => Some(http::HeaderName::from_bytes(name.as_bytes()).ok()?),
+        _ => None,
+    };
+    extract_parsed(parts, location, name, header.as_ref())
+}
+
+/// As [`extract`], with the header's name read beforehand (once, when the API loads).
+pub fn extract_parsed(
+    parts: &http::request::Parts,
+    location: KeyLocation,
+    name: &str,
+    header: Option<&http::HeaderName>,
+) -> Option<String> {
+    let key = match (location, header) {
+        (KeyLocation::Header, Some(header)) => from_header(parts, header),
+        (KeyLocation::Header, None) => None,
+        (KeyLocation::Query, _) => from_query(parts, name),
+        (KeyLocation::Cookie, _) => from_cookie(parts, name),
     }?;
     if key.is_empty() || key.len() > MAX_CREDENTIAL_LEN {
         return None;
@@ -39,10 +55,7 @@ pub fn extract(parts: &http::request::Parts, location: KeyLocation, name: &str) 
     Some(key)
 }
 
-fn from_header(parts: &http::request::Parts, name: &str) -> Option<String> {
-    // An invalid header name cannot be present, so `HeaderName::from_bytes` failing
-    // simply means "no key".
-    let name = http::HeaderName::from_bytes(name.as_bytes()).ok()?;
+fn from_header(parts: &http::request::Parts, name: &http::HeaderName) -> Option<String> {
     let is_authorization = name == http::header::AUTHORIZATION;
     let value = header_text(parts, name).ok()?.trim();
     let key = if is_authorization {

@@ -112,8 +112,13 @@ async fn check(
 ) -> Result<Passed, AuthError> {
     let store_down = |_| AuthError::KeyFetch("the key store is unavailable".into());
     match scheme {
-        Scheme::ApiKey { location, name } => {
-            let token = api_key::extract(parts, *location, name).ok_or(AuthError::Missing)?;
+        Scheme::ApiKey {
+            location,
+            name,
+            header,
+        } => {
+            let token = api_key::extract_parsed(parts, *location, name, header.as_ref())
+                .ok_or(AuthError::Missing)?;
             let session = ctx
                 .gw
                 .keys

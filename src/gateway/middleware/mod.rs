@@ -184,9 +184,62 @@ const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset
 /// `X-RateLimit-Limit/Remaining/Reset` (the reset in seconds from now).
 pub fn limit_headers(resp: &mut HttpResponse, d: &Decision) {
     let h = resp.headers_mut();
-    h.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
-    h.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
-    h.insert(X_RATELIMIT_RESET, HeaderValue::from(ceil_secs(d.reset)));
+    h.insert(X_RATELIMIT_LIMIT, limit_value(d.limit));
+    h.insert(X_RATELIMIT_REMAINING, number(d.remaining));
+    h.insert(X_RATELIMIT_RESET, number(ceil_secs(d.reset)));
+}
+
+/// Numbers below this are written from a table made once.
+const SMALL: u64 = 1024;
+
+/// A number as a header value. Those below [`SMALL`] (resets in seconds, what is left of
+/// a small limit) point into text made once, so that answering costs no allocation.
+fn number(n: u64) -> HeaderValue {
+    static TABLE: std::sync::LazyLock<Vec<HeaderValue>> = std::sync::LazyLock::new(|| {
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        for n in 0..SMALL {
+            text.push_str(itoa::Buffer::new().format(n));
+            ends.push(text.len());
+        }
+        // Made once per process and kept for its life.
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let value = HeaderValue::from_static(&text[start..end]);
+                start = end;
+                value
+            })
+            .collect()
+    });
+    match usize::try_from(n) {
+        Ok(i) if n < SMALL => TABLE[i].clone(),
+        _ => HeaderValue::from(n),
+    }
+}
+
+/// A limit as a header value. A thread meets the same few limits again and again: the
+/// last one's text is kept.
+fn limit_value(n: u64) -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(u64, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    if n < SMALL {
+        return number(n);
+    }
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some((seen, value)) if *seen == n => value.clone(),
+            _ => {
+                let value = HeaderValue::from(n);
+                *last = Some((n, value.clone()));
+                value
+            }
+        }
+    })
 }
 
 /// A refusal for a limit: 429 with `Retry-After` and the limit headers.
@@ -194,13 +247,27 @@ pub fn too_many(d: &Decision, message: &str) -> HttpResponse {
     let mut resp = error(StatusCode::TOO_MANY_REQUESTS, message);
     limit_headers(&mut resp, d);
     let retry = d.retry_after.unwrap_or(d.reset);
-    resp.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        HeaderValue::from(ceil_secs(retry).max(1)),
-    );
+    resp.headers_mut()
+        .insert(http::header::RETRY_AFTER, number(ceil_secs(retry).max(1)));
     resp
 }
 
 fn ceil_secs(d: std::time::Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_the_same_from_the_table_or_not() {
+        for n in [0, 7, 42, SMALL - 1, SMALL, 100_000_000, u64::MAX] {
+            assert_eq!(number(n), n.to_string().as_str(), "{n}");
+            assert_eq!(limit_value(n), n.to_string().as_str(), "{n}");
+            assert_eq!(limit_value(n), n.to_string().as_str(), "{n}, again");
+        }
+        assert_eq!(limit_value(5000), "5000");
+        assert_eq!(limit_value(6000), "6000");
+    }
 }
