@@ -201,6 +201,10 @@ impl Outgoing {
                 for token in tokens(value.as_bytes()) {
                     if token.eq_ignore_ascii_case(b"upgrade") {
                         upgrade_asked = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive")
+                        || token.eq_ignore_ascii_case(b"close")
+                    {
+                        // Name no field that would otherwise go on; not parsed.
                     } else if let Some(n) = field_name(token) {
                         named.push(n);
                     }

@@ -165,6 +165,8 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
             for token in tokens(h.value) {
                 if token.eq_ignore_ascii_case(b"close") {
                     conn.close = true;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                    // Names a field that goes anyway; the usual token, so not parsed.
                 } else if let Some(n) = field_name(token) {
                     named.push(n);
                 }
