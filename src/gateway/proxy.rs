@@ -16,7 +16,7 @@ use super::api::Api;
 use super::config::ProxyConfig;
 use super::upstream::{Client, ClientError, Reply};
 use crate::connect::tls;
-use crate::http::wire::{field_name, is_hop_by_hop, tokens};
+use crate::http::wire::{is_hop_by_hop, ConnectionTokens};
 use crate::http::{self as h, Body, HttpResponse};
 
 /// Why the upstream gave no answer.
@@ -191,24 +191,13 @@ struct Outgoing {
 
 impl Outgoing {
     fn of(headers: &HeaderMap, uri: &http::Uri, origin: &Origin, host: &HeaderValue) -> Self {
-        let mut named = SmallVec::new();
-        let mut upgrade_asked = false;
+        let mut connection = ConnectionTokens::default();
         let mut upgrade = None;
         let mut original_host = None;
         let mut prior: SmallVec<[&HeaderValue; 2]> = SmallVec::new();
         for (name, value) in headers {
             if *name == header::CONNECTION {
-                for token in tokens(value.as_bytes()) {
-                    if token.eq_ignore_ascii_case(b"upgrade") {
-                        upgrade_asked = true;
-                    } else if token.eq_ignore_ascii_case(b"keep-alive")
-                        || token.eq_ignore_ascii_case(b"close")
-                    {
-                        // Name no field that would otherwise go on; not parsed.
-                    } else if let Some(n) = field_name(token) {
-                        named.push(n);
-                    }
-                }
+                connection.read(value.as_bytes());
             } else if *name == header::UPGRADE {
                 upgrade = upgrade.or(Some(value));
             } else if *name == header::HOST {
@@ -217,13 +206,14 @@ impl Outgoing {
                 prior.push(value);
             }
         }
+        let named = connection.named;
         if named.contains(&header::HOST) {
             original_host = None;
         }
         if named.contains(&X_FORWARDED_FOR) {
             prior.clear();
         }
-        let upgrade = upgrade.filter(|_| upgrade_asked);
+        let upgrade = upgrade.filter(|_| connection.upgrade);
         let mut set = SmallVec::new();
         set.push((header::HOST, host.clone()));
         set.push((X_FORWARDED_FOR, forwarded_for(&prior, origin)));

@@ -80,6 +80,32 @@ pub fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|t| !t.is_empty())
 }
 
+/// What `Connection` fields say (RFC 9110 7.6.1): `close`, `upgrade`, and the other
+/// fields they name, which belong to the connection too.
+#[derive(Debug, Default)]
+pub struct ConnectionTokens {
+    pub close: bool,
+    pub upgrade: bool,
+    pub named: smallvec::SmallVec<[HeaderName; 2]>,
+}
+
+impl ConnectionTokens {
+    /// Adds what one `Connection` value says.
+    pub fn read(&mut self, value: &[u8]) {
+        for token in tokens(value) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                // Names `Keep-Alive`, which goes anyway; the usual token, so not parsed.
+            } else if let Some(name) = field_name(token) {
+                self.named.push(name);
+            }
+        }
+    }
+}
+
 /// The `content-length` line.
 pub fn put_content_length(out: &mut impl BufMut, n: u64) {
     out.put_slice(b"content-length: ");

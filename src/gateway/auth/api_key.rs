@@ -27,17 +27,10 @@ pub enum KeyLocation {
 ///   (and `+` is a space, as in HTML forms).
 /// - Cookie: the first cookie called `name` across all `Cookie` headers; a value in
 ///   double quotes is unquoted. Cookie names are case-sensitive.
-pub fn extract(parts: &http::request::Parts, location: KeyLocation, name: &str) -> Option<String> {
-    let header = match location {
-        // An invalid header name cannot be present: no key.
-        KeyLocation::Header => Some(http::HeaderName::from_bytes(name.as_bytes()).ok()?),
-        _ => None,
-    };
-    extract_parsed(parts, location, name, header.as_ref())
-}
-
-/// As [`extract`], with the header's name read beforehand (once, when the API loads).
-pub fn extract_parsed(
+///
+/// `header` is `name` as a header name, read once when the API loads; without it (the
+/// name is not one) a header holds no key.
+pub fn extract(
     parts: &http::request::Parts,
     location: KeyLocation,
     name: &str,
@@ -98,6 +91,12 @@ fn from_cookie(parts: &http::request::Parts, name: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// The key as a scheme named `name` finds it.
+    fn key_of(p: &http::request::Parts, location: KeyLocation, name: &str) -> Option<String> {
+        let header = http::HeaderName::from_bytes(name.as_bytes()).ok();
+        extract(p, location, name, header.as_ref())
+    }
+
     fn parts(uri: &str, headers: &[(&str, &str)]) -> http::request::Parts {
         let mut b = http::Request::builder().uri(uri);
         for (k, v) in headers {
@@ -121,45 +120,45 @@ mod tests {
     fn header_key() {
         let p = parts("/", &[("x-api-key", "  k123 ")]);
         assert_eq!(
-            extract(&p, KeyLocation::Header, "X-Api-Key").as_deref(),
+            key_of(&p, KeyLocation::Header, "X-Api-Key").as_deref(),
             Some("k123")
         );
-        assert_eq!(extract(&p, KeyLocation::Header, "x-other"), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, "x-other"), None);
         // An invalid header name is simply absent.
-        assert_eq!(extract(&p, KeyLocation::Header, "bad name"), None);
-        assert_eq!(extract(&p, KeyLocation::Header, ""), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, "bad name"), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, ""), None);
 
         let p = parts("/", &[("x-api-key", "")]);
-        assert_eq!(extract(&p, KeyLocation::Header, "x-api-key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, "x-api-key"), None);
 
         // Two values are ambiguous.
         let p = parts("/", &[("x-api-key", "a"), ("x-api-key", "b")]);
-        assert_eq!(extract(&p, KeyLocation::Header, "x-api-key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, "x-api-key"), None);
     }
 
     #[test]
     fn authorization_header_accepts_bare_and_bearer() {
         let p = parts("/", &[("authorization", "k123")]);
         assert_eq!(
-            extract(&p, KeyLocation::Header, "Authorization").as_deref(),
+            key_of(&p, KeyLocation::Header, "Authorization").as_deref(),
             Some("k123")
         );
         let p = parts("/", &[("authorization", "Bearer k123")]);
         assert_eq!(
-            extract(&p, KeyLocation::Header, "Authorization").as_deref(),
+            key_of(&p, KeyLocation::Header, "Authorization").as_deref(),
             Some("k123")
         );
         let p = parts("/", &[("authorization", "bearer   k123")]);
         assert_eq!(
-            extract(&p, KeyLocation::Header, "authorization").as_deref(),
+            key_of(&p, KeyLocation::Header, "authorization").as_deref(),
             Some("k123")
         );
         let p = parts("/", &[("authorization", "Bearer ")]);
-        assert_eq!(extract(&p, KeyLocation::Header, "authorization"), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, "authorization"), None);
         // Only Authorization strips the scheme word.
         let p = parts("/", &[("x-api-key", "Bearer k123")]);
         assert_eq!(
-            extract(&p, KeyLocation::Header, "x-api-key").as_deref(),
+            key_of(&p, KeyLocation::Header, "x-api-key").as_deref(),
             Some("Bearer k123")
         );
     }
@@ -168,22 +167,22 @@ mod tests {
     fn query_key_is_percent_decoded() {
         let p = parts("/p?a=1&api_key=k%2B1%20x&api_key=second", &[]);
         assert_eq!(
-            extract(&p, KeyLocation::Query, "api_key").as_deref(),
+            key_of(&p, KeyLocation::Query, "api_key").as_deref(),
             Some("k+1 x")
         );
         let p = parts("/p?api%5Fkey=v", &[]);
         assert_eq!(
-            extract(&p, KeyLocation::Query, "api_key").as_deref(),
+            key_of(&p, KeyLocation::Query, "api_key").as_deref(),
             Some("v")
         );
         let p = parts("/p?api_key", &[]);
-        assert_eq!(extract(&p, KeyLocation::Query, "api_key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Query, "api_key"), None);
         let p = parts("/p", &[]);
-        assert_eq!(extract(&p, KeyLocation::Query, "api_key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Query, "api_key"), None);
         // Invalid percent-encoding and bad UTF-8 decode lossily rather than failing.
         let p = parts("/p?api_key=%ff%zz", &[]);
         assert_eq!(
-            extract(&p, KeyLocation::Query, "api_key").as_deref(),
+            key_of(&p, KeyLocation::Query, "api_key").as_deref(),
             Some("\u{fffd}%zz")
         );
     }
@@ -198,20 +197,20 @@ mod tests {
             ],
         );
         assert_eq!(
-            extract(&p, KeyLocation::Cookie, "session").as_deref(),
+            key_of(&p, KeyLocation::Cookie, "session").as_deref(),
             Some("s1")
         );
-        assert_eq!(extract(&p, KeyLocation::Cookie, "k").as_deref(), Some("v"));
+        assert_eq!(key_of(&p, KeyLocation::Cookie, "k").as_deref(), Some("v"));
         assert_eq!(
-            extract(&p, KeyLocation::Cookie, "theme").as_deref(),
+            key_of(&p, KeyLocation::Cookie, "theme").as_deref(),
             Some("dark")
         );
-        assert_eq!(extract(&p, KeyLocation::Cookie, "Theme"), None);
-        assert_eq!(extract(&p, KeyLocation::Cookie, "missing"), None);
+        assert_eq!(key_of(&p, KeyLocation::Cookie, "Theme"), None);
+        assert_eq!(key_of(&p, KeyLocation::Cookie, "missing"), None);
 
         let p = parts("/", &[("cookie", ";;=;novalue;a=")]);
-        assert_eq!(extract(&p, KeyLocation::Cookie, "a"), None);
-        assert_eq!(extract(&p, KeyLocation::Cookie, "novalue"), None);
+        assert_eq!(key_of(&p, KeyLocation::Cookie, "a"), None);
+        assert_eq!(key_of(&p, KeyLocation::Cookie, "novalue"), None);
     }
 
     #[test]
@@ -221,22 +220,22 @@ mod tests {
             &format!("/?key={huge}"),
             &[("cookie", &format!("key={huge}"))],
         );
-        assert_eq!(extract(&p, KeyLocation::Query, "key"), None);
-        assert_eq!(extract(&p, KeyLocation::Cookie, "key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Query, "key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Cookie, "key"), None);
 
         let mut p = parts("/", &[]);
         p.headers.insert(
             "x-api-key",
             http::HeaderValue::from_bytes(b"\xc3\x28").unwrap(),
         );
-        assert_eq!(extract(&p, KeyLocation::Header, "x-api-key"), None);
+        assert_eq!(key_of(&p, KeyLocation::Header, "x-api-key"), None);
         // Non-ASCII but valid UTF-8 is accepted as is.
         p.headers.insert(
             "x-api-key",
             http::HeaderValue::from_bytes("clé".as_bytes()).unwrap(),
         );
         assert_eq!(
-            extract(&p, KeyLocation::Header, "x-api-key").as_deref(),
+            key_of(&p, KeyLocation::Header, "x-api-key").as_deref(),
             Some("clé")
         );
     }

@@ -18,7 +18,7 @@ pub mod basic;
 pub mod hmac;
 pub mod jwt;
 
-pub use api_key::{extract as extract_api_key, KeyLocation};
+pub use api_key::KeyLocation;
 pub use basic::{credentials as basic_credentials, hash_password, verify_password};
 pub use hmac::{HmacAlgorithm, HmacSettings, SignatureHeader};
 pub use jwt::{bearer, Claims, JwtSettings, JwtVerifier, SigningMethod};

@@ -117,7 +117,7 @@ async fn check(
             name,
             header,
         } => {
-            let token = api_key::extract_parsed(parts, *location, name, header.as_ref())
+            let token = api_key::extract(parts, *location, name, header.as_ref())
                 .ok_or(AuthError::Missing)?;
             let session = ctx
                 .gw

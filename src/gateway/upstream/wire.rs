@@ -9,7 +9,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
-use crate::http::wire::{field_name, is_hop_by_hop, put_content_length, put_field, tokens};
+use crate::http::wire::{
+    field_name, is_hop_by_hop, put_content_length, put_field, tokens, ConnectionTokens,
+};
 
 /// The most header lines an upstream's response head may carry.
 const MAX_HEADERS: usize = 128;
@@ -148,8 +150,8 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
         transfer_encoding: None,
         content_length: Ok(None),
     };
-    // The fields `Connection` names, dropped with it.
-    let mut named: SmallVec<[HeaderName; 2]> = SmallVec::new();
+    // What `Connection` says; the fields it names are dropped with it.
+    let mut connection = ConnectionTokens::default();
     // Names are read while `buf` is borrowed; values then point into the split-off head.
     let base = buf.as_ptr() as usize;
     let mut fields: SmallVec<[(HeaderName, std::ops::Range<usize>); 16]> = SmallVec::new();
@@ -162,15 +164,7 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
                 .and_then(|prior| content_length(prior, h.value));
             true
         } else if name == header::CONNECTION {
-            for token in tokens(h.value) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    conn.close = true;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                    // Names a field that goes anyway; the usual token, so not parsed.
-                } else if let Some(n) = field_name(token) {
-                    named.push(n);
-                }
-            }
+            connection.read(h.value);
             false
         } else if name == header::TRANSFER_ENCODING {
             let last = tokens(h.value).last();
@@ -184,8 +178,9 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
             fields.push((name, start..start + h.value.len()));
         }
     }
-    if !named.is_empty() && !whole {
-        fields.retain(|(name, _)| !named.contains(name));
+    conn.close = connection.close;
+    if !connection.named.is_empty() && !whole {
+        fields.retain(|(name, _)| !connection.named.contains(name));
     }
     let head = buf.split_to(len).freeze();
     // Room for the fields the gateway adds to an answer (`X-RateLimit-*`, CORS): growing
