@@ -14,7 +14,7 @@ use tracing::debug;
 
 use super::api::Api;
 use super::config::ProxyConfig;
-use super::upstream::{Client, ClientError, Reply};
+use super::upstream::{Client, ClientError, Outbound, Reply};
 use crate::connect::tls;
 use crate::http::wire::{is_hop_by_hop, ConnectionTokens};
 use crate::http::{self as h, Body, HttpResponse};
@@ -75,67 +75,72 @@ impl Proxy {
     }
 
     /// Sends `req` to `api`'s upstream; `rest` is the path below the listen path.
-    pub async fn forward(
-        &self,
-        api: &Api,
+    ///
+    /// The request's head is written out here, before the returned future is first
+    /// polled: the future then holds neither the request's parts nor the fields made for
+    /// it, and every request's future is that much smaller to make, move and touch.
+    pub fn forward<'a>(
+        &'a self,
+        api: &'a Api,
         mut req: http::Request<Body>,
         rest: &str,
         origin: &Origin,
-    ) -> Result<HttpResponse, ProxyError> {
-        let Some(up) = &api.upstream else {
-            return Err(ProxyError::NoUpstream);
-        };
-        let outgoing = Outgoing::of(req.headers(), req.uri(), origin, &up.host);
-        let client_upgrade = outgoing.upgrade.then(|| hyper::upgrade::on(&mut req));
-        let (parts, body) = req.into_parts();
-        let path = if api.strip { rest } else { parts.uri.path() };
-        let path = if path.is_empty() { "/" } else { path };
-        let mut target = String::with_capacity(up.base_path.len() + path.len() + 32);
-        target.push_str(&up.base_path);
-        target.push_str(path);
-        if let Some(q) = parts.uri.query() {
-            target.push('?');
-            target.push_str(q);
-        }
-        let timeout = up.timeout.unwrap_or(self.timeout);
-        let send = self.client.send(
-            &up.target,
-            &parts.method,
-            &target,
-            outgoing.fields(&parts.headers),
-            body,
-        );
-        let (head, reply) = match tokio::time::timeout(timeout, send).await {
-            Err(_) => return Err(ProxyError::Timeout(timeout)),
-            Ok(Err(ClientError::Connect(e))) => {
-                debug!(error = %e, api = %api.id, "Upstream connect failed.");
-                return Err(ProxyError::Connect);
+    ) -> impl std::future::Future<Output = Result<HttpResponse, ProxyError>> + Send + 'a {
+        let prepared = api.upstream.as_ref().map(|up| {
+            let outgoing = Outgoing::of(req.headers(), req.uri(), origin, &up.host);
+            let client_upgrade = outgoing.upgrade.then(|| hyper::upgrade::on(&mut req));
+            let (parts, body) = req.into_parts();
+            let path = if api.strip { rest } else { parts.uri.path() };
+            let path = if path.is_empty() { "/" } else { path };
+            let mut target = String::with_capacity(up.base_path.len() + path.len() + 32);
+            target.push_str(&up.base_path);
+            target.push_str(path);
+            if let Some(q) = parts.uri.query() {
+                target.push('?');
+                target.push_str(q);
             }
-            Ok(Err(e)) => return Err(ProxyError::Upstream(e.to_string())),
-            Ok(Ok(answer)) => answer,
-        };
-        let body = match reply {
-            Reply::Body(body) => body,
-            Reply::Upgraded(upstream) => {
-                let Some(client_upgrade) = client_upgrade else {
-                    return Err(ProxyError::Upstream(
-                        "the upstream switched protocols unasked".into(),
-                    ));
-                };
-                tokio::spawn(async move {
-                    let Ok(client) = client_upgrade.await else {
-                        return;
+            let fields = outgoing.fields(&parts.headers);
+            let outbound = Outbound::new(parts.method, &target, fields, body);
+            (up, outbound, client_upgrade)
+        });
+        async move {
+            let Some((up, outbound, client_upgrade)) = prepared else {
+                return Err(ProxyError::NoUpstream);
+            };
+            let timeout = up.timeout.unwrap_or(self.timeout);
+            let send = self.client.send(&up.target, outbound);
+            let (head, reply) = match tokio::time::timeout(timeout, send).await {
+                Err(_) => return Err(ProxyError::Timeout(timeout)),
+                Ok(Err(ClientError::Connect(e))) => {
+                    debug!(error = %e, api = %api.id, "Upstream connect failed.");
+                    return Err(ProxyError::Connect);
+                }
+                Ok(Err(e)) => return Err(ProxyError::Upstream(e.to_string())),
+                Ok(Ok(answer)) => answer,
+            };
+            let body = match reply {
+                Reply::Body(body) => body,
+                Reply::Upgraded(upstream) => {
+                    let Some(client_upgrade) = client_upgrade else {
+                        return Err(ProxyError::Upstream(
+                            "the upstream switched protocols unasked".into(),
+                        ));
                     };
-                    let mut client = TokioIo::new(client);
-                    let mut upstream = upstream;
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-                });
-                h::empty()
-            }
-        };
-        // The client's connection fields were read and left out on the way in: the
-        // answer carries its end-to-end fields only.
-        Ok(http::Response::from_parts(head, body))
+                    tokio::spawn(async move {
+                        let Ok(client) = client_upgrade.await else {
+                            return;
+                        };
+                        let mut client = TokioIo::new(client);
+                        let mut upstream = upstream;
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    });
+                    h::empty()
+                }
+            };
+            // The client's connection fields were read and left out on the way in: the
+            // answer carries its end-to-end fields only.
+            Ok(http::Response::from_parts(head, body))
+        }
     }
 }
 

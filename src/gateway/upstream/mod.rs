@@ -95,6 +95,42 @@ pub enum Reply {
     Upgraded(Upgraded),
 }
 
+/// A request ready to go upstream: its head written out, its body to follow. Made before
+/// the exchange starts, so that what the head is made from (the client's fields, the
+/// fields the proxy sets) is not kept while the answer is waited for.
+pub struct Outbound {
+    head: BytesMut,
+    method: Method,
+    /// `None` for a request without a body.
+    body: Option<Body>,
+    framing: RequestFraming,
+}
+
+impl Outbound {
+    /// `target_path` is the request's path and query; `fields` are sent as they are
+    /// except for the body's framing, which follows `body`.
+    pub fn new<'f>(
+        method: Method,
+        target_path: &str,
+        fields: impl Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
+        body: Body,
+    ) -> Self {
+        let empty = body.is_end_stream();
+        let framing = RequestFraming::of(&method, empty, body.size_hint().exact());
+        let mut head = BytesMut::new();
+        wire::encode_head(&mut head, &method, target_path, fields, framing);
+        Outbound {
+            head,
+            method,
+            body: (!empty).then_some(body),
+            framing,
+        }
+    }
+}
+
+/// What an exchange with the upstream ends in: the answer's head and what follows it.
+pub type Exchange = Result<(http::response::Parts, Reply), ClientError>;
+
 /// The settings shared by every upstream request of a gateway.
 pub struct Client {
     id: usize,
@@ -124,102 +160,108 @@ impl Client {
         }
     }
 
-    /// Sends a request to `target`: `target_path` is its path and query, `fields` are
-    /// sent as they are except for the body's framing, which follows `body`. The answer's
-    /// fields are its end-to-end ones (see `wire::Head`).
-    pub async fn send<'f>(
-        &self,
-        target: &Target,
-        method: &Method,
-        target_path: &str,
-        fields: impl Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
-        body: Body,
-    ) -> Result<(http::response::Parts, Reply), ClientError> {
+    /// Sends a request made by [`Outbound::new`] to `target`. The answer's fields are its
+    /// end-to-end ones (see `wire::Head`).
+    pub fn send<'a>(
+        &'a self,
+        target: &'a Target,
+        outbound: Outbound,
+    ) -> impl std::future::Future<Output = Exchange> + Send + 'a {
         let key = PoolKey {
             client: self.id,
             upstream: target.id,
         };
-        let empty = body.is_end_stream();
-        let framing = RequestFraming::of(method, empty, body.size_hint().exact());
-        let mut head = BytesMut::new();
-        wire::encode_head(&mut head, method, target_path, fields, framing);
+        let Outbound {
+            head,
+            method,
+            body,
+            framing,
+        } = outbound;
+        let empty = body.is_none();
         // Boxed: the body's writer, and the future that drives it, are only for requests
         // with a body; the others should not carry (and move) their room. The writer
         // takes the head as the start of what it writes.
-        let mut writer =
-            (!empty).then(|| Box::new(BodyWriter::new(std::mem::take(&mut head), body, framing)));
-        let now = std::time::Instant::now();
-        let mut conn = match conn::checkout(&key, self.limits, now) {
-            Some(conn) => conn,
-            // Boxed: connecting (a lookup, a TLS handshake) is the largest part of this
-            // future and the rarest, and every request's future would otherwise carry
-            // its room, moved and touched on each request.
-            None => Box::pin(self.connect(target)).await?,
+        let (head, mut writer) = match body {
+            Some(body) => (
+                BytesMut::new(),
+                Some(Box::new(BodyWriter::new(head, body, framing))),
+            ),
+            None => (head, None),
         };
-        let (resp, complete) = loop {
-            let sent = match writer.as_deref_mut() {
-                None => send_head(&mut conn, &head).await.map(|h| (h, true)),
-                Some(writer) => Box::pin(send_with_body(&mut conn, writer)).await,
+        async move {
+            let now = std::time::Instant::now();
+            let mut conn = match conn::checkout(&key, self.limits, now) {
+                Some(conn) => conn,
+                // Boxed: connecting (a lookup, a TLS handshake) is the largest part of this
+                // future and the rarest, and every request's future would otherwise carry
+                // its room, moved and touched on each request.
+                None => Box::pin(self.connect(target)).await?,
             };
-            match sent {
-                // An idle connection the upstream closed just before it was taken: a
-                // request with no body can safely go again on a new one.
-                Err(ClientError::Closed | ClientError::Io(_))
-                    if conn.reused && empty && method.is_idempotent() =>
-                {
-                    conn = Box::pin(self.connect(target)).await?;
+            let (resp, complete) = loop {
+                let sent = match writer.as_deref_mut() {
+                    None => send_head(&mut conn, &head).await.map(|h| (h, true)),
+                    Some(writer) => Box::pin(send_with_body(&mut conn, writer)).await,
+                };
+                match sent {
+                    // An idle connection the upstream closed just before it was taken: a
+                    // request with no body can safely go again on a new one.
+                    Err(ClientError::Closed | ClientError::Io(_))
+                        if conn.reused && empty && method.is_idempotent() =>
+                    {
+                        conn = Box::pin(self.connect(target)).await?;
+                    }
+                    other => break other?,
                 }
-                other => break other?,
+            };
+            let framing = wire::response_framing(&method, &resp)?;
+            let reuse = complete && wire::reusable(&resp, framing);
+            // An answer of success before the whole body: the upstream may still read the
+            // rest while it answers (an echo, a transform), so the rest goes on being written
+            // as the answer is relayed. A refusal, or an answer that closes, ends the body.
+            let unfinished = writer.filter(|_| {
+                let refused = resp.status.is_client_error() || resp.status.is_server_error();
+                !complete && !refused && wire::keeps_open(&resp)
+            });
+            let mut parts = http::Response::new(()).into_parts().0;
+            parts.status = resp.status;
+            parts.version = resp.version;
+            parts.headers = resp.headers;
+            // The body is re-framed for the client: a length sent beside a transfer coding
+            // is not the body's (RFC 9112 6.3).
+            if resp.conn.transfer_encoding.is_some() {
+                parts.headers.remove(http::header::CONTENT_LENGTH);
             }
-        };
-        let framing = wire::response_framing(method, &resp)?;
-        let reuse = complete && wire::reusable(&resp, framing);
-        // An answer of success before the whole body: the upstream may still read the
-        // rest while it answers (an echo, a transform), so the rest goes on being written
-        // as the answer is relayed. A refusal, or an answer that closes, ends the body.
-        let unfinished = writer.filter(|_| {
-            let refused = resp.status.is_client_error() || resp.status.is_server_error();
-            !complete && !refused && wire::keeps_open(&resp)
-        });
-        let mut parts = http::Response::new(()).into_parts().0;
-        parts.status = resp.status;
-        parts.version = resp.version;
-        parts.headers = resp.headers;
-        // The body is re-framed for the client: a length sent beside a transfer coding
-        // is not the body's (RFC 9112 6.3).
-        if resp.conn.transfer_encoding.is_some() {
-            parts.headers.remove(http::header::CONTENT_LENGTH);
+            if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+                return Ok((
+                    parts,
+                    Reply::Upgraded(Rewind::new(conn.io, conn.buf.freeze())),
+                ));
+            }
+            let pool = reuse.then_some((key, self.limits));
+            let body = match framing {
+                Framing::Empty => {
+                    if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
+                        conn::checkin(&key, limits, conn, now);
+                    }
+                    h::empty()
+                }
+                // A short body that came with its head: no need to keep the connection.
+                Framing::Length(n) if conn.buf.len() as u64 >= n => {
+                    let data = conn.buf.split_to(n as usize).freeze();
+                    if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
+                        conn::checkin(&key, limits, conn, now);
+                    }
+                    h::full(data)
+                }
+                framing => h::boxed(UpstreamBody::new(
+                    conn,
+                    Decoder::new(framing),
+                    pool,
+                    unfinished,
+                )),
+            };
+            Ok((parts, Reply::Body(body)))
         }
-        if parts.status == StatusCode::SWITCHING_PROTOCOLS {
-            return Ok((
-                parts,
-                Reply::Upgraded(Rewind::new(conn.io, conn.buf.freeze())),
-            ));
-        }
-        let pool = reuse.then_some((key, self.limits));
-        let body = match framing {
-            Framing::Empty => {
-                if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
-                    conn::checkin(&key, limits, conn, now);
-                }
-                h::empty()
-            }
-            // A short body that came with its head: no need to keep the connection.
-            Framing::Length(n) if conn.buf.len() as u64 >= n => {
-                let data = conn.buf.split_to(n as usize).freeze();
-                if let Some((key, limits)) = pool.filter(|_| conn.buf.is_empty()) {
-                    conn::checkin(&key, limits, conn, now);
-                }
-                h::full(data)
-            }
-            framing => h::boxed(UpstreamBody::new(
-                conn,
-                Decoder::new(framing),
-                pool,
-                unfinished,
-            )),
-        };
-        Ok((parts, Reply::Body(body)))
     }
 
     async fn connect(&self, target: &Target) -> Result<Conn, ClientError> {
@@ -402,10 +444,7 @@ mod tests {
         let (parts, reply) = c
             .send(
                 t,
-                &Method::GET,
-                "/x?y=1",
-                HeaderMap::new().iter(),
-                h::empty(),
+                Outbound::new(Method::GET, "/x?y=1", HeaderMap::new().iter(), h::empty()),
             )
             .await
             .unwrap();
@@ -449,9 +488,12 @@ mod tests {
         let (c, t) = (client(), target(addr));
         let mut headers = HeaderMap::new();
         headers.insert(http::header::CONTENT_LENGTH, "999".parse().unwrap());
-        c.send(&t, &Method::POST, "/", headers.iter(), h::full("abc"))
-            .await
-            .unwrap();
+        c.send(
+            &t,
+            Outbound::new(Method::POST, "/", headers.iter(), h::full("abc")),
+        )
+        .await
+        .unwrap();
         let got = seen.recv().await.unwrap();
         assert_eq!(
             got,
@@ -462,9 +504,12 @@ mod tests {
             Ok(http_body::Frame::data(Bytes::from("c"))),
         ]);
         let body = h::boxed(http_body_util::StreamBody::new(stream));
-        c.send(&t, &Method::PUT, "/", HeaderMap::new().iter(), body)
-            .await
-            .unwrap();
+        c.send(
+            &t,
+            Outbound::new(Method::PUT, "/", HeaderMap::new().iter(), body),
+        )
+        .await
+        .unwrap();
         let got = seen.recv().await.unwrap();
         assert_eq!(
             got,
@@ -495,7 +540,10 @@ mod tests {
         let (c, t) = (client(), target(addr));
         let sent = tokio::time::timeout(
             Duration::from_secs(5),
-            c.send(&t, &Method::POST, "/", HeaderMap::new().iter(), body),
+            c.send(
+                &t,
+                Outbound::new(Method::POST, "/", HeaderMap::new().iter(), body),
+            ),
         )
         .await
         .expect("answered without the body")
@@ -521,7 +569,10 @@ mod tests {
             let addr = answering(answer, Duration::ZERO).await;
             let (c, t) = (client(), target(addr));
             let result = c
-                .send(&t, &Method::GET, "/", HeaderMap::new().iter(), h::empty())
+                .send(
+                    &t,
+                    Outbound::new(Method::GET, "/", HeaderMap::new().iter(), h::empty()),
+                )
                 .await;
             let failed = match result {
                 Err(_) => true,
@@ -540,7 +591,10 @@ mod tests {
         };
         let t = target(([127, 0, 0, 1], port).into());
         let err = client()
-            .send(&t, &Method::GET, "/", HeaderMap::new().iter(), h::empty())
+            .send(
+                &t,
+                Outbound::new(Method::GET, "/", HeaderMap::new().iter(), h::empty()),
+            )
             .await
             .err()
             .unwrap();
