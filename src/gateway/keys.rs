@@ -379,9 +379,11 @@ impl Keys {
             return Ok(hit);
         }
         let hash = basic_lookup_hash(username);
-        let session = self
-            .lookup(Fingerprint::of(HASH, &hash), &hash, |_| true)
-            .await?;
+        let print = Fingerprint::of(HASH, &hash);
+        let session = match self.thread_cached(print) {
+            Some(mine) => mine,
+            None => self.lookup(print, &hash, |_| true).await?,
+        };
         let verified = session.filter(|s| {
             s.policy
                 .basic_password_hash
@@ -416,9 +418,12 @@ impl Keys {
     /// touches no reference count that the other threads also write (either would move a
     /// cache line between cores on every request).
     fn cached(&self, print: Fingerprint, hash: &str) -> Option<Option<Arc<Session>>> {
-        if let Some(mine) = self.thread_cached(print) {
-            return Some(mine);
-        }
+        self.thread_cached(print)
+            .or_else(|| self.shared_cached(print, hash))
+    }
+
+    /// A lookup of the shared cache, copied into this thread's.
+    fn shared_cached(&self, print: Fingerprint, hash: &str) -> Option<Option<Arc<Session>>> {
         let (at, session) = self
             .cache
             .read()
@@ -467,13 +472,15 @@ impl Keys {
         cache.insert(hash, (Instant::now(), session));
     }
 
+    /// A lookup that this thread's copies do not hold (the caller looked): the shared
+    /// cache, else the store.
     async fn lookup(
         &self,
         print: Fingerprint,
         hash: &str,
         matches: impl Fn(&KeyRecord) -> bool,
     ) -> Result<Option<Arc<Session>>, StoreError> {
-        if let Some(hit) = self.cached(print, hash) {
+        if let Some(hit) = self.shared_cached(print, hash) {
             return Ok(hit);
         }
         // Boxed: a store query's future is large, and cached lookups (nearly all) should

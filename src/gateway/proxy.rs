@@ -16,7 +16,7 @@ use super::api::Api;
 use super::config::ProxyConfig;
 use super::upstream::{Client, ClientError, Outbound, Reply};
 use crate::connect::tls;
-use crate::http::wire::{is_hop_by_hop, ConnectionTokens};
+use crate::http::wire::{is_hop_by_hop, remembered, ConnectionTokens};
 use crate::http::{self as h, Body, HttpResponse};
 
 /// Why the upstream gave no answer.
@@ -293,17 +293,9 @@ fn peer_text(ip: std::net::IpAddr) -> HeaderValue {
         static LAST: std::cell::RefCell<Option<(std::net::IpAddr, HeaderValue)>> =
             const { std::cell::RefCell::new(None) };
     }
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        if let Some((seen, text)) = last.as_ref() {
-            if *seen == ip {
-                return text.clone();
-            }
-        }
-        let text = HeaderValue::from_maybe_shared(bytes::Bytes::from(ip.to_string()))
-            .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
-        *last = Some((ip, text.clone()));
-        text
+    remembered(&LAST, ip, |ip| {
+        HeaderValue::from_maybe_shared(bytes::Bytes::from(ip.to_string()))
+            .unwrap_or_else(|_| HeaderValue::from_static("unknown"))
     })
 }
 

@@ -57,6 +57,27 @@ fn is<const N: usize>(raw: &[u8], lower: &[u8; N]) -> bool {
         == 0
 }
 
+/// `make(key)`, or the value this thread made last when `key` is the same as then: for
+/// header text a thread writes again and again (a client's address, a limit), made once
+/// rather than for each request. `last` is the caller's own thread-local slot.
+pub fn remembered<K: PartialEq + Copy>(
+    last: &'static std::thread::LocalKey<std::cell::RefCell<Option<(K, HeaderValue)>>>,
+    key: K,
+    make: impl FnOnce(K) -> HeaderValue,
+) -> HeaderValue {
+    last.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some((seen, value)) if *seen == key => value.clone(),
+            _ => {
+                let value = make(key);
+                *last = Some((key, value.clone()));
+                value
+            }
+        }
+    })
+}
+
 /// Whether a field belongs to one connection (RFC 9110 7.6.1), besides `Connection`
 /// itself and those it names.
 pub fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -104,6 +125,15 @@ impl ConnectionTokens {
             }
         }
     }
+}
+
+/// A number in decimal digits and nothing else, as `Content-Length` is written (RFC 9110
+/// 8.6); `None` for anything else, or for a number too large for a `u64`.
+pub fn decimal(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// The `content-length` line.
@@ -215,6 +245,15 @@ mod tests {
         assert_eq!(field_name(b"Date"), Some(http::header::DATE));
         assert_eq!(field_name(b"bad name"), None);
         assert_eq!(field_name(b""), None);
+    }
+
+    #[test]
+    fn decimals_are_digits_only() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [&b""[..], b"+1", b" 1", b"1.0", b"18446744073709551616"] {
+            assert_eq!(decimal(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

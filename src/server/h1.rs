@@ -580,12 +580,13 @@ fn request(
     Some(req)
 }
 
-/// A `Content-Length` value: digits only (RFC 9110 8.6).
+/// A `Content-Length` value: digits only, at most 19 of them (a longer one goes to
+/// hyper, which refuses it).
 fn content_length(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+    if value.len() > 19 {
         return None;
     }
-    std::str::from_utf8(value).ok()?.parse().ok()
+    fields::decimal(value)
 }
 
 /// Moves a request body from the connection to the service as the service takes it.

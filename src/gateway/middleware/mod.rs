@@ -229,17 +229,7 @@ fn limit_value(n: u64) -> HeaderValue {
     if n < SMALL {
         return number(n);
     }
-    LAST.with(|last| {
-        let mut last = last.borrow_mut();
-        match &*last {
-            Some((seen, value)) if *seen == n => value.clone(),
-            _ => {
-                let value = HeaderValue::from(n);
-                *last = Some((n, value.clone()));
-                value
-            }
-        }
-    })
+    crate::http::wire::remembered(&LAST, n, HeaderValue::from)
 }
 
 /// A refusal for a limit: 429 with `Retry-After` and the limit headers.

@@ -10,7 +10,7 @@ use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
 use crate::http::wire::{
-    field_name, is_hop_by_hop, put_content_length, put_field, tokens, ConnectionTokens,
+    decimal, field_name, is_hop_by_hop, put_content_length, put_field, tokens, ConnectionTokens,
 };
 
 /// The most header lines an upstream's response head may carry.
@@ -203,13 +203,7 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
 fn content_length(prior: Option<u64>, value: &[u8]) -> Result<Option<u64>, WireError> {
     let mut length = prior;
     for part in value.split(|&b| b == b',').map(|p| p.trim_ascii()) {
-        if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
-            return Err(WireError::ContentLength);
-        }
-        let n: u64 = std::str::from_utf8(part)
-            .ok()
-            .and_then(|p| p.parse().ok())
-            .ok_or(WireError::ContentLength)?;
+        let n = decimal(part).ok_or(WireError::ContentLength)?;
         if length.is_some_and(|l| l != n) {
             return Err(WireError::ContentLength);
         }
