@@ -418,23 +418,28 @@ impl Shared {
         // rather than being copied for every request.
         let uri = req.uri().clone();
         let rest = api.below(uri.path()).unwrap_or("");
-        let op = api.operation(&method, if rest.is_empty() { "/" } else { rest });
-        let resp = middleware::run(Ctx {
-            gw: self,
-            api,
-            op,
-            rest,
-            req,
-            origin: Origin {
-                peer,
-                tls: self.tls,
-            },
-            session: None,
-            identity: None,
-            claims: None,
-            limit: None,
-        })
-        .await;
+        let origin = Origin {
+            peer,
+            tls: self.tls,
+        };
+        let resp = if api.passthrough {
+            middleware::direct(self, api, req, rest, origin).await
+        } else {
+            let op = api.operation(&method, if rest.is_empty() { "/" } else { rest });
+            middleware::run(Ctx {
+                gw: self,
+                api,
+                op,
+                rest,
+                req,
+                origin,
+                session: None,
+                identity: None,
+                claims: None,
+                limit: None,
+            })
+            .await
+        };
         let took = started.elapsed();
         api.metrics
             .get_or_init(|| api::ApiMetrics::new(&api.id))

@@ -50,6 +50,10 @@ pub struct Api {
     pub allow_list: bool,
     pub global: extension::Global,
     pub rate: Option<Rate>,
+    /// No step of the middleware chain can act on this API's requests (no
+    /// authentication, limit, per-operation or global middleware, stream): they go
+    /// straight to the proxy.
+    pub passthrough: bool,
     /// The limiter's bucket of `rate`.
     pub rate_bucket: String,
     /// The streams of `x-sluice-streaming`.
@@ -143,6 +147,19 @@ pub struct Operation {
     pub block: bool,
     pub rate: Option<Rate>,
     pub cache: bool,
+}
+
+impl Operation {
+    /// No middleware is set for this operation.
+    fn is_plain(&self) -> bool {
+        self.size_limit.is_none()
+            && self.mock.is_none()
+            && self.validator.is_none()
+            && !self.allow
+            && !self.block
+            && self.rate.is_none()
+            && !self.cache
+    }
 }
 
 /// A fixed answer.
@@ -586,7 +603,14 @@ fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api
     if !errors.is_empty() {
         return Err(fail(Some(id), errors));
     }
+    let passthrough = auth.is_none()
+        && rate.is_none()
+        && !allow_list
+        && streams.is_empty()
+        && global.is_idle()
+        && compiled.iter().all(Operation::is_plain);
     Ok(Api {
+        passthrough,
         handlers,
         rate_bucket: format!("api:{id}:rate"),
         org_id: ext.info.org_id.clone().unwrap_or_default(),

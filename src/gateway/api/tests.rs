@@ -111,3 +111,40 @@ fn not_openapi_is_refused() {
         .unwrap();
     assert!(e.to_string().contains("x-sluice-api-gateway"), "{e}");
 }
+
+#[test]
+fn only_apis_no_step_acts_on_pass_through() {
+    let plain = from_file("pets.yaml", &doc("")).unwrap();
+    assert!(plain.passthrough);
+    let off = "  middleware:\n    global:\n      cors: {enabled: false}\n      cache: {enabled: false}\n    operations:\n      getPet:\n        block: {enabled: false}\n";
+    assert!(from_file("pets.yaml", &doc(off)).unwrap().passthrough);
+
+    let global = |m: &str| format!("  middleware:\n    global:\n      {m}\n");
+    let op = |m: &str| format!("  middleware:\n    operations:\n      getPet:\n        {m}\n");
+    let key = "    authentication:\n      enabled: true\ncomponents:\n  securitySchemes:\n    k: {type: apiKey, in: header, name: X-Key}\nsecurity:\n  - k: []\n";
+    let acting = [
+        global("cache: {timeout: 5, cacheAllSafeRequests: true}"),
+        global("cors: {allowedOrigins: ['*']}"),
+        global("requestSizeLimit: {value: 10}"),
+        global("transformRequestHeaders: {remove: [x-a]}"),
+        global("transformResponseHeaders: {remove: [x-a]}"),
+        op("block: {enabled: true}"),
+        op("allow: {enabled: true}"),
+        op("rateLimit: {rate: 5, per: 1s}"),
+        op("requestSizeLimit: {value: 5}"),
+        op("cache: {enabled: true}"),
+        op("validateRequest: {enabled: true}"),
+        op("mockResponse:\n          fromOASExamples: {enabled: true}"),
+        key.to_owned(),
+    ];
+    for extra in &acting {
+        let api = from_file("pets.yaml", &doc(extra)).unwrap();
+        assert!(!api.passthrough, "{extra}");
+    }
+    let limited = doc("").replace(
+        r#"upstream: {url: "http://127.0.0.1:9/base/"}"#,
+        r#"upstream: {url: "http://127.0.0.1:9/base/", rateLimit: {rate: 5, per: 1s}}"#,
+    );
+    let api = from_file("pets.yaml", &limited).unwrap();
+    assert!(api.rate.is_some() && !api.passthrough);
+}

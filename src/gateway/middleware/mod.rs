@@ -27,7 +27,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use super::api::{Api, Operation};
 use super::events::EventKind;
 use super::keys::Session;
-use super::proxy::Origin;
+use super::proxy::{Origin, ProxyError};
 use super::Shared;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::limit::{Decision, LimitError};
@@ -93,6 +93,8 @@ pub async fn run(mut ctx: Ctx<'_>) -> HttpResponse {
     finish(&ctx, resp)
 }
 
+// A step that can act on an API's requests must be one of the conditions of
+// `Api::passthrough`: an API that passes through does not come here.
 async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
     auth::run(ctx).await?;
     key_checks::run(ctx)?;
@@ -127,18 +129,47 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
             Some(key) => ctx.gw.cache.store(ctx.api, key, resp).await,
             None => resp,
         }),
-        Err(e @ super::proxy::ProxyError::NoUpstream) => Err(error(e.status(), &e.to_string())),
-        Err(e) => {
-            ctx.gw.events.publish(
-                super::events::EventKind::UpstreamError,
-                &ctx.api.id,
-                ctx.key_id(),
-                ctx.rest,
-                e.to_string(),
-            );
-            Err(error(e.status(), &e.to_string()))
-        }
+        Err(e) => Err(proxy_failed(ctx.gw, ctx.api, ctx.key_id(), ctx.rest, e)),
     }
+}
+
+/// Serves a request of an API on which no step acts ([`Api::passthrough`]): the proxy
+/// alone, without the chain's context and checks.
+pub async fn direct(
+    gw: &Shared,
+    api: &Api,
+    req: HttpRequest,
+    rest: &str,
+    origin: Origin,
+) -> HttpResponse {
+    match gw.proxy.forward(api, req, rest, &origin).await {
+        Ok(resp) => resp,
+        Err(e) => proxy_failed(gw, api, None, rest, e),
+    }
+}
+
+/// The answer when the upstream gave none, published as an event unless the API has no
+/// upstream to fail. Out of line: it is rare, and its formatting would otherwise sit
+/// between the instructions every request runs.
+#[cold]
+#[inline(never)]
+fn proxy_failed(
+    gw: &Shared,
+    api: &Api,
+    key_id: Option<&str>,
+    rest: &str,
+    e: ProxyError,
+) -> HttpResponse {
+    if !matches!(e, ProxyError::NoUpstream) {
+        gw.events.publish(
+            EventKind::UpstreamError,
+            &api.id,
+            key_id,
+            rest,
+            e.to_string(),
+        );
+    }
+    error(e.status(), &e.to_string())
 }
 
 /// What every answer gets: the limit headers, response header transforms, CORS.
