@@ -151,6 +151,37 @@ async fn a_hook_fires_on_an_auth_failure_with_its_template_and_headers_then_cool
 }
 
 #[tokio::test]
+async fn an_upstream_failure_fires_its_hook_on_an_api_without_middleware() {
+    // No authentication, limit or other step: the request goes straight to the proxy,
+    // whose failure must still be an event.
+    let receiver = Receiver::start(&[], 200).await;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("templates")).unwrap();
+    let handlers = format!(
+        "      - events: [upstream_error]\n        targetPath: {}\n",
+        receiver.url("/hook")
+    );
+    let plain = api(&handlers)
+        .replace("security:\n  - key: []\n", "")
+        .replace("    authentication: {enabled: true}\n", "");
+    assert!(!plain.contains("authentication"), "{plain}");
+    let gw = Gw::start_in(
+        tmp.path().to_owned(),
+        None,
+        &[("pets.yaml", plain)],
+        &config(tmp.path(), "100ms"),
+        &[],
+    )
+    .await;
+
+    let resp = gw.http.get(gw.url("/pets/dogs")).send().await.unwrap();
+    assert_eq!(resp.status(), 502);
+    let got = receiver.wait_for(1, WAIT).await;
+    assert_eq!(got[0].path, "/hook");
+    assert_eq!(got[0].header("sluice-event"), Some("upstream_error"));
+}
+
+#[tokio::test]
 async fn a_stored_webhook_is_fired_by_its_id() {
     let receiver = Receiver::start(&[], 204).await;
     let tmp = tempfile::tempdir().unwrap();

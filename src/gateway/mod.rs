@@ -309,9 +309,21 @@ impl server::Serve for Serving {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> futures::future::BoxFuture<'_, HttpResponse> {
-        // Boxed where it is made: through `FutureExt::boxed` the whole future was copied
-        // once more on its way to the heap.
-        Box::pin(self.0.handle(req, peer))
+        let gw = &*self.0;
+        let req = gw.watch_body(req);
+        // A request for an API no step acts on gets a future of its own, made for the
+        // proxy alone: every request's future is copied to the heap whole, and the
+        // chain's would be several times the size. Boxed where it is made: through
+        // `FutureExt::boxed` the whole future was copied once more on its way.
+        if !gw.serves_itself(req.uri().path()) {
+            let table = gw.table.for_request();
+            if let Some(at) = table.position(req.uri().path()) {
+                if table.at(at).passthrough {
+                    return Box::pin(gw.pass_through(table, at, req, peer));
+                }
+            }
+        }
+        Box::pin(gw.handle(req, peer))
     }
 }
 
@@ -374,8 +386,25 @@ impl Shared {
         }
     }
 
-    /// Answers one request.
-    pub async fn handle(&self, req: http::Request<h::Body>, peer: SocketAddr) -> HttpResponse {
+    /// Whether a path is the gateway's own (`/ping`, `/ready`, `/metrics`, `/sluice/`),
+    /// answered before any API's.
+    fn serves_itself(&self, path: &str) -> bool {
+        matches!(path, "/ping" | "/ready" | "/metrics")
+            || api::listen_rest("/sluice", path).is_some()
+    }
+
+    /// A request with a body gets a timer on it: a body that stalls for longer than
+    /// `http.body_read_timeout` ends the request. One without has nothing to stall on.
+    fn watch_body(&self, req: http::Request<h::Body>) -> http::Request<h::Body> {
+        if http_body::Body::is_end_stream(req.body()) {
+            return req;
+        }
+        let idle = self.config.http.body_read_timeout.0;
+        req.map(|body| h::boxed(h::IdleTimeout::new(body, idle)))
+    }
+
+    /// Answers one request (its body already watched, see `watch_body`).
+    async fn handle(&self, req: http::Request<h::Body>, peer: SocketAddr) -> HttpResponse {
         let path = req.uri().path();
         match path {
             "/ping" => return h::text(StatusCode::OK, "pong"),
@@ -394,16 +423,7 @@ impl Shared {
             }
             _ => {}
         }
-        let idle = self.config.http.body_read_timeout.0;
-        // A request without a body has nothing to stall on: no timer for it.
-        let req = req.map(|body| {
-            if http_body::Body::is_end_stream(&body) {
-                body
-            } else {
-                h::boxed(h::IdleTimeout::new(body, idle))
-            }
-        });
-        if api::listen_rest("/sluice", req.uri().path()).is_some() {
+        if api::listen_rest("/sluice", path).is_some() {
             // Boxed: the gateway API's future is large and its requests rare; proxied
             // requests should not carry (and move) its room.
             return Box::pin(admin::handle(self, req)).await;
@@ -418,36 +438,70 @@ impl Shared {
         // rather than being copied for every request.
         let uri = req.uri().clone();
         let rest = api.below(uri.path()).unwrap_or("");
+        let op = api.operation(&method, if rest.is_empty() { "/" } else { rest });
+        let resp = middleware::run(Ctx {
+            gw: self,
+            api,
+            op,
+            rest,
+            req,
+            origin: Origin {
+                peer,
+                tls: self.tls,
+            },
+            session: None,
+            identity: None,
+            claims: None,
+            limit: None,
+        })
+        .await;
+        self.record(api, &method, uri.path(), resp.status(), started, peer);
+        resp
+    }
+
+    /// Answers a request for the API at `at` in `table`, on which no middleware step acts
+    /// ([`api::Api::passthrough`]): the proxy alone.
+    async fn pass_through(
+        &self,
+        table: table::TableRef,
+        at: usize,
+        req: http::Request<h::Body>,
+        peer: SocketAddr,
+    ) -> HttpResponse {
+        let started = Instant::now();
+        let api = table.at(at);
+        let method = req.method().clone();
+        let uri = req.uri().clone();
+        let rest = api.below(uri.path()).unwrap_or("");
         let origin = Origin {
             peer,
             tls: self.tls,
         };
-        let resp = if api.passthrough {
-            middleware::direct(self, api, req, rest, origin).await
-        } else {
-            let op = api.operation(&method, if rest.is_empty() { "/" } else { rest });
-            middleware::run(Ctx {
-                gw: self,
-                api,
-                op,
-                rest,
-                req,
-                origin,
-                session: None,
-                identity: None,
-                claims: None,
-                limit: None,
-            })
-            .await
+        let resp = match self.proxy.forward(api, req, rest, &origin).await {
+            Ok(resp) => resp,
+            Err(e) => middleware::proxy_failed(self, api, None, rest, e),
         };
+        self.record(api, &method, uri.path(), resp.status(), started, peer);
+        resp
+    }
+
+    /// A request's metrics and access log line.
+    fn record(
+        &self,
+        api: &api::Api,
+        method: &http::Method,
+        path: &str,
+        status: StatusCode,
+        started: Instant,
+        peer: SocketAddr,
+    ) {
         let took = started.elapsed();
         api.metrics
             .get_or_init(|| api::ApiMetrics::new(&api.id))
-            .record(resp.status(), took);
+            .record(status, took);
         if self.config.access_log {
-            access_log(&api.id, &method, uri.path(), resp.status(), took, peer);
+            access_log(&api.id, method, path, status, took, peer);
         }
-        resp
     }
 }
 

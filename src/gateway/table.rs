@@ -26,9 +26,19 @@ pub struct Table {
 impl Table {
     /// The API whose listen path holds `path`.
     pub fn route(&self, path: &str) -> Option<&Arc<Api>> {
+        self.position(path).map(|i| &self.by_path[i])
+    }
+
+    /// Where the API that [`route`](Table::route) finds stands, for [`at`](Table::at).
+    pub fn position(&self, path: &str) -> Option<usize> {
         self.by_path
             .iter()
-            .find(|api| api::listen_rest(&api.listen_path, path).is_some())
+            .position(|api| api::listen_rest(&api.listen_path, path).is_some())
+    }
+
+    /// The API at a [`position`](Table::position) of this table.
+    pub fn at(&self, position: usize) -> &Arc<Api> {
+        &self.by_path[position]
     }
 
     pub fn get(&self, id: &str) -> Option<&Arc<Api>> {

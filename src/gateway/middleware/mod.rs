@@ -133,27 +133,12 @@ async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
     }
 }
 
-/// Serves a request of an API on which no step acts ([`Api::passthrough`]): the proxy
-/// alone, without the chain's context and checks.
-pub async fn direct(
-    gw: &Shared,
-    api: &Api,
-    req: HttpRequest,
-    rest: &str,
-    origin: Origin,
-) -> HttpResponse {
-    match gw.proxy.forward(api, req, rest, &origin).await {
-        Ok(resp) => resp,
-        Err(e) => proxy_failed(gw, api, None, rest, e),
-    }
-}
-
 /// The answer when the upstream gave none, published as an event unless the API has no
 /// upstream to fail. Out of line: it is rare, and its formatting would otherwise sit
 /// between the instructions every request runs.
 #[cold]
 #[inline(never)]
-fn proxy_failed(
+pub fn proxy_failed(
     gw: &Shared,
     api: &Api,
     key_id: Option<&str>,
