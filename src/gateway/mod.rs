@@ -311,19 +311,27 @@ impl server::Serve for Serving {
     ) -> futures::future::BoxFuture<'_, HttpResponse> {
         let gw = &*self.0;
         let req = gw.watch_body(req);
-        // A request for an API no step acts on gets a future of its own, made for the
-        // proxy alone: every request's future is copied to the heap whole, and the
-        // chain's would be several times the size. Boxed where it is made: through
-        // `FutureExt::boxed` the whole future was copied once more on its way.
-        if !gw.serves_itself(req.uri().path()) {
-            let table = gw.table.for_request();
-            if let Some(at) = table.position(req.uri().path()) {
-                if table.at(at).passthrough {
-                    return Box::pin(gw.pass_through(table, at, req, peer));
-                }
-            }
+        let path = req.uri().path();
+        if let Some(own) = gw.own_answer(path) {
+            return Box::pin(std::future::ready(own));
         }
-        Box::pin(gw.handle(req, peer))
+        if api::listen_rest("/sluice", path).is_some() {
+            return Box::pin(admin::handle(gw, req));
+        }
+        let table = gw.table.for_request();
+        let Some(at) = table.position(path) else {
+            let resp = middleware::error(StatusCode::NOT_FOUND, "no API is served at this path");
+            return Box::pin(std::future::ready(resp));
+        };
+        // Routed before the future is made, so that each kind of request gets a future
+        // sized for its own work: every request's future is copied to the heap whole,
+        // and the chain's is several times the proxy's. Boxed where it is made: through
+        // `FutureExt::boxed` the whole future was copied once more on its way.
+        if table.at(at).passthrough {
+            Box::pin(gw.pass_through(table, at, req, peer))
+        } else {
+            Box::pin(gw.handle(table, at, req, peer))
+        }
     }
 }
 
@@ -386,11 +394,18 @@ impl Shared {
         }
     }
 
-    /// Whether a path is the gateway's own (`/ping`, `/ready`, `/metrics`, `/sluice/`),
-    /// answered before any API's.
-    fn serves_itself(&self, path: &str) -> bool {
-        matches!(path, "/ping" | "/ready" | "/metrics")
-            || api::listen_rest("/sluice", path).is_some()
+    /// The answer to `/ping`, `/ready` and `/metrics`, which no API's path can take.
+    fn own_answer(&self, path: &str) -> Option<HttpResponse> {
+        Some(match path {
+            "/ping" => h::text(StatusCode::OK, "pong"),
+            "/ready" if self.ready.load(Ordering::Acquire) => h::text(StatusCode::OK, "OK"),
+            "/ready" => h::text(StatusCode::SERVICE_UNAVAILABLE, "loading\n"),
+            "/metrics" => match &self.metrics {
+                Some(handle) => server::metrics_response(handle),
+                None => middleware::error(StatusCode::NOT_FOUND, "metrics are disabled"),
+            },
+            _ => return None,
+        })
     }
 
     /// A request with a body gets a timer on it: a body that stalls for longer than
@@ -403,36 +418,16 @@ impl Shared {
         req.map(|body| h::boxed(h::IdleTimeout::new(body, idle)))
     }
 
-    /// Answers one request (its body already watched, see `watch_body`).
-    async fn handle(&self, req: http::Request<h::Body>, peer: SocketAddr) -> HttpResponse {
-        let path = req.uri().path();
-        match path {
-            "/ping" => return h::text(StatusCode::OK, "pong"),
-            "/ready" => {
-                return if self.ready.load(Ordering::Acquire) {
-                    h::text(StatusCode::OK, "OK")
-                } else {
-                    h::text(StatusCode::SERVICE_UNAVAILABLE, "loading\n")
-                }
-            }
-            "/metrics" => {
-                return match &self.metrics {
-                    Some(handle) => server::metrics_response(handle),
-                    None => middleware::error(StatusCode::NOT_FOUND, "metrics are disabled"),
-                }
-            }
-            _ => {}
-        }
-        if api::listen_rest("/sluice", path).is_some() {
-            // Boxed: the gateway API's future is large and its requests rare; proxied
-            // requests should not carry (and move) its room.
-            return Box::pin(admin::handle(self, req)).await;
-        }
+    /// Answers a request for the API at `at` in `table` through the middleware chain.
+    async fn handle(
+        &self,
+        table: table::TableRef,
+        at: usize,
+        req: http::Request<h::Body>,
+        peer: SocketAddr,
+    ) -> HttpResponse {
         let started = Instant::now();
-        let table = self.table.for_request();
-        let Some(api) = table.route(req.uri().path()) else {
-            return middleware::error(StatusCode::NOT_FOUND, "no API is served at this path");
-        };
+        let api = table.at(at);
         let method = req.method().clone();
         // The URI's clone shares its bytes: the path below the listen path borrows it
         // rather than being copied for every request.

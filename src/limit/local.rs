@@ -80,7 +80,9 @@ struct Table<V> {
 struct Shard<V>(Mutex<ShardMap<V>>);
 
 struct ShardMap<V> {
-    map: HashMap<Box<str>, V>,
+    /// Bucket names are made by the gateway from API, operation and key ids, never
+    /// taken from a request: a fast hash serves (SipHash was a tenth of a limit check).
+    map: HashMap<Box<str>, V, foldhash::fast::RandomState>,
     /// Sweep before the insert that would reach this length.
     sweep_at: usize,
 }
@@ -91,7 +93,7 @@ impl<V: Expiring + Copy> Table<V> {
             shards: (0..SHARDS)
                 .map(|_| {
                     Shard(Mutex::new(ShardMap {
-                        map: HashMap::new(),
+                        map: HashMap::default(),
                         sweep_at: min_sweep,
                     }))
                 })
