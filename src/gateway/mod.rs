@@ -426,31 +426,24 @@ impl Shared {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> HttpResponse {
-        let started = Instant::now();
+        let seen = Received::of(&req, peer);
         let api = table.at(at);
-        let method = req.method().clone();
-        // The URI's clone shares its bytes: the path below the listen path borrows it
-        // rather than being copied for every request.
-        let uri = req.uri().clone();
-        let rest = api.below(uri.path()).unwrap_or("");
-        let op = api.operation(&method, if rest.is_empty() { "/" } else { rest });
+        let rest = api.below(seen.uri.path()).unwrap_or("");
+        let op = api.operation(&seen.method, if rest.is_empty() { "/" } else { rest });
         let resp = middleware::run(Ctx {
             gw: self,
             api,
             op,
             rest,
             req,
-            origin: Origin {
-                peer,
-                tls: self.tls,
-            },
+            origin: self.origin(peer),
             session: None,
             identity: None,
             claims: None,
             limit: None,
         })
         .await;
-        self.record(api, &method, uri.path(), resp.status(), started, peer);
+        self.record(api, &seen, resp.status());
         resp
     }
 
@@ -463,39 +456,61 @@ impl Shared {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> HttpResponse {
-        let started = Instant::now();
+        let seen = Received::of(&req, peer);
         let api = table.at(at);
-        let method = req.method().clone();
-        let uri = req.uri().clone();
-        let rest = api.below(uri.path()).unwrap_or("");
-        let origin = Origin {
-            peer,
-            tls: self.tls,
-        };
-        let resp = match self.proxy.forward(api, req, rest, &origin).await {
+        let rest = api.below(seen.uri.path()).unwrap_or("");
+        let resp = match self.proxy.forward(api, req, rest, &self.origin(peer)).await {
             Ok(resp) => resp,
             Err(e) => middleware::proxy_failed(self, api, None, rest, e),
         };
-        self.record(api, &method, uri.path(), resp.status(), started, peer);
+        self.record(api, &seen, resp.status());
         resp
     }
 
+    fn origin(&self, peer: SocketAddr) -> Origin {
+        Origin {
+            peer,
+            tls: self.tls,
+        }
+    }
+
     /// A request's metrics and access log line.
-    fn record(
-        &self,
-        api: &api::Api,
-        method: &http::Method,
-        path: &str,
-        status: StatusCode,
-        started: Instant,
-        peer: SocketAddr,
-    ) {
-        let took = started.elapsed();
+    fn record(&self, api: &api::Api, seen: &Received, status: StatusCode) {
+        let took = seen.started.elapsed();
         api.metrics
             .get_or_init(|| api::ApiMetrics::new(&api.id))
             .record(status, took);
         if self.config.access_log {
-            access_log(&api.id, method, path, status, took, peer);
+            access_log(
+                &api.id,
+                &seen.method,
+                seen.uri.path(),
+                status,
+                took,
+                seen.peer,
+            );
+        }
+    }
+}
+
+/// What a request's metrics and access log line are made of, kept from before the
+/// request went on its way.
+struct Received {
+    started: Instant,
+    method: http::Method,
+    /// The clone shares the request's bytes: the path below the listen path borrows it
+    /// rather than being copied for every request.
+    uri: http::Uri,
+    peer: SocketAddr,
+}
+
+impl Received {
+    fn of(req: &http::Request<h::Body>, peer: SocketAddr) -> Self {
+        Received {
+            started: Instant::now(),
+            method: req.method().clone(),
+            uri: req.uri().clone(),
+            peer,
         }
     }
 }
