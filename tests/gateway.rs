@@ -666,6 +666,69 @@ async fn upstream_failures_answer_502_and_504() {
 }
 
 #[tokio::test]
+async fn an_upstreams_trailers_reach_the_client() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A raw upstream: a chunked answer ending in trailer fields, one of which a trailer
+    // may not carry.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut b = [0u8; 4096];
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&b[..n]),
+                    }
+                }
+                let answer =
+                    "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntrailer: x-checksum\r\n\r\n\
+                              3\r\nabc\r\n0\r\nx-checksum: 9f\r\nconnection: close\r\n\r\n";
+                let _ = s.write_all(answer.as_bytes()).await;
+                let _ = s.read(&mut b).await;
+            });
+        }
+    });
+    let gw = Gw::start(
+        &[("t.yaml", api("t", "/t", &format!("http://{up}"), ""))],
+        "",
+    )
+    .await;
+    let mut client = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+        .await
+        .unwrap();
+    client
+        .write_all(b"GET /t/x HTTP/1.1\r\nhost: gw\r\nte: trailers\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !got.ends_with(b"\r\n\r\n") || !got.windows(5).any(|w| w == b"\r\n0\r\n") {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut b))
+            .await
+            .expect("the answer in time")
+            .unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&b[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("http/1.1 200"), "{text}");
+    assert!(head.contains("transfer-encoding: chunked"), "{text}");
+    assert!(body.starts_with("3\r\nabc\r\n0\r\n"), "{text}");
+    assert!(body.contains("x-checksum: 9f\r\n"), "{text}");
+    assert!(!body.contains("connection"), "{text}");
+}
+
+#[tokio::test]
 async fn an_sse_upstream_is_streamed_not_buffered() {
     use futures::StreamExt;
     let up = Upstream::start().await;

@@ -84,6 +84,10 @@ impl http_body::Body for UpstreamBody {
                     }
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
+                Ok(Decoded::Trailers(trailers)) => {
+                    this.finish();
+                    return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+                }
                 Ok(Decoded::Done) => {
                     this.finish();
                     return Poll::Ready(None);

@@ -19,6 +19,8 @@ const MAX_HEADERS: usize = 128;
 pub const MAX_HEAD: usize = 64 * 1024;
 /// The longest chunk-size line or trailer section accepted.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// The most trailer fields a chunked body may end with.
+const MAX_TRAILERS: usize = 32;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -269,6 +271,8 @@ pub fn keeps_open(head: &Head) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Decoded {
     Data(Bytes),
+    /// The trailer fields of a chunked body, which is then complete.
+    Trailers(HeaderMap),
     /// More bytes are needed.
     More,
     /// The body is complete.
@@ -390,22 +394,45 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
                 let _ = buf.split_to(2);
                 *state = Chunk::Size;
             }
-            // Trailer fields are read and dropped: the client side is answered by a
-            // server that decides its own framing.
-            Chunk::Trailers => match memchr::memmem::find(buf, b"\r\n") {
-                Some(0) => {
+            Chunk::Trailers => {
+                if buf.starts_with(b"\r\n") {
                     let _ = buf.split_to(2);
                     *state = Chunk::Done;
+                    continue;
                 }
-                Some(end) => {
-                    let _ = buf.split_to(end + 2);
-                }
-                None if buf.len() > MAX_CHUNK_LINE => return Err(WireError::Chunk),
-                None => return Ok(Decoded::More),
-            },
+                let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else {
+                    if buf.len() > MAX_CHUNK_LINE {
+                        return Err(WireError::Chunk);
+                    }
+                    return Ok(Decoded::More);
+                };
+                let section = buf.split_to(end + 4);
+                *state = Chunk::Done;
+                return Ok(Decoded::Trailers(trailers(&section)?));
+            }
             Chunk::Done => return Ok(Decoded::Done),
         }
     }
+}
+
+/// The fields of a trailer section (ending in its empty line), as the client gets them:
+/// without those a trailer may not carry (framing, the connection's own).
+fn trailers(section: &[u8]) -> Result<HeaderMap, WireError> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILERS];
+    let parsed = match httparse::parse_headers(section, &mut fields) {
+        Ok(httparse::Status::Complete((_, parsed))) => parsed,
+        _ => return Err(WireError::Chunk),
+    };
+    let mut map = HeaderMap::with_capacity(parsed.len());
+    for field in parsed {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| WireError::Chunk)?;
+        if is_hop_by_hop(&name) || name == header::CONTENT_LENGTH || name == header::HOST {
+            continue;
+        }
+        let value = HeaderValue::from_bytes(field.value).map_err(|_| WireError::Chunk)?;
+        map.append(name, value);
+    }
+    Ok(map)
 }
 
 #[cfg(test)]
@@ -427,7 +454,7 @@ mod tests {
         loop {
             match d.decode(&mut buf)? {
                 Decoded::Data(b) => body.extend_from_slice(&b),
-                Decoded::Done => return Ok(body),
+                Decoded::Trailers(_) | Decoded::Done => return Ok(body),
                 Decoded::More if fed == wire.len() => {
                     d.eof()?;
                     return Ok(body);
@@ -631,6 +658,41 @@ mod tests {
             );
         }
         assert_eq!(decode_all(Framing::Empty, b"", 1).unwrap(), b"");
+    }
+
+    #[test]
+    fn trailers_are_kept_without_the_fields_a_trailer_may_not_carry() {
+        let wire = b"3\r\nabc\r\n0\r\nx-checksum: 9\r\nContent-Length: 3\r\nconnection: close\r\nx-checksum: 10\r\n\r\nHTTP/1.1";
+        for step in [1, 5, 100] {
+            let mut d = Decoder::new(Framing::Chunked);
+            let mut buf = BytesMut::new();
+            let mut fed = 0;
+            let trailers = loop {
+                match d.decode(&mut buf).unwrap() {
+                    Decoded::Trailers(t) => break t,
+                    Decoded::Data(_) => {}
+                    Decoded::Done => panic!("ended without its trailers"),
+                    Decoded::More => {
+                        let next = (fed + step).min(wire.len());
+                        assert!(next > fed, "asked for more than the wire holds");
+                        buf.extend_from_slice(&wire[fed..next]);
+                        fed = next;
+                    }
+                }
+            };
+            let values: Vec<_> = trailers.get_all("x-checksum").iter().collect();
+            assert_eq!(values, ["9", "10"]);
+            assert_eq!(trailers.len(), 2, "{trailers:?}");
+            assert!(d.is_done());
+            // What follows the body is left for the next answer.
+            assert!(b"HTTP/1.1".starts_with(&buf[..]), "{buf:?}");
+            assert_eq!(d.decode(&mut buf).unwrap(), Decoded::Done);
+        }
+        let bad = b"0\r\nx bad: 1\r\n\r\n";
+        assert_eq!(
+            decode_all(Framing::Chunked, bad, 100),
+            Err(WireError::Chunk)
+        );
     }
 
     #[test]
