@@ -175,7 +175,8 @@ pub fn last_chunk(out: &mut impl BufMut, trailers: Option<&HeaderMap>) {
     out.put_slice(b"\r\n");
 }
 
-fn allowed_in_trailer(name: &HeaderName) -> bool {
+/// Whether a field may be sent in a trailer (see [`last_chunk`]).
+pub fn allowed_in_trailer(name: &HeaderName) -> bool {
     use http::header::*;
     const BARRED: &[HeaderName] = &[
         // One connection's.

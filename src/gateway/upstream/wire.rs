@@ -10,7 +10,8 @@ use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
 use crate::http::wire::{
-    decimal, field_name, is_hop_by_hop, put_content_length, put_field, tokens, ConnectionTokens,
+    allowed_in_trailer, decimal, field_name, is_hop_by_hop, put_content_length, put_field, tokens,
+    ConnectionTokens,
 };
 
 /// The most header lines an upstream's response head may carry.
@@ -416,7 +417,8 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
 }
 
 /// The fields of a trailer section (ending in its empty line), as the client gets them:
-/// without those a trailer may not carry (framing, the connection's own).
+/// without those a trailer may not carry. HTTP/2 clients get them as they are, so they
+/// are left out here and not only where HTTP/1.1 writes them.
 fn trailers(section: &[u8]) -> Result<HeaderMap, WireError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILERS];
     let parsed = match httparse::parse_headers(section, &mut fields) {
@@ -426,7 +428,7 @@ fn trailers(section: &[u8]) -> Result<HeaderMap, WireError> {
     let mut map = HeaderMap::with_capacity(parsed.len());
     for field in parsed {
         let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| WireError::Chunk)?;
-        if is_hop_by_hop(&name) || name == header::CONTENT_LENGTH || name == header::HOST {
+        if !allowed_in_trailer(&name) {
             continue;
         }
         let value = HeaderValue::from_bytes(field.value).map_err(|_| WireError::Chunk)?;
