@@ -427,7 +427,7 @@ fn trailers(section: &[u8]) -> Result<HeaderMap, WireError> {
     };
     let mut map = HeaderMap::with_capacity(parsed.len());
     for field in parsed {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).map_err(|_| WireError::Chunk)?;
+        let name = field_name(field.name.as_bytes()).ok_or(WireError::Chunk)?;
         if !allowed_in_trailer(&name) {
             continue;
         }
