@@ -16,6 +16,45 @@ use serde::{Deserialize, Serialize};
 /// An object's members, sorted by key.
 pub type Object = BTreeMap<String, Value>;
 
+/// How deep arrays and objects may nest in any value: the depth JSON parsing accepts.
+/// Values come from tenants' documents and programs, and dropping, cloning or writing
+/// a value recurses once per level, so a value deeper than this is refused where it
+/// would be built (a mapping error, a parse error) instead of overflowing a thread's
+/// stack.
+pub const MAX_DEPTH: usize = 128;
+
+/// A value would nest deeper than [`MAX_DEPTH`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the value would nest deeper than {MAX_DEPTH} levels")]
+pub struct TooDeep;
+
+thread_local! {
+    /// How many arrays and objects the deserializers on this thread are inside.
+    static DE_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts one level of nesting while a deserializer reads a container, refusing to go
+/// past [`MAX_DEPTH`] whatever the format (MessagePack, YAML, CBOR and JSON alike).
+struct DeLevel;
+
+impl DeLevel {
+    fn enter<E: serde::de::Error>() -> Result<DeLevel, E> {
+        DE_DEPTH.with(|d| {
+            if d.get() >= MAX_DEPTH {
+                return Err(E::custom(TooDeep));
+            }
+            d.set(d.get() + 1);
+            Ok(DeLevel)
+        })
+    }
+}
+
+impl Drop for DeLevel {
+    fn drop(&mut self) {
+        DE_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub enum Value {
     #[default]
@@ -94,18 +133,25 @@ impl Value {
         }
     }
 
-    /// Whether arrays and objects nest more than `limit` levels deep. Recursion stops at
-    /// the limit, so this is safe on any value.
+    /// Whether arrays and objects nest more than `limit` levels deep (a scalar nests 0
+    /// levels, `[1]` one). Recursion stops at the limit, so this is safe on any value.
     pub fn nesting_exceeds(&self, limit: usize) -> bool {
-        let children: Box<dyn Iterator<Item = &Value>> = match self {
-            Value::Array(a) => Box::new(a.iter()),
-            Value::Object(o) => Box::new(o.values()),
-            _ => return false,
-        };
-        if limit == 0 {
-            return true;
+        match self {
+            Value::Array(a) => limit == 0 || a.iter().any(|c| c.nesting_exceeds(limit - 1)),
+            Value::Object(o) => limit == 0 || o.values().any(|c| c.nesting_exceeds(limit - 1)),
+            _ => false,
         }
-        children.into_iter().any(|c| c.nesting_exceeds(limit - 1))
+    }
+
+    /// Checks that this value, placed `under` levels below a document's root, nests no
+    /// deeper than [`MAX_DEPTH`]. Every place that builds a value from input checks this
+    /// before the value can grow further, which keeps the recursive walks (drop, clone,
+    /// comparison, writing JSON) within a small, fixed stack.
+    pub fn check_depth(&self, under: usize) -> Result<(), TooDeep> {
+        match MAX_DEPTH.checked_sub(under) {
+            Some(room) if !self.nesting_exceeds(room) => Ok(()),
+            _ => Err(TooDeep),
+        }
     }
 
     /// The name Bloblang's `type()` reports for this value.
@@ -611,6 +657,7 @@ impl<'de> Visitor<'de> for ExactNumbers {
         Ok(Value::String(s))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let _level = DeLevel::enter()?;
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(v) = seq.next_element_seed(self)? {
             out.push(v);
@@ -618,6 +665,7 @@ impl<'de> Visitor<'de> for ExactNumbers {
         Ok(Value::Array(out))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let _level = DeLevel::enter()?;
         let mut out = Object::new();
         while let Some(k) = map.next_key::<String>()? {
             let v = map.next_value_seed(self)?;
@@ -678,6 +726,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Bytes(Bytes::copy_from_slice(b)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let _level = DeLevel::enter()?;
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(v) = seq.next_element()? {
             out.push(v);
@@ -685,6 +734,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
         Ok(Value::Array(out))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let _level = DeLevel::enter()?;
         let mut out = Object::new();
         while let Some((k, v)) = map.next_entry::<String, Value>()? {
             out.insert(k, v);

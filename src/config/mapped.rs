@@ -9,25 +9,34 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde::{Deserialize, Deserializer};
 
+use crate::mapping::functions::Counters;
 use crate::mapping::{Env, InterpolatedString, Mapping, MappingError};
 use crate::message::{Batch, Message};
 
 thread_local! {
     static SANDBOXED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The `count()` counters of the config being read in the sandbox.
+    static COUNTERS: std::cell::RefCell<Option<Arc<Counters>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Reads a config that arrived as data (posted to the gateway or the dashboard): every
 /// mapping and interpolation that `read` compiles leaves out the functions and methods
 /// that read the host (its environment, files, GeoIP databases). Deserializing is
-/// synchronous, so a flag of this thread covers exactly the configs read inside.
+/// synchronous, so a flag of this thread covers exactly the configs read inside. The
+/// mappings read inside share one set of `count()` counters, their own.
 pub fn sandboxed<T>(read: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
+    struct Restore(bool, Option<Arc<Counters>>);
     impl Drop for Restore {
         fn drop(&mut self) {
             SANDBOXED.with(|s| s.set(self.0));
+            COUNTERS.with(|c| *c.borrow_mut() = self.1.take());
         }
     }
-    let _restore = Restore(SANDBOXED.with(|s| s.replace(true)));
+    let _restore = Restore(
+        SANDBOXED.with(|s| s.replace(true)),
+        COUNTERS.with(|c| c.borrow_mut().replace(Arc::new(Counters::scoped()))),
+    );
     read()
 }
 
@@ -40,7 +49,10 @@ pub fn is_sandboxed() -> bool {
 /// The environment configs compile mappings in.
 fn env() -> Env {
     if SANDBOXED.with(|s| s.get()) {
-        Env::default().sandboxed()
+        match COUNTERS.with(|c| c.borrow().clone()) {
+            Some(counters) => Env::default().with_counters(counters).sandboxed(),
+            None => Env::default().sandboxed(),
+        }
     } else {
         Env::default()
     }

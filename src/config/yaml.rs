@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
-use yaml_rust2::scanner::{Marker, TScalarStyle};
+use yaml_rust2::scanner::{Marker, ScanError, TScalarStyle};
 
 use super::error::{ConfigError, ConfigErrors, Location};
 
@@ -164,7 +164,7 @@ pub fn parse(
     let file: Arc<str> = file.into();
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    let loaded = parser.load(&mut builder, false);
+    let loaded = builder.read(&mut parser);
     if !builder.errors.is_empty() {
         let errors = builder.errors.into_iter().map(|(message, path, mark)| {
             ConfigError::new(message).at(Location {
@@ -201,6 +201,48 @@ pub fn parse(
     Ok(Document { root, ..doc })
 }
 
+/// How deep collections may nest in a document: as deep as any value may
+/// ([`MAX_DEPTH`](crate::value::MAX_DEPTH)). Configs arrive from tenants too, and the
+/// YAML scanner's work per token grows with the depth of the flow collections open.
+pub const MAX_NESTING: usize = crate::value::MAX_DEPTH;
+
+/// Checks that no collection in `text` nests deeper than [`MAX_NESTING`], reading its
+/// events only (linear time, no tree): for YAML that another parser reads afterwards,
+/// whose scanner would otherwise spend time quadratic in the depth. Text that does not
+/// parse passes; the reader that follows reports it.
+pub fn check_nesting(text: &str) -> Result<(), (String, Mark)> {
+    let mut parser = Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        let (ev, marker) = match parser.next_token() {
+            Ok(next) => next,
+            // The scanner's own limit on open flow collections.
+            Err(e) if e.info().contains("recursion limit") => {
+                return Err((
+                    format!("collections nest deeper than {MAX_NESTING} levels"),
+                    Mark::from(*e.marker()),
+                ))
+            }
+            Err(_) => break,
+        };
+        match ev {
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err((
+                        format!("collections nest deeper than {MAX_NESTING} levels"),
+                        Mark::from(marker),
+                    ));
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            Event::StreamEnd => break,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The most nodes a document may hold once its aliases are expanded. Aliases copy the
 /// node they name, so a few hundred bytes of nested aliases ("billion laughs") would
 /// otherwise expand to gigabytes; real configs stay far below this.
@@ -230,6 +272,29 @@ struct Builder {
 }
 
 impl Builder {
+    /// Reads the first document's events into the tree. The parser's own loader recurses
+    /// once per level; this loop does not, and it stops at the first collection nested
+    /// past [`MAX_NESTING`], so a deep document costs neither stack nor quadratic time.
+    fn read(&mut self, parser: &mut Parser<std::str::Chars<'_>>) -> Result<(), ScanError> {
+        loop {
+            let (ev, marker) = parser.next_token()?;
+            let last = matches!(ev, Event::DocumentEnd | Event::StreamEnd);
+            self.on_event(ev, marker);
+            if last {
+                return Ok(());
+            }
+            if self.stack.len() > MAX_NESTING {
+                let mark = Mark::from(marker);
+                self.errors.push((
+                    format!("collections nest deeper than {MAX_NESTING} levels"),
+                    self.path(),
+                    mark,
+                ));
+                return Ok(());
+            }
+        }
+    }
+
     /// The document path of the value being read now.
     fn path(&self) -> String {
         let mut path = String::new();
@@ -518,6 +583,30 @@ mod tests {
             "{e}"
         );
         assert_eq!(loc.path, "a4[7]");
+    }
+
+    #[test]
+    fn deep_documents_are_refused_at_the_level_past_the_bound() {
+        // Flow and block collections, far deeper than the bound: refused where the bound
+        // is crossed, without recursing or rescanning per level.
+        let flow = format!("a: {}1{}", "[".repeat(200_000), "]".repeat(200_000));
+        let block = format!("a:\n  {}x\n", "- ".repeat(200_000));
+        let maps = format!("a: {}1{}", "{k: ".repeat(200_000), "}".repeat(200_000));
+        for text in [flow, block, maps] {
+            let errs = parse("t.yaml", &text, &env).unwrap_err();
+            let e = &errs.0[0];
+            // The scanner has a limit of its own for block collections, reached first.
+            assert!(
+                e.message.contains("deeper than 128 levels")
+                    || e.message.contains("recursion limit exceeded"),
+                "{e}"
+            );
+            let loc = e.location.clone().unwrap();
+            assert!(loc.line <= 2, "{e}");
+            assert!(loc.col < 1000, "refused where the bound is crossed: {e}");
+        }
+        let ok = format!("a: {}1{}", "[".repeat(127), "]".repeat(127));
+        parse("t.yaml", &ok, &env).unwrap();
     }
 
     #[test]

@@ -115,6 +115,8 @@ fn read_document(ctx: &Ctx, kind: Kind) -> Result<Value, ApiError> {
     } else {
         // Parsed to a plain value: nothing in a request is substituted from the host's
         // environment, unlike API files on disk.
+        yaml::check_nesting(text)
+            .map_err(|(message, at)| unparsable(message, Some((at.line, at.col))))?;
         serde_yaml::from_str(text).map_err(|e| {
             unparsable(
                 format!("the body is not a JSON or YAML document: {e}"),

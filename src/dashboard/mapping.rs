@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody, Problem};
 use super::request::{Ctx, Reply};
-use crate::mapping::{Env, Mapping};
+use crate::mapping::{budget, Env, Mapping};
 use crate::message::{Message, Metadata};
 use crate::value::Value;
 
@@ -55,36 +55,66 @@ pub struct MappingResult {
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
         (status = 413, description = "The body is too large.", body = ErrorBody),
         (status = 415, description = "The body is not JSON.", body = ErrorBody),
-        (status = 422, description = "The mapping does not compile: each problem with its line and column.", body = ErrorBody),
+        (status = 422, description = "The mapping does not compile (each problem with its line and column), or it ran out of time.", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn run(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: MappingRun = ctx.json()?;
+    // Compiling and running take up to the tenant budget each: off the serving threads.
+    let result = tokio::task::spawn_blocking(move || compile_and_run(input))
+        .await
+        .map_err(|e| ApiError::Internal(format!("the mapping run stopped: {e}")))??;
+    Reply::json(StatusCode::OK, result)
+}
+
+fn compile_and_run(input: MappingRun) -> Result<MappingResult, ApiError> {
     let env = Env::default().sandboxed();
-    let mapping =
-        Mapping::compile(&input.mapping, &env).map_err(|diagnostics| ApiError::Invalid {
-            message: "the mapping does not compile".into(),
-            errors: diagnostics
-                .iter()
-                .map(|d| Problem {
-                    path: "mapping".into(),
-                    message: match &d.hint {
-                        Some(hint) => format!("{} ({hint})", d.message),
-                        None => d.message.clone(),
-                    },
-                    line: Some(d.line),
-                    column: Some(d.col),
-                })
-                .collect(),
-        })?;
+    let out_of_time = |what: &str, limit: std::time::Duration| ApiError::Invalid {
+        message: "the mapping ran out of time".into(),
+        errors: vec![Problem {
+            path: "mapping".into(),
+            message: format!(
+                "a mapping that arrives as data may take {} ms to {what}",
+                limit.as_millis()
+            ),
+            line: None,
+            column: None,
+        }],
+    };
+    let compiling = budget::start(Some(budget::TENANT_COMPILE));
+    let compiled = Mapping::compile(&input.mapping, &env);
+    if compiling.expired() {
+        return Err(out_of_time("compile", budget::TENANT_COMPILE));
+    }
+    drop(compiling);
+    let mapping = compiled.map_err(|diagnostics| ApiError::Invalid {
+        message: "the mapping does not compile".into(),
+        errors: diagnostics
+            .iter()
+            .map(|d| Problem {
+                path: "mapping".into(),
+                message: match &d.hint {
+                    Some(hint) => format!("{} ({hint})", d.message),
+                    None => d.message.clone(),
+                },
+                line: Some(d.line),
+                column: Some(d.col),
+            })
+            .collect(),
+    })?;
     let mut message = Message::new(input.input.into_bytes());
     if let Some(meta) = input.metadata {
         let converted: Metadata = meta.into_iter().map(|(k, v)| (k, Value::from(v))).collect();
         message.set_metadata(converted);
     }
     let batch = vec![message];
-    let result = match mapping.apply(&batch, 0) {
+    let running = budget::start(Some(budget::TENANT));
+    let result = mapping.apply(&batch, 0);
+    if running.expired() {
+        return Err(out_of_time("run", budget::TENANT));
+    }
+    Ok(match result {
         Ok(Some(out)) => MappingResult {
             output: Some(String::from_utf8_lossy(out.payload()).into_owned()),
             metadata: metadata_json(out.metadata()),
@@ -103,8 +133,7 @@ pub async fn run(ctx: Ctx) -> Result<Reply, ApiError> {
             deleted: false,
             error: Some(e.to_string()),
         },
-    };
-    Reply::json(StatusCode::OK, result)
+    })
 }
 
 fn metadata_json(meta: &Metadata) -> Json {

@@ -32,10 +32,9 @@ pub struct Compiler<'e> {
     reads_content: bool,
     in_lambda: usize,
     import_depth: usize,
-}
-
-fn line_of(src: &str, span: Span) -> usize {
-    src[..span.start.min(src.len())].matches('\n').count() + 1
+    /// Where each line after the first starts, to number statements' lines in
+    /// logarithmic time (counting from the start each time is quadratic in the program).
+    line_starts: Vec<usize>,
 }
 
 impl<'e> Compiler<'e> {
@@ -53,7 +52,16 @@ impl<'e> Compiler<'e> {
             reads_content: false,
             in_lambda: 0,
             import_depth: 0,
+            line_starts: memchr::memchr_iter(b'\n', src.as_bytes())
+                .map(|i| i + 1)
+                .collect(),
         }
+    }
+
+    fn line_of(&self, span: Span) -> usize {
+        self.line_starts
+            .partition_point(|&start| start <= span.start)
+            + 1
     }
 
     fn diag(&mut self, span: Span, code: &'static str, msg: impl Into<String>) -> Diagnostic {
@@ -69,7 +77,10 @@ impl<'e> Compiler<'e> {
     }
 
     pub fn program(mut self, stmts: Vec<Stmt>) -> Result<Program, Diagnostics> {
-        let mut prog = Program::default();
+        let mut prog = Program {
+            budget: self.env.budget,
+            ..Program::default()
+        };
         // Maps first, so statements can apply maps defined below them.
         for st in &stmts {
             if let Stmt::Map { name, .. } = st {
@@ -181,7 +192,7 @@ impl<'e> Compiler<'e> {
     }
 
     fn stmt(&mut self, st: &Stmt) -> Option<CStmt> {
-        let line = line_of(&self.src, st.span());
+        let line = self.line_of(st.span());
         match st {
             Stmt::Assign { target, value, .. } => {
                 self.touches_root = true;
@@ -580,6 +591,7 @@ impl<'e> Compiler<'e> {
             regexes,
             text: self.text(span),
             state: std::sync::atomic::AtomicI64::new(i64::MIN),
+            counters: self.env.counters.clone(),
         })))
     }
 

@@ -10,7 +10,7 @@ use super::ast::{BinOp, Seg};
 use super::program::{Bin, CStmt, Case, Lambda, Node, Program};
 use super::spec::{describe, type_err, Args, MethodImpl};
 use crate::message::{Message, Metadata};
-use crate::value::Value;
+use crate::value::{TooDeep, Value, MAX_DEPTH};
 
 pub static NULL: Value = Value::Null;
 
@@ -417,12 +417,35 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             _ => Ok(V::Own(Value::Null)),
         },
         Node::Bin(b) => eval_bin(b, cx),
-        Node::Method(call) => match call.spec.imp {
-            MethodImpl::Lazy(f) => f(call, cx),
-            MethodImpl::Eager(f) => eval_eager(call, f, cx),
-        },
+        Node::Method(call) => {
+            super::budget::step()?;
+            let v = match call.spec.imp {
+                MethodImpl::Lazy(f) => f(call, cx),
+                MethodImpl::Eager(f) => eval_eager(call, f, cx),
+            }?;
+            within_depth(v, &call.text)
+        }
         _ => eval_other(node, cx),
     }
+}
+
+/// Refuses a computed array or object that nests deeper than [`MAX_DEPTH`]. Every node
+/// that builds a container checks its result here, so no value in flight is ever more
+/// than a few levels past the limit (borrowed results are parts of values that were
+/// checked when they were built).
+#[inline]
+fn within_depth<'a>(v: V<'a>, what: &str) -> Result<V<'a>, ExecError> {
+    match &v {
+        V::Own(c @ (Value::Array(_) | Value::Object(_))) if c.nesting_exceeds(MAX_DEPTH) => {
+            Err(too_deep(what))
+        }
+        _ => Ok(v),
+    }
+}
+
+#[cold]
+fn too_deep(what: &str) -> ExecError {
+    ExecError::new(format!("{what}: {TooDeep}"))
 }
 
 #[inline(never)]
@@ -531,7 +554,7 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     v => out.push(v.into_owned()),
                 }
             }
-            Ok(V::Own(Value::Array(out)))
+            within_depth(V::Own(Value::Array(out)), "array literal")
         }
         Node::Object(entries) => {
             let mut out = crate::value::Object::new();
@@ -553,7 +576,7 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     }
                 }
             }
-            Ok(V::Own(Value::Object(out)))
+            within_depth(V::Own(Value::Object(out)), "object literal")
         }
         Node::Not(inner) => match eval(inner, cx)?.get() {
             Value::Bool(b) => Ok(V::Own(Value::Bool(!b))),
@@ -612,14 +635,16 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
             Ok(V::Own(Value::Null))
         }
         Node::Func(call) => {
+            super::budget::step()?;
             let mut vals = ArgVec::new();
             eval_args(&call.args, cx, &mut vals)?;
             let args = Args {
                 vals: &vals,
                 regexes: &call.regexes,
             };
-            (call.spec.imp)(call, &args, cx)
-                .map_err(|e| ExecError::new(format!("{}: {e}", call.text)))
+            let v = (call.spec.imp)(call, &args, cx)
+                .map_err(|e| ExecError::new(format!("{}: {e}", call.text)))?;
+            within_depth(v, &call.text)
         }
         Node::Context(c) => {
             let recv = eval(&c.0, cx)?;
@@ -653,6 +678,7 @@ pub fn call_lambda<'a, 'b>(l: &'b Lambda, item: &'b Value, cx: &Ctx<'a>) -> Resu
 where
     'a: 'b,
 {
+    super::budget::step()?;
     match l.param {
         Some(slot) => {
             let scope = Scope {
@@ -927,6 +953,11 @@ pub fn run<'m>(
     msg: MsgView<'_>,
 ) -> Result<(), StmtError> {
     for st in stmts {
+        super::budget::step().map_err(|e| StmtError {
+            line: st.line(),
+            what: "statement",
+            msg: e.msg,
+        })?;
         match st {
             CStmt::Assign {
                 target,
@@ -1011,6 +1042,9 @@ pub fn assign(root: &mut Slot, path: &[Seg], v: V<'_>) -> Result<(), String> {
         }
         return Ok(());
     }
+    // Each segment of the path is a level above the value: a long path, or a value
+    // assigned under itself over and over, would build a value too deep to drop.
+    v.get().check_depth(path.len()).map_err(|e| e.to_string())?;
     // The common case, `root.field = v` on an object, needs no path walk.
     if let ([Seg::Field(name)], Slot::Val(Value::Object(o))) = (path, &mut *root) {
         match o.get_mut(name.as_str()) {

@@ -16,6 +16,9 @@ type Write<'a> = &'a [Seg];
 /// A place an expression reads: a path under `this` (empty: all of it).
 type Read<'a> = &'a [String];
 
+/// The most reads, and the most writes, the check follows.
+const MAX_PATHS: usize = 512;
+
 /// True when `prog` starts with `root = this`, nothing in it (its named maps included)
 /// reads the message or the batch, and no later statement reads what an earlier one
 /// (after the first) wrote.
@@ -48,6 +51,12 @@ pub fn edits_in_place(prog: &Program) -> bool {
             CStmt::If { .. } => &own,
             _ => &[],
         };
+        // Each read is compared with each earlier write: past a few hundred of either
+        // that costs more than the copy it saves (and a huge program would take
+        // quadratic time to compile).
+        if reads.len() > MAX_PATHS || written.len() + own.len() > MAX_PATHS {
+            return false;
+        }
         let clash = reads
             .iter()
             .any(|r| written.iter().chain(before_reads).any(|w| overlaps(r, w)));

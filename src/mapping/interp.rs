@@ -26,6 +26,7 @@ pub struct InterpolatedString {
 
 impl InterpolatedString {
     pub fn parse(s: &str, env: &Env) -> Result<Self, Diagnostics> {
+        let _budget = super::budget::start(env.budget.map(|_| super::budget::TENANT_COMPILE));
         let pieces = parse_interpolation(s)?;
         let mut c = Compiler::new(env, s);
         let mut parts = Vec::with_capacity(pieces.len());
@@ -95,6 +96,7 @@ impl InterpolatedString {
     where
         O: AsTextSink,
     {
+        let _budget = super::budget::start(self.prog.budget);
         let empty = Metadata::new();
         let msg = batch.get(index);
         let cx = Ctx {

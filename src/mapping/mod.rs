@@ -8,6 +8,7 @@
 
 pub mod ast;
 pub mod blobl;
+pub mod budget;
 pub mod compile;
 pub mod diagnostic;
 pub mod exec;
@@ -86,6 +87,10 @@ pub struct Env {
     without_methods: Arc<Vec<&'static str>>,
     /// Whether `import` may read files (not for mappings that arrive with the data).
     imports: bool,
+    /// The counters of `count()`: the process-wide ones when `None`.
+    counters: Option<Arc<functions::Counters>>,
+    /// How long one run (or compile) may take: unlimited when `None`.
+    budget: Option<std::time::Duration>,
 }
 
 impl Default for Env {
@@ -95,6 +100,8 @@ impl Default for Env {
             without: Arc::new(Vec::new()),
             without_methods: Arc::new(Vec::new()),
             imports: true,
+            counters: None,
+            budget: None,
         }
     }
 }
@@ -106,6 +113,8 @@ impl std::fmt::Debug for Env {
             .field("without", &self.without)
             .field("without_methods", &self.without_methods)
             .field("imports", &self.imports)
+            .field("counters", &self.counters.is_some())
+            .field("budget", &self.budget)
             .finish()
     }
 }
@@ -149,7 +158,7 @@ impl Env {
 
     /// For a mapping that arrives as data: no function or method that reads the host
     /// (every one of the environment and GeoIP families, so one added there is kept out
-    /// too) and no `import`.
+    /// too), no `import`, counters of its own and a time budget per run.
     pub fn sandboxed(&self) -> Self {
         let mut without: Vec<&'static str> = (*self.without).clone();
         without.extend(functions::host());
@@ -159,6 +168,21 @@ impl Env {
             without: Arc::new(without),
             without_methods: Arc::new(without_methods),
             imports: false,
+            budget: Some(budget::TENANT),
+            counters: Some(
+                self.counters
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(functions::Counters::scoped())),
+            ),
+            ..self.clone()
+        }
+    }
+
+    /// `count()` in this environment's mappings uses `counters` (shared by the mappings
+    /// of one stream) instead of the process-wide ones.
+    pub fn with_counters(&self, counters: Arc<functions::Counters>) -> Self {
+        Env {
+            counters: Some(counters),
             ..self.clone()
         }
     }
@@ -211,6 +235,8 @@ pub struct Mapping {
 
 impl Mapping {
     pub fn compile(src: &str, env: &Env) -> Result<Mapping, Diagnostics> {
+        // Constant parts are computed while compiling, under a budget too.
+        let _budget = budget::start(env.budget.map(|_| budget::TENANT_COMPILE));
         let stmts = parser::parse_mapping(src)?;
         let prog = Compiler::new(env, src).program(stmts)?;
         Ok(Mapping {
@@ -233,6 +259,7 @@ impl Mapping {
         batch: &'b [Message],
         index: usize,
     ) -> Result<(&'b Message, Frame<'b>), MappingError> {
+        let _budget = budget::start(self.prog.budget);
         let msg = batch.get(index).ok_or(MappingError::NoMessage {
             index,
             size: batch.len(),
@@ -250,6 +277,7 @@ impl Mapping {
 
     /// Runs the mapping with `this` bound to a bare value: no message, no metadata.
     fn run_on_value(&self, this: &Value) -> Result<Frame<'static>, MappingError> {
+        let _budget = budget::start(self.prog.budget);
         let mut fr = self.frame(Cow::Owned(crate::message::Metadata::new()), false);
         exec::run(
             &self.prog,
@@ -281,6 +309,11 @@ impl Mapping {
         Ok(Some(out))
     }
 
+    /// Whether runs have a time budget: the mapping arrived as data.
+    pub fn is_budgeted(&self) -> bool {
+        self.prog.budget.is_some()
+    }
+
     /// Whether [`Mapping::apply_owned`] edits the input document instead of a copy.
     pub fn edits_in_place(&self) -> bool {
         self.prog.in_place
@@ -290,6 +323,7 @@ impl Mapping {
     /// `root = this` edits the parsed input instead of a copy of it (see `in_place`).
     /// On failure the message comes back as it was, with the error.
     pub fn apply_owned(&self, mut msg: Message) -> Result<Option<Message>, Box<Failed>> {
+        let _budget = budget::start(self.prog.budget);
         let prog = &*self.prog;
         // What gives the message back on failure: its bytes (the rest of the message is
         // left as it was), or a copy when only the parsed form is current.
@@ -356,6 +390,7 @@ impl Mapping {
         size: usize,
     ) -> Result<bool, MappingError> {
         let prog = &*self.prog;
+        let _budget = budget::start(self.prog.budget);
         let payload = prog.reads_content.then(|| msg.payload().clone());
         let error = msg.error().map(str::to_owned);
         let meta = msg.shared_metadata().cloned();
@@ -403,6 +438,7 @@ impl Mapping {
     /// and `root` starting as `target`'s document, editing `target` in place. Metadata
     /// writes go to `target`.
     pub fn apply_onto(&self, target: &mut Message, source: &Message) -> Result<bool, MappingError> {
+        let _budget = budget::start(self.prog.budget);
         let prog = &*self.prog;
         let meta = target.shared_metadata().cloned();
         let mut fr = self.frame(borrowed(&meta), false);

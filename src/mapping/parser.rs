@@ -1216,13 +1216,10 @@ if this.x { root.y = 1 } else if this.z {
 
     #[test]
     fn parse_time_is_bounded() {
-        use std::time::{Duration, Instant};
-        let quick = |src: &str| {
-            let start = Instant::now();
-            let r = parse_mapping(src);
-            assert!(start.elapsed() < Duration::from_secs(5), "{src}");
-            r
-        };
+        // The parser's call budget is the bound, and it is deterministic: a parse that
+        // took time exponential in its input would run out of calls and fail. (A clock
+        // here would only measure how busy the machine is.)
+        let quick = parse_mapping;
         // Nested indexes, valid or left open, read each level once.
         let n = MAX_NESTING - 1;
         let valid = format!("root = {}0{}", "this.a[".repeat(n), "]".repeat(n));

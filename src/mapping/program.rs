@@ -87,6 +87,8 @@ pub struct FuncCall {
     pub text: Box<str>,
     /// Per-call state for functions that keep some (`counter`).
     pub state: std::sync::atomic::AtomicI64,
+    /// The counters `count()` uses when the mapping has its own (it arrived as data).
+    pub counters: Option<std::sync::Arc<crate::mapping::functions::Counters>>,
 }
 
 impl std::fmt::Debug for FuncCall {
@@ -136,6 +138,18 @@ pub enum CStmt {
     },
 }
 
+impl CStmt {
+    /// The line the statement starts on.
+    pub fn line(&self) -> usize {
+        match self {
+            CStmt::Assign { line, .. }
+            | CStmt::Let { line, .. }
+            | CStmt::Meta { line, .. }
+            | CStmt::If { line, .. } => *line,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct MapDef {
     pub name: String,
@@ -158,6 +172,8 @@ pub struct Program {
     /// Starts with `root = this` and can run on the input document itself (see
     /// `in_place`).
     pub in_place: bool,
+    /// How long one run may take (see `budget`): unlimited when `None`.
+    pub budget: Option<std::time::Duration>,
 }
 
 impl Program {

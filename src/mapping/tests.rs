@@ -865,3 +865,71 @@ fn parse_errors_never_panic_on_odd_text() {
         }
     }
 }
+
+#[test]
+fn values_never_nest_past_the_limit() {
+    // Every way a mapping can nest a value: a path from data, a long assignment path,
+    // a loop, nested literals and methods, and a value assigned under itself. Each
+    // stops at the limit with an error, where the value would otherwise grow until
+    // dropping it overflowed the stack.
+    let deep = vec!["a"; 20_000].join(".");
+    let input = format!(r#"{{"p":"{deep}"}}"#);
+    let cases = [
+        format!(r#"root = {{}}.set("{deep}", 1)"#),
+        "root = {}.set(this.p, 1)".to_owned(),
+        format!("root.{deep} = 1"),
+        "root = range(0, 20000).fold({}, t -> {\"a\": t.tally})".to_owned(),
+        "root = range(0, 20000).fold([], t -> [t.tally])".to_owned(),
+        "root = range(0, 20000).fold([], t -> [].append(t.tally))".to_owned(),
+        "root = range(0, 20000).fold([1], t -> t.tally.enumerated())".to_owned(),
+        "root = range(0, 20000).fold({}, t -> {}.set(\"a.b\", t.tally))".to_owned(),
+    ];
+    for src in &cases {
+        let err = run(src, &input).unwrap_err();
+        assert!(err.contains("deeper than 128 levels"), "{src:.50}: {err}");
+    }
+    // A value assigned under itself, statement after statement.
+    let grow = "root = []\n".to_owned() + &"root = [root]\n".repeat(300);
+    let err = run(&grow, "{}").unwrap_err();
+    assert!(err.contains("deeper than 128 levels"), "{err}");
+    // Up to the limit, values are built as before.
+    let at_limit = vec!["a"; 128].join(".");
+    let out = ok(&format!(r#"root = {{}}.set("{at_limit}", 1)"#), "{}");
+    assert!(out.ends_with(&"}".repeat(128)), "{out}");
+    let past = vec!["a"; 129].join(".");
+    assert!(run(&format!(r#"root = {{}}.set("{past}", 1)"#), "{}").is_err());
+}
+
+#[test]
+fn sandboxed_mappings_keep_the_host_name_and_counters_to_themselves() {
+    let sandbox = Env::default().sandboxed();
+    let err = Mapping::compile("root = hostname()", &sandbox)
+        .map(|_| ())
+        .expect_err("hostname() is withheld")
+        .to_string();
+    assert!(err.contains("hostname"), "{err}");
+    Mapping::compile("root = hostname()", &Env::default()).unwrap();
+
+    // Two sandboxed environments (two tenants' streams) count apart; mappings compiled
+    // in one environment share its counters.
+    let count = |env: &Env| {
+        let m = Mapping::compile(r#"root = count("c")"#, env).unwrap();
+        m.query_value(&Value::Null).unwrap()
+    };
+    let (a, b) = (Env::default().sandboxed(), Env::default().sandboxed());
+    assert_eq!(count(&a), Value::Int(1));
+    assert_eq!(count(&a), Value::Int(2));
+    assert_eq!(count(&b), Value::Int(1));
+    // A stream's counters hold a bounded number of names.
+    let m = Mapping::compile("root = count(this.string())", &a).unwrap();
+    let limit = functions::Counters::SCOPED_NAMES as i64;
+    for i in 1..limit {
+        m.query_value(&Value::Int(i)).unwrap();
+    }
+    let err = m
+        .query_value(&Value::Int(limit + 1))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("counter names"), "{err}");
+    m.query_value(&Value::Int(1)).unwrap();
+}

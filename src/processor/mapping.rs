@@ -64,7 +64,27 @@ pub struct MappingProcessor(pub Mapping);
 #[async_trait]
 impl Processor for MappingProcessor {
     async fn process(&self, batch: Batch) -> Vec<Batch> {
-        processors::run_mapping(&self.0, batch)
+        run_off_serving_threads(&self.0, batch, processors::run_mapping).await
+    }
+}
+
+/// Runs `run` over the batch: inline for the operator's mappings, on the blocking pool for
+/// a tenant's (those with a time budget), so that one slow tenant holds none of the
+/// threads that serve everyone's requests.
+pub(crate) async fn run_off_serving_threads(
+    mapping: &Mapping,
+    batch: Batch,
+    run: fn(&Mapping, Batch) -> Vec<Batch>,
+) -> Vec<Batch> {
+    if !mapping.is_budgeted() {
+        return run(mapping, batch);
+    }
+    let mapping = mapping.clone();
+    match tokio::task::spawn_blocking(move || run(&mapping, batch)).await {
+        Ok(out) => out,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Only when the runtime shuts down, with nothing left to deliver to.
+        Err(_) => Vec::new(),
     }
 }
 

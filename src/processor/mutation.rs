@@ -40,7 +40,7 @@ pub struct Mutation(pub Mapping);
 #[async_trait]
 impl Processor for Mutation {
     async fn process(&self, batch: Batch) -> Vec<Batch> {
-        processors::run_mutation(&self.0, batch)
+        super::mapping::run_off_serving_threads(&self.0, batch, processors::run_mutation).await
     }
 }
 

@@ -140,6 +140,14 @@ impl BuildProcessor for WorkflowConfig {
                     self.meta_path
                 )));
             }
+            // Each segment is a level of the document the results are written into.
+            if segs.len() > crate::value::MAX_DEPTH - 1 {
+                return Err(cx.error(format!(
+                    "`meta_path` has {} segments: at most {} fit within a document's depth",
+                    segs.len(),
+                    crate::value::MAX_DEPTH - 1
+                )));
+            }
             segs
         };
         Ok(Box::new(Workflow {

@@ -1,4 +1,4 @@
-//! Functions that read the environment: variables and files.
+//! Functions that read the environment: variables, files and the host's name.
 
 use crate::mapping::exec::{own, Ctx, V};
 use crate::mapping::program::FuncCall;
@@ -40,7 +40,21 @@ pub static SPECS: &[FunctionSpec] = &[
         needs_message: false,
         imp: file,
     },
+    FunctionSpec {
+        name: "hostname",
+        category: "Environment",
+        description: "The host name of the machine.",
+        params: &[],
+        examples: &[],
+        pure: false,
+        needs_message: false,
+        imp: hostname,
+    },
 ];
+
+fn hostname<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    own(gethostname::gethostname().to_string_lossy().into_owned())
+}
 
 fn env<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     match std::env::var(args.str(0)?) {

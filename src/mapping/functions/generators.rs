@@ -110,10 +110,9 @@ pub static SPECS: &[FunctionSpec] = &[
         &[],
         ts_unix_nano,
     ),
-    gen("hostname", "The host name of the machine.", &[], hostname),
     gen(
         "count",
-        "Increments and returns a counter shared by every mapping using the same name.",
+        "Increments and returns a counter shared by every mapping of the stream using the same name.",
         &[p("name")],
         count,
     ),
@@ -273,20 +272,58 @@ fn ts_unix_nano<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     own(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX))
 }
 
-fn hostname<'a>(_: &'a FuncCall, _: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
-    own(gethostname::gethostname().to_string_lossy().into_owned())
+/// Counters named by `count()`, shared across the operator's mappings as Bloblang's are.
+static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::unbounded);
+
+/// The counters `count()` increments, by name. Mappings that arrive as data get a set of
+/// their own (one per stream, see [`Env::with_counters`](crate::mapping::Env)) holding
+/// at most [`Counters::SCOPED_NAMES`] names, so one tenant can neither read nor move
+/// another's counters, nor grow the process by counting ever new names.
+#[derive(Debug)]
+pub struct Counters {
+    names: Mutex<HashMap<String, i64>>,
+    limit: usize,
 }
 
-/// Counters named by `count()`, shared across mappings as Bloblang's are.
-static COUNTERS: LazyLock<Mutex<HashMap<String, i64>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+impl Counters {
+    /// How many names a stream's own counters may hold.
+    pub const SCOPED_NAMES: usize = 10_000;
 
-fn count<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
-    let name = args.str(0)?;
-    let mut m = COUNTERS.lock();
-    let c = m.entry(name.to_string()).or_insert(0);
-    *c += 1;
-    own(*c)
+    /// The counters of one stream that arrived as data.
+    pub fn scoped() -> Self {
+        Counters {
+            names: Mutex::new(HashMap::new()),
+            limit: Self::SCOPED_NAMES,
+        }
+    }
+
+    fn unbounded() -> Self {
+        Counters {
+            names: Mutex::new(HashMap::new()),
+            limit: usize::MAX,
+        }
+    }
+
+    fn increment(&self, name: &str) -> Res<i64> {
+        let mut m = self.names.lock();
+        if let Some(c) = m.get_mut(name) {
+            *c += 1;
+            return Ok(*c);
+        }
+        if m.len() >= self.limit {
+            return Err(format!(
+                "more than {} counter names in one stream",
+                self.limit
+            ));
+        }
+        m.insert(name.to_owned(), 1);
+        Ok(1)
+    }
+}
+
+fn count<'a>(call: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
+    let counters = call.counters.as_deref().unwrap_or(&COUNTERS);
+    own(counters.increment(args.str(0)?)?)
 }
 
 fn counter<'a>(call: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {

@@ -9,7 +9,9 @@ mod values;
 
 use super::spec::FunctionSpec;
 
-/// The functions that read the host (environment variables, files): what a mapping that
+pub use generators::Counters;
+
+/// The functions that read the host (environment variables, files, its name): what a mapping that
 /// arrives as data must not reach.
 pub fn host() -> impl Iterator<Item = &'static str> {
     environment::SPECS.iter().map(|f| f.name)

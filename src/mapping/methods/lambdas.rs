@@ -5,12 +5,9 @@ use crate::mapping::program::{Lambda, MethodCall};
 use crate::mapping::spec::{
     describe, ex, lambda, lazy_method, p, Default, Kind, MethodSpec, Param,
 };
-use crate::value::{Object, Value};
+use crate::value::{Object, Value, MAX_DEPTH};
 
 const CAT: &str = "Object & Array Manipulation";
-
-/// How deep a value built by a loop may nest.
-pub(crate) const MAX_VALUE_NESTING: usize = 256;
 
 const OPT_LAMBDA: Param = Param {
     name: "compare",
@@ -257,10 +254,8 @@ fn fold<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         tally = call_lambda(l, &ctx_val, cx)?.into_owned();
         // A fold can nest its tally once per item; values that deep would overflow the
         // stack when written out or dropped.
-        if tally.nesting_exceeds(MAX_VALUE_NESTING) {
-            return Err(call.err(format!(
-                "the tally nests deeper than {MAX_VALUE_NESTING} levels"
-            )));
+        if tally.nesting_exceeds(MAX_DEPTH) {
+            return Err(call.err(format!("the tally nests deeper than {MAX_DEPTH} levels")));
         }
     }
     Ok(V::Own(tally))

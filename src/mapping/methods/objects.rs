@@ -223,8 +223,12 @@ fn get<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn set<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    let mut out = v.clone();
     let path = split_path(args.str(0)?);
+    // The path comes from data: refuse it before building a value too deep to drop.
+    args.get(1)
+        .check_depth(path.len())
+        .map_err(|e| e.to_string())?;
+    let mut out = v.clone();
     // Through arrays a segment is a position, as the reference's paths read them.
     let mut cur = &mut out;
     for seg in &path {

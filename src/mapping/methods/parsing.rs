@@ -206,8 +206,26 @@ fn yaml_to_value(y: serde_yaml::Value) -> Value {
 }
 
 fn parse_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
+    let text = raw(v)?;
+    // The YAML scanner's work per token grows with the flow collections open, and the
+    // whole text is scanned before the parser's own depth limit applies: refuse deep
+    // flow nesting first. Brackets inside strings count too, which only ever refuses
+    // text nested absurdly deep anyway.
+    let mut depth = 0usize;
+    for b in text.iter() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > crate::value::MAX_DEPTH {
+                    return Err(format!("failed to parse YAML: {}", crate::value::TooDeep));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
     let y: serde_yaml::Value =
-        serde_yaml::from_slice(&raw(v)?).map_err(|e| format!("failed to parse YAML: {e}"))?;
+        serde_yaml::from_slice(&text).map_err(|e| format!("failed to parse YAML: {e}"))?;
     own(yaml_to_value(y))
 }
 
@@ -677,7 +695,7 @@ fn format_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let out = rmp_serde::from_slice::<Value>(&raw(v)?)
         .map_err(|e| format!("failed to parse MessagePack: {e}"))?;
-    if out.nesting_exceeds(super::lambdas::MAX_VALUE_NESTING) {
+    if out.nesting_exceeds(crate::value::MAX_DEPTH) {
         return Err("failed to parse MessagePack: nested too deeply".into());
     }
     own(out)
@@ -759,7 +777,7 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             .map_err(|e| format!("failed to parse XML: {e}"))?
         {
             Event::Start(e) => {
-                if stack.len() >= super::lambdas::MAX_VALUE_NESTING {
+                if stack.len() >= crate::value::MAX_DEPTH {
                     return Err("failed to parse XML: nested too deeply".into());
                 }
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
@@ -839,7 +857,7 @@ fn xml_element(
     indent: Option<&str>,
     out: &mut String,
 ) -> Res<()> {
-    if depth > super::lambdas::MAX_VALUE_NESTING {
+    if depth > crate::value::MAX_DEPTH {
         return Err("value nests too deeply for XML".into());
     }
     if let Value::Array(items) = v {
