@@ -141,6 +141,10 @@ pub async fn serve(
             return 1;
         }
     };
+    // The organisations' quotas are the dashboard's; its gateway enforces those it runs.
+    let mut gw = gw;
+    gw.streaming.org_max_client_streams = db.quotas.max_client_streams;
+    gw.streaming.org_max_inflight_bytes = db.quotas.max_inflight_bytes;
     init_logging(&gw.logger);
     // One store for both when they name the same one: the gateway sees the dashboard's
     // APIs and keys.

@@ -23,6 +23,8 @@ pub const CONNECTION_ATTEMPTS: &str = "sluice_output_connection_attempts_total";
 pub const CONNECTION_ERRORS: &str = "sluice_output_connection_errors_total";
 pub const RETRIES: &str = "sluice_component_retries_total";
 pub const STREAM_ACTIVE: &str = "sluice_stream_active";
+/// Streams stopped for good because an input gave up connecting (label `stream`).
+pub const STREAM_FAILURES: &str = "sluice_stream_failures_total";
 
 // Stream analytics of the HTTP stream routes (SSE, raw streams, WebSocket, GET), labelled
 // with the standard labels plus `route` (from config) and `transport`.
@@ -186,6 +188,11 @@ fn describe() {
         "Batches sent again after a failed delivery."
     );
     describe_gauge!(STREAM_ACTIVE, "1 while a stream runs.");
+    describe_counter!(
+        STREAM_FAILURES,
+        Unit::Count,
+        "Streams stopped because an input gave up connecting."
+    );
     describe_counter!(
         HTTP_STREAM_CONNECTION_ATTEMPTS,
         Unit::Count,

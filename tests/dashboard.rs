@@ -1105,3 +1105,102 @@ async fn the_mapping_playground_runs_sandboxed_and_places_problems() {
     assert_eq!(anonymous.0, 401);
     db.stop().await;
 }
+
+/// A streaming API `id` at `/{id}/` with `streams` streams, each a generator whose input
+/// settings are `generate`.
+fn generator_api(id: &str, streams: usize, generate: &str) -> String {
+    let mut text = format!(
+        "openapi: 3.0.3\ninfo:\n  title: {id}\n  version: \"1.0\"\npaths: {{}}\nx-sluice-api-gateway:\n  info:\n    id: {id}\n    name: {id}\n  server:\n    listenPath:\n      value: /{id}/\n      strip: true\nx-sluice-streaming:\n  streams:\n"
+    );
+    for i in 0..streams {
+        text.push_str(&format!(
+            "    s{i}:\n      input:\n        generate:\n{generate}      output:\n        drop: {{}}\n"
+        ));
+    }
+    text
+}
+
+#[tokio::test]
+async fn posted_streams_are_bounded_and_each_organisation_held_to_its_quotas() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("quotas.db").display());
+    let extra = format!(
+        "{}quotas:\n  max_streaming_apis: 2\n  max_streams: 3\n",
+        config(10)
+    );
+    let db = Db::start(tmp.path(), &store, &extra, ADMIN_KEY).await;
+    let post = |path: &str, body: String| {
+        db.req(Method::POST, path)
+            .header("content-type", STREAMS)
+            .body(body)
+    };
+
+    // A batch of four billion messages is refused where it is written, dry run or not.
+    let huge = "          payload: x\n          batch_size: 4000000000\n";
+    for path in ["/api/apis/streams?dry_run=true", "/api/apis/streams"] {
+        let r = send(post(path, generator_api("huge", 1, huge))).await;
+        assert_error(&r, 422, "batch_size");
+        let problem = &r.1["Errors"][0];
+        assert_eq!(
+            problem["path"], "x-sluice-streaming.streams.s0.input.generate.batch_size",
+            "{}",
+            r.1
+        );
+        assert!(
+            problem["message"].as_str().unwrap().contains("10000"),
+            "{}",
+            r.1
+        );
+        // The line of `batch_size:` in the posted text.
+        assert_eq!(problem["line"], 20, "{}", r.1);
+    }
+    assert_error(
+        &send(db.req(Method::GET, "/api/apis/streams/huge")).await,
+        404,
+        "not found",
+    );
+    // Every other kind of field is held the same way.
+    let slow = "          payload: x\n          interval: 1000h\n";
+    let r = send(post("/api/apis/streams", generator_api("slow", 1, slow))).await;
+    assert_error(&r, 422, "interval");
+
+    // Within the bounds: two streams, then one more, make the quota of three.
+    let fine = "          payload: x\n          interval: 1s\n";
+    assert_outcome(
+        &send(post("/api/apis/streams", generator_api("a", 2, fine))).await,
+        201,
+    );
+    assert_error(
+        &send(post("/api/apis/streams", generator_api("b", 2, fine))).await,
+        403,
+        "quotas.max_streams",
+    );
+    assert_outcome(
+        &send(post("/api/apis/streams", generator_api("b", 1, fine))).await,
+        201,
+    );
+    // A third API is past `max_streaming_apis`, dry runs aside.
+    assert_error(
+        &send(post("/api/apis/streams", generator_api("c", 1, fine))).await,
+        403,
+        "quotas.max_streaming_apis",
+    );
+    // Replacing an API counts it once.
+    let replaced = send(
+        db.req(Method::PUT, "/api/apis/streams/a")
+            .header("content-type", STREAMS)
+            .body(generator_api("a", 2, fine)),
+    )
+    .await;
+    assert_outcome(&replaced, 200);
+    // Room made by deleting is room to use.
+    assert_outcome(
+        &send(db.req(Method::DELETE, "/api/apis/streams/b")).await,
+        200,
+    );
+    assert_outcome(
+        &send(post("/api/apis/streams", generator_api("c", 1, fine))).await,
+        201,
+    );
+    db.stop().await;
+}

@@ -569,3 +569,68 @@ x-sluice-streaming:
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+#[tokio::test]
+async fn a_posted_stream_whose_input_cannot_connect_is_stopped_and_reported() {
+    let config = format!("{STREAMING_ON}  max_connect_failures: 2\n");
+    let gw = Gw::start(&[], &config).await;
+    // Nothing listens on port 1: every connection attempt is refused at once.
+    let doc = r#"openapi: 3.0.3
+info: {title: dead, version: "1"}
+paths: {}
+x-sluice-api-gateway:
+  info: {id: dead, name: dead}
+  server:
+    listenPath: {value: /dead, strip: true}
+x-sluice-streaming:
+  streams:
+    main:
+      input:
+        nats: {urls: ["nats://127.0.0.1:1"], subject: nowhere}
+      output:
+        http_server: {stream_path: /events}
+"#;
+    let posted: Value = serde_yaml::from_str(doc).unwrap();
+    let r = gw
+        .admin(Method::POST, "/sluice/apis")
+        .json(&posted)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let started = std::time::Instant::now();
+    let reason = loop {
+        let apis = gw.apis().await;
+        let failed = apis["apis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["id"] == "dead")
+            .map(|a| a["failed_streams"]["main"].clone());
+        if let Some(Value::String(reason)) = failed {
+            break reason;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the stream was never reported: {apis}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(reason.contains("failed to connect 2 times"), "{reason}");
+    // The failure is counted where Prometheus reads it.
+    let metrics = gw
+        .http
+        .get(gw.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("sluice_stream_failures_total") && l.contains("dead.main")),
+        "{metrics}"
+    );
+}

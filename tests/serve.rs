@@ -312,3 +312,136 @@ async fn gateway_keys_made_in_the_dashboard_open_and_close_an_api() {
         .unwrap();
     assert_eq!(again.status(), 404);
 }
+
+/// A streaming API whose one stream runs an instance per `?user=`.
+fn per_client_api(id: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: {id}, version: "1.0"}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: {id}, name: {id}}}
+  server:
+    listenPath: {{value: /{id}/, strip: true}}
+x-sluice-streaming:
+  streams:
+    mine:
+      input:
+        generate: {{payload: "for $sluice_context.request_data_user", interval: 1s}}
+      output:
+        http_server: {{stream_path: /events}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn an_organisation_is_held_to_its_instances_and_in_flight_memory() {
+    const KEY: &str = "serve-admin-key-quotas-0123";
+    let dir = tempfile::tempdir().unwrap();
+    let (db_port, gw_port) = (common::free_port(), common::free_port());
+    let _child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("SLUICE_DB_ADMIN_KEY", KEY)
+        .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
+        .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .env("SLUICE_DB_QUOTAS_MAX_CLIENT_STREAMS", "2")
+        .env("SLUICE_DB_QUOTAS_MAX_INFLIGHT_BYTES", "1000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let post = |doc: String| {
+        http.post(format!("http://127.0.0.1:{db_port}/api/apis/streams"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/vnd.sluice.streams.oas")
+            .body(doc)
+            .send()
+    };
+    let sink = r#"openapi: 3.0.3
+info: {title: sink, version: "1.0"}
+paths: {}
+x-sluice-api-gateway:
+  info: {id: sink, name: sink}
+  server:
+    listenPath: {value: /sink/, strip: true}
+x-sluice-streaming:
+  streams:
+    main:
+      input:
+        http_server: {path: /in, allowed_verbs: [POST]}
+      output:
+        drop: {}
+"#;
+    let created = loop {
+        match post(sink.to_owned()).await {
+            Ok(r) => break r,
+            Err(_) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "serve did not come up"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(created.status(), 201);
+    for id in ["inbox", "outbox"] {
+        let r = post(per_client_api(id)).await.unwrap();
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+    let gw = |path: &str| format!("http://127.0.0.1:{gw_port}{path}");
+    // What fits in the organisation's in-flight memory is delivered.
+    let small = loop {
+        let r = http
+            .post(gw("/sink/in"))
+            .body("x".repeat(500))
+            .send()
+            .await
+            .unwrap();
+        if r.status() != 404 {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the sink is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(small.status(), 200);
+    // A read larger than all of it is refused, and says why.
+    let big = http
+        .post(gw("/sink/in"))
+        .body("x".repeat(2000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(big.status(), 502);
+    let why = big.text().await.unwrap();
+    assert!(why.contains("in-flight memory quota"), "{why}");
+
+    // Two per-client instances across the organisation's APIs, then a clear refusal.
+    let open = |path: String| {
+        let http = http.clone();
+        async move { http.get(path).send().await.unwrap() }
+    };
+    let alice = open(gw("/inbox/events?user=alice")).await;
+    assert_eq!(alice.status(), 200);
+    let bob = open(gw("/outbox/events?user=bob")).await;
+    assert_eq!(bob.status(), 200);
+    let carol = open(gw("/inbox/events?user=carol")).await;
+    assert_eq!(carol.status(), 429);
+    let body: serde_json::Value = carol.json().await.unwrap();
+    let message = body["error"].as_str().unwrap_or_default();
+    assert!(message.contains("max_client_streams"), "{body}");
+    // A client of a running instance is still served.
+    let again = open(gw("/inbox/events?user=alice")).await;
+    assert_eq!(again.status(), 200);
+    let mut events = alice.bytes_stream();
+    let first = events.next().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    drop((bob, again));
+}

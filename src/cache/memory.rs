@@ -29,7 +29,8 @@ pub struct MemoryCacheConfig {
     pub init_values: BTreeMap<String, String>,
     /// Accepted for compatibility: the cache is sharded internally.
     pub shards: u64,
-    /// The most entries kept; past it the least recently used are evicted. `0` for no cap.
+    /// The most entries kept; past it the least recently used are evicted. `0` for the
+    /// largest cap allowed ([`MAX_ENTRIES`]).
     pub max_entries: u64,
 }
 
@@ -63,6 +64,9 @@ impl BuildCache for MemoryCacheConfig {
     }
 }
 
+/// The most entries a memory cache keeps, whatever its config says (`0` asks for it).
+pub const MAX_ENTRIES: u64 = 1_000_000;
+
 impl MemoryCacheConfig {
     fn cache(&self) -> Result<MemoryCache, String> {
         if self.shards == 0 {
@@ -70,9 +74,12 @@ impl MemoryCacheConfig {
         }
         let default_ttl = (!self.default_ttl.is_zero()).then_some(self.default_ttl.0);
         let mut builder = Moka::builder().expire_after(Expiring { default_ttl });
-        if self.max_entries > 0 {
-            builder = builder.max_capacity(self.max_entries);
-        }
+        // Never unbounded: a cache fed by what clients send would grow with them.
+        let cap = match self.max_entries {
+            0 => MAX_ENTRIES,
+            n => n.min(MAX_ENTRIES),
+        };
+        builder = builder.max_capacity(cap);
         let cache = MemoryCache {
             entries: builder.build(),
             default_ttl,

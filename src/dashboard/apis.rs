@@ -520,6 +520,10 @@ async fn save(
     }
     paths.refresh(&ctx.state.store).await?;
     paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
+    if kind == Kind::Streams {
+        // Under the write lock, so that two writes cannot both pass on the last place.
+        check_quotas(ctx, doc, &prepared.id).await?;
+    }
     let api = StoredApi {
         id: prepared.id.clone(),
         org_id: ctx.caller.org_id.clone(),
@@ -539,6 +543,44 @@ async fn save(
         )
         .await;
     ctx.state.api_changed.notify_one();
+    Ok(())
+}
+
+/// The streams a stored or posted document defines.
+fn stream_count(doc: &Value) -> usize {
+    doc.get(STREAMING_EXTENSION)
+        .and_then(|ext| ext.get("streams"))
+        .and_then(Value::as_object)
+        .map_or(0, |streams| streams.len())
+}
+
+/// 403 when writing `doc` as the API `id` would take the caller's organisation past its
+/// quotas (`quotas.max_streaming_apis`, `quotas.max_streams`); the API it replaces does
+/// not count.
+async fn check_quotas(ctx: &Ctx, doc: &Value, id: &str) -> Result<(), ApiError> {
+    let quotas = &ctx.state.config.quotas;
+    let (mut apis, mut streams) = (1, stream_count(doc));
+    for api in ctx.state.store.list_apis_of_org(&ctx.caller.org_id).await? {
+        let Ok(other) = serde_json::from_str::<Value>(&api.document) else {
+            continue;
+        };
+        if api.id != id && Kind::of(&other) == Kind::Streams {
+            apis += 1;
+            streams += stream_count(&other);
+        }
+    }
+    if apis > quotas.max_streaming_apis {
+        return Err(ApiError::Forbidden(format!(
+            "quota `quotas.max_streaming_apis` reached: an organisation may have {} streaming APIs",
+            quotas.max_streaming_apis
+        )));
+    }
+    if streams > quotas.max_streams {
+        return Err(ApiError::Forbidden(format!(
+            "quota `quotas.max_streams` reached: an organisation may have {} streams across its streaming APIs, and this would make {streams}",
+            quotas.max_streams
+        )));
+    }
     Ok(())
 }
 

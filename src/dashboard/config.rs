@@ -45,6 +45,37 @@ pub struct DashboardConfig {
     pub webhooks: DeliveryConfig,
     pub console: ConsoleConfig,
     pub logger: LoggerConfig,
+    /// What one organisation's streaming APIs may hold.
+    pub quotas: QuotasConfig,
+}
+
+/// Per-organisation quotas on streaming APIs. Every organisation gets the same; each is
+/// checked where it applies: the counts when an API is written, the instances and the
+/// memory by the gateway that runs the streams (`sluice serve` hands it these).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QuotasConfig {
+    /// Streaming APIs one organisation may have.
+    pub max_streaming_apis: usize,
+    /// Streams (entries of `x-sluice-streaming.streams`) across one organisation's APIs.
+    pub max_streams: usize,
+    /// Per-client stream instances (`$sluice_context`) running at once for one
+    /// organisation, across its APIs.
+    pub max_client_streams: usize,
+    /// Bytes of messages one organisation's streams may hold in flight (read and not yet
+    /// delivered); a read past it waits until earlier messages are delivered.
+    pub max_inflight_bytes: usize,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        QuotasConfig {
+            max_streaming_apis: 50,
+            max_streams: 200,
+            max_client_streams: 200,
+            max_inflight_bytes: 256 * 1024 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
@@ -176,6 +207,15 @@ const OVERRIDABLE: Overridable = Overridable {
             ],
         ),
         ("logger", &["level", "format"]),
+        (
+            "quotas",
+            &[
+                "max_streaming_apis",
+                "max_streams",
+                "max_client_streams",
+                "max_inflight_bytes",
+            ],
+        ),
     ],
     top_level: &["secret"],
 };
@@ -245,6 +285,16 @@ impl DashboardConfig {
         }
         if self.webhooks.concurrency == 0 {
             errors.push(ConfigError::new("must be above zero").at(at("webhooks.concurrency")));
+        }
+        for (key, value) in [
+            ("quotas.max_streaming_apis", self.quotas.max_streaming_apis),
+            ("quotas.max_streams", self.quotas.max_streams),
+            ("quotas.max_client_streams", self.quotas.max_client_streams),
+            ("quotas.max_inflight_bytes", self.quotas.max_inflight_bytes),
+        ] {
+            if value == 0 {
+                errors.push(ConfigError::new("must be above zero").at(at(key)));
+            }
         }
         if self.store.url.trim().is_empty() {
             errors.push(ConfigError::new("must not be empty").at(at("store.url")));
@@ -329,6 +379,22 @@ mod tests {
         assert_eq!(c.console.redact, ["x-trace-token"]);
         let e = parse("db.yaml", "console:\n  redcat: []\n", &[]).unwrap_err();
         assert!(e.to_string().contains("db.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn quotas_have_defaults_and_are_overridden() {
+        let c = parse("db.yaml", "", &[]).unwrap();
+        assert_eq!(c.quotas, QuotasConfig::default());
+        let c = parse(
+            "db.yaml",
+            "quotas:\n  max_streams: 3\n",
+            &env(&[("SLUICE_DB_QUOTAS_MAX_STREAMING_APIS", "2")]),
+        )
+        .unwrap();
+        assert_eq!((c.quotas.max_streaming_apis, c.quotas.max_streams), (2, 3));
+        let e = parse("db.yaml", "quotas:\n  max_client_streams: 0\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("db.yaml:2:"), "{e}");
+        assert!(e.to_string().contains("quotas.max_client_streams"), "{e}");
     }
 
     #[test]

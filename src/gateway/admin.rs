@@ -224,6 +224,7 @@ fn list_apis(gw: &Shared) -> HttpResponse {
                 "source": a.source,
                 "streams": a.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
                 "client_streams": gw.streams.client_streams(&a.id),
+                "failed_streams": gw.streams.failed_streams(&a.id),
             })
         })
         .collect();

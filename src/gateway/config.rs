@@ -157,6 +157,14 @@ pub struct StreamingConfig {
     pub max_client_streams: usize,
     /// A per-client instance that no client used for this long is stopped.
     pub client_idle_timeout: Duration,
+    /// Per-client stream instances one organisation's APIs may run at once, together.
+    pub org_max_client_streams: usize,
+    /// Bytes of messages one organisation's streams may hold in flight, together; a read
+    /// past it waits until earlier messages are delivered.
+    pub org_max_inflight_bytes: usize,
+    /// Failed connection attempts in a row after which an input of a posted stream gives
+    /// up and its stream stops (reported in `/sluice/apis` as `failed_streams`).
+    pub max_connect_failures: u32,
 }
 
 impl Default for StreamingConfig {
@@ -167,6 +175,9 @@ impl Default for StreamingConfig {
             drain_timeout: Duration::from_secs(10),
             max_client_streams: 1000,
             client_idle_timeout: Duration::from_secs(60),
+            org_max_client_streams: 200,
+            org_max_inflight_bytes: 256 * 1024 * 1024,
+            max_connect_failures: 10,
         }
     }
 }
@@ -292,6 +303,9 @@ const OVERRIDABLE: Overridable = Overridable {
                 "drain_timeout",
                 "max_client_streams",
                 "client_idle_timeout",
+                "org_max_client_streams",
+                "org_max_inflight_bytes",
+                "max_connect_failures",
             ],
         ),
         (

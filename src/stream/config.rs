@@ -484,7 +484,9 @@ fn root_from_document(doc: Document, default_stream: &str) -> Result<FileRoot, C
             // Config unit tests are run by `sluice test`, not by the runtime.
             "tests" => {}
             k if super::resources::KEYS.contains(&k) => {
-                take(root.resources.read(&doc, k, value, k));
+                let read = root.resources.read(&doc, k, value, k);
+                super::bounds::check_field(&doc, "", k, value, k, &mut errors);
+                errors.extend(read.err());
             }
             k if STREAM_KEYS.contains(&k) => has_top_stream = true,
             other => errors.push(unknown_key(&doc, key_node, other, "", ROOT_KEYS)),
@@ -554,6 +556,10 @@ fn stream_fields(
     for (key_node, value) in node.entries() {
         let key = key_node.as_str().unwrap_or_default();
         let p = de::join(path, key);
+        // Top-level resources of a file are checked with the file's other keys.
+        if STREAM_KEYS.contains(&key) && !(at_root && super::resources::KEYS.contains(&key)) {
+            super::bounds::check_field(doc, "", key, value, &p, &mut errors);
+        }
         match key {
             "input" => match de::from_node::<InputConfig>(doc, value, &p) {
                 Ok(v) => input = Some(v),

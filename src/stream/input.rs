@@ -23,6 +23,8 @@ use crate::component::{ConnectorError, ErrorKind, Input, ReadBatch, SourceAck};
 use crate::message::{batch_bytes, Ack, Batch, Outcome, ReplySlot, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
 
+use super::budget::{MemoryBudget, NoRoom};
+use super::failures::GiveUp;
 use super::readiness::Readiness;
 
 /// Batches read but not yet settled with their source.
@@ -74,6 +76,8 @@ struct Read {
     backoff: Option<Backoff>,
     /// Held from the read until the batch is settled: its room in the resend queue.
     permit: Option<OwnedSemaphorePermit>,
+    /// Held from the read until the batch is settled: its bytes in the memory budget.
+    held: Option<OwnedSemaphorePermit>,
 }
 
 /// Failed batches waiting out their back-off, earliest first (a counter keeps batches due
@@ -104,6 +108,12 @@ pub struct InputNode {
     pub input: Box<dyn Input>,
     pub metrics: NodeMetrics,
     pub inflight: Arc<InFlight>,
+    /// The in-flight memory this stream shares with others, if it is held to one.
+    pub budget: Option<Arc<MemoryBudget>>,
+    /// When to stop trying to connect, if ever.
+    pub give_up: Option<GiveUp>,
+    /// The stream's name, under which a give-up is recorded.
+    pub stream: Arc<str>,
 }
 
 /// Who sends a failed batch again.
@@ -202,11 +212,29 @@ impl InputNode {
                             ack(Outcome::Filtered);
                             continue;
                         }
+                        let bytes = batch_bytes(&batch);
                         self.metrics.received_messages.increment(batch.len() as u64);
-                        self.metrics.received_bytes.increment(batch_bytes(&batch) as u64);
+                        self.metrics.received_bytes.increment(bytes as u64);
                         self.metrics.batch_size.record(batch.len() as f64);
+                        let held = match &self.budget {
+                            None => None,
+                            Some(budget) => match budget.reserve(bytes, &cancel).await {
+                                Ok(held) => Some(held),
+                                Err(e @ NoRoom::TooLarge { .. }) => {
+                                    error!(error = %e, "Read refused: over the in-flight memory quota.");
+                                    self.metrics.discarded("memory_quota", batch.len() as u64);
+                                    ack(Outcome::rejected(e.to_string()));
+                                    continue;
+                                }
+                                Err(e @ NoRoom::Stopped) => {
+                                    ack(Outcome::errored(e.to_string()));
+                                    reading = false;
+                                    continue;
+                                }
+                            },
+                        };
                         self.inflight.inc();
-                        let read = Read { batch, ack, reply, backoff: None, permit: permit.take() };
+                        let read = Read { batch, ack, reply, backoff: None, permit: permit.take(), held };
                         let t = self.transaction(read, resend, &retry_tx);
                         self.metrics.sent_messages.increment(t.batch.len() as u64);
                         if tx.send(t).await.is_err() {
@@ -261,6 +289,22 @@ impl InputNode {
                 Err(e) if e.kind == ErrorKind::EndOfInput => return false,
                 Err(e) => {
                     self.metrics.error(Stage::Connect);
+                    if let Some(give_up) = &self.give_up {
+                        if backoff.attempts() + 1 >= give_up.after {
+                            let reason = format!(
+                                "the input failed to connect {} times in a row and gave up: {e}",
+                                give_up.after
+                            );
+                            error!(stream = %self.stream, error = %e, attempts = give_up.after, "Input gave up connecting; the stream is stopped.");
+                            metrics::counter!(
+                                crate::metrics::STREAM_FAILURES,
+                                "stream" => self.stream.to_string()
+                            )
+                            .increment(1);
+                            give_up.failures.record(&self.stream, reason);
+                            return false;
+                        }
+                    }
                     let delay = backoff.next_delay().unwrap_or_default();
                     warn!(error = %e, retry_in = ?delay, "Input failed to connect.");
                     tokio::select! {
@@ -287,6 +331,7 @@ impl InputNode {
             reply,
             backoff,
             permit,
+            held,
         } = read;
         let inflight = self.inflight.clone();
         let metrics = self.metrics.clone();
@@ -295,7 +340,10 @@ impl InputNode {
             inflight.dec();
         };
         let callback: Box<dyn FnOnce(Outcome, Option<Batch>) + Send> = if resend == Resend::Source {
-            Box::new(move |outcome, _| settle(source_ack, outcome))
+            Box::new(move |outcome, _| {
+                settle(source_ack, outcome);
+                drop(held);
+            })
         } else {
             let copy = (resend == Resend::Copy).then(|| batch.clone());
             let n = batch.len();
@@ -312,6 +360,7 @@ impl InputNode {
                             reply: retry_reply,
                             backoff,
                             permit,
+                            held,
                         };
                         match retry_tx.try_send(retry) {
                             Ok(()) => {}

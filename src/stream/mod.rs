@@ -2,7 +2,10 @@
 //! tree) joined by bounded channels, started as tasks, and stopped with a drain deadline.
 
 mod attached;
+pub mod bounds;
+pub mod budget;
 pub mod config;
+pub mod failures;
 mod input;
 pub mod manager;
 mod output;
@@ -70,6 +73,11 @@ pub struct StreamEnv {
     pub shutdown: CancellationToken,
     /// The resources shared by the streams (those at the top of their config file).
     pub resources: Arc<Resources>,
+    /// The in-flight memory the streams share with others (their organisation's), if
+    /// they are held to one.
+    pub budget: Option<Arc<budget::MemoryBudget>>,
+    /// When inputs stop trying to connect; unset, they try for as long as the stream runs.
+    pub give_up: Option<failures::GiveUp>,
 }
 
 impl StreamEnv {
@@ -79,7 +87,21 @@ impl StreamEnv {
             readiness: Arc::new(Readiness::default()),
             shutdown: CancellationToken::new(),
             resources: Arc::default(),
+            budget: None,
+            give_up: None,
         }
+    }
+
+    /// The same environment with inputs that give up connecting as `give_up` says.
+    pub fn with_give_up(mut self, give_up: Option<failures::GiveUp>) -> Self {
+        self.give_up = give_up;
+        self
+    }
+
+    /// The same environment with its streams' reads held to `budget`.
+    pub fn with_budget(mut self, budget: Option<Arc<budget::MemoryBudget>>) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// The same environment with `config`'s resources built and shared by its streams.
@@ -121,6 +143,8 @@ impl Stream {
             readiness: Arc::new(Readiness::default()),
             shutdown: CancellationToken::new(),
             resources,
+            budget: None,
+            give_up: None,
         };
         Self::build_all(name, config, &env)
             .err()
@@ -313,6 +337,9 @@ fn build_inputs(
                 id,
                 input,
                 inflight: Arc::new(InFlight::default()),
+                budget: env.budget.clone(),
+                give_up: env.give_up.clone(),
+                stream: cx.stream.clone(),
             });
         }
         InputBuild::Merge(children) => {

@@ -11,14 +11,16 @@ use bytes::Bytes;
 use http::StatusCode;
 use parking_lot::Mutex;
 use serde_json::Value;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::yaml::Document;
 use crate::gateway::api::streaming::ApiStream;
 use crate::gateway::api::{node_of, Api};
 use crate::gateway::middleware::error;
 use crate::http::{self as h, HttpResponse};
+use crate::stream::budget::MemoryBudget;
 use crate::stream::config::stream_from_node;
+use crate::stream::failures::GiveUp;
 use crate::stream::{RunningStream, Stream, StreamEnv};
 
 /// One running instance.
@@ -50,6 +52,18 @@ impl Drop for Active {
     }
 }
 
+/// What bounds the instances of one API.
+pub struct Limits {
+    /// Instances the API may run at once.
+    pub api: usize,
+    /// The organisation's quota on instances, when its APIs run that many already.
+    pub org_full: Option<usize>,
+    /// The organisation's in-flight memory, which new instances share.
+    pub budget: Option<Arc<MemoryBudget>>,
+    /// When the instances' inputs stop trying to connect.
+    pub give_up: Option<GiveUp>,
+}
+
 /// The instances of one API, by stream and resolved config.
 #[derive(Default)]
 pub struct Clients {
@@ -64,14 +78,21 @@ impl Clients {
         api: &Api,
         stream: &ApiStream,
         resolved: &Value,
-        max: usize,
+        limits: &Limits,
     ) -> Result<Arc<Instance>, HttpResponse> {
         let key = (stream.name.clone(), resolved.to_string());
         let mut instances = self.instances.lock();
         if let Some(found) = instances.get(&key) {
             return Ok(found.clone());
         }
-        if instances.len() >= max {
+        if let Some(quota) = limits.org_full {
+            warn!(api_id = %api.id, stream = %stream.name, quota, "Per-client stream refused: the organisation's quota is reached.");
+            return Err(error(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!("the organisation's quota of {quota} per-client stream instances (`max_client_streams`) is reached; try again once one is idle"),
+            ));
+        }
+        if instances.len() >= limits.api {
             return Err(error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many per-client streams run for this API; try again later",
@@ -90,7 +111,9 @@ impl Clients {
             read()
         }
         .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
-        let env = StreamEnv::standalone();
+        let env = StreamEnv::standalone()
+            .with_budget(limits.budget.clone())
+            .with_give_up(limits.give_up.clone());
         let name = format!("{}.{}", api.id, stream.name);
         let built = Stream::build(&name, &config, &env)
             .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;

@@ -27,11 +27,15 @@ use super::api::Api;
 use super::middleware::error;
 use super::table::Table;
 use crate::http::{self as h, HttpRequest, HttpResponse};
+use crate::stream::budget::MemoryBudget;
+use crate::stream::failures::GiveUp;
 use crate::stream::manager::Manager;
 use crate::stream::StreamEnv;
 
 /// The running streams of one API.
 struct ApiStreams {
+    /// The organisation that owns the API, whose quotas its streams count against.
+    org: String,
     env: StreamEnv,
     /// The streams running, by name, with the config each was started from.
     running: tokio::sync::Mutex<(Manager, BTreeMap<String, Value>)>,
@@ -64,6 +68,12 @@ pub struct StreamSettings {
     pub max_client_streams: usize,
     /// A per-client instance no client used for this long is stopped.
     pub client_idle_timeout: Duration,
+    /// Per-client instances one organisation's APIs may run at once, together.
+    pub org_max_client_streams: usize,
+    /// Bytes one organisation's streams may hold in flight, together.
+    pub org_max_inflight_bytes: usize,
+    /// Failed connections in a row after which an input of a posted stream gives up.
+    pub max_connect_failures: u32,
 }
 
 pub struct StreamHost {
@@ -76,6 +86,8 @@ pub struct StreamHost {
     /// Each with the index its thread was marked with ([`serving_thread`]).
     runtimes: RwLock<Vec<(usize, tokio::runtime::Handle)>>,
     next_runtime: std::sync::atomic::AtomicUsize,
+    /// Each organisation's in-flight memory, shared by all its streams.
+    budgets: parking_lot::Mutex<HashMap<String, Arc<MemoryBudget>>>,
 }
 
 impl StreamHost {
@@ -86,7 +98,27 @@ impl StreamHost {
             apis: RwLock::new(HashMap::new()),
             runtimes: RwLock::new(Vec::new()),
             next_runtime: std::sync::atomic::AtomicUsize::new(0),
+            budgets: parking_lot::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The in-flight memory of organisation `org`'s streams.
+    fn budget(&self, org: &str) -> Arc<MemoryBudget> {
+        self.budgets
+            .lock()
+            .entry(org.to_owned())
+            .or_insert_with(|| MemoryBudget::new(self.settings.org_max_inflight_bytes))
+            .clone()
+    }
+
+    /// The per-client instances organisation `org`'s APIs run now.
+    fn org_client_streams(&self, org: &str) -> usize {
+        self.apis
+            .read()
+            .values()
+            .filter(|s| s.org == org)
+            .map(|s| s.clients.len())
+            .sum()
     }
 
     /// Where streams started from now on run: the serving threads' runtimes, in turn,
@@ -146,6 +178,24 @@ impl StreamHost {
         }
     }
 
+    /// The streams of `api_id` that stopped for good, with why.
+    pub fn failed_streams(&self, api_id: &str) -> BTreeMap<String, String> {
+        let Some(streams) = self.apis.read().get(api_id).cloned() else {
+            return BTreeMap::new();
+        };
+        let Some(give_up) = &streams.env.give_up else {
+            return BTreeMap::new();
+        };
+        // Recorded under the full stream name; shown under the API's own.
+        let prefix = format!("{api_id}.");
+        give_up
+            .failures
+            .list()
+            .into_iter()
+            .map(|(name, why)| (name.strip_prefix(&prefix).unwrap_or(&name).to_owned(), why))
+            .collect()
+    }
+
     /// The per-client instances running for `api_id`.
     pub fn client_streams(&self, api_id: &str) -> usize {
         self.apis.read().get(api_id).map_or(0, |s| s.clients.len())
@@ -189,12 +239,19 @@ impl StreamHost {
                     return Ok(async move { resp }.boxed());
                 }
             };
-            let instance = match streams.clients.get_or_start(
-                api,
-                stream,
-                &resolved,
-                self.settings.max_client_streams,
-            ) {
+            let limits = clients::Limits {
+                api: self.settings.max_client_streams,
+                org_full: (posted(api)
+                    && self.org_client_streams(&streams.org)
+                        >= self.settings.org_max_client_streams)
+                    .then_some(self.settings.org_max_client_streams),
+                budget: streams.env.budget.clone(),
+                give_up: streams.env.give_up.clone(),
+            };
+            let instance = match streams
+                .clients
+                .get_or_start(api, stream, &resolved, &limits)
+            {
                 Ok(i) => i,
                 Err(resp) => return Ok(async move { resp }.boxed()),
             };
@@ -229,13 +286,21 @@ impl StreamHost {
             info!(api_id = %id, "Streams stopped: their API is gone.");
         }
         for api in table.apis().filter(|a| !a.streams.is_empty()) {
+            let budget = posted(api).then(|| self.budget(&api.org_id));
             let streams = self
                 .apis
                 .write()
                 .entry(api.id.clone())
                 .or_insert_with(|| {
-                    let env = StreamEnv::standalone();
+                    let give_up = posted(api).then(|| GiveUp {
+                        after: self.settings.max_connect_failures,
+                        failures: Arc::default(),
+                    });
+                    let env = StreamEnv::standalone()
+                        .with_budget(budget)
+                        .with_give_up(give_up);
                     Arc::new(ApiStreams {
+                        org: api.org_id.clone(),
                         running: tokio::sync::Mutex::new((
                             Manager::new(env.clone()),
                             BTreeMap::new(),
@@ -319,6 +384,9 @@ async fn sync_api(
         .collect();
     for name in stale {
         manager.stop(&stream_name(&api.id, &name), drain).await;
+        if let Some(give_up) = &streams.env.give_up {
+            give_up.failures.clear(&stream_name(&api.id, &name));
+        }
         configs.remove(&name);
         streams.homes.write().remove(&name);
         info!(api_id = %api.id, stream = %name, "Stream stopped.");
@@ -353,6 +421,12 @@ async fn sync_api(
             }
         }
     }
+}
+
+/// Whether an API came as data (through the dashboard or the gateway's API), so that
+/// its organisation's quotas apply; the operator's own files are trusted.
+fn posted(api: &Api) -> bool {
+    api.source.starts_with("store:") || api.source == "request"
 }
 
 /// A stream's name in logs and metrics: the API id and the stream's own name.
