@@ -141,6 +141,16 @@ pub async fn serve(
             return 1;
         }
     };
+    // Each refuses posted streams the other's listener as well as its own.
+    let (mut gw, mut db) = (gw, db);
+    gw.streaming
+        .egress
+        .also_own
+        .extend(crate::egress::listener_address(&db.listen.socket()));
+    db.streaming
+        .egress
+        .also_own
+        .extend(crate::egress::listener_address(&gw.listen.socket()));
     init_logging(&gw.logger);
     // One store for both when they name the same one: the gateway sees the dashboard's
     // APIs and keys.

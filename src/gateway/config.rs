@@ -157,6 +157,8 @@ pub struct StreamingConfig {
     pub max_client_streams: usize,
     /// A per-client instance that no client used for this long is stopped.
     pub client_idle_timeout: Duration,
+    /// Where the streams of posted APIs (from the store) may connect.
+    pub egress: crate::egress::EgressConfig,
 }
 
 impl Default for StreamingConfig {
@@ -167,6 +169,7 @@ impl Default for StreamingConfig {
             drain_timeout: Duration::from_secs(10),
             max_client_streams: 1000,
             client_idle_timeout: Duration::from_secs(60),
+            egress: Default::default(),
         }
     }
 }
@@ -294,6 +297,7 @@ const OVERRIDABLE: Overridable = Overridable {
                 "client_idle_timeout",
             ],
         ),
+        ("streaming.egress", &["allow"]),
         (
             "proxy",
             &[
@@ -378,6 +382,12 @@ impl GatewayConfig {
                 );
             }
         }
+        if let Err(bad) = crate::egress::EgressPolicy::new(&self.streaming.egress) {
+            for (i, e) in bad {
+                let path = format!("streaming.egress.allow[{i}]");
+                errors.push(ConfigError::new(e.to_string()).at(at(&path)));
+            }
+        }
         if self.apps.poll_interval.is_zero() {
             errors.push(ConfigError::new("must be above zero").at(at("apps.poll_interval")));
         }
@@ -460,5 +470,49 @@ mod tests {
         assert!(e.to_string().contains("cert_file"), "{e}");
         let e = parse("gw.yaml", "redis:\n  url: http://x\n", &[]).unwrap_err();
         assert!(e.to_string().contains("gw.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn egress_entries_come_from_the_file_or_the_environment() {
+        let c = parse(
+            "gw.yaml",
+            "streaming:\n  egress:\n    allow: [10.0.0.0/8]\n",
+            &env(&[("SLUICE_GW_STREAMING_ENABLED", "true")]),
+        )
+        .unwrap();
+        assert_eq!(c.streaming.egress.allow, vec!["10.0.0.0/8"]);
+        assert!(c.streaming.enabled);
+        let c = parse(
+            "gw.yaml",
+            "",
+            &env(&[(
+                "SLUICE_GW_STREAMING_EGRESS_ALLOW",
+                "[127.0.0.1, 'db.internal:5432']",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.streaming.egress.allow,
+            vec!["127.0.0.1", "db.internal:5432"]
+        );
+        let e = parse(
+            "gw.yaml",
+            "streaming:\n  egress:\n    allow:\n      - 10.0.0.0/8\n      - 'bad host'\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("gw.yaml:5:") && e.contains("allow[1]"), "{e}");
+        let e = parse(
+            "gw.yaml",
+            "",
+            &env(&[("SLUICE_GW_STREAMING_EGRESS_DENY", "x")]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`deny` is not a key of `streaming.egress`"),
+            "{e}"
+        );
     }
 }

@@ -119,11 +119,20 @@ impl Gateway {
         let metrics = config.metrics.enabled.then(crate::metrics::install);
         let config_webhooks = config.webhooks.clone();
         let events = EventBus::default();
+        let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
+        // The config was checked when read: a bad entry cannot reach here, and the
+        // policy without entries refuses the most.
+        let egress = Arc::new(
+            crate::egress::EgressPolicy::new(&config.streaming.egress)
+                .unwrap_or_default()
+                .with_own_listener(address),
+        );
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
             options: api::CompileOptions {
                 allow_unsafe: config.streaming.allow_unsafe.clone(),
+                egress: Some(egress.clone()),
             },
         });
         let keys = Keys::new(
@@ -131,7 +140,6 @@ impl Gateway {
             config.keys.cache_ttl.0,
             config.secret.as_deref(),
         );
-        let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
         let shared = Arc::new(Shared {
             table,
             keys,
@@ -147,6 +155,7 @@ impl Gateway {
                     drain: config.streaming.drain_timeout.0,
                     max_client_streams: config.streaming.max_client_streams,
                     client_idle_timeout: config.streaming.client_idle_timeout.0,
+                    egress,
                 },
             ),
             reload_now: tokio::sync::Notify::new(),
@@ -162,7 +171,10 @@ impl Gateway {
             listener,
             tls,
             deliverer: match config_webhooks.enabled {
-                true => Some(Deliverer::new(store.clone(), config_webhooks, None)?),
+                true => Some(
+                    Deliverer::new(store.clone(), config_webhooks, None)?
+                        .with_egress(shared.streams.egress())?,
+                ),
                 false => None,
             },
             store,

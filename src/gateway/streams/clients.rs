@@ -14,6 +14,7 @@ use serde_json::Value;
 use tracing::info;
 
 use crate::config::yaml::Document;
+use crate::egress::EgressPolicy;
 use crate::gateway::api::streaming::ApiStream;
 use crate::gateway::api::{node_of, Api};
 use crate::gateway::middleware::error;
@@ -65,6 +66,7 @@ impl Clients {
         stream: &ApiStream,
         resolved: &Value,
         max: usize,
+        egress: &Arc<EgressPolicy>,
     ) -> Result<Arc<Instance>, HttpResponse> {
         let key = (stream.name.clone(), resolved.to_string());
         let mut instances = self.instances.lock();
@@ -84,13 +86,16 @@ impl Clients {
         let path = format!("x-sluice-streaming.streams.{}", stream.name);
         let read = || stream_from_node(&doc, &doc.root, &path);
         // Definitions that came as data keep their mappings away from the host.
-        let config = if api.source.starts_with("store:") || api.source == "request" {
+        let config = if api.posted() {
             crate::config::mapped::sandboxed(read)
         } else {
             read()
         }
         .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
-        let env = StreamEnv::standalone();
+        let mut env = StreamEnv::standalone();
+        if api.posted() {
+            env = env.posted(egress.clone());
+        }
         let name = format!("{}.{}", api.id, stream.name);
         let built = Stream::build(&name, &config, &env)
             .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;

@@ -26,6 +26,7 @@ use tracing::{error, info};
 use super::api::Api;
 use super::middleware::error;
 use super::table::Table;
+use crate::egress::EgressPolicy;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::stream::manager::Manager;
 use crate::stream::StreamEnv;
@@ -64,6 +65,8 @@ pub struct StreamSettings {
     pub max_client_streams: usize,
     /// A per-client instance no client used for this long is stopped.
     pub client_idle_timeout: Duration,
+    /// Where the streams of posted APIs may connect (`streaming.egress`).
+    pub egress: Arc<EgressPolicy>,
 }
 
 pub struct StreamHost {
@@ -87,6 +90,11 @@ impl StreamHost {
             runtimes: RwLock::new(Vec::new()),
             next_runtime: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Where the streams of posted APIs may connect.
+    pub fn egress(&self) -> Arc<EgressPolicy> {
+        self.settings.egress.clone()
     }
 
     /// Where streams started from now on run: the serving threads' runtimes, in turn,
@@ -194,6 +202,7 @@ impl StreamHost {
                 stream,
                 &resolved,
                 self.settings.max_client_streams,
+                &self.settings.egress,
             ) {
                 Ok(i) => i,
                 Err(resp) => return Ok(async move { resp }.boxed()),
@@ -229,12 +238,27 @@ impl StreamHost {
             info!(api_id = %id, "Streams stopped: their API is gone.");
         }
         for api in table.apis().filter(|a| !a.streams.is_empty()) {
+            // An API that moved between a file and the store runs under the other
+            // policy: its streams start again in a new environment.
+            let moved = self
+                .apis
+                .read()
+                .get(&api.id)
+                .filter(|s| s.env.egress.is_some() != api.posted())
+                .cloned();
+            if let Some(old) = moved {
+                self.apis.write().remove(&api.id);
+                old.stop(&api.id, self.settings.drain).await;
+            }
             let streams = self
                 .apis
                 .write()
                 .entry(api.id.clone())
                 .or_insert_with(|| {
-                    let env = StreamEnv::standalone();
+                    let mut env = StreamEnv::standalone();
+                    if api.posted() {
+                        env = env.posted(self.settings.egress.clone());
+                    }
                     Arc::new(ApiStreams {
                         running: tokio::sync::Mutex::new((
                             Manager::new(env.clone()),
