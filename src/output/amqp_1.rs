@@ -466,6 +466,7 @@ mod tests {
     fn output(yaml: &str) -> Amqp1Output {
         let c = parse(yaml);
         Amqp1Output {
+            egress: crate::egress::Egress::open(),
             endpoint: Endpoint::new(&c.urls, c.url.as_deref(), &c.tls, &c.sasl).unwrap(),
             annotations: c.metadata.compile().unwrap(),
             config: c,
