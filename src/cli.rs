@@ -142,9 +142,18 @@ pub async fn serve(
         }
     };
     // The organisations' quotas are the dashboard's; its gateway enforces those it runs.
-    let mut gw = gw;
+    // Each refuses posted streams the other's listener as well as its own.
+    let (mut gw, mut db) = (gw, db);
     gw.streaming.org_max_client_streams = db.quotas.max_client_streams;
     gw.streaming.org_max_inflight_bytes = db.quotas.max_inflight_bytes;
+    gw.streaming
+        .egress
+        .also_own
+        .extend(crate::egress::listener_address(&db.listen.socket()));
+    db.streaming
+        .egress
+        .also_own
+        .extend(crate::egress::listener_address(&gw.listen.socket()));
     init_logging(&gw.logger);
     // One store for both when they name the same one: the gateway sees the dashboard's
     // APIs and keys.
@@ -157,7 +166,6 @@ pub async fn serve(
     };
     // Sealing (stored certificates' keys, webhook secrets) needs a secret; the embedded
     // defaults keep one beside the store rather than going without.
-    let mut db = db;
     if db.secret.is_none() && db.store.url == db_config::DEFAULT_STORE_URL {
         match data_secret(std::path::Path::new("./data/secret")) {
             Ok(secret) => db.secret = Some(secret),

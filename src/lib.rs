@@ -14,6 +14,7 @@ pub mod config;
 pub mod connect;
 pub mod dashboard;
 pub mod duration;
+pub mod egress;
 pub mod gateway;
 pub mod http;
 pub mod input;

@@ -67,12 +67,15 @@ impl BuildCache for RedisCacheConfig {
         }
         Ok(Arc::new(RedisCache {
             config: self.clone(),
+            egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
             conn: OnceCell::new(),
         }))
     }
 }
 
 pub struct RedisCache {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: RedisCacheConfig,
     conn: OnceCell<ConnectionManager>,
 }
@@ -83,6 +86,10 @@ impl RedisCache {
         let timeout = self.config.timeout.0;
         self.conn
             .get_or_try_init(|| async {
+                self.egress
+                    .check()
+                    .await
+                    .map_err(|e| CacheError::Failed(e.to_string()))?;
                 let client = crate::connect::redis::client(&self.config.url, &self.config.tls)
                     .map_err(CacheError::Failed)?;
                 let config = ConnectionManagerConfig::new()

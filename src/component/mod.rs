@@ -18,6 +18,7 @@ use crate::http::Routes;
 use tokio::sync::mpsc;
 
 use crate::batching::BatchPolicy;
+use crate::egress::{Egress, EgressError, EgressPolicy, EgressTarget};
 use crate::message::{Batch, Message, Outcome, ReplySlot, Transaction};
 
 /// The three kinds of node in a stream graph.
@@ -113,6 +114,16 @@ impl ConnectorError {
 impl From<crate::config::mapped::FieldError> for ConnectorError {
     fn from(e: crate::config::mapped::FieldError) -> Self {
         ConnectorError::rejected(e.0)
+    }
+}
+
+impl From<EgressError> for ConnectorError {
+    fn from(e: EgressError) -> Self {
+        match e {
+            // A name that does not resolve may resolve later.
+            EgressError::Unresolved { .. } => ConnectorError::not_connected(e.to_string()),
+            _ => ConnectorError::rejected(e.to_string()),
+        }
     }
 }
 
@@ -287,6 +298,11 @@ pub struct BuildContext {
     /// Component resources being built around this component, to refuse a resource that
     /// refers to itself.
     resource_trail: Vec<String>,
+    /// Where the stream may connect: `None` for the operator's own streams, the
+    /// `streaming.egress` policy for streams posted by organisations.
+    pub egress: Option<Arc<EgressPolicy>>,
+    /// The named hosts this build's components connect to, for a dry run to resolve.
+    egress_targets: Arc<parking_lot::Mutex<Vec<EgressTarget>>>,
 }
 
 impl BuildContext {
@@ -302,7 +318,59 @@ impl BuildContext {
             labels: Default::default(),
             resources: Default::default(),
             resource_trail: Vec::new(),
+            egress: None,
+            egress_targets: Default::default(),
         }
+    }
+
+    /// The same context for a stream posted by an organisation, held to `policy`.
+    pub fn with_egress(mut self, policy: Option<Arc<EgressPolicy>>) -> Self {
+        self.egress = policy;
+        self
+    }
+
+    /// What a component that connects to `targets` (host, port) checks when it
+    /// connects. A literal address the policy refuses is an error now; names are
+    /// recorded for [`egress_targets`](Self::egress_targets).
+    pub fn egress_to(&self, targets: Vec<(String, u16)>) -> Result<Egress, BuildError> {
+        let Some(policy) = &self.egress else {
+            return Ok(Egress::open());
+        };
+        for (host, port) in &targets {
+            match policy.check_literal(host, *port) {
+                Err(e) => return Err(self.error(e)),
+                Ok(Some(())) => {}
+                Ok(None) => self.egress_targets.lock().push(EgressTarget {
+                    path: self.path.clone(),
+                    host: host.clone(),
+                    port: *port,
+                }),
+            }
+        }
+        Ok(Egress::new(Some(policy.clone()), targets))
+    }
+
+    /// [`egress_to`](Self::egress_to) for addresses as connectors take them
+    /// (`nats://h:4222`, `h:9092`), with `default_port` where none is written. For the
+    /// operator's streams nothing is parsed here: the connector reports a bad address.
+    pub fn egress_addresses(
+        &self,
+        addresses: &[String],
+        default_port: u16,
+    ) -> Result<Egress, BuildError> {
+        if self.egress.is_none() {
+            return Ok(Egress::open());
+        }
+        let mut targets = Vec::new();
+        for a in addresses {
+            targets.push(crate::egress::host_port(a, default_port).map_err(|e| self.error(e))?);
+        }
+        self.egress_to(targets)
+    }
+
+    /// The named hosts recorded while building (see [`egress_to`](Self::egress_to)).
+    pub fn egress_targets(&self) -> Vec<EgressTarget> {
+        self.egress_targets.lock().clone()
     }
 
     /// The same context with these resources to look names up in.

@@ -93,41 +93,31 @@ fn apply_one(root: &mut Node, keys: &Overridable, name: &str, value: &str) -> Re
     if keys.top_level.contains(&lower.as_str()) {
         return set(root, &lower, value);
     }
-    for (section, section_keys) in keys.sections {
+    // The longest section that names the variable: `streaming.egress` takes
+    // `STREAMING_EGRESS_ALLOW` before `streaming` would.
+    let mut found: Option<(&str, &[&str], &str)> = None;
+    for &(section, section_keys) in keys.sections {
+        let env_name = section.replace('.', "_");
         let Some(key) = lower
-            .strip_prefix(section)
+            .strip_prefix(env_name.as_str())
             .and_then(|rest| rest.strip_prefix('_'))
         else {
             continue;
         };
+        if found.is_none_or(|(s, _, _)| section.len() > s.len()) {
+            found = Some((section, section_keys, key));
+        }
+    }
+    if let Some((section, section_keys, key)) = found {
         if !section_keys.contains(&key) {
             return Err(format!(
                 "`{key}` is not a key of `{section}` (keys: {})",
                 section_keys.join(", ")
             ));
         }
-        let NodeKind::Map(entries) = &mut root.kind else {
-            return Err("the config document is not a mapping".into());
-        };
-        let position = entries
-            .iter()
-            .position(|(k, _)| k.as_str() == Some(section));
-        let index = match position {
-            Some(i) => i,
-            None => {
-                entries.push((
-                    Node::scalar(section),
-                    Node {
-                        kind: NodeKind::Map(Vec::new()),
-                        mark: Mark::default(),
-                    },
-                ));
-                entries.len() - 1
-            }
-        };
-        let node = &mut entries[index].1;
-        if node.is_null() {
-            node.kind = NodeKind::Map(Vec::new());
+        let mut node = root;
+        for part in section.split('.') {
+            node = child_map(node, part)?;
         }
         return set(node, key, value);
     }
@@ -142,12 +132,44 @@ fn apply_one(root: &mut Node, keys: &Overridable, name: &str, value: &str) -> Re
     ))
 }
 
-/// Replaces or adds `key` in the mapping `node` with a plain scalar.
+/// The mapping under `name` in the mapping `node`, made when missing or empty.
+fn child_map<'a>(node: &'a mut Node, name: &str) -> Result<&'a mut Node, String> {
+    let NodeKind::Map(entries) = &mut node.kind else {
+        return Err(format!("cannot set `{name}`: its parent is not a mapping"));
+    };
+    let index = match entries.iter().position(|(k, _)| k.as_str() == Some(name)) {
+        Some(i) => i,
+        None => {
+            entries.push((
+                Node::scalar(name),
+                Node {
+                    kind: NodeKind::Map(Vec::new()),
+                    mark: Mark::default(),
+                },
+            ));
+            entries.len() - 1
+        }
+    };
+    let child = &mut entries[index].1;
+    if child.is_null() {
+        child.kind = NodeKind::Map(Vec::new());
+    }
+    Ok(child)
+}
+
+/// Replaces or adds `key` in the mapping `node` with a plain scalar, or with a list
+/// written as YAML's flow sequence (`[10.0.0.0/8, db.internal]`).
 fn set(node: &mut Node, key: &str, value: &str) -> Result<(), String> {
     let NodeKind::Map(entries) = &mut node.kind else {
         return Err(format!("cannot set `{key}`: its section is not a mapping"));
     };
-    let new = Node::scalar(value);
+    let new = if value.trim_start().starts_with('[') {
+        super::yaml::parse("environment", value, &|_| None)
+            .map_err(|e| format!("`{key}`: not a list: {e}"))?
+            .root
+    } else {
+        Node::scalar(value)
+    };
     match entries.iter_mut().find(|(k, _)| k.as_str() == Some(key)) {
         Some((_, v)) => {
             // Keep the file's position, so a bad value still points somewhere useful.

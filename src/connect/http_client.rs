@@ -13,6 +13,7 @@ use crate::backoff::Backoff;
 use crate::component::{BuildContext, BuildError, ConnectorError};
 use crate::config::Interp;
 use crate::duration::Duration;
+use crate::egress::Egress;
 use crate::message::Batch;
 use crate::metrics::{CONNECTION_ATTEMPTS, CONNECTION_ERRORS};
 
@@ -125,6 +126,8 @@ pub struct HttpClient {
     settings: ClientSettings,
     attempts: Counter,
     errors: Counter,
+    /// Where a posted stream may send requests; open for the operator's streams.
+    egress: Egress,
 }
 
 impl HttpClient {
@@ -132,6 +135,15 @@ impl HttpClient {
         let target = match settings.url.static_value() {
             Some(url) => Target::Static(parse_url(url).map_err(|e| cx.error(e))?),
             None => Target::Dynamic(settings.url.clone()),
+        };
+        // A fixed URL is checked now when it is an address; every URL is checked again,
+        // resolved, before each request.
+        let egress = match &target {
+            Target::Static(url) => cx.egress_to(vec![(
+                url.host_str().unwrap_or_default().to_owned(),
+                url.port_or_known_default().unwrap_or(80),
+            )])?,
+            Target::Dynamic(_) => cx.egress_to(Vec::new())?,
         };
         let method = crate::http::parse_method(&settings.verb)
             .map_err(|e| cx.error(format!("`verb`: {e}")))?;
@@ -149,9 +161,14 @@ impl HttpClient {
                 None => dynamic_headers.push((name, v.clone())),
             }
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(settings.timeout.0)
             .danger_accept_invalid_certs(settings.tls_skip_verify)
+            .redirect(egress.redirect_policy());
+        if let Some(resolver) = egress.resolver() {
+            builder = builder.dns_resolver(resolver);
+        }
+        let client = builder
             .build()
             .map_err(|e| cx.error(format!("cannot create the HTTP client: {e}")))?;
         let labels = cx.metric_labels();
@@ -164,6 +181,7 @@ impl HttpClient {
             attempts: counter!(CONNECTION_ATTEMPTS, &labels),
             errors: counter!(CONNECTION_ERRORS, &labels),
             settings,
+            egress,
         })
     }
 
@@ -210,6 +228,10 @@ impl HttpClient {
         extra_headers: &HeaderMap,
     ) -> Result<HttpResponse, ConnectorError> {
         let (url, headers) = self.resolve(msg)?;
+        if let Err(e) = self.egress.check_url(&url).await {
+            self.errors.increment(1);
+            return Err(e.into());
+        }
         // Waits double from `retry_period` up to `max_retry_backoff`, exactly, as documented.
         let mut backoff = Backoff::exponential(
             self.settings.retry_period.0,

@@ -12,6 +12,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use crate::egress::Egress;
+
 use super::TlsConfig;
 use crate::component::ConnectorError;
 use crate::message::Message;
@@ -75,7 +77,9 @@ impl NatsConn {
         tls: &TlsConfig,
         auth: &NatsAuth,
         name: &str,
+        egress: &Egress,
     ) -> Result<NatsConn, ConnectorError> {
+        egress.check().await?;
         let (tx, up) = watch::channel(false);
         let mut opts = ConnectOptions::new()
             .name(name)
@@ -94,6 +98,11 @@ impl NatsConn {
                     }
                 }
             });
+        if egress.policy().is_some() {
+            // Servers a posted stream reaches are the ones checked, not those a server
+            // names for its cluster.
+            opts = opts.ignore_discovered_servers();
+        }
         if let (Some(u), Some(p)) = (&auth.user, &auth.password) {
             opts = opts.user_and_password(u.clone(), p.clone());
         }

@@ -14,7 +14,10 @@ use utoipa::ToSchema;
 use super::assets::OAS_TEMPLATE;
 use super::error::{ApiError, ErrorBody, Problem};
 use super::request::{new_id, now, rfc3339, Ctx, Outcome, Reply};
+use std::sync::Arc;
+
 use crate::config::yaml;
+use crate::egress::{EgressError, EgressPolicy, EgressTarget};
 use crate::gateway::api::{self as gw_api, EXTENSION};
 use crate::store::{Store, StoredApi};
 
@@ -209,6 +212,8 @@ fn invalid(path: &str, message: &str) -> ApiError {
 struct Prepared {
     id: String,
     listen_path: String,
+    /// The named hosts its streams connect to, for [`check_egress`] to resolve.
+    egress_targets: Vec<EgressTarget>,
 }
 
 /// Completes the gateway extension (id, name, organisation, listen path, when absent),
@@ -218,6 +223,7 @@ fn prepare(
     kind: Kind,
     org_id: &str,
     path_id: Option<&str>,
+    egress: Option<&Arc<EgressPolicy>>,
 ) -> Result<Prepared, ApiError> {
     match (kind, doc.get(STREAMING_EXTENSION)) {
         (Kind::Streams, None) => {
@@ -290,7 +296,11 @@ fn prepare(
             serde_json::json!({"value": format!("/{id}/"), "strip": true}),
         );
     }
-    let compiled = gw_api::from_json("request", doc).map_err(|e| {
+    let options = gw_api::CompileOptions {
+        egress: egress.cloned(),
+        ..Default::default()
+    };
+    let compiled = gw_api::from_json_with("request", doc, &options).map_err(|e| {
         let errors: Vec<Problem> = e
             .errors
             .0
@@ -313,8 +323,67 @@ fn prepare(
         }
     })?;
     Ok(Prepared {
+        egress_targets: compiled
+            .streams
+            .iter()
+            .flat_map(|s| s.egress_targets.iter().cloned())
+            .collect(),
         id: compiled.id,
         listen_path: compiled.listen_path,
+    })
+}
+
+/// The most names one definition has resolved at once, and the longest all of them may
+/// take: a name not resolved in time is left to the check made when connecting.
+const RESOLVING_AT_ONCE: usize = 8;
+const RESOLVING_TIME: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Resolves the named hosts a posted definition's streams connect to and refuses those
+/// whose addresses the egress policy refuses (a name that does not resolve here may on
+/// the gateway's host, and is checked there when connecting).
+async fn check_egress(prepared: &Prepared, policy: &Arc<EgressPolicy>) -> Result<(), ApiError> {
+    use futures::StreamExt;
+    let mut unique: Vec<EgressTarget> = Vec::new();
+    for t in &prepared.egress_targets {
+        if !unique.iter().any(|u| u.host == t.host && u.port == t.port) {
+            unique.push(t.clone());
+        }
+    }
+    let lookups = futures::stream::iter(unique)
+        .map(|t| {
+            let policy = policy.clone();
+            async move {
+                let result = policy.resolve(&t.host, t.port).await;
+                (t, result)
+            }
+        })
+        .buffer_unordered(RESOLVING_AT_ONCE)
+        .take_until(tokio::time::sleep(RESOLVING_TIME))
+        .collect::<Vec<_>>()
+        .await;
+    let mut problems: Vec<Problem> = lookups
+        .into_iter()
+        .filter_map(|(t, result)| match result {
+            Err(e @ (EgressError::Denied { .. } | EgressError::Refused { .. })) => {
+                Some(Problem::at(&t.path, &e.to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    problems.sort_by(|a, b| a.path.cmp(&b.path));
+    Err(ApiError::Invalid {
+        message: format!(
+            "the definition is invalid: {}",
+            problems
+                .iter()
+                .map(|p| format!("{}: {}", p.path, p.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        errors: problems,
     })
 }
 
@@ -479,7 +548,17 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
         _ => posted,
     };
     let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
-    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, None).map_err(|e| place(e, text))?;
+    let prepared = prepare(
+        &mut doc,
+        kind,
+        &ctx.caller.org_id,
+        None,
+        Some(&ctx.state.egress),
+    )
+    .map_err(|e| place(e, text))?;
+    check_egress(&prepared, &ctx.state.egress)
+        .await
+        .map_err(|e| place(e, text))?;
     if dry_run {
         return dry_run_reply(&prepared);
     }
@@ -607,7 +686,16 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     find(&ctx, kind).await?;
     let mut doc = read_document(&ctx, kind)?;
     let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
-    let prepared = prepare(&mut doc, kind, &ctx.caller.org_id, Some(ctx.param(0)))
+    let prepared = prepare(
+        &mut doc,
+        kind,
+        &ctx.caller.org_id,
+        Some(ctx.param(0)),
+        Some(&ctx.state.egress),
+    )
+    .map_err(|e| place(e, text))?;
+    check_egress(&prepared, &ctx.state.egress)
+        .await
         .map_err(|e| place(e, text))?;
     if dry_run {
         return dry_run_reply(&prepared);
@@ -911,7 +999,7 @@ mod tests {
     #[test]
     fn missing_ids_names_and_listen_paths_are_filled_in() {
         let mut doc = petstore();
-        let p = prepare(&mut doc, Kind::Oas, "org1", None).unwrap();
+        let p = prepare(&mut doc, Kind::Oas, "org1", None, None).unwrap();
         assert_eq!(p.id.len(), 32);
         assert_eq!(p.listen_path, format!("/{}", p.id));
         let info = &doc[EXTENSION]["info"];
@@ -921,9 +1009,16 @@ mod tests {
         let mut doc = petstore();
         doc[EXTENSION]["info"] = json!({"id": "pets", "name": "P"});
         doc[EXTENSION]["server"] = json!({"listenPath": {"value": "/pets/"}});
-        let p = prepare(&mut doc, Kind::Oas, "org1", Some("pets")).unwrap();
+        let p = prepare(&mut doc, Kind::Oas, "org1", Some("pets"), None).unwrap();
         assert_eq!((p.id.as_str(), p.listen_path.as_str()), ("pets", "/pets"));
-        let e = prepare(&mut petstore_with_id("a"), Kind::Oas, "org1", Some("b")).unwrap_err();
+        let e = prepare(
+            &mut petstore_with_id("a"),
+            Kind::Oas,
+            "org1",
+            Some("b"),
+            None,
+        )
+        .unwrap_err();
         assert_eq!(e.status(), StatusCode::BAD_REQUEST);
     }
 
@@ -937,7 +1032,7 @@ mod tests {
     fn compile_errors_are_422_with_paths() {
         let mut doc = petstore();
         doc[EXTENSION]["upstream"]["url"] = json!("ftp://x");
-        let e = prepare(&mut doc, Kind::Oas, "o", None).unwrap_err();
+        let e = prepare(&mut doc, Kind::Oas, "o", None, None).unwrap_err();
         let ApiError::Invalid { errors, .. } = e else {
             panic!("{e:?}")
         };
@@ -951,15 +1046,15 @@ mod tests {
     fn kinds_do_not_mix_and_another_org_is_refused() {
         let mut doc = petstore();
         doc[STREAMING_EXTENSION] = json!({"streams": {}});
-        let e = prepare(&mut doc.clone(), Kind::Oas, "o", None).unwrap_err();
+        let e = prepare(&mut doc.clone(), Kind::Oas, "o", None, None).unwrap_err();
         assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
-        let e = prepare(&mut doc, Kind::Streams, "o", None).unwrap_err();
+        let e = prepare(&mut doc, Kind::Streams, "o", None, None).unwrap_err();
         assert!(e.to_string().contains("no stream"), "{e}");
-        let e = prepare(&mut petstore(), Kind::Streams, "o", None).unwrap_err();
+        let e = prepare(&mut petstore(), Kind::Streams, "o", None, None).unwrap_err();
         assert_eq!(e.status(), StatusCode::UNPROCESSABLE_ENTITY);
         let mut doc = petstore();
         doc[EXTENSION]["info"] = json!({"orgId": "other"});
-        let e = prepare(&mut doc, Kind::Oas, "o", None).unwrap_err();
+        let e = prepare(&mut doc, Kind::Oas, "o", None, None).unwrap_err();
         assert!(e.to_string().contains("orgId"), "{e}");
     }
 
@@ -972,7 +1067,7 @@ mod tests {
                 "pipeline": {"processors": [processor]},
                 "output": {"drop": {}}
             }}});
-            prepare(&mut doc, Kind::Streams, "o", None).unwrap_err()
+            prepare(&mut doc, Kind::Streams, "o", None, None).unwrap_err()
         };
         for (processor, said) in [
             (
@@ -1045,7 +1140,10 @@ mod tests {
     fn problems_are_placed_in_the_posted_text() {
         let text = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths: {}\nx-sluice-api-gateway:\n  upstream:\n    url: ftp://x\n";
         let mut doc: Value = serde_yaml::from_str(text).unwrap();
-        let e = place(prepare(&mut doc, Kind::Oas, "o", None).unwrap_err(), text);
+        let e = place(
+            prepare(&mut doc, Kind::Oas, "o", None, None).unwrap_err(),
+            text,
+        );
         let ApiError::Invalid { errors, .. } = e else {
             panic!("{e:?}")
         };

@@ -130,6 +130,8 @@ impl Default for StoreConfig {
 pub struct StreamingConfig {
     /// Accept streaming APIs (`POST /api/apis/streams`).
     pub enabled: bool,
+    /// Where posted streams may connect; their addresses are checked when posted.
+    pub egress: crate::egress::EgressConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -188,6 +190,7 @@ const OVERRIDABLE: Overridable = Overridable {
         ("listen", &["address", "port"]),
         ("store", &["url"]),
         ("streaming", &["enabled"]),
+        ("streaming.egress", &["allow"]),
         ("pagination", &["page_size"]),
         (
             "http",
@@ -251,6 +254,12 @@ impl DashboardConfig {
     fn check(&self, doc: &yaml::Document) -> Result<(), ConfigErrors> {
         let mut errors = Vec::new();
         let at = |path: &str| doc.location(path, doc.locate(path));
+        if let Err(bad) = crate::egress::EgressPolicy::new(&self.streaming.egress) {
+            for (i, e) in bad {
+                let path = format!("streaming.egress.allow[{i}]");
+                errors.push(ConfigError::new(e.to_string()).at(at(&path)));
+            }
+        }
         if self.pagination.page_size == 0 {
             errors.push(ConfigError::new("must be above zero").at(at("pagination.page_size")));
         }

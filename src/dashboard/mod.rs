@@ -63,6 +63,9 @@ pub struct State {
     /// they go out at once rather than at its next poll. Without a worker (`webhooks`
     /// disabled) nobody listens, and another process's worker finds them by polling.
     pub deliveries_queued: Arc<tokio::sync::Notify>,
+    /// Where posted streams may connect (`streaming.egress`, this dashboard's listener
+    /// refused too).
+    pub egress: Arc<crate::egress::EgressPolicy>,
 }
 
 /// Why the dashboard could not start.
@@ -126,17 +129,23 @@ impl Dashboard {
         let bootstrapped =
             auth::bootstrap(&store, &config.admin.org, config.admin.key.as_deref()).await?;
         let sealer = config.secret.as_deref().map(Sealer::new);
+        let (listener, address) = server::bind(&config.listen.socket()).await?;
+        // Checked when the config was read; the policy without entries refuses the most.
+        let egress = Arc::new(
+            crate::egress::EgressPolicy::new(&config.streaming.egress)
+                .unwrap_or_default()
+                .with_own_listener(address),
+        );
         let deliverer = if config.webhooks.enabled {
-            Some(Deliverer::new(
-                store.clone(),
-                config.webhooks.clone(),
-                sealer.clone(),
-            )?)
+            Some(
+                Deliverer::new(store.clone(), config.webhooks.clone(), sealer.clone())?
+                    .with_egress(egress.clone())?,
+            )
         } else {
             None
         };
-        let (listener, address) = server::bind(&config.listen.socket()).await?;
         let state = Arc::new(State {
+            egress,
             sealer,
             store,
             config,

@@ -165,6 +165,8 @@ pub struct StreamingConfig {
     /// Failed connection attempts in a row after which an input of a posted stream gives
     /// up and its stream stops (reported in `/sluice/apis` as `failed_streams`).
     pub max_connect_failures: u32,
+    /// Where the streams of posted APIs (from the store) may connect.
+    pub egress: crate::egress::EgressConfig,
 }
 
 impl Default for StreamingConfig {
@@ -178,6 +180,7 @@ impl Default for StreamingConfig {
             org_max_client_streams: 200,
             org_max_inflight_bytes: 256 * 1024 * 1024,
             max_connect_failures: 10,
+            egress: Default::default(),
         }
     }
 }
@@ -308,6 +311,7 @@ const OVERRIDABLE: Overridable = Overridable {
                 "max_connect_failures",
             ],
         ),
+        ("streaming.egress", &["allow"]),
         (
             "proxy",
             &[
@@ -392,6 +396,12 @@ impl GatewayConfig {
                 );
             }
         }
+        if let Err(bad) = crate::egress::EgressPolicy::new(&self.streaming.egress) {
+            for (i, e) in bad {
+                let path = format!("streaming.egress.allow[{i}]");
+                errors.push(ConfigError::new(e.to_string()).at(at(&path)));
+            }
+        }
         if self.apps.poll_interval.is_zero() {
             errors.push(ConfigError::new("must be above zero").at(at("apps.poll_interval")));
         }
@@ -474,5 +484,49 @@ mod tests {
         assert!(e.to_string().contains("cert_file"), "{e}");
         let e = parse("gw.yaml", "redis:\n  url: http://x\n", &[]).unwrap_err();
         assert!(e.to_string().contains("gw.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn egress_entries_come_from_the_file_or_the_environment() {
+        let c = parse(
+            "gw.yaml",
+            "streaming:\n  egress:\n    allow: [10.0.0.0/8]\n",
+            &env(&[("SLUICE_GW_STREAMING_ENABLED", "true")]),
+        )
+        .unwrap();
+        assert_eq!(c.streaming.egress.allow, vec!["10.0.0.0/8"]);
+        assert!(c.streaming.enabled);
+        let c = parse(
+            "gw.yaml",
+            "",
+            &env(&[(
+                "SLUICE_GW_STREAMING_EGRESS_ALLOW",
+                "[127.0.0.1, 'db.internal:5432']",
+            )]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.streaming.egress.allow,
+            vec!["127.0.0.1", "db.internal:5432"]
+        );
+        let e = parse(
+            "gw.yaml",
+            "streaming:\n  egress:\n    allow:\n      - 10.0.0.0/8\n      - 'bad host'\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("gw.yaml:5:") && e.contains("allow[1]"), "{e}");
+        let e = parse(
+            "gw.yaml",
+            "",
+            &env(&[("SLUICE_GW_STREAMING_EGRESS_DENY", "x")]),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`deny` is not a key of `streaming.egress`"),
+            "{e}"
+        );
     }
 }

@@ -119,11 +119,20 @@ impl Gateway {
         let metrics = config.metrics.enabled.then(crate::metrics::install);
         let config_webhooks = config.webhooks.clone();
         let events = EventBus::default();
+        let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
+        // The config was checked when read: a bad entry cannot reach here, and the
+        // policy without entries refuses the most.
+        let egress = Arc::new(
+            crate::egress::EgressPolicy::new(&config.streaming.egress)
+                .unwrap_or_default()
+                .with_own_listener(address),
+        );
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
             options: api::CompileOptions {
                 allow_unsafe: config.streaming.allow_unsafe.clone(),
+                egress: Some(egress.clone()),
             },
         });
         let keys = Keys::new(
@@ -131,7 +140,6 @@ impl Gateway {
             config.keys.cache_ttl.0,
             config.secret.as_deref(),
         );
-        let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
         let shared = Arc::new(Shared {
             table,
             keys,
@@ -150,6 +158,7 @@ impl Gateway {
                     org_max_client_streams: config.streaming.org_max_client_streams,
                     org_max_inflight_bytes: config.streaming.org_max_inflight_bytes,
                     max_connect_failures: config.streaming.max_connect_failures.max(1),
+                    egress,
                 },
             ),
             reload_now: tokio::sync::Notify::new(),
@@ -159,15 +168,19 @@ impl Gateway {
         });
         // Streams start once the serving threads run (see `serve`).
         shared.table.refresh(true).await;
+        let deliverer = match config_webhooks.enabled {
+            true => Some(
+                Deliverer::new(store.clone(), config_webhooks, None)?
+                    .with_egress(shared.streams.egress())?,
+            ),
+            false => None,
+        };
         Ok(Gateway {
             shared,
             address,
             listener,
             tls,
-            deliverer: match config_webhooks.enabled {
-                true => Some(Deliverer::new(store.clone(), config_webhooks, None)?),
-                false => None,
-            },
+            deliverer,
             store,
         })
     }

@@ -110,6 +110,7 @@ impl BuildInput for AmqpInputConfig {
         }
         Ok(InputBuild::Leaf(Box::new(AmqpInput {
             config: self.clone(),
+            egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 5672)?,
             session: None,
         })))
     }
@@ -122,6 +123,8 @@ struct Session {
 }
 
 pub struct AmqpInput {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: AmqpInputConfig,
     session: Option<Session>,
 }
@@ -145,6 +148,7 @@ fn to_message(d: &Delivery) -> Message {
 #[async_trait]
 impl Input for AmqpInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         self.session = None;
         let c = &self.config;
         let conn = connect(&c.urls, &c.tls).await?;

@@ -104,6 +104,14 @@ impl BuildInput for Amqp1InputConfig {
         }
         Ok(InputBuild::Leaf(Box::new(Amqp1Input {
             config: self.clone(),
+            egress: cx.egress_addresses(
+                &endpoint
+                    .urls
+                    .iter()
+                    .map(|u| u.to_string())
+                    .collect::<Vec<_>>(),
+                5672,
+            )?,
             endpoint,
             session: None,
         })))
@@ -136,6 +144,8 @@ struct Received {
 }
 
 pub struct Amqp1Input {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: Amqp1InputConfig,
     endpoint: Endpoint,
     session: Option<Session>,
@@ -370,6 +380,7 @@ fn to_value(v: AmqpValue) -> Value {
 #[async_trait]
 impl Input for Amqp1Input {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         self.drop_session().await;
         let mut link = self.endpoint.connect().await?;
         let receiver = Receiver::builder()

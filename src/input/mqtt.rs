@@ -56,6 +56,13 @@ impl BuildInput for MqttInputConfig {
         }
         Ok(InputBuild::Leaf(Box::new(MqttInput {
             config: self.clone(),
+            egress: cx.egress_to(
+                self.urls
+                    .iter()
+                    .filter_map(|u| crate::connect::mqtt::parse_url(u).ok())
+                    .map(|(host, port, _)| (host, port))
+                    .collect(),
+            )?,
             qos,
             attempt: AtomicUsize::new(0),
             session: None,
@@ -78,6 +85,8 @@ impl Drop for Session {
 }
 
 pub struct MqttInput {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: MqttInputConfig,
     qos: QoS,
     attempt: AtomicUsize,
@@ -102,6 +111,7 @@ fn to_message(p: &Publish) -> Message {
 #[async_trait]
 impl Input for MqttInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         self.session = None;
         let attempt = self.attempt.fetch_add(1, Ordering::Relaxed);
         let options = self

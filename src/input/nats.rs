@@ -70,6 +70,7 @@ impl BuildInput for NatsInputConfig {
         Ok(InputBuild::Leaf(Box::new(NatsInput {
             config: self.clone(),
             name: cx.owner(),
+            egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
             conn: None,
             sub: None,
             convert: Convert::default(),
@@ -78,6 +79,8 @@ impl BuildInput for NatsInputConfig {
 }
 
 pub struct NatsInput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: NatsInputConfig,
     name: String,
     conn: Option<NatsConn>,
@@ -128,7 +131,7 @@ impl Input for NatsInput {
             return conn.wait_up(std::time::Duration::from_secs(5)).await;
         }
         let c = &self.config;
-        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name).await?;
+        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name, &self.egress).await?;
         let sub = match &c.queue {
             Some(q) => {
                 conn.client

@@ -111,6 +111,7 @@ impl BuildInput for NatsJetStreamInputConfig {
         Ok(InputBuild::Leaf(Box::new(JetStreamInput {
             config: self.clone(),
             name: cx.owner(),
+            egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
             conn: None,
             messages: None,
         })))
@@ -118,6 +119,8 @@ impl BuildInput for NatsJetStreamInputConfig {
 }
 
 pub struct JetStreamInput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: NatsJetStreamInputConfig,
     name: String,
     conn: Option<NatsConn>,
@@ -128,7 +131,8 @@ impl JetStreamInput {
     async fn open(&mut self) -> Result<pull::Stream, ConnectorError> {
         let c = &self.config;
         if self.conn.is_none() {
-            self.conn = Some(NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name).await?);
+            self.conn =
+                Some(NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name, &self.egress).await?);
         }
         let Some(conn) = &mut self.conn else {
             return Err(ConnectorError::not_connected("not connected"));

@@ -52,12 +52,15 @@ impl BuildInput for RedisPubSubInputConfig {
         }
         Ok(InputBuild::Leaf(Box::new(RedisPubSubInput {
             config: self.clone(),
+            egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
             stream: None,
         })))
     }
 }
 
 pub struct RedisPubSubInput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: RedisPubSubInputConfig,
     stream: Option<redis::aio::PubSubStream>,
 }
@@ -76,6 +79,7 @@ fn to_message(m: &redis::Msg) -> Message {
 #[async_trait]
 impl Input for RedisPubSubInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         self.stream = None;
         let client =
             client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;

@@ -112,6 +112,7 @@ impl BuildInput for RedisStreamsInputConfig {
         }
         Ok(InputBuild::Leaf(Box::new(RedisStreamsInput {
             config: self.clone(),
+            egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
             session: None,
         })))
     }
@@ -133,6 +134,8 @@ impl Drop for Session {
 }
 
 pub struct RedisStreamsInput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: RedisStreamsInputConfig,
     session: Option<Session>,
 }
@@ -272,6 +275,7 @@ async fn reader(
 #[async_trait]
 impl Input for RedisStreamsInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         self.session = None;
         let c = &self.config;
         let client = client(&c.url, &c.tls).map_err(ConnectorError::rejected)?;

@@ -122,6 +122,7 @@ impl BuildOutput for AmqpOutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(AmqpOutput {
                 config: self.clone(),
+                egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 5672)?,
                 headers,
                 session: RwLock::new(None),
             }),
@@ -132,6 +133,8 @@ impl BuildOutput for AmqpOutputConfig {
 }
 
 pub struct AmqpOutput {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: AmqpOutputConfig,
     headers: MetadataFilter,
     session: RwLock<Option<(Connection, Channel)>>,
@@ -140,6 +143,7 @@ pub struct AmqpOutput {
 #[async_trait]
 impl Output for AmqpOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         let c = &self.config;
         let conn = connect(&c.urls, &c.tls).await?;
         let channel = conn

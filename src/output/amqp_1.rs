@@ -148,6 +148,14 @@ impl BuildOutput for Amqp1OutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(Amqp1Output {
                 config: self.clone(),
+                egress: cx.egress_addresses(
+                    &endpoint
+                        .urls
+                        .iter()
+                        .map(|u| u.to_string())
+                        .collect::<Vec<_>>(),
+                    5672,
+                )?,
                 endpoint,
                 annotations,
                 session: RwLock::new(None),
@@ -164,6 +172,8 @@ struct OutSession {
 }
 
 pub struct Amqp1Output {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: Amqp1OutputConfig,
     endpoint: Endpoint,
     annotations: MetadataFilter,
@@ -361,6 +371,7 @@ fn outcome_error(outcome: AmqpOutcome) -> Option<ConnectorError> {
 #[async_trait]
 impl Output for Amqp1Output {
     async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         if let Some(old) = self.session.write().await.take() {
             old.link.close().await;
         }
@@ -455,6 +466,7 @@ mod tests {
     fn output(yaml: &str) -> Amqp1Output {
         let c = parse(yaml);
         Amqp1Output {
+            egress: crate::egress::Egress::open(),
             endpoint: Endpoint::new(&c.urls, c.url.as_deref(), &c.tls, &c.sasl).unwrap(),
             annotations: c.metadata.compile().unwrap(),
             config: c,

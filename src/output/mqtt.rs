@@ -77,6 +77,13 @@ impl BuildOutput for MqttOutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(MqttOutput {
                 config: self.clone(),
+                egress: cx.egress_to(
+                    self.urls
+                        .iter()
+                        .filter_map(|u| crate::connect::mqtt::parse_url(u).ok())
+                        .map(|(host, port, _)| (host, port))
+                        .collect(),
+                )?,
                 qos,
                 attempt: AtomicUsize::new(0),
                 session: RwLock::new(None),
@@ -126,6 +133,8 @@ impl Drop for Session {
 }
 
 pub struct MqttOutput {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: MqttOutputConfig,
     qos: QoS,
     attempt: AtomicUsize,
@@ -169,6 +178,7 @@ fn drive(mut eventloop: rumqttc::EventLoop, waiters: Arc<Mutex<Waiters>>) -> Joi
 #[async_trait]
 impl Output for MqttOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         let c = &self.config;
         let connect = c.connection();
         let options = connect

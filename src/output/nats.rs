@@ -75,6 +75,7 @@ impl BuildOutput for NatsOutputConfig {
             output: Box::new(NatsOutput {
                 config: self.clone(),
                 name: cx.owner(),
+                egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
                 headers,
                 client: RwLock::new(None),
             }),
@@ -85,6 +86,8 @@ impl BuildOutput for NatsOutputConfig {
 }
 
 pub struct NatsOutput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: NatsOutputConfig,
     name: String,
     headers: MetadataFilter,
@@ -103,7 +106,7 @@ impl Output for NatsOutput {
             return Err(ConnectorError::not_connected("NATS server is unreachable"));
         }
         let c = &self.config;
-        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name).await?;
+        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name, &self.egress).await?;
         *guard = Some(conn.client);
         Ok(())
     }

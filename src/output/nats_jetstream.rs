@@ -72,6 +72,7 @@ impl BuildOutput for NatsJetStreamOutputConfig {
             output: Box::new(JetStreamOutput {
                 config: self.clone(),
                 name: cx.owner(),
+                egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
                 headers,
                 js: RwLock::new(None),
             }),
@@ -82,6 +83,8 @@ impl BuildOutput for NatsJetStreamOutputConfig {
 }
 
 pub struct JetStreamOutput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: NatsJetStreamOutputConfig,
     name: String,
     headers: MetadataFilter,
@@ -99,7 +102,7 @@ impl Output for JetStreamOutput {
             return Err(ConnectorError::not_connected("NATS server is unreachable"));
         }
         let c = &self.config;
-        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name).await?;
+        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name, &self.egress).await?;
         let js = async_nats::jetstream::new(conn.client.clone());
         *guard = Some((conn.client, js));
         Ok(())

@@ -64,6 +64,7 @@ impl BuildOutput for RedisPubSubOutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(RedisPubSubOutput {
                 config: self.clone(),
+                egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
                 conn: RwLock::new(None),
             }),
             max_in_flight: self.max_in_flight,
@@ -73,6 +74,8 @@ impl BuildOutput for RedisPubSubOutputConfig {
 }
 
 pub struct RedisPubSubOutput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: RedisPubSubOutputConfig,
     conn: RwLock<Option<MultiplexedConnection>>,
 }
@@ -80,6 +83,7 @@ pub struct RedisPubSubOutput {
 #[async_trait]
 impl Output for RedisPubSubOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         let client =
             client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
         *self.conn.write().await = Some(connect(&client, StdDuration::from_secs(10)).await?);

@@ -78,6 +78,7 @@ impl BuildOutput for RedisStreamsOutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(RedisStreamsOutput {
                 config: self.clone(),
+                egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
                 fields,
                 conn: RwLock::new(None),
             }),
@@ -88,6 +89,8 @@ impl BuildOutput for RedisStreamsOutputConfig {
 }
 
 pub struct RedisStreamsOutput {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     config: RedisStreamsOutputConfig,
     fields: MetadataFilter,
     conn: RwLock<Option<MultiplexedConnection>>,
@@ -96,6 +99,7 @@ pub struct RedisStreamsOutput {
 #[async_trait]
 impl Output for RedisStreamsOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         let client =
             client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
         *self.conn.write().await = Some(connect(&client, StdDuration::from_secs(10)).await?);

@@ -62,12 +62,15 @@ impl BuildRateLimit for RedisRateLimitConfig {
         Ok(Arc::new(RedisRateLimit {
             rate: rate(self.count, self.interval, cx)?,
             config: self.clone(),
+            egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
             limiter: OnceCell::new(),
         }))
     }
 }
 
 pub struct RedisRateLimit {
+    /// Where a posted stream may connect, checked before connecting.
+    egress: crate::egress::Egress,
     rate: Rate,
     config: RedisRateLimitConfig,
     limiter: OnceCell<RedisLimiter>,
@@ -76,6 +79,9 @@ pub struct RedisRateLimit {
 #[async_trait]
 impl RateLimit for RedisRateLimit {
     async fn access(&self) -> Result<Option<StdDuration>, String> {
+        if self.limiter.get().is_none() {
+            self.egress.check().await.map_err(|e| e.to_string())?;
+        }
         let limiter = self
             .limiter
             .get_or_try_init(|| RedisLimiter::connect(&self.config.url, "", self.config.timeout.0))

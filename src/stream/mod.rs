@@ -32,6 +32,7 @@ pub use readiness::Readiness;
 
 use crate::component::resources::Resources;
 use crate::component::{BuildContext, BuildError, Kind};
+use crate::egress::{EgressPolicy, EgressTarget};
 use crate::http::Routes;
 use crate::input::{InputBuild, InputConfig, InputKind};
 use crate::message::Transaction;
@@ -78,6 +79,9 @@ pub struct StreamEnv {
     pub budget: Option<Arc<budget::MemoryBudget>>,
     /// When inputs stop trying to connect; unset, they try for as long as the stream runs.
     pub give_up: Option<failures::GiveUp>,
+    /// Where the streams may connect: `None` for the operator's own, the
+    /// `streaming.egress` policy for streams posted by organisations.
+    pub egress: Option<Arc<EgressPolicy>>,
 }
 
 impl StreamEnv {
@@ -89,6 +93,7 @@ impl StreamEnv {
             resources: Arc::default(),
             budget: None,
             give_up: None,
+            egress: None,
         }
     }
 
@@ -101,6 +106,12 @@ impl StreamEnv {
     /// The same environment with its streams' reads held to `budget`.
     pub fn with_budget(mut self, budget: Option<Arc<budget::MemoryBudget>>) -> Self {
         self.budget = budget;
+        self
+    }
+
+    /// The same environment for streams posted by organisations, held to `policy`.
+    pub fn posted(mut self, policy: Arc<EgressPolicy>) -> Self {
+        self.egress = Some(policy);
         self
     }
 
@@ -145,10 +156,43 @@ impl Stream {
             resources,
             budget: None,
             give_up: None,
+            egress: None,
         };
         Self::build_all(name, config, &env)
             .err()
             .unwrap_or_default()
+    }
+
+    /// [`Stream::validate`] for a stream posted by an organisation: literal addresses
+    /// are checked against `policy`, and the named hosts the components would connect to
+    /// come back for the caller to resolve and check.
+    pub fn validate_posted(
+        name: &str,
+        config: &StreamConfig,
+        routes: &Arc<Routes>,
+        policy: Arc<EgressPolicy>,
+    ) -> (Vec<BuildError>, Vec<EgressTarget>) {
+        let env = StreamEnv {
+            routes: routes.clone(),
+            readiness: Arc::new(Readiness::default()),
+            shutdown: CancellationToken::new(),
+            resources: Arc::default(),
+            budget: None,
+            give_up: None,
+            egress: Some(policy),
+        };
+        let cx = Self::context(name, &env);
+        let errors = Self::build_in(name, config, &env, cx.clone())
+            .err()
+            .unwrap_or_default();
+        // Nothing was started: what building mounted goes with the built stream.
+        (errors, cx.egress_targets())
+    }
+
+    /// The context every component of a stream is built in.
+    fn context(name: &str, env: &StreamEnv) -> BuildContext {
+        BuildContext::new(name, env.routes.clone(), env.shutdown.child_token())
+            .with_egress(env.egress.clone())
     }
 
     fn build_all(
@@ -156,11 +200,19 @@ impl Stream {
         config: &StreamConfig,
         env: &StreamEnv,
     ) -> Result<Stream, Vec<BuildError>> {
+        Self::build_in(name, config, env, Self::context(name, env))
+    }
+
+    fn build_in(
+        name: &str,
+        config: &StreamConfig,
+        env: &StreamEnv,
+        cx: BuildContext,
+    ) -> Result<Stream, Vec<BuildError>> {
         // Every client that may speak TLS (brokers, HTTP) is built below: settle the
         // process's rustls provider once, before any of them.
         crate::connect::tls::install_crypto_provider();
-        let cancel = env.shutdown.child_token();
-        let cx = BuildContext::new(name, env.routes.clone(), cancel.clone());
+        let cancel = cx.shutdown.clone();
         let resources = config
             .resources
             .build(Some(env.resources.clone()), &cx, "")?;

@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 
 use super::sign;
 use crate::duration::Duration;
+use crate::egress::{Egress, EgressPolicy};
 use crate::store::seal::Sealer;
 use crate::store::{AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, Store};
 
@@ -82,6 +83,9 @@ pub enum DeliveryError {
 pub struct Deliverer {
     store: Store,
     client: reqwest::Client,
+    /// For deliveries an organisation asked for (its webhooks, its APIs' handlers, the
+    /// portal's subscriptions): the egress policy of posted streams and its client.
+    posted: Option<(Egress, reqwest::Client)>,
     sealer: Option<Arc<Sealer>>,
     config: DeliveryConfig,
     wake: Arc<Notify>,
@@ -108,10 +112,40 @@ impl Deliverer {
         Ok(Deliverer {
             store,
             client,
+            posted: None,
             sealer: sealer.map(Arc::new),
             config,
             wake: Arc::new(Notify::new()),
         })
+    }
+
+    /// The same worker, sending what organisations asked for only where `policy` allows
+    /// (the egress policy of posted streams). The operator's deliveries (the handlers of
+    /// API files with no organisation) go anywhere.
+    pub fn with_egress(mut self, policy: Arc<EgressPolicy>) -> Result<Self, DeliveryError> {
+        let egress = Egress::new(Some(policy), Vec::new());
+        let mut builder = reqwest::Client::builder()
+            .timeout(self.config.timeout.0)
+            .redirect(reqwest::redirect::Policy::none());
+        if let Some(resolver) = egress.resolver() {
+            builder = builder.dns_resolver(resolver);
+        }
+        let client = builder
+            .build()
+            .map_err(|e| DeliveryError::Client(e.to_string()))?;
+        self.posted = Some((egress, client));
+        Ok(self)
+    }
+
+    /// The client a delivery goes out with, and the policy it is held to.
+    fn client_for(&self, d: &DeliveryRecord) -> (&reqwest::Client, Option<&Egress>) {
+        // Handlers of API files carry no organisation; everything else was asked for by
+        // one (its webhooks, its posted APIs' handlers, its portal's subscribers).
+        let operators = d.source.starts_with("handler:") && d.org_id.is_empty();
+        match &self.posted {
+            Some((egress, client)) if !operators => (client, Some(egress)),
+            _ => (&self.client, None),
+        }
     }
 
     /// Notifying this makes the worker read the queue now rather than at its next poll;
@@ -200,7 +234,26 @@ impl Deliverer {
         let attempt = d.attempts + 1;
         let at = now_ms();
         let started = Instant::now();
-        let (status, error) = match self.request(&d) {
+        let (client, egress) = self.client_for(&d);
+        if let Some(egress) = egress {
+            let refused = match reqwest::Url::parse(&d.url) {
+                Ok(url) => egress.check_url(&url).await.err().map(|e| e.to_string()),
+                Err(e) => Some(format!("`{}` is not a URL: {e}", d.url)),
+            };
+            if let Some(why) = refused {
+                // Where it goes is refused: trying again will not help.
+                return self.finish(
+                    &d,
+                    attempt,
+                    at,
+                    started,
+                    None,
+                    Some(why),
+                    AfterAttempt::Dead,
+                );
+            }
+        }
+        let (status, error) = match self.request(&d, client) {
             Ok(req) => match req.send().await {
                 Ok(resp) => {
                     let status = resp.status();
@@ -285,7 +338,11 @@ impl Deliverer {
     /// The request of one attempt: the stored method, URL, headers and body, the
     /// idempotency key and event headers, and a fresh signature when the delivery is
     /// signed.
-    fn request(&self, d: &DeliveryRecord) -> Result<reqwest::RequestBuilder, String> {
+    fn request(
+        &self,
+        d: &DeliveryRecord,
+        client: &reqwest::Client,
+    ) -> Result<reqwest::RequestBuilder, String> {
         let method = Method::from_bytes(d.method.as_bytes())
             .map_err(|_| format!("`{}` is not an HTTP method", d.method))?;
         let stored: BTreeMap<String, String> = serde_json::from_str(&d.headers)
@@ -319,8 +376,7 @@ impl Deliverer {
             let signature = sign::sign(&secret, now_ms() / 1000, &d.body);
             headers.insert(sign::SIGNATURE_HEADER, header(&signature)?);
         }
-        Ok(self
-            .client
+        Ok(client
             .request(method, &d.url)
             .headers(headers)
             .body(d.body.clone()))

@@ -59,6 +59,9 @@ impl Db {
                 command.env_remove(k);
             }
         }
+        // The tests' receivers and brokers listen on loopback, which posted streams may
+        // reach only when allowed; a test may set its own list.
+        command.env("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]");
         command.envs(env.iter().copied());
         let mut child = command.spawn().expect("spawn sluice dashboard");
         let out = child.stdout.take().expect("stdout");

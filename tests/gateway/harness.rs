@@ -82,6 +82,9 @@ impl Gw {
             .arg("gateway")
             .arg("--config")
             .arg(&path)
+            // The tests' upstreams listen on loopback, which the streams of APIs from
+            // the store may reach only when allowed; a test may set its own list.
+            .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::config::yaml::{Document, Mark, Node, NodeKind};
 use crate::config::{de, yaml, ConfigError, ConfigErrors};
+use crate::egress::EgressPolicy;
 
 use super::auth::api_key::KeyLocation;
 use super::auth::hmac::HmacSettings;
@@ -178,6 +179,13 @@ pub struct ApiError {
 }
 
 impl Api {
+    /// Whether the definition was posted (to the dashboard, or the gateway's API) rather
+    /// than written by the operator in a file: its streams are then held to the egress
+    /// policy, and its mappings kept away from the host.
+    pub fn posted(&self) -> bool {
+        self.source.starts_with("store:") || self.source == "request"
+    }
+
     /// The operation that a request (method and path below the listen path) resolves to.
     pub fn operation(
         &self,
@@ -218,6 +226,10 @@ pub fn listen_rest<'a>(listen: &str, path: &'a str) -> Option<&'a str> {
 pub struct CompileOptions {
     /// Components that reach the host (`file`, `stdin`, `stdout`) streams may use anyway.
     pub allow_unsafe: Vec<String>,
+    /// Where the streams of posted definitions (JSON: the store, a request) may connect;
+    /// their literal addresses are checked when compiled. Files are the operator's and
+    /// are not held to it.
+    pub egress: Option<Arc<EgressPolicy>>,
 }
 
 /// Parses and compiles one definition from a file's text (YAML or JSON). `${VAR}` is
@@ -231,7 +243,7 @@ pub fn from_file_with(file: &str, text: &str, options: &CompileOptions) -> Resul
         api_id: None,
         errors,
     })?;
-    compile(&doc, file, options)
+    compile(&doc, file, options, None)
 }
 
 /// Compiles a definition that came as JSON (the store, the gateway API, the dashboard).
@@ -250,7 +262,7 @@ pub fn from_json_with(
         file: source.into(),
         root: node_of(value),
     };
-    crate::config::mapped::sandboxed(|| compile(&doc, source, options))
+    crate::config::mapped::sandboxed(|| compile(&doc, source, options, options.egress.as_ref()))
 }
 
 /// A position-less tree of a JSON value; strings stay strings whatever they look like.
@@ -300,7 +312,12 @@ const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
-fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api, ApiError> {
+fn compile(
+    doc: &Document,
+    source: &str,
+    options: &CompileOptions,
+    egress: Option<&Arc<EgressPolicy>>,
+) -> Result<Api, ApiError> {
     let mut errors = Vec::new();
     let err_at = |path: &str, message: String| -> ConfigError {
         ConfigError::new(message).at(doc.location(path, doc.locate(path)))
@@ -368,13 +385,14 @@ fn compile(doc: &Document, source: &str, options: &CompileOptions) -> Result<Api
     }
 
     // Streams.
-    let (streams, stream_paths) = match streaming::parse(doc, &whole, &id, &options.allow_unsafe) {
-        Ok(s) => s,
-        Err(e) => {
-            errors.extend(e);
-            (Vec::new(), Vec::new())
-        }
-    };
+    let (streams, stream_paths) =
+        match streaming::parse(doc, &whole, &id, &options.allow_unsafe, egress) {
+            Ok(s) => s,
+            Err(e) => {
+                errors.extend(e);
+                (Vec::new(), Vec::new())
+            }
+        };
 
     // Upstream: needed unless the API serves streams only.
     let upstream = match &ext.upstream {

@@ -2,10 +2,13 @@
 //! `output` that `sluice run` takes, read by the same code and checked by building them
 //! on a private route table (nothing connects, nothing runs).
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::config::yaml::{Document, Node, NodeKind};
 use crate::config::{de, ConfigError};
+use crate::egress::{EgressPolicy, EgressTarget};
 use crate::http::Routes;
 use crate::stream::config::stream_from_node;
 use crate::stream::{Stream, StreamConfig};
@@ -24,11 +27,36 @@ pub const UNSAFE: &[&str] = &["command", "file", "stdin", "stdout", "subprocess"
 pub const UNSAFE_FIELDS: &[(&str, &str)] =
     &[("grok", "pattern_paths"), ("json_schema", "schema_path")];
 
+/// Fields inside a component's settings block (`tls`, `auth`) that read the host's files
+/// when the client connects: refused in posted streams (from the store) unless
+/// `streaming.allow_unsafe` names the component. The operator's own files may use them.
+pub const POSTED_UNSAFE_FIELDS: &[(&str, &str)] = &[
+    ("tls", "root_cas_file"),
+    ("tls", "client_cert_file"),
+    ("tls", "client_key_file"),
+    ("auth", "user_credentials_file"),
+];
+
+/// The components with a `tls` or `auth` block of [`POSTED_UNSAFE_FIELDS`].
+pub const POSTED_UNSAFE_COMPONENTS: &[&str] = &[
+    "amqp_0_9",
+    "amqp_1",
+    "kafka",
+    "mqtt",
+    "nats",
+    "nats_jetstream",
+    "redis",
+    "redis_pubsub",
+    "redis_streams",
+];
+
 /// Every name `streaming.allow_unsafe` accepts.
 pub fn allowable() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = UNSAFE.to_vec();
     names.extend(UNSAFE_FIELDS.iter().map(|(component, _)| *component));
+    names.extend(POSTED_UNSAFE_COMPONENTS);
     names.sort_unstable();
+    names.dedup();
     names
 }
 
@@ -46,6 +74,9 @@ pub struct ApiStream {
     pub per_client: bool,
     /// The paths (below the listen path) this stream serves.
     pub paths: Vec<String>,
+    /// The named hosts its components connect to, with the document path of each, when
+    /// it was compiled under an egress policy (a posted definition).
+    pub egress_targets: Vec<EgressTarget>,
 }
 
 /// The streams of a document and the paths their HTTP components serve.
@@ -54,6 +85,7 @@ pub fn parse(
     whole: &Value,
     api_id: &str,
     allow_unsafe: &[String],
+    egress: Option<&Arc<EgressPolicy>>,
 ) -> Result<(Vec<ApiStream>, Vec<String>), Vec<ConfigError>> {
     let Some(node) = doc.root.get(STREAMING) else {
         return Ok((Vec::new(), Vec::new()));
@@ -109,6 +141,9 @@ pub fn parse(
     let mut streams = Vec::new();
     for (name, stream_node, path) in found {
         unsafe_components(doc, stream_node, &path, allow_unsafe, &mut errors);
+        if egress.is_some() {
+            posted_file_fields(doc, stream_node, &path, allow_unsafe, &mut errors);
+        }
         let config = match stream_from_node(doc, stream_node, &path) {
             Ok(c) => c,
             Err(e) => {
@@ -117,10 +152,21 @@ pub fn parse(
             }
         };
         let stream_id = format!("{api_id}.{name}");
-        for e in Stream::validate(&stream_id, &config, &routes) {
+        let (problems, targets) = match egress {
+            Some(policy) => Stream::validate_posted(&stream_id, &config, &routes, policy.clone()),
+            None => (Stream::validate(&stream_id, &config, &routes), Vec::new()),
+        };
+        for e in problems {
             let place = de::join(&path, &e.path);
             errors.push(at(&place, e.message));
         }
+        let egress_targets = targets
+            .into_iter()
+            .map(|t| EgressTarget {
+                path: de::join(&path, &t.path),
+                ..t
+            })
+            .collect();
         let pointer = if path == STREAMING {
             format!("/{STREAMING}")
         } else {
@@ -135,12 +181,54 @@ pub fn parse(
             raw,
             per_client,
             paths,
+            egress_targets,
         });
     }
     if !errors.is_empty() {
         return Err(errors);
     }
     Ok((streams, routes.paths()))
+}
+
+/// Reports every field of [`POSTED_UNSAFE_FIELDS`] in a posted stream: a `tls` or `auth`
+/// block under a component's key, holding one of the file fields.
+fn posted_file_fields(
+    doc: &Document,
+    node: &Node,
+    path: &str,
+    allow: &[String],
+    errors: &mut Vec<ConfigError>,
+) {
+    for (key, value) in node.entries() {
+        let Some(k) = key.as_str() else { continue };
+        let here = de::join(path, k);
+        if !allow.iter().any(|a| a == k) {
+            for (block, field) in POSTED_UNSAFE_FIELDS {
+                let Some(settings) = value.get(block) else {
+                    continue;
+                };
+                if let Some((fkey, _)) = settings
+                    .entries()
+                    .iter()
+                    .find(|(f, _)| f.as_str() == Some(*field))
+                {
+                    let at = de::join(&de::join(&here, block), field);
+                    errors.push(
+                        ConfigError::new(format!(
+                            "`{k}.{block}.{field}` reads the server's files and is refused in posted streams (the operator can list `{k}` in the gateway's `streaming.allow_unsafe`)"
+                        ))
+                        .at(doc.location(&at, fkey.mark)),
+                    );
+                }
+            }
+        }
+        posted_file_fields(doc, value, &here, allow, errors);
+    }
+    if let NodeKind::Seq(items) = &node.kind {
+        for (i, item) in items.iter().enumerate() {
+            posted_file_fields(doc, item, &format!("{path}[{i}]"), allow, errors);
+        }
+    }
 }
 
 /// Reports every unsafe component in a stream: a key of that name whose value is a

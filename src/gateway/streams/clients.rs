@@ -14,6 +14,7 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use crate::config::yaml::Document;
+use crate::egress::EgressPolicy;
 use crate::gateway::api::streaming::ApiStream;
 use crate::gateway::api::{node_of, Api};
 use crate::gateway::middleware::error;
@@ -62,6 +63,8 @@ pub struct Limits {
     pub budget: Option<Arc<MemoryBudget>>,
     /// When the instances' inputs stop trying to connect.
     pub give_up: Option<GiveUp>,
+    /// Where the instances of a posted API may connect.
+    pub egress: Arc<EgressPolicy>,
 }
 
 /// The instances of one API, by stream and resolved config.
@@ -105,15 +108,18 @@ impl Clients {
         let path = format!("x-sluice-streaming.streams.{}", stream.name);
         let read = || stream_from_node(&doc, &doc.root, &path);
         // Definitions that came as data keep their mappings away from the host.
-        let config = if api.source.starts_with("store:") || api.source == "request" {
+        let config = if api.posted() {
             crate::config::mapped::sandboxed(read)
         } else {
             read()
         }
         .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
-        let env = StreamEnv::standalone()
+        let mut env = StreamEnv::standalone()
             .with_budget(limits.budget.clone())
             .with_give_up(limits.give_up.clone());
+        if api.posted() {
+            env = env.posted(limits.egress.clone());
+        }
         let name = format!("{}.{}", api.id, stream.name);
         let built = Stream::build(&name, &config, &env)
             .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;

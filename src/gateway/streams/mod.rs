@@ -26,6 +26,7 @@ use tracing::{error, info};
 use super::api::Api;
 use super::middleware::error;
 use super::table::Table;
+use crate::egress::EgressPolicy;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::stream::budget::MemoryBudget;
 use crate::stream::failures::GiveUp;
@@ -74,6 +75,8 @@ pub struct StreamSettings {
     pub org_max_inflight_bytes: usize,
     /// Failed connections in a row after which an input of a posted stream gives up.
     pub max_connect_failures: u32,
+    /// Where the streams of posted APIs may connect (`streaming.egress`).
+    pub egress: Arc<EgressPolicy>,
 }
 
 pub struct StreamHost {
@@ -119,6 +122,11 @@ impl StreamHost {
             .filter(|s| s.org == org)
             .map(|s| s.clients.len())
             .sum()
+    }
+
+    /// Where the streams of posted APIs may connect.
+    pub fn egress(&self) -> Arc<EgressPolicy> {
+        self.settings.egress.clone()
     }
 
     /// Where streams started from now on run: the serving threads' runtimes, in turn,
@@ -241,12 +249,13 @@ impl StreamHost {
             };
             let limits = clients::Limits {
                 api: self.settings.max_client_streams,
-                org_full: (posted(api)
+                org_full: (api.posted()
                     && self.org_client_streams(&streams.org)
                         >= self.settings.org_max_client_streams)
                     .then_some(self.settings.org_max_client_streams),
                 budget: streams.env.budget.clone(),
                 give_up: streams.env.give_up.clone(),
+                egress: self.settings.egress.clone(),
             };
             let instance = match streams
                 .clients
@@ -286,19 +295,34 @@ impl StreamHost {
             info!(api_id = %id, "Streams stopped: their API is gone.");
         }
         for api in table.apis().filter(|a| !a.streams.is_empty()) {
-            let budget = posted(api).then(|| self.budget(&api.org_id));
+            // An API that moved between a file and the store runs under the other
+            // policy: its streams start again in a new environment.
+            let moved = self
+                .apis
+                .read()
+                .get(&api.id)
+                .filter(|s| s.env.egress.is_some() != api.posted())
+                .cloned();
+            if let Some(old) = moved {
+                self.apis.write().remove(&api.id);
+                old.stop(&api.id, self.settings.drain).await;
+            }
+            let budget = api.posted().then(|| self.budget(&api.org_id));
             let streams = self
                 .apis
                 .write()
                 .entry(api.id.clone())
                 .or_insert_with(|| {
-                    let give_up = posted(api).then(|| GiveUp {
+                    let give_up = api.posted().then(|| GiveUp {
                         after: self.settings.max_connect_failures,
                         failures: Arc::default(),
                     });
-                    let env = StreamEnv::standalone()
+                    let mut env = StreamEnv::standalone()
                         .with_budget(budget)
                         .with_give_up(give_up);
+                    if api.posted() {
+                        env = env.posted(self.settings.egress.clone());
+                    }
                     Arc::new(ApiStreams {
                         org: api.org_id.clone(),
                         running: tokio::sync::Mutex::new((
@@ -425,10 +449,6 @@ async fn sync_api(
 
 /// Whether an API came as data (through the dashboard or the gateway's API), so that
 /// its organisation's quotas apply; the operator's own files are trusted.
-fn posted(api: &Api) -> bool {
-    api.source.starts_with("store:") || api.source == "request"
-}
-
 /// A stream's name in logs and metrics: the API id and the stream's own name.
 fn stream_name(api_id: &str, stream: &str) -> String {
     format!("{api_id}.{stream}")

@@ -110,6 +110,7 @@ impl BuildInput for KafkaInputConfig {
         let topics = self.parsed_topics().map_err(|e| cx.error(e))?;
         Ok(InputBuild::Leaf(Box::new(KafkaInput {
             config: self.clone(),
+            egress: cx.egress_addresses(&crate::connect::split_addresses(&self.addresses), 9092)?,
             topics,
             consumer: None,
             shared: Arc::new(Shared::default()),
@@ -126,6 +127,8 @@ struct Received {
 }
 
 pub struct KafkaInput {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: KafkaInputConfig,
     topics: Vec<TopicSpec>,
     consumer: Option<Arc<Consumer_>>,
@@ -283,6 +286,7 @@ fn settle(shared: &Shared, consumer: &Consumer_, acked: Vec<(PartKey, u64, Vec<i
 #[async_trait]
 impl Input for KafkaInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         if let Some(consumer) = self.consumer.clone() {
             // librdkafka reconnects by itself: only check that a broker answers again.
             return tokio::task::spawn_blocking(move || {

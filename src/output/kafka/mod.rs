@@ -168,6 +168,8 @@ impl BuildOutput for KafkaOutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(KafkaOutput {
                 config: self.clone(),
+                egress: cx
+                    .egress_addresses(&crate::connect::split_addresses(&self.addresses), 9092)?,
                 client: OnceCell::new(),
                 topic: self.topic.clone(),
                 key: self.key.clone(),
@@ -343,6 +345,8 @@ impl ProducerContext for Deliveries {
 }
 
 struct KafkaOutput {
+    /// Where a posted stream may connect (checked in `connect`).
+    egress: crate::egress::Egress,
     config: KafkaOutputConfig,
     /// Made by the first `connect`.
     client: OnceCell<Client>,
@@ -474,6 +478,7 @@ async fn queue_room() {
 #[async_trait]
 impl Output for KafkaOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
         // The client connects by itself; this asks a broker for metadata so that the
         // stream reports "not connected" while none answers.
         // Asking about the one fixed topic is cheaper than about all of them, and warms
