@@ -125,6 +125,7 @@ impl Dashboard {
     ) -> Result<Dashboard, StartError> {
         let bootstrapped =
             auth::bootstrap(&store, &config.admin.org, config.admin.key.as_deref()).await?;
+        store.mark_instance_org().await?;
         let sealer = config.secret.as_deref().map(Sealer::new);
         let deliverer = if config.webhooks.enabled {
             Some(Deliverer::new(
