@@ -163,6 +163,11 @@ pub async fn serve(
             }
         }
     }
+    // The gateway opens what the dashboard seals.
+    let mut gw = gw;
+    if gw.store_secret.is_none() {
+        gw.store_secret.clone_from(&db.secret);
+    }
     let dashboard = match Dashboard::with_store(db, store.clone()).await {
         Ok(d) => d,
         Err(e) => {
