@@ -175,6 +175,10 @@ pub async fn serve(
             }
         }
     }
+    // The gateway opens what the dashboard seals.
+    if gw.store_secret.is_none() {
+        gw.store_secret.clone_from(&db.secret);
+    }
     let dashboard = match Dashboard::with_store(db, store.clone()).await {
         Ok(d) => d,
         Err(e) => {

@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::assets::OAS_TEMPLATE;
 use super::error::{ApiError, ErrorBody, Problem};
+use super::gateway_keys;
 use super::request::{new_id, now, rfc3339, Ctx, Outcome, Reply};
 use std::sync::Arc;
 
@@ -418,10 +419,11 @@ fn stored_listen_path(doc: &Value) -> Option<String> {
         .pointer("/server/listenPath/value")?
         .as_str()?
         .trim();
-    Some(if lp.len() > 1 {
-        lp.trim_end_matches('/').to_owned()
+    let trimmed = lp.trim_end_matches('/');
+    Some(if trimmed.is_empty() && !lp.is_empty() {
+        "/".to_owned()
     } else {
-        lp.to_owned()
+        trimmed.to_owned()
     })
 }
 
@@ -461,25 +463,37 @@ impl ListenPaths {
     }
 
     /// 409 when another API (of any organisation: one gateway serves them all) listens
-    /// on `listen_path`.
+    /// on `listen_path`, or when an API of another organisation listens above or below
+    /// it: the gateway routes by the longest listen path, so a path below another
+    /// organisation's would take that organisation's clients' requests, credentials
+    /// and all. Another organisation's API is never named.
     fn check(&self, caller_org: &str, id: &str, listen_path: &str) -> Result<(), ApiError> {
-        let taken = self
-            .by_api
-            .iter()
-            .find(|(other, (_, lp))| other.as_str() != id && lp == listen_path);
-        match taken {
+        let others = self.by_api.iter().filter(|(other, _)| other.as_str() != id);
+        if let Some((other, (org, _))) = others.clone().find(|(_, (_, lp))| lp == listen_path) {
+            let whose = if org == caller_org {
+                format!(" by API `{other}`")
+            } else {
+                String::new()
+            };
+            return Err(ApiError::Conflict(format!(
+                "listen path `{listen_path}` is already used{whose}"
+            )));
+        }
+        let mine = gw_api::path_key(listen_path);
+        let nested = others
+            .filter(|(_, (org, _))| org != caller_org)
+            .find_map(|(_, (_, lp))| gw_api::nesting(&mine, &gw_api::path_key(lp)));
+        match nested {
             None => Ok(()),
-            Some((other, (org, _))) => {
-                // Another organisation's API is not named.
-                let whose = if org == caller_org {
-                    format!(" by API `{other}`")
-                } else {
-                    String::new()
-                };
-                Err(ApiError::Conflict(format!(
-                    "listen path `{listen_path}` is already used{whose}"
-                )))
-            }
+            Some(gw_api::Nesting::Same) => Err(ApiError::Conflict(format!(
+                "listen path `{listen_path}` is already used"
+            ))),
+            Some(gw_api::Nesting::Below) => Err(ApiError::Conflict(format!(
+                "listen path `{listen_path}` is below a listen path of another organisation"
+            ))),
+            Some(gw_api::Nesting::Above) => Err(ApiError::Conflict(format!(
+                "listen path `{listen_path}` is above a listen path of another organisation"
+            ))),
         }
     }
 
@@ -560,7 +574,7 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
         .await
         .map_err(|e| place(e, text))?;
     if dry_run {
-        return dry_run_reply(&prepared);
+        return dry_run_reply(&ctx, &prepared).await;
     }
     save(&ctx, kind, &doc, &prepared, false).await?;
     let message = format!("{} created", kind.noun());
@@ -572,7 +586,12 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     )
 }
 
-fn dry_run_reply(prepared: &Prepared) -> Result<Reply, ApiError> {
+/// Checks what a dry run can without saving: that the listen path is free.
+async fn dry_run_reply(ctx: &Ctx, prepared: &Prepared) -> Result<Reply, ApiError> {
+    let mut paths = ctx.state.api_writes.lock().await;
+    paths.refresh(&ctx.state.store).await?;
+    paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
+    drop(paths);
     Reply::outcome(
         StatusCode::OK,
         "the definition is valid (dry run: nothing was saved)",
@@ -698,7 +717,7 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
         .await
         .map_err(|e| place(e, text))?;
     if dry_run {
-        return dry_run_reply(&prepared);
+        return dry_run_reply(&ctx, &prepared).await;
     }
     save(&ctx, kind, &doc, &prepared, true).await?;
     let message = format!("{} updated", kind.noun());
@@ -723,6 +742,13 @@ async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     }
     paths.wrote(&ctx.state.store, &api.id, None).await;
     ctx.state.api_changed.notify_one();
+    drop(paths);
+    // An API made later with this id, by any organisation, must not be reached by the
+    // keys that named this one.
+    gateway_keys::keys(&ctx)
+        .forget_api(&api.org_id, &api.id)
+        .await
+        .map_err(gateway_keys::key_error)?;
     let message = format!("{} deleted", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&api.id), &api.id)
 }

@@ -24,11 +24,11 @@ pub struct GatewayKeyList {
 /// gateways pick a change up within their `keys.cache_ttl`. HMAC secrets are sealed
 /// with the gateway's secret, which the dashboard does not hold, so HMAC keys are made
 /// through the gateway's own API.
-fn keys(ctx: &Ctx) -> Keys {
+pub(super) fn keys(ctx: &Ctx) -> Keys {
     Keys::new(ctx.state.store.clone(), std::time::Duration::ZERO, None)
 }
 
-fn key_error(e: KeyError) -> ApiError {
+pub(super) fn key_error(e: KeyError) -> ApiError {
     match e {
         KeyError::Invalid { field, message } => {
             ApiError::bad_request(format!("invalid field `{field}`: {message}"))

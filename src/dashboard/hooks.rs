@@ -1,6 +1,7 @@
 //! Webhooks: a target URL and HTTP method, headers and a body template for the calls the
 //! service makes. `method` and `target_path` are required and checked; `header_map` may
-//! be null. A webhook is addressed by its database id or its webhook id.
+//! be null. A webhook is addressed by its database id or its webhook id. Header values
+//! and URL credentials are stored sealed with the dashboard's `secret`, when it has one.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::request::{check_identifier, new_id, now, Ctx, Outcome, Reply};
 use crate::store::HookRecord;
-use crate::webhook;
+use crate::webhook::{self, sealed};
 
 /// A webhook as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -85,6 +86,32 @@ fn view(record: HookRecord) -> Webhook {
     }
 }
 
+/// Seals the record's header values and URL credentials with the dashboard's secret,
+/// when it has one, before it is stored.
+fn seal(ctx: &Ctx, record: &mut HookRecord) -> Result<(), ApiError> {
+    let sealer = ctx.state.sealer.as_ref();
+    let headers: Option<BTreeMap<String, String>> = record
+        .header_map
+        .as_deref()
+        .and_then(|h| serde_json::from_str(h).ok());
+    let failed = |e: sealed::SealedError| ApiError::Internal(e.to_string());
+    record.header_map = sealed::store_headers(sealer, headers.as_ref()).map_err(failed)?;
+    record.target_path = sealed::store_url(sealer, &record.target_path).map_err(failed)?;
+    Ok(())
+}
+
+/// A stored record with its sealed parts opened, for its organisation to read. One
+/// that cannot be opened (another secret sealed it) shows no headers and no URL.
+fn opened(ctx: &Ctx, mut record: HookRecord) -> HookRecord {
+    let sealer = ctx.state.sealer.as_ref();
+    record.header_map = sealed::open_headers(sealer, record.header_map.as_deref())
+        .ok()
+        .flatten()
+        .map(|h| serde_json::to_string(&h).unwrap_or_else(|_| "{}".into()));
+    record.target_path = sealed::open_url(sealer, &record.target_path).unwrap_or_default();
+    record
+}
+
 /// The field's value checked by the webhook module's rule, or a 400 naming the field.
 fn required(
     field: &str,
@@ -137,7 +164,17 @@ fn apply(input: WebhookInput, record: &mut HookRecord, caller_org: &str) -> Resu
         .header_map
         .map(|h| serde_json::to_string(&h).unwrap_or_else(|_| "{}".into()));
     record.name = input.name.unwrap_or_default();
-    record.template_path = input.template_path.unwrap_or_default();
+    let template_path = input.template_path.unwrap_or_default();
+    if !template_path.is_empty() {
+        // Checked now, so a path that could never be read is refused to its writer, not
+        // found out at each event.
+        webhook::Templates::check_path(&template_path).map_err(|_| {
+            ApiError::bad_request(format!(
+                "invalid field `template_path`: `{template_path}` is not a relative path inside the templates directory (no leading `/`, no `..`)"
+            ))
+        })?;
+    }
+    record.template_path = template_path;
     let model = input
         .api_model
         .unwrap_or_else(|| Value::Object(Default::default()));
@@ -172,7 +209,7 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     Reply::json(
         StatusCode::OK,
         WebhookList {
-            hooks: records.into_iter().map(view).collect(),
+            hooks: records.into_iter().map(|r| view(opened(&ctx, r))).collect(),
             pages: paging.pages(total),
         },
     )
@@ -217,6 +254,7 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
         updated_at: at,
     };
     apply(input, &mut record, &ctx.caller.org_id)?;
+    seal(&ctx, &mut record)?;
     ctx.state.store.insert_hook(&record).await?;
     Reply::outcome(
         StatusCode::CREATED,
@@ -247,7 +285,7 @@ async fn find(ctx: &Ctx) -> Result<HookRecord, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
-    Reply::json(StatusCode::OK, view(find(&ctx).await?))
+    Reply::json(StatusCode::OK, view(opened(&ctx, find(&ctx).await?)))
 }
 
 #[utoipa::path(
@@ -271,6 +309,7 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: WebhookInput = ctx.json()?;
     let mut record = find(&ctx).await?;
     apply(input, &mut record, &ctx.caller.org_id)?;
+    seal(&ctx, &mut record)?;
     record.updated_at = now();
     if !ctx.state.store.update_hook(&record).await? {
         return Err(ApiError::not_found("webhook"));

@@ -128,6 +128,7 @@ impl Dashboard {
     ) -> Result<Dashboard, StartError> {
         let bootstrapped =
             auth::bootstrap(&store, &config.admin.org, config.admin.key.as_deref()).await?;
+        store.mark_instance_org().await?;
         let sealer = config.secret.as_deref().map(Sealer::new);
         let (listener, address) = server::bind(&config.listen.socket()).await?;
         // Checked when the config was read; the policy without entries refuses the most.

@@ -1,6 +1,7 @@
 //! Organisations, users and dashboard keys. Every caller belongs to one organisation and
-//! sees only it. Admins create organisations (each with its own first admin), and
-//! manage the users and keys of their own; members see the users and their own keys.
+//! sees only it. Admins of the instance's organisation (the first one) create
+//! organisations (each with its own first admin); admins manage the users and keys of
+//! their own; members see the users and their own keys.
 //! A key is shown once, when it is made.
 
 use http::StatusCode;
@@ -126,13 +127,19 @@ fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
         (status = 201, description = "Created with its first admin; the admin's key is in `key`, shown once.", body = KeyOutcome),
         (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 403, description = "The caller is not an admin.", body = ErrorBody),
+        (status = 403, description = "The caller is not an admin of the instance's organisation.", body = ErrorBody),
         (status = 415, description = "The body is not JSON.", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn create_org(ctx: Ctx) -> Result<Reply, ApiError> {
     ctx.caller.require_admin()?;
+    // Organisations are one another's tenants: an admin of one may not make more.
+    if ctx.state.store.instance_org().await?.as_deref() != Some(ctx.caller.org_id.as_str()) {
+        return Err(ApiError::Forbidden(
+            "only an admin of the instance's organisation (the one made at the first start) may create organisations".into(),
+        ));
+    }
     let input: OrgInput = ctx.json()?;
     check_name("name", &input.name)?;
     let admin_name = input.admin_name.unwrap_or_else(|| "admin".into());

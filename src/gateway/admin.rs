@@ -334,10 +334,22 @@ async fn put_api(gw: &Shared, id: Option<&str>, req: HttpRequest) -> HttpRespons
 }
 
 async fn delete_api(gw: &Shared, id: &str) -> HttpResponse {
+    let org_id = match gw.keys.store().api(id).await {
+        Ok(stored) => stored.map(|a| a.org_id),
+        Err(e) => return store_error(&e),
+    };
     match gw.keys.store().delete_api(id).await {
         Ok(true) => {
             gw.reload(true).await;
             gw.cache.forget_api(id);
+            // Keys naming it must not reach an API made later with the same id.
+            if let Err(e) = gw
+                .keys
+                .forget_api(org_id.as_deref().unwrap_or(""), id)
+                .await
+            {
+                tracing::warn!(api_id = %id, error = %e, "Cannot take the deleted API out of its keys.");
+            }
             h::json(
                 StatusCode::OK,
                 &serde_json::json!({"id": id, "action": "deleted"}),

@@ -27,6 +27,9 @@ pub struct GatewayConfig {
     pub streaming: StreamingConfig,
     /// Guards the gateway's own API under `/sluice/`; without it that API is off.
     pub secret: Option<String>,
+    /// The dashboard's `secret`: opens what the dashboard sealed in the store (webhooks'
+    /// header values and URL credentials), and seals their deliveries' headers.
+    pub store_secret: Option<String>,
     pub proxy: ProxyConfig,
     pub http: HttpTimeouts,
     pub keys: KeysConfig,
@@ -50,6 +53,7 @@ impl Default for GatewayConfig {
             redis: RedisConfig::default(),
             streaming: StreamingConfig::default(),
             secret: None,
+            store_secret: None,
             proxy: ProxyConfig::default(),
             http: HttpTimeouts::default(),
             keys: KeysConfig::default(),
@@ -341,7 +345,7 @@ const OVERRIDABLE: Overridable = Overridable {
             ],
         ),
     ],
-    top_level: &["secret", "access_log", "workers"],
+    top_level: &["secret", "store_secret", "access_log", "workers"],
 };
 
 impl GatewayConfig {

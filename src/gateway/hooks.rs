@@ -4,12 +4,12 @@
 //! URL, headers, rendered body) is queued in the store, from where the delivery worker
 //! sends it until it is taken.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::{broadcast, mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
@@ -17,9 +17,10 @@ use super::api::handlers::{Handler, Hook, Target};
 use super::api::Api;
 use super::events::{Event, EventKind};
 use super::Shared;
-use crate::store::{DeliveryRecord, HookRecord, Store, PENDING};
+use crate::store::seal::Sealer;
+use crate::store::{DeliveryRecord, HookRecord, Store, DEAD, PENDING};
 use crate::webhook::delivery::now_ms;
-use crate::webhook::Templates;
+use crate::webhook::{sealed, Templates};
 
 /// What a body template sees.
 #[derive(Debug, Serialize)]
@@ -37,12 +38,18 @@ pub struct TemplateContext<'a> {
     pub time: String,
 }
 
+/// The events one organisation's worker may have waiting.
+const ORG_QUEUE: usize = 1024;
+
 /// One handler firing for one key: the cool-down's unit.
 type CoolKey = (String, usize, EventKind, Option<String>);
 
 pub struct Dispatcher {
     store: Store,
     templates: Templates,
+    /// Opens what the dashboard sealed in stored webhooks, and seals their deliveries'
+    /// headers in turn.
+    sealer: Option<Sealer>,
     max_attempts: i64,
     /// Wakes this process's delivery worker, when it runs one.
     wake: Option<Arc<Notify>>,
@@ -53,25 +60,88 @@ impl Dispatcher {
     pub fn new(
         store: Store,
         templates: Templates,
+        sealer: Option<Sealer>,
         max_attempts: u32,
         wake: Option<Arc<Notify>>,
     ) -> Dispatcher {
         Dispatcher {
             store,
             templates,
+            sealer,
             max_attempts: i64::from(max_attempts.max(1)),
             wake,
             last_fired: HashMap::new(),
         }
     }
 
-    /// Handles `events` until `stop`. Events that arrive together are queued in one
-    /// transaction. The caller subscribes before spawning this, so that no event
-    /// published once requests are served can be missed.
+    /// Handles `events` until `stop`: each organisation's events go to a worker of its
+    /// own, through a queue of [`ORG_QUEUE`] events, so that one organisation's slow
+    /// handlers (or a flood of its events) hold up neither the others' nor the bus:
+    /// when its queue is full, that organisation's events are dropped, and only its. The
+    /// caller subscribes before spawning this, so that no event published once requests
+    /// are served can be missed.
     pub async fn run(
-        mut self,
+        self,
         shared: Arc<Shared>,
         mut events: broadcast::Receiver<Event>,
+        stop: CancellationToken,
+    ) {
+        let mut workers: HashMap<String, mpsc::Sender<Event>> = HashMap::new();
+        loop {
+            let received = tokio::select! {
+                _ = stop.cancelled() => return,
+                e = events.recv() => e,
+            };
+            let event = match received {
+                Ok(event) => event,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(
+                        missed = n,
+                        "webhooks: events came faster than they were queued; some were missed"
+                    );
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            };
+            let Some(org) = shared
+                .table
+                .current()
+                .get(&event.api_id)
+                .filter(|api| !api.handlers.is_empty())
+                .map(|api| api.org_id.clone())
+            else {
+                continue;
+            };
+            let worker = workers.entry(org.clone()).or_insert_with(|| {
+                let (tx, rx) = mpsc::channel(ORG_QUEUE);
+                let mine = self.for_worker();
+                tokio::spawn(mine.work(shared.clone(), rx, stop.clone()));
+                tx
+            });
+            if let Err(mpsc::error::TrySendError::Full(_)) = worker.try_send(event) {
+                warn!(org_id = %org, "webhooks: the organisation's events come faster than its handlers run; one was dropped");
+            }
+        }
+    }
+
+    /// A dispatcher with the same settings and a cool-down of its own.
+    fn for_worker(&self) -> Dispatcher {
+        Dispatcher {
+            store: self.store.clone(),
+            templates: self.templates.clone(),
+            sealer: self.sealer.clone(),
+            max_attempts: self.max_attempts,
+            wake: self.wake.clone(),
+            last_fired: HashMap::new(),
+        }
+    }
+
+    /// One organisation's worker: events that arrive together are queued in one
+    /// transaction.
+    async fn work(
+        mut self,
+        shared: Arc<Shared>,
+        mut events: mpsc::Receiver<Event>,
         stop: CancellationToken,
     ) {
         loop {
@@ -79,27 +149,12 @@ impl Dispatcher {
                 _ = stop.cancelled() => return,
                 e = events.recv() => e,
             };
-            let mut batch = Vec::new();
-            let mut next = Some(first);
-            while let Some(received) = next.take() {
-                match received {
-                    Ok(event) => batch.push(event),
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        warn!(
-                            missed = n,
-                            "webhooks: events came faster than they were queued; some were missed"
-                        )
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-                if batch.len() < 256 {
-                    next = match events.try_recv() {
-                        Ok(e) => Some(Ok(e)),
-                        Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                            Some(Err(broadcast::error::RecvError::Lagged(n)))
-                        }
-                        Err(_) => None,
-                    };
+            let Some(first) = first else { return };
+            let mut batch = vec![first];
+            while batch.len() < 256 {
+                match events.try_recv() {
+                    Ok(e) => batch.push(e),
+                    Err(_) => break,
                 }
             }
             let current = shared.table.current();
@@ -108,6 +163,9 @@ impl Dispatcher {
                 if let Some(api) = current.get(&event.api_id) {
                     deliveries.extend(self.fire(api, event).await);
                 }
+                // Rendering does not wait on anything: let the other organisations'
+                // workers run between events.
+                tokio::task::yield_now().await;
             }
             if deliveries.is_empty() {
                 continue;
@@ -132,7 +190,7 @@ impl Dispatcher {
             if !handler.events.contains(&event.kind) {
                 continue;
             }
-            let (hook, source) = match self.resolve(api, handler).await {
+            let (hook, source, secret) = match self.resolve(api, handler).await {
                 Some(found) => found,
                 None => continue,
             };
@@ -141,20 +199,27 @@ impl Dispatcher {
             }
             metrics::counter!(crate::metrics::GATEWAY_WEBHOOKS_FIRED, "api_id" => api.id.clone(), "event" => event.kind.as_str())
                 .increment(1);
-            out.push(self.delivery(api, event, &hook, source));
+            out.push(self.delivery(api, event, &hook, source, secret));
         }
         out
     }
 
-    /// The handler's webhook and the delivery's source; `None` (logged) when a stored
-    /// webhook is gone.
-    async fn resolve(&self, api: &Api, handler: &Handler) -> Option<(Hook, String)> {
+    /// The handler's webhook, the delivery's source, and whether the webhook's headers
+    /// and URL were sealed (so its deliveries' are too); `None` (logged) when a stored
+    /// webhook is gone or cannot be opened.
+    async fn resolve(&self, api: &Api, handler: &Handler) -> Option<(Hook, String, bool)> {
         match &handler.target {
-            Target::Inline(hook) => Some((hook.clone(), format!("handler:{}", api.id))),
+            Target::Inline(hook) => Some((hook.clone(), format!("handler:{}", api.id), false)),
             Target::Stored(id) => match self.store.hook(&api.org_id, id).await {
                 Ok(Some(record)) => {
                     let source = format!("hook:{}", record.webhook_id);
-                    Some((stored_hook(record), source))
+                    match stored_hook(record, self.sealer.as_ref()) {
+                        Ok((hook, secret)) => Some((hook, source, secret)),
+                        Err(e) => {
+                            warn!(api_id = %api.id, webhook = %id, error = %e, "webhooks: the webhook cannot be opened; set the gateway's `store_secret` to the dashboard's `secret`");
+                            None
+                        }
+                    }
                 }
                 Ok(None) => {
                     warn!(api_id = %api.id, webhook = %id, "webhooks: the handler's webhook does not exist in the API's organisation");
@@ -190,7 +255,14 @@ impl Dispatcher {
         }
     }
 
-    fn delivery(&self, api: &Api, event: &Event, hook: &Hook, source: String) -> DeliveryRecord {
+    fn delivery(
+        &self,
+        api: &Api,
+        event: &Event,
+        hook: &Hook,
+        source: String,
+        secret: bool,
+    ) -> DeliveryRecord {
         let context = TemplateContext {
             event: event.kind.as_str(),
             api_id: &api.id,
@@ -204,13 +276,48 @@ impl Dispatcher {
                 .unwrap_or_default()
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
         };
+        let mut failed = None;
         let body = match self.render(hook, &context) {
             Ok(body) => body,
+            Err(e @ crate::webhook::TemplateError::OverBudget { .. }) => {
+                // Recorded as failed with why, for its owner to see; a replay sends the
+                // event as JSON.
+                warn!(api_id = %api.id, error = %e, "webhooks: the body template is over its budget; the delivery failed");
+                failed = Some(e.to_string());
+                serde_json::to_vec(&context).unwrap_or_default()
+            }
             Err(e) => {
                 // The event still goes out, as JSON: a broken template must not hide it.
                 warn!(api_id = %api.id, error = %e, "webhooks: the body template failed; sending the event as JSON");
                 serde_json::to_vec(&context).unwrap_or_default()
             }
+        };
+        // A sealed webhook's secrets stay sealed in its deliveries: the URL's credentials
+        // travel as the basic authorization they stand for, in the sealed headers.
+        let (url, headers) = match self.sealer.as_ref().filter(|_| secret) {
+            Some(sealer) => {
+                let (bare, basic) = sealed::split_credentials(&hook.url);
+                let mut headers = hook.headers.clone();
+                if let Some(basic) = basic {
+                    if !headers
+                        .keys()
+                        .any(|k| k.eq_ignore_ascii_case("authorization"))
+                    {
+                        headers.insert("Authorization".into(), basic);
+                    }
+                }
+                match sealed::store_delivery_headers(Some(sealer), &headers, true) {
+                    Ok(headers) => (bare, headers),
+                    Err(e) => {
+                        failed.get_or_insert(e.to_string());
+                        (bare, "{}".into())
+                    }
+                }
+            }
+            None => (
+                hook.url.clone(),
+                serde_json::to_string(&hook.headers).unwrap_or_else(|_| "{}".into()),
+            ),
         };
         DeliveryRecord {
             id: uuid::Uuid::now_v7().to_string(),
@@ -218,17 +325,17 @@ impl Dispatcher {
             source,
             event: event.kind.as_str().to_owned(),
             method: hook.method.clone(),
-            url: hook.url.clone(),
-            headers: serde_json::to_string(&hook.headers).unwrap_or_else(|_| "{}".into()),
+            url,
+            headers,
             body,
             secret_sealed: None,
-            status: PENDING.into(),
+            status: if failed.is_some() { DEAD } else { PENDING }.into(),
             attempts: 0,
             max_attempts: self.max_attempts,
             next_attempt_at: 0,
             lease_until: 0,
             last_status: None,
-            last_error: None,
+            last_error: failed,
             created_at: 0,
             updated_at: 0,
         }
@@ -253,21 +360,30 @@ impl Dispatcher {
     }
 }
 
-/// A dashboard webhook as a handler's call.
-fn stored_hook(record: HookRecord) -> Hook {
-    let headers: BTreeMap<String, String> = record
-        .header_map
-        .as_deref()
-        .and_then(|h| serde_json::from_str(h).ok())
-        .unwrap_or_default();
-    Hook {
+/// A dashboard webhook as a handler's call, its sealed parts opened; and whether it had
+/// any.
+fn stored_hook(
+    record: HookRecord,
+    sealer: Option<&Sealer>,
+) -> Result<(Hook, bool), sealed::SealedError> {
+    let secret = [
+        record.header_map.as_deref(),
+        Some(record.target_path.as_str()),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|t| t.starts_with("v1:"));
+    let headers = sealed::open_headers(sealer, record.header_map.as_deref())?.unwrap_or_default();
+    let url = sealed::open_url(sealer, &record.target_path)?;
+    let hook = Hook {
         method: record.method,
-        url: record.target_path,
+        url,
         headers,
         template_path: record.template_path,
         template: None,
         event_timeout: u64::try_from(record.event_timeout).unwrap_or(0),
-    }
+    };
+    Ok((hook, secret))
 }
 
 #[cfg(test)]
@@ -296,7 +412,7 @@ mod tests {
     #[tokio::test]
     async fn fires_matching_handlers_with_cool_down() {
         let store = Store::open("sqlite::memory:").await.unwrap();
-        let mut d = Dispatcher::new(store, Templates::default(), 5, None);
+        let mut d = Dispatcher::new(store, Templates::default(), None, 5, None);
         let api = api_with(
             "      - events: [auth_failure]\n        targetPath: http://127.0.0.1:9/a\n        headerMap: {X-Team: ops}\n        template: '{\"e\": \"{{ event }}\", \"k\": {{ key_id | tojson }}, \"p\": \"{{ path }}\"}'\n        eventTimeout: 60\n      - events: [quota_exceeded]\n        targetPath: http://127.0.0.1:9/b\n",
         );
@@ -341,7 +457,7 @@ mod tests {
     #[tokio::test]
     async fn a_broken_template_still_sends_the_event() {
         let store = Store::open("sqlite::memory:").await.unwrap();
-        let mut d = Dispatcher::new(store, Templates::default(), 5, None);
+        let mut d = Dispatcher::new(store, Templates::default(), None, 5, None);
         let api = api_with(
             "      - events: [auth_failure]\n        targetPath: http://127.0.0.1:9/a\n        templatePath: missing.json\n",
         );

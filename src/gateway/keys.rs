@@ -585,6 +585,35 @@ impl Keys {
         Ok(deleted)
     }
 
+    /// Takes API `api_id` of organisation `org_id`, deleted, out of the access rights of
+    /// the keys that name it: that organisation's and the operator's (of no
+    /// organisation). An API made later with the same id is not reached through them.
+    /// Returns how many keys changed.
+    pub async fn forget_api(&self, org_id: &str, api_id: &str) -> Result<usize, KeyError> {
+        let mut records = self.store.list_keys(Some(org_id)).await?;
+        if !org_id.is_empty() {
+            records.extend(self.store.list_keys(Some("")).await?);
+        }
+        let mut changed = 0;
+        for mut record in records {
+            let Ok(mut policy) = serde_json::from_str::<Policy>(&record.policy) else {
+                continue;
+            };
+            if policy.access_rights.remove(api_id).is_none() {
+                continue;
+            }
+            record.policy = serde_json::to_string(&policy).unwrap_or_default();
+            record.updated_at = chrono::Utc::now().timestamp();
+            if self.store.update_key(&record).await? {
+                changed += 1;
+            }
+        }
+        if changed > 0 {
+            self.forget_all();
+        }
+        Ok(changed)
+    }
+
     pub async fn get(&self, id: &str) -> Result<Option<Session>, KeyError> {
         Ok(self.store.key(id).await?.and_then(|r| session_of(&r)))
     }

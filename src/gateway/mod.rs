@@ -118,6 +118,10 @@ impl Gateway {
         let proxy = Proxy::new(&config.proxy).map_err(StartError::Proxy)?;
         let metrics = config.metrics.enabled.then(crate::metrics::install);
         let config_webhooks = config.webhooks.clone();
+        let sealer = config
+            .store_secret
+            .as_deref()
+            .map(crate::store::seal::Sealer::new);
         let events = EventBus::default();
         let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
         // The config was checked when read: a bad entry cannot reach here, and the
@@ -170,7 +174,7 @@ impl Gateway {
         shared.table.refresh(true).await;
         let deliverer = match config_webhooks.enabled {
             true => Some(
-                Deliverer::new(store.clone(), config_webhooks, None)?
+                Deliverer::new(store.clone(), config_webhooks, sealer)?
                     .with_egress(shared.streams.egress())?,
             ),
             false => None,
@@ -186,13 +190,18 @@ impl Gateway {
     }
 
     /// Starts the event handlers' dispatcher and the delivery worker; both end at
-    /// `stop`. Deliveries are unsigned here, so the worker needs no sealing secret.
+    /// `stop`. With `store_secret`, both open what the dashboard sealed.
     fn start_webhooks(&mut self, stop: &CancellationToken) -> Vec<tokio::task::JoinHandle<()>> {
         let config = &self.shared.config.webhooks;
         let deliverer = self.deliverer.take();
         let dispatcher = hooks::Dispatcher::new(
             self.store.clone(),
             Templates::new(config.templates.clone()),
+            self.shared
+                .config
+                .store_secret
+                .as_deref()
+                .map(crate::store::seal::Sealer::new),
             config.max_attempts,
             deliverer.as_ref().map(Deliverer::waker),
         );

@@ -21,6 +21,9 @@ pub struct Table {
     by_id: HashMap<String, Arc<Api>>,
     /// Definitions that did not load, with why.
     pub errors: Vec<ApiError>,
+    /// Listen paths claimed by APIs of more than one organisation (see
+    /// [`disputes`]): requests below them reach no API.
+    disputed: Vec<String>,
 }
 
 impl Table {
@@ -31,9 +34,25 @@ impl Table {
 
     /// Where the API that [`route`](Table::route) finds stands, for [`at`](Table::at).
     pub fn position(&self, path: &str) -> Option<usize> {
-        self.by_path
+        let at = self
+            .by_path
             .iter()
-            .position(|api| api::listen_rest(&api.listen_path, path).is_some())
+            .position(|api| api::listen_rest(&api.listen_path, path).is_some());
+        if self.disputed.is_empty() {
+            return at;
+        }
+        // A disputed path at least as specific as the API found takes the request from
+        // it: neither organisation gets the other's traffic.
+        let found = at.map_or(0, |i| self.by_path[i].listen_path.len());
+        let blocked = self
+            .disputed
+            .iter()
+            .any(|d| d.len() >= found && api::listen_rest(d, path).is_some());
+        if blocked {
+            None
+        } else {
+            at
+        }
     }
 
     /// The API at a [`position`](Table::position) of this table.
@@ -266,11 +285,11 @@ impl ApiTable {
                 ));
                 continue;
             }
-            if let Some(other) = table
-                .by_path
-                .iter()
-                .find(|o| o.listen_path == api.listen_path)
-            {
+            // Organisations that share a path are left to `disputes`.
+            if let Some(other) = table.by_path.iter().find(|o| {
+                o.listen_path == api.listen_path
+                    && (o.org_id == api.org_id || !(from_store(o) || from_store(&api)))
+            }) {
                 table.errors.push(clash(
                     &api,
                     format!(
@@ -283,11 +302,70 @@ impl ApiTable {
             table.by_id.insert(api.id.clone(), api.clone());
             table.by_path.push(api);
         }
+        disputes(&mut table);
         table
             .by_path
             .sort_by_key(|api| std::cmp::Reverse(api.listen_path.len()));
         table
     }
+}
+
+/// Whether an API came from the store, where organisations write.
+fn from_store(api: &Api) -> bool {
+    api.source.starts_with("store:")
+}
+
+/// Takes out of the table every API whose listen path is at or below the listen path
+/// of another organisation's API (when either came from the store), and keeps its path
+/// as disputed so that requests below it reach neither. The dashboard refuses such paths,
+/// so this meets only APIs stored before it did, or written by two dashboards at once:
+/// which one was there first is not known, and routing either organisation's clients to
+/// the other's API would hand it their credentials.
+fn disputes(table: &mut Table) {
+    let keys: Vec<String> = table
+        .by_path
+        .iter()
+        .map(|a| api::path_key(&a.listen_path))
+        .collect();
+    let mut by_key: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, key) in keys.iter().enumerate() {
+        by_key.entry(key.as_str()).or_default().push(i);
+    }
+    let mut disputed = vec![false; table.by_path.len()];
+    for (i, inner) in table.by_path.iter().enumerate() {
+        // The key itself and each path above it: `/a/b/c`, `/a/b`, `/a`, `/`.
+        let key = keys[i].as_str();
+        let above = key
+            .char_indices()
+            .filter(|&(at, c)| c == '/' && at > 0)
+            .map(|(at, _)| &key[..at])
+            .chain([key, "/"]);
+        let outer = above
+            .filter_map(|k| by_key.get(k))
+            .flatten()
+            .map(|&j| &table.by_path[j])
+            .find(|o| o.org_id != inner.org_id && (from_store(inner) || from_store(o)));
+        if let Some(outer) = outer {
+            disputed[i] = true;
+            table.errors.push(clash(
+                inner,
+                format!(
+                    "listen path `{}` is at or below listen path `{}` of API `{}` of another organisation; neither is served there",
+                    inner.listen_path, outer.listen_path, outer.id
+                ),
+            ));
+        }
+    }
+    let mut kept = Vec::with_capacity(table.by_path.len());
+    for (api, out) in std::mem::take(&mut table.by_path).into_iter().zip(disputed) {
+        if out {
+            table.by_id.remove(&api.id);
+            table.disputed.push(api.listen_path.clone());
+        } else {
+            kept.push(api);
+        }
+    }
+    table.by_path = kept;
 }
 
 fn clash(api: &Api, message: String) -> ApiError {

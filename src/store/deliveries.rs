@@ -87,8 +87,8 @@ const COLUMNS: &str = "id, org_id, source, event, method, url, headers, body, se
 
 const INSERT: &str = "INSERT INTO deliveries (id, org_id, source, event, method, url, headers, \
      body, secret_sealed, status, attempts, max_attempts, next_attempt_at, lease_until, \
-     created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', 0, $10, $11, 0, $11, $11) \
+     last_error, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, 0, $10, $11, 0, $13, $11, $11) \
      ON CONFLICT (id) DO NOTHING";
 
 const INSERT_ATTEMPT: &str = "INSERT INTO delivery_attempts \
@@ -102,6 +102,8 @@ const AFTER_ATTEMPT: &str = "UPDATE deliveries SET status = $2, attempts = $3, \
 impl Store {
     /// Queues deliveries, all or none. A delivery whose id is already queued is skipped
     /// (a sender retrying the same event queues it once); returns how many were added.
+    /// One given as [`DEAD`] (it could not be made) is recorded with its `last_error`
+    /// and never sent.
     pub async fn enqueue_deliveries(
         &self,
         deliveries: &[DeliveryRecord],
@@ -124,6 +126,8 @@ impl Store {
                     .bind(d.secret_sealed.as_deref())
                     .bind(d.max_attempts)
                     .bind(now_ms)
+                    .bind(if d.status == DEAD { DEAD } else { PENDING })
+                    .bind(d.last_error.as_deref())
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
@@ -135,8 +139,8 @@ impl Store {
     }
 
     /// Claims up to `limit` due deliveries for `lease_ms`, oldest due first. With
-    /// `signed: false` only deliveries without a signing secret are taken (a worker that
-    /// cannot open sealed secrets leaves them to one that can).
+    /// `signed: false` only deliveries without a signing secret or sealed headers are
+    /// taken (a worker that cannot open sealed secrets leaves them to one that can).
     pub async fn claim_deliveries(
         &self,
         now_ms: i64,
@@ -148,7 +152,7 @@ impl Store {
         let unsigned_only = if signed {
             ""
         } else {
-            " AND secret_sealed IS NULL"
+            " AND secret_sealed IS NULL AND headers NOT LIKE 'v1:%'"
         };
         // The outer condition repeats the inner one: a row another worker claimed between
         // the two is re-checked and skipped. It is written `status || ''` so that SQLite

@@ -30,6 +30,10 @@ pub(super) const SQLITE: &[Embedded] = &[
         "0003_webhooks.sql",
         include_str!("../../migrations/sqlite/0003_webhooks.sql"),
     ),
+    (
+        "0004_instance_org.sql",
+        include_str!("../../migrations/sqlite/0004_instance_org.sql"),
+    ),
 ];
 
 /// PostgreSQL migrations, oldest first.
@@ -45,6 +49,10 @@ pub(super) const POSTGRES: &[Embedded] = &[
     (
         "0003_webhooks.sql",
         include_str!("../../migrations/postgres/0003_webhooks.sql"),
+    ),
+    (
+        "0004_instance_org.sql",
+        include_str!("../../migrations/postgres/0004_instance_org.sql"),
     ),
 ];
 

@@ -65,6 +65,10 @@ impl From<KeyRow> for DashboardKeyRecord {
 const COUNT_ORGS: &str = "SELECT COUNT(*) FROM orgs";
 const INSERT_ORG: &str = "INSERT INTO orgs (id, name, created_at) VALUES ($1, $2, $3)";
 const SELECT_ORG: &str = "SELECT id, name, created_at FROM orgs WHERE id = $1";
+const MARK_INSTANCE: &str = "UPDATE orgs SET instance = TRUE WHERE id = \
+     (SELECT id FROM orgs ORDER BY created_at, id LIMIT 1) \
+     AND NOT EXISTS (SELECT 1 FROM orgs WHERE instance)";
+const SELECT_INSTANCE: &str = "SELECT id FROM orgs WHERE instance";
 const INSERT_USER: &str =
     "INSERT INTO users (id, org_id, name, role, created_at) VALUES ($1, $2, $3, $4, $5)";
 const USER_COLUMNS: &str = "SELECT id, org_id, name, role, created_at FROM users";
@@ -144,6 +148,23 @@ impl Store {
             name,
             created_at,
         }))
+    }
+
+    /// Marks the organisation made first as the instance's own, unless one is marked
+    /// already; its admins administer the instance. Ties in `created_at` go by id.
+    pub async fn mark_instance_org(&self) -> Result<(), StoreError> {
+        with_pool!(self, |pool| {
+            sqlx::query(MARK_INSTANCE).execute(pool).await.map(|_| ())?
+        });
+        Ok(())
+    }
+
+    /// The id of the instance's own organisation, once one is marked.
+    pub async fn instance_org(&self) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = with_pool!(self, |pool| {
+            sqlx::query_as(SELECT_INSTANCE).fetch_optional(pool).await?
+        });
+        Ok(row.map(|(id,)| id))
     }
 
     /// Adds a user with a first key, both or neither. A second user of the same name in

@@ -345,7 +345,9 @@ impl Deliverer {
     ) -> Result<reqwest::RequestBuilder, String> {
         let method = Method::from_bytes(d.method.as_bytes())
             .map_err(|_| format!("`{}` is not an HTTP method", d.method))?;
-        let stored: BTreeMap<String, String> = serde_json::from_str(&d.headers)
+        let plain = super::sealed::open_delivery_headers(self.sealer.as_deref(), &d.headers)
+            .map_err(|e| e.to_string())?;
+        let stored: BTreeMap<String, String> = serde_json::from_str(&plain)
             .map_err(|e| format!("the stored headers are not a JSON object: {e}"))?;
         let mut headers = HeaderMap::new();
         for (name, value) in &stored {

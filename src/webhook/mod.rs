@@ -2,6 +2,7 @@
 //! the store's queue of calls at least once.
 
 pub mod delivery;
+pub mod sealed;
 pub mod sign;
 pub mod template;
 

@@ -21,6 +21,32 @@ pub enum TemplateError {
     Read { path: String, message: String },
     #[error("template `{path}`: {message}")]
     Render { path: String, message: String },
+    /// It took more steps than [`FUEL`] or made more than [`MAX_BODY`] bytes.
+    #[error("template `{path}`: {message}")]
+    OverBudget { path: String, message: String },
+}
+
+/// The steps (minijinja's fuel: about one per instruction) one rendering may take.
+pub const FUEL: u64 = 100_000;
+
+/// The most bytes one rendered body may have.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// A buffer that refuses to grow past [`MAX_BODY`], so that rendering stops there.
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_BODY {
+            return Err(std::io::Error::other("the body is too large"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Where templates named by path are read from.
@@ -68,24 +94,48 @@ impl Templates {
         std::fs::read_to_string(&full).map_err(read_error)
     }
 
-    /// Renders `source` (named `name` in errors) with `context`.
+    /// Renders `source` (named `name` in errors) with `context`, within [`FUEL`] steps
+    /// and [`MAX_BODY`] bytes: templates are written by tenants, and one rendering must
+    /// neither hold the events of others nor fill the store.
     pub fn render(
         name: &str,
         source: &str,
         context: &impl Serialize,
     ) -> Result<String, TemplateError> {
-        let render_error = |e: minijinja::Error| TemplateError::Render {
-            path: name.to_owned(),
-            message: e.to_string(),
+        let render_error = |e: minijinja::Error| {
+            let path = name.to_owned();
+            match e.kind() {
+                minijinja::ErrorKind::OutOfFuel => TemplateError::OverBudget {
+                    path,
+                    message: format!(
+                        "the template took more than {FUEL} steps to render; make it simpler"
+                    ),
+                },
+                // The only write that fails is one past the cap.
+                minijinja::ErrorKind::WriteFailure => TemplateError::OverBudget {
+                    path,
+                    message: format!("the rendered body is larger than {MAX_BODY} bytes"),
+                },
+                _ => TemplateError::Render {
+                    path,
+                    message: e.to_string(),
+                },
+            }
         };
         let mut env = Environment::new();
         // Undefined variables are errors, so a misspelt one shows when the hook is tested
         // rather than as an empty value in every call.
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.set_fuel(Some(FUEL));
         env.add_template("body", source).map_err(render_error)?;
+        let mut out = Capped(Vec::new());
         env.get_template("body")
-            .and_then(|t| t.render(context))
-            .map_err(render_error)
+            .and_then(|t| t.render_captured_to(context, &mut out).map(|_| ()))
+            .map_err(render_error)?;
+        String::from_utf8(out.0).map_err(|e| TemplateError::Render {
+            path: name.to_owned(),
+            message: e.to_string(),
+        })
     }
 
     /// Checks that `source` parses, for load-time errors.
@@ -116,6 +166,20 @@ mod tests {
         let e = Templates::render("t", "{{ nope }}", &serde_json::json!({})).unwrap_err();
         assert!(e.to_string().contains("undefined"), "{e}");
         assert!(Templates::check("t", "{% if %}").is_err());
+    }
+
+    #[test]
+    fn a_rendering_has_a_step_budget_and_a_size_cap() {
+        let ctx = serde_json::json!({});
+        let slow = "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}";
+        let e = Templates::render("t", slow, &ctx).unwrap_err();
+        assert!(matches!(e, TemplateError::OverBudget { .. }), "{e}");
+        assert!(e.to_string().contains("steps"), "{e}");
+        let big = "{% for a in range(100) %}{{ 'x' * 1000 }}{% endfor %}";
+        let e = Templates::render("t", big, &ctx).unwrap_err();
+        assert!(e.to_string().contains("larger than 65536 bytes"), "{e}");
+        let fits = "{% for a in range(60) %}{{ 'x' * 1000 }}{% endfor %}";
+        assert_eq!(Templates::render("t", fits, &ctx).unwrap().len(), 60_000);
     }
 
     #[test]

@@ -221,6 +221,49 @@ pub fn listen_rest<'a>(listen: &str, path: &'a str) -> Option<&'a str> {
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
+/// How one listen path stands to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nesting {
+    /// Both take the same requests.
+    Same,
+    /// The first is inside the second: it takes part of the second's requests.
+    Below,
+    /// The first holds the second.
+    Above,
+}
+
+/// A listen path in the form ownership is compared in: percent-decoded, in lower case,
+/// without empty or `.` segments. Looser than routing on purpose: an upstream may decode
+/// or fold case, so paths that differ only so still belong to one owner.
+pub fn path_key(listen: &str) -> String {
+    let decoded = percent_encoding::percent_decode_str(listen).decode_utf8_lossy();
+    let mut key = String::with_capacity(decoded.len());
+    for segment in decoded.split('/') {
+        if segment.is_empty() || segment == "." {
+            continue;
+        }
+        key.push('/');
+        key.push_str(&segment.to_lowercase());
+    }
+    if key.is_empty() {
+        key.push('/');
+    }
+    key
+}
+
+/// How `a` stands to `b` (both from [`path_key`]), when one holds the other.
+pub fn nesting(a: &str, b: &str) -> Option<Nesting> {
+    if a == b {
+        Some(Nesting::Same)
+    } else if listen_rest(b, a).is_some() {
+        Some(Nesting::Below)
+    } else if listen_rest(a, b).is_some() {
+        Some(Nesting::Above)
+    } else {
+        None
+    }
+}
+
 /// What the gateway allows in the definitions it loads.
 #[derive(Debug, Clone, Default)]
 pub struct CompileOptions {
@@ -372,7 +415,7 @@ fn compile(
             format!("`{lp}` does not start with `/`"),
         ));
         String::from("/")
-    } else if lp.len() > 1 {
+    } else if lp.len() > 1 && !lp.trim_end_matches('/').is_empty() {
         lp.trim_end_matches('/').to_owned()
     } else {
         "/".to_owned()

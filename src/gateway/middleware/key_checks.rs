@@ -1,5 +1,6 @@
-//! Key checks: an authenticated key must be active, unexpired and allowed on this API,
-//! method and path; then the operation's allow/block lists apply to every request.
+//! Key checks: an authenticated key must be active, unexpired, of the API's organisation
+//! and allowed on this API, method and path; then the operation's allow/block lists
+//! apply to every request.
 
 use http::StatusCode;
 
@@ -21,7 +22,17 @@ pub fn run(ctx: &mut Ctx<'_>) -> Step {
             );
             return Err(error(StatusCode::UNAUTHORIZED, "the key has expired"));
         }
+        // A key made for an organisation reaches that organisation's APIs only: an id in
+        // its access rights may since name another organisation's API. A key of no
+        // organisation is the operator's, made with the gateway's secret.
+        let other_org = !session.org_id.is_empty() && session.org_id != ctx.api.org_id;
         match session.policy.access_rights.get(&ctx.api.id) {
+            _ if other_org => {
+                return Err(error(
+                    StatusCode::FORBIDDEN,
+                    "the key has no access to this API",
+                ))
+            }
             None => {
                 return Err(error(
                     StatusCode::FORBIDDEN,
