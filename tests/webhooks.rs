@@ -450,6 +450,8 @@ async fn dashboard(dir: &std::path::Path) -> (tokio::process::Child, u16) {
         .env("SLUICE_DB_WEBHOOKS_INITIAL_BACKOFF", "100ms")
         .env("SLUICE_DB_WEBHOOKS_POLL_INTERVAL", "50ms")
         .env("SLUICE_DB_LOGGER_LEVEL", "warn")
+        // The subscribers' receivers listen on loopback.
+        .env("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
         .spawn()
         .expect("spawn sluice dashboard");
     let http = reqwest::Client::new();

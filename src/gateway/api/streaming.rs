@@ -21,6 +21,10 @@ pub const STREAMING: &str = "x-sluice-streaming";
 /// whoever may post an API cannot read or write the gateway's files or run its commands.
 pub const UNSAFE: &[&str] = &["command", "file", "stdin", "stdout", "subprocess"];
 
+/// Components whose own languages can recurse without bound (jq's recursive functions
+/// and `recurse`), which no budget of Sluice's can interrupt: refused the same way.
+pub const UNBOUNDED: &[&str] = &["jq"];
+
 /// Fields that make an otherwise harmless component read the host's files when the
 /// stream is built: refused the same way unless `streaming.allow_unsafe` names the
 /// component.
@@ -53,6 +57,7 @@ pub const POSTED_UNSAFE_COMPONENTS: &[&str] = &[
 /// Every name `streaming.allow_unsafe` accepts.
 pub fn allowable() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = UNSAFE.to_vec();
+    names.extend(UNBOUNDED);
     names.extend(UNSAFE_FIELDS.iter().map(|(component, _)| *component));
     names.extend(POSTED_UNSAFE_COMPONENTS);
     names.sort_unstable();
@@ -249,6 +254,14 @@ fn unsafe_components(
             errors.push(
                 ConfigError::new(format!(
                     "`{k}` reaches the gateway's host and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
+                ))
+                .at(doc.location(&here, key.mark)),
+            );
+        }
+        if settings && UNBOUNDED.contains(&k) && !allowed {
+            errors.push(
+                ConfigError::new(format!(
+                    "`{k}` runs a language that can recurse without bound and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
                 ))
                 .at(doc.location(&here, key.mark)),
             );
