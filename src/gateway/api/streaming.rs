@@ -250,18 +250,17 @@ fn unsafe_components(
         let here = de::join(path, k);
         let settings = matches!(value.kind, NodeKind::Map(_)) || value.is_null();
         let allowed = allow.iter().any(|a| a == k);
-        if settings && UNSAFE.contains(&k) && !allowed {
+        let why = if UNSAFE.contains(&k) {
+            Some("reaches the gateway's host")
+        } else if UNBOUNDED.contains(&k) {
+            Some("runs a language that can recurse without bound")
+        } else {
+            None
+        };
+        if let (true, false, Some(why)) = (settings, allowed, why) {
             errors.push(
                 ConfigError::new(format!(
-                    "`{k}` reaches the gateway's host and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
-                ))
-                .at(doc.location(&here, key.mark)),
-            );
-        }
-        if settings && UNBOUNDED.contains(&k) && !allowed {
-            errors.push(
-                ConfigError::new(format!(
-                    "`{k}` runs a language that can recurse without bound and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
+                    "`{k}` {why} and is refused in streams served by the gateway (list it in the gateway's `streaming.allow_unsafe` to allow it)"
                 ))
                 .at(doc.location(&here, key.mark)),
             );
