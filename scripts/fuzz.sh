@@ -17,8 +17,9 @@
 #
 # Settings (environment):
 #   FUZZ_SECONDS     run time per target (default 60)
-#   FUZZ_SANITIZER   address, leak, memory, thread or none (default none: the crate has
-#                    no unsafe code, and the fuzzers look for panics, hangs, runaway
+#   FUZZ_SANITIZER   address, leak, memory, thread or none (default none: the only unsafe
+#                    code is the Kafka batch output's calls into librdkafka, which no fuzz
+#                    target reaches, and the fuzzers look for panics, hangs, runaway
 #                    memory and disagreements, which need no sanitizer; none runs faster)
 #   FUZZ_TARGET_DIR  build directory (default $HOME/.cache/sluice-fuzz-target)
 #   FUZZ_RSS_MB      memory limit of a run, in MiB (default 2048)
