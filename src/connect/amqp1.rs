@@ -56,6 +56,13 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The URLs as text, for the egress check of the brokers it connects to.
+    pub fn url_texts(&self) -> Vec<String> {
+        self.urls.iter().map(|u| u.to_string()).collect()
+    }
+}
+
+impl Endpoint {
     /// Checks `urls` (and the older single `url`), `tls` and `sasl`; the message names the
     /// field.
     pub fn new(

@@ -115,6 +115,15 @@ pub fn qos(level: u8) -> Result<QoS, String> {
 
 /// Host, port and whether the scheme asks for TLS: `tcp://h:1883`, `mqtt://`, `ssl://`,
 /// `tls://`, `mqtts://`; a bare `host:port` is plain TCP.
+/// The hosts and ports of the URLs that parse, for the egress check (a URL that does not
+/// parse is reported where the client is configured).
+pub fn hosts(urls: &[String]) -> Vec<(String, u16)> {
+    urls.iter()
+        .filter_map(|u| parse_url(u).ok())
+        .map(|(host, port, _)| (host, port))
+        .collect()
+}
+
 pub fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (s.to_ascii_lowercase(), r),

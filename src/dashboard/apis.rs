@@ -217,30 +217,29 @@ struct Prepared {
     egress_targets: Vec<EgressTarget>,
 }
 
-/// [`prepare`] on the blocking pool: compiling a definition compiles its streams'
+/// [`prepare`] on the blocking pool (compiling a definition compiles its streams'
 /// mappings, which may take up to their compile budget each, and no serving thread
-/// should wait for a tenant's program. The document comes back completed.
-async fn prepare_off_thread(
+/// should wait for a tenant's program), then the egress check of the names its streams
+/// connect to. Errors are placed in the posted text; the document comes back completed.
+async fn compile_posted(
+    ctx: &Ctx,
     mut doc: Value,
     kind: Kind,
-    org_id: String,
     path_id: Option<String>,
-    egress: Arc<EgressPolicy>,
-) -> (Value, Result<Prepared, ApiError>) {
-    let compiled = tokio::task::spawn_blocking(move || {
-        let prepared = prepare(&mut doc, kind, &org_id, path_id.as_deref(), Some(&egress));
-        (doc, prepared)
+) -> Result<(Value, Prepared), ApiError> {
+    let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
+    let org_id = ctx.caller.org_id.clone();
+    let egress = ctx.state.egress.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        prepare(&mut doc, kind, &org_id, path_id.as_deref(), Some(&egress)).map(|p| (doc, p))
     })
-    .await;
-    match compiled {
-        Ok(done) => done,
-        Err(e) => (
-            Value::Null,
-            Err(ApiError::Internal(format!(
-                "compiling the definition stopped: {e}"
-            ))),
-        ),
-    }
+    .await
+    .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))?;
+    let (doc, prepared) = prepared.map_err(|e| place(e, text))?;
+    check_egress(&prepared, &ctx.state.egress)
+        .await
+        .map_err(|e| place(e, text))?;
+    Ok((doc, prepared))
 }
 
 /// Completes the gateway extension (id, name, organisation, listen path, when absent),
@@ -580,27 +579,14 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     refuse_if_streaming_off(&ctx, kind)?;
     let dry_run = ctx.flag("dry_run")?;
     let posted = read_document(&ctx, kind)?;
-    let mut doc = match template(&ctx).await? {
+    let doc = match template(&ctx).await? {
         Some(mut base) if base.is_object() => {
             merge(&mut base, posted);
             base
         }
         _ => posted,
     };
-    let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
-    let (doc_back, prepared) = prepare_off_thread(
-        doc,
-        kind,
-        ctx.caller.org_id.clone(),
-        None,
-        ctx.state.egress.clone(),
-    )
-    .await;
-    doc = doc_back;
-    let prepared = prepared.map_err(|e| place(e, text))?;
-    check_egress(&prepared, &ctx.state.egress)
-        .await
-        .map_err(|e| place(e, text))?;
+    let (doc, prepared) = compile_posted(&ctx, doc, kind, None).await?;
     if dry_run {
         return dry_run_reply(&ctx, &prepared).await;
     }
@@ -731,21 +717,8 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     refuse_if_streaming_off(&ctx, kind)?;
     let dry_run = ctx.flag("dry_run")?;
     find(&ctx, kind).await?;
-    let mut doc = read_document(&ctx, kind)?;
-    let text = std::str::from_utf8(&ctx.body).unwrap_or_default();
-    let (doc_back, prepared) = prepare_off_thread(
-        doc,
-        kind,
-        ctx.caller.org_id.clone(),
-        Some(ctx.param(0).to_owned()),
-        ctx.state.egress.clone(),
-    )
-    .await;
-    doc = doc_back;
-    let prepared = prepared.map_err(|e| place(e, text))?;
-    check_egress(&prepared, &ctx.state.egress)
-        .await
-        .map_err(|e| place(e, text))?;
+    let doc = read_document(&ctx, kind)?;
+    let (doc, prepared) = compile_posted(&ctx, doc, kind, Some(ctx.param(0).to_owned())).await?;
     if dry_run {
         return dry_run_reply(&ctx, &prepared).await;
     }

@@ -104,14 +104,7 @@ impl BuildInput for Amqp1InputConfig {
         }
         Ok(InputBuild::Leaf(Box::new(Amqp1Input {
             config: self.clone(),
-            egress: cx.egress_addresses(
-                &endpoint
-                    .urls
-                    .iter()
-                    .map(|u| u.to_string())
-                    .collect::<Vec<_>>(),
-                5672,
-            )?,
+            egress: cx.egress_addresses(&endpoint.url_texts(), 5672)?,
             endpoint,
             session: None,
         })))

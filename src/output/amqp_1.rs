@@ -148,14 +148,7 @@ impl BuildOutput for Amqp1OutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(Amqp1Output {
                 config: self.clone(),
-                egress: cx.egress_addresses(
-                    &endpoint
-                        .urls
-                        .iter()
-                        .map(|u| u.to_string())
-                        .collect::<Vec<_>>(),
-                    5672,
-                )?,
+                egress: cx.egress_addresses(&endpoint.url_texts(), 5672)?,
                 endpoint,
                 annotations,
                 session: RwLock::new(None),

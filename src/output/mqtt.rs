@@ -77,13 +77,7 @@ impl BuildOutput for MqttOutputConfig {
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(MqttOutput {
                 config: self.clone(),
-                egress: cx.egress_to(
-                    self.urls
-                        .iter()
-                        .filter_map(|u| crate::connect::mqtt::parse_url(u).ok())
-                        .map(|(host, port, _)| (host, port))
-                        .collect(),
-                )?,
+                egress: cx.egress_to(crate::connect::mqtt::hosts(&self.urls))?,
                 qos,
                 attempt: AtomicUsize::new(0),
                 session: RwLock::new(None),

@@ -235,6 +235,17 @@ impl Deliverer {
         let at = now_ms();
         let started = Instant::now();
         let (client, egress) = self.client_for(&d);
+        let dead = |why: String| {
+            self.finish(
+                &d,
+                attempt,
+                at,
+                started,
+                None,
+                Some(why),
+                AfterAttempt::Dead,
+            )
+        };
         if let Some(egress) = egress {
             let refused = match reqwest::Url::parse(&d.url) {
                 Ok(url) => egress.check_url(&url).await.err().map(|e| e.to_string()),
@@ -242,15 +253,7 @@ impl Deliverer {
             };
             if let Some(why) = refused {
                 // Where it goes is refused: trying again will not help.
-                return self.finish(
-                    &d,
-                    attempt,
-                    at,
-                    started,
-                    None,
-                    Some(why),
-                    AfterAttempt::Dead,
-                );
+                return dead(why);
             }
         }
         let (status, error) = match self.request(&d, client) {
@@ -271,17 +274,7 @@ impl Deliverer {
                 Err(e) => (None, Some(describe(&e))),
             },
             // Nothing can be sent: trying again will not help.
-            Err(why) => {
-                return self.finish(
-                    &d,
-                    attempt,
-                    at,
-                    started,
-                    None,
-                    Some(why),
-                    AfterAttempt::Dead,
-                )
-            }
+            Err(why) => return dead(why),
         };
         let then = match status {
             Some(s) if s.is_success() => AfterAttempt::Delivered,
