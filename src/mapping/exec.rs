@@ -789,6 +789,20 @@ fn bin_err(b: &Bin, l: &Value, r: Option<&Value>) -> ExecError {
 }
 
 /// Arithmetic and comparison. `Err(None)` means the types do not fit the operator.
+/// The longest string or bytes value `+` makes. A loop that adds a value to itself
+/// doubles it each step: a few dozen steps, well within any time budget, would
+/// otherwise take all of the host's memory.
+pub const MAX_CONCAT: usize = 256 << 20;
+
+fn concat_fits(a: usize, b: usize) -> Result<(), Option<String>> {
+    if a.saturating_add(b) > MAX_CONCAT {
+        return Err(Some(format!(
+            "the result would be longer than {MAX_CONCAT} bytes"
+        )));
+    }
+    Ok(())
+}
+
 pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> {
     use Value::{Float, Int};
     let num = |v: &Value| matches!(v, Int(_) | Float(_) | Value::BigInt(_));
@@ -813,6 +827,7 @@ pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> 
                 Float(to_float(a).map_err(Some)? + to_float(b).map_err(Some)?)
             }
             (Value::String(a), Value::String(b)) => {
+                concat_fits(a.len(), b.len())?;
                 // Room to spare: concatenations usually chain (`a + "-" + b`).
                 let mut s = String::with_capacity(a.len() + b.len() + 32);
                 s.push_str(a);
@@ -820,6 +835,7 @@ pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> 
                 Value::String(s)
             }
             (Value::Bytes(a), Value::Bytes(b)) => {
+                concat_fits(a.len(), b.len())?;
                 let mut v = a.to_vec();
                 v.extend_from_slice(b);
                 Value::Bytes(Bytes::from(v))

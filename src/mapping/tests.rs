@@ -933,3 +933,15 @@ fn sandboxed_mappings_keep_the_host_name_and_counters_to_themselves() {
     assert!(err.contains("counter names"), "{err}");
     m.query_value(&Value::Int(1)).unwrap();
 }
+
+#[test]
+fn concatenation_stops_before_it_takes_the_hosts_memory() {
+    // Each step doubles the tally: 40 steps would be a terabyte.
+    let err = run(
+        r#"root = range(0, 40).fold("x", t -> t.tally + t.tally).length()"#,
+        "{}",
+    )
+    .unwrap_err();
+    assert!(err.contains("longer than 268435456 bytes"), "{err}");
+    assert_eq!(ok(r#"root = ("ab" + "cd").length()"#, "{}"), "4");
+}
