@@ -328,7 +328,20 @@ impl<'e> Compiler<'e> {
                 let mut out = Vec::new();
                 let mut ok = true;
                 for (k, v) in entries {
+                    let key_span = k.span;
                     let (k, v) = (self.expr(k), self.expr(v));
+                    if let Some(Node::Lit(key)) = &k {
+                        if !matches!(key, Value::String(_)) {
+                            let msg = format!(
+                                "object keys must be strings, received: {}",
+                                super::exec::go_type(key)
+                            );
+                            let d = self.diag(key_span, "E004", msg);
+                            self.diags.push(d);
+                            ok = false;
+                            continue;
+                        }
+                    }
                     match (k, v) {
                         (Some(k), Some(v)) => out.push((k, v)),
                         _ => ok = false,
@@ -420,6 +433,15 @@ impl<'e> Compiler<'e> {
     fn lambda(&mut self, a: &Arg) -> Option<Lambda> {
         match (&a.param, a.is_lambda) {
             (Some(p), true) => {
+                if p != "_" && self.scopes.iter().any(|(s, _)| s == p) {
+                    let d = self.diag(
+                        a.span,
+                        "E004",
+                        format!("context label `{p}` would shadow a parent context"),
+                    );
+                    self.diags.push(d);
+                    return None;
+                }
                 let slot = self.next_param;
                 self.next_param += 1;
                 self.scopes.push((p.clone(), slot));
@@ -617,9 +639,7 @@ impl<'e> Compiler<'e> {
         let mut ok = true;
         for (p, a) in spec.params.iter().zip(slots) {
             match (p.kind, a) {
-                (Kind::Lambda, Some(a)) | (Kind::ValueOrLambda, Some(a))
-                    if p.kind == Kind::Lambda || (a.is_lambda && a.param.is_some()) =>
-                {
+                (Kind::Lambda, Some(a)) => {
                     let l = self.lambda(a);
                     ok &= l.is_some();
                     lambdas.push(l);

@@ -564,8 +564,8 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     Value::String(s) => s.clone(),
                     other => {
                         return Err(ExecError::new(format!(
-                            "object keys must be strings, got {}",
-                            describe(other)
+                            "object keys must be strings, received: {}",
+                            go_type(other)
                         )))
                     }
                 };
@@ -642,8 +642,14 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 vals: &vals,
                 regexes: &call.regexes,
             };
-            let v = (call.spec.imp)(call, &args, cx)
-                .map_err(|e| ExecError::new(format!("{}: {e}", call.text)))?;
+            let v = (call.spec.imp)(call, &args, cx).map_err(|e| {
+                // `throw`'s message is the mapping's own words, passed on as written.
+                if call.spec.name == "throw" {
+                    ExecError::new(e)
+                } else {
+                    ExecError::new(format!("{}: {e}", call.text))
+                }
+            })?;
             within_depth(v, &call.text)
         }
         Node::Context(c) => {
@@ -1013,7 +1019,12 @@ pub fn run<'m>(
                     (None, v) => match v.into_owned() {
                         Value::Object(o) => *fr.meta.to_mut() = o,
                         Value::Null => fr.meta.to_mut().clear(),
-                        other => return Err(err(format!("meta: {}", type_err("object", &other)))),
+                        other => {
+                            return Err(err(format!(
+                                "setting root meta object requires object value, received: {}",
+                                other.type_name()
+                            )))
+                        }
                     },
                 }
             }
@@ -1082,12 +1093,43 @@ pub fn assign(root: &mut Slot, path: &[Seg], v: V<'_>) -> Result<(), String> {
     res
 }
 
-fn set_path(mut cur: &mut Value, path: &[Seg], v: Value) -> Result<(), String> {
+/// A target path as written (`foo.bar[2]`).
+fn path_text(path: &[Seg]) -> String {
+    let mut out = String::new();
     for seg in path {
+        match seg {
+            Seg::Field(name) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(name);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn set_path(mut cur: &mut Value, path: &[Seg], v: Value) -> Result<(), String> {
+    for (at, seg) in path.iter().enumerate() {
         cur = match seg {
             Seg::Field(name) => {
-                if !matches!(cur, Value::Object(_)) {
-                    *cur = Value::Object(Default::default());
+                match cur {
+                    Value::Object(_) => {}
+                    Value::Null => *cur = Value::Object(Default::default()),
+                    // A field is never set inside a value that is not an object: that
+                    // would silently throw the value away.
+                    other => {
+                        let of = match at {
+                            0 => "the root".to_owned(),
+                            _ => path_text(&path[..at]),
+                        };
+                        return Err(format!(
+                            "unable to set target path {} as the value of {of} was a non-object type ({})",
+                            path_text(path),
+                            other.type_name()
+                        ));
+                    }
                 }
                 match cur {
                     Value::Object(o) => o.entry(name.clone()).or_insert(Value::Null),
@@ -1155,5 +1197,20 @@ fn remove_path(cur: &mut Value, path: &[Seg]) {
             }
         }
         _ => {}
+    }
+}
+
+/// A value's type as the reference names it in errors (Go's names for its own types).
+pub fn go_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Int(_) => "int64",
+        Value::Float(_) | Value::BigInt(_) => "float64",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "[]uint8",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+        Value::Timestamp(_) => "time.Time",
     }
 }

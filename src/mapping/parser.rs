@@ -174,8 +174,11 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
                 }])
             }
             Err(query_err) => {
-                // Report whichever attempt got further: that is the more useful error.
                 let (a, b) = (err_pos(&stmt_err), err_pos(&query_err));
+                if let Some(d) = shorthand_followed(src, a) {
+                    return Err(Diagnostics::one(d));
+                }
+                // Report whichever attempt got further: that is the more useful error.
                 let e = if b > a && a == 0 { query_err } else { stmt_err };
                 Err(Diagnostics::one(pest_diagnostic(src, &e)))
             }
@@ -255,6 +258,40 @@ fn first<'i>(p: Pair<'i, Rule>, src: &str) -> Result<Pair<'i, Rule>, Diagnostics
     })
 }
 
+/// A mapping that starts as a bare query (the shorthand for `root = <query>`) and goes
+/// on after it, when reading it as a query got further than reading it as statements:
+/// the error says so, in the reference's words.
+fn shorthand_followed(src: &str, statements_failed_at: usize) -> Option<Diagnostic> {
+    let head = Grammar::parse(Rule::query_head, src).ok()?.next()?;
+    let expr = head.into_inner().find(|p| p.as_rule() == Rule::expr)?;
+    let (start, end) = (expr.as_span().start(), expr.as_span().end());
+    let mut rest = end;
+    loop {
+        let tail = &src[rest..];
+        let trimmed = tail.trim_start();
+        rest += tail.len() - trimmed.len();
+        if trimmed.starts_with('#') {
+            rest += trimmed.find('\n').unwrap_or(trimmed.len());
+        } else {
+            break;
+        }
+    }
+    if rest >= src.len() || rest <= statements_failed_at {
+        return None;
+    }
+    let query = &src[start..end];
+    let shown = match query.char_indices().nth(12) {
+        Some((cut, _)) => format!("{}...", &query[..cut]),
+        None => query.to_owned(),
+    };
+    Some(Diagnostic::at(
+        src,
+        Span::new(rest, rest + 1),
+        "E001",
+        format!("expected the mapping to end here as the beginning is shorthand for `root = {shown}`, but this shorthand form cannot be followed with more assignments"),
+    ))
+}
+
 fn err_pos(e: &pest::error::Error<Rule>) -> usize {
     match e.location {
         pest::error::InputLocation::Pos(p) => p,
@@ -273,9 +310,11 @@ fn rule_name(r: &Rule) -> Option<&'static str> {
         Rule::EOI => "end of input",
         Rule::expr | Rule::term | Rule::lambda | Rule::slice_from => "an expression",
         Rule::slice => "`:` or `]`",
-        Rule::statement | Rule::assignment | Rule::target | Rule::target_field => {
-            "a statement (e.g. `root.foo = ...`)"
-        }
+        Rule::statement
+        | Rule::assignment
+        | Rule::target
+        | Rule::target_first
+        | Rule::target_field => "a statement (e.g. `root.foo = ...`)",
         Rule::import_stmt | Rule::kw_import => "`import`",
         Rule::map_def | Rule::kw_map => "`map`",
         Rule::let_stmt | Rule::kw_let => "`let`",
@@ -715,7 +754,7 @@ impl<'s> Ctx<'s> {
         for q in p.into_inner() {
             match q.as_rule() {
                 Rule::kw_root => {}
-                Rule::target_field => {
+                Rule::target_first | Rule::target_field => {
                     let f = q.into_inner().next();
                     if let Some(f) = f {
                         out.push(Seg::Field(self.name_or_string(f)?));
@@ -894,8 +933,13 @@ impl<'s> Ctx<'s> {
                 let mut q = p.into_inner();
                 let param = q.next().map(|n| n.as_str().to_string());
                 if let Some(name) = param.as_deref().filter(|n| RESERVED.contains(n)) {
+                    let msg = if matches!(name, "this" | "root") {
+                        format!("context label `{name}` is not allowed")
+                    } else {
+                        format!("`{name}` cannot name a lambda parameter")
+                    };
                     return Err(self
-                        .err(span, format!("`{name}` cannot name a lambda parameter"))
+                        .err(span, msg)
                         .with_hint("pick another name, such as `x -> ...`"));
                 }
                 let body = q

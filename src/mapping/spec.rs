@@ -47,9 +47,6 @@ pub enum Kind {
     Lambda,
     /// A regular expression, compiled once when it is a literal.
     Regex,
-    /// A value evaluated as it is, or a named lambda (`err -> ...`) that is given a value
-    /// the method supplies (`catch` gives it the error).
-    ValueOrLambda,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -675,7 +675,10 @@ fn empty_mappings_and_misused_names_do_not_parse() {
         let e = Mapping::compile(src, &Env::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("cannot name a lambda parameter"), "{src}: {e}");
+        assert!(
+            e.contains("cannot name a lambda parameter") || e.contains("is not allowed"),
+            "{src}: {e}"
+        );
     }
     // Names that only start like keywords are fine.
     assert_eq!(
@@ -823,9 +826,8 @@ fn use_number_keeps_big_integers_exact() {
     let input = r#"{"s":"{\"big\":18446744073709551615,\"neg\":-9223372036854775809,\"small\":7,\"f\":1.5}"}"#;
     assert_eq!(
         ok(src, input),
-        // Below i64 the JSON reader gives a float: only positive integers up to
-        // u64's largest are kept.
-        r#"{"big":18446744073709551615,"f":1.5,"neg":-9223372036854776000,"small":7}"#
+        // Integers past i64 either way keep every digit.
+        r#"{"big":18446744073709551615,"f":1.5,"neg":-9223372036854775809,"small":7}"#
     );
     // They are numbers: they compare, add (as floats) and format as JSON.
     let src = r#"root.t = this.s.parse_json(use_number: true).big.type()
@@ -835,7 +837,7 @@ root.sum = this.s.parse_json(use_number: true).big + 1
 root.j = this.s.parse_json(use_number: true).format_json(no_indent: true).string()"#;
     assert_eq!(
         ok(src, input),
-        r#"{"eq":true,"gt":true,"j":"{\"big\":18446744073709551615,\"f\":1.5,\"neg\":-9223372036854776000,\"small\":7}","sum":18446744073709552000,"t":"number"}"#
+        r#"{"eq":true,"gt":true,"j":"{\"big\":18446744073709551615,\"f\":1.5,\"neg\":-9223372036854775809,\"small\":7}","sum":18446744073709552000,"t":"number"}"#
     );
     // Without use_number they become floats, as before.
     assert_eq!(

@@ -1,7 +1,7 @@
 //! Timestamp and duration helpers: Go-style layouts (`2006-01-02T15:04:05Z07:00`),
 //! strftime, time zones (`TZ` decides the local one) and Go duration strings.
 
-use chrono::{DateTime, FixedOffset, Local, NaiveDate, NaiveDateTime, Offset, TimeZone, Utc};
+use chrono::{DateTime, FixedOffset, Local, Offset, TimeZone, Utc};
 
 /// The current time in the local zone (`TZ`).
 pub fn now() -> DateTime<FixedOffset> {
@@ -9,13 +9,8 @@ pub fn now() -> DateTime<FixedOffset> {
     n.with_timezone(n.offset())
 }
 
-/// Converts a Go reference layout into a chrono format string for parsing.
-pub fn go_layout(layout: &str) -> String {
-    translate_layout(layout, "%#z")
-}
-
-/// `hour_offset` is what Go's `-07` (an offset in hours) becomes: chrono's `%#z` parses
-/// one but cannot write it, `%:::z` writes one.
+/// Converts a Go reference layout into a chrono format string for writing;
+/// `hour_offset` is what Go's `-07` (an offset in hours) becomes (`%:::z`).
 fn translate_layout(layout: &str, hour_offset: &str) -> String {
     // Longest tokens first so `January` wins over `Jan` and `2006` over `2`.
     let tokens: &[(&str, &str)] = &[
@@ -101,39 +96,13 @@ pub fn format_default(t: &DateTime<FixedOffset>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
-/// Parses with a Go layout (RFC 3339 when none).
+/// Parses with a Go layout (RFC 3339 when none), as Go's `time.Parse` does.
 pub fn parse_go(s: &str, layout: Option<&str>) -> Result<DateTime<FixedOffset>, String> {
-    let Some(layout) = layout else {
-        return DateTime::parse_from_rfc3339(s)
-            .map_err(|e| format!("failed to parse {s:?} as RFC 3339: {e}"));
-    };
-    let fmt = go_layout(layout);
-    parse_strptime(s, &fmt)
-        .map_err(|e| format!("failed to parse {s:?} with layout {layout:?}: {e}"))
-}
-
-/// Parses with a strftime format; a missing zone means UTC, missing time means midnight.
-pub fn parse_strptime(s: &str, fmt: &str) -> Result<DateTime<FixedOffset>, String> {
-    // chrono has no `Z`-or-offset directive; accept a literal `Z` where an offset goes.
-    let (s, fmt) = if s.ends_with('Z') && (fmt.ends_with("%:z") || fmt.ends_with("%z")) {
-        (
-            format!("{}+00:00", &s[..s.len() - 1]),
-            format!("{}%:z", fmt.trim_end_matches("%:z").trim_end_matches("%z")),
-        )
-    } else {
-        (s.to_string(), fmt.to_string())
-    };
-    if let Ok(t) = DateTime::parse_from_str(&s, &fmt) {
-        return Ok(t);
-    }
-    if let Ok(n) = NaiveDateTime::parse_from_str(&s, &fmt) {
-        return Ok(Utc.from_utc_datetime(&n).fixed_offset());
-    }
-    match NaiveDate::parse_from_str(&s, &fmt) {
-        Ok(d) => Ok(Utc
-            .from_utc_datetime(&d.and_hms_opt(0, 0, 0).unwrap_or_default())
-            .fixed_offset()),
-        Err(e) => Err(e.to_string()),
+    match layout {
+        Some(layout) => super::go_time::parse_layout(s, layout),
+        // The common case on the fast path; what it refuses gets Go's verdict and words.
+        None => DateTime::parse_from_rfc3339(s)
+            .or_else(|_| super::go_time::parse_layout(s, RFC3339_NANO)),
     }
 }
 
@@ -170,68 +139,10 @@ pub fn parse_duration(s: &str) -> Result<i64, String> {
     crate::duration::parse_signed_nanos(s).ok_or_else(|| format!("invalid duration {s:?}"))
 }
 
-/// Parses an ISO 8601 duration (`P1DT2H3M4.5S`) into nanoseconds; years and months
-/// count as 365 and 30 days.
+/// Parses an ISO 8601 duration (`P1DT2H3M4.5S`) into nanoseconds, years counting
+/// 365.2425 days and months a twelfth of that.
 pub fn parse_iso8601_duration(s: &str) -> Result<i64, String> {
-    // As Bloblang reads them: a year is 365.2425 days and a month a twelfth of that; only
-    // the last field may have a fraction, of which one decimal place counts (the rest is
-    // cut off, so `PT1.25S` is 1.2 seconds).
-    const SEC: i128 = 1_000_000_000;
-    const DAY: i128 = 86_400 * SEC;
-    const YEAR: i128 = 31_556_952 * SEC;
-    const MONTH: i128 = YEAR / 12;
-    let bad = || format!("invalid ISO 8601 duration {s:?}");
-    let (neg, body) = match s.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, s.strip_prefix('+').unwrap_or(s)),
-    };
-    let body = body.strip_prefix('P').ok_or_else(bad)?;
-    if body.is_empty() || body == "T" {
-        return Err(bad());
-    }
-    // (tenths of the amount, nanoseconds per unit, had a fraction)
-    let mut fields: Vec<(i128, i128, bool)> = Vec::new();
-    let mut in_time = false;
-    let mut num = String::new();
-    for c in body.chars() {
-        match c {
-            'T' if !in_time && num.is_empty() => in_time = true,
-            '0'..='9' | '.' | ',' => num.push(if c == ',' { '.' } else { c }),
-            unit => {
-                let per = match (unit, in_time) {
-                    ('Y', false) => YEAR,
-                    ('M', false) => MONTH,
-                    ('W', false) => 7 * DAY,
-                    ('D', false) => DAY,
-                    // `P3.5S` (no `T`) is read as seconds too, as the reference documents.
-                    ('H', _) => 3600 * SEC,
-                    ('M', true) => 60 * SEC,
-                    ('S', _) => SEC,
-                    _ => return Err(bad()),
-                };
-                let (whole, frac) = num.split_once('.').unwrap_or((&num, ""));
-                if whole.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(bad());
-                }
-                let whole: i128 = whole.parse().map_err(|_| bad())?;
-                let tenth = frac.bytes().next().map_or(0, |d| (d - b'0') as i128);
-                fields.push((whole * 10 + tenth, per, num.contains('.')));
-                num.clear();
-            }
-        }
-    }
-    if !num.is_empty() || fields.is_empty() {
-        return Err(bad());
-    }
-    if fields[..fields.len() - 1].iter().any(|f| f.2) {
-        return Err(format!(
-            "{}: only the last field may have a fraction",
-            bad()
-        ));
-    }
-    let total: i128 = fields.iter().map(|(t, per, _)| t * per / 10).sum();
-    let total = if neg { -total } else { total };
-    i64::try_from(total).map_err(|_| format!("ISO 8601 duration {s:?} is too long"))
+    super::period::Period::parse(s)?.approx_nanos()
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use fake::rand::Rng;
 use fake::Fake;
 
 use crate::mapping::exec::{own, Ctx, V};
+use crate::mapping::go_time::LONG_MONTHS;
 use crate::mapping::program::FuncCall;
 use crate::mapping::spec::{ex, opt, Args, Default, FunctionSpec, Res};
 use crate::value::Value;
@@ -76,20 +77,6 @@ pub static SPECS: &[FunctionSpec] = &[FunctionSpec {
     imp: fake_fn,
 }];
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
 const DAYS: [&str; 7] = [
     "Monday",
     "Tuesday",
@@ -193,7 +180,7 @@ fn generate(name: &str) -> Res<Value> {
         "unix_time" => Ok(Value::Int(moment(rng).timestamp())),
         "date" => s(moment(rng).format("%Y-%m-%d").to_string()),
         "time_string" => s(moment(rng).format("%H:%M:%S").to_string()),
-        "month_name" => s(MONTHS[moment(rng).month0() as usize].to_string()),
+        "month_name" => s(LONG_MONTHS[moment(rng).month0() as usize].to_string()),
         "year_string" => s(moment(rng).year().to_string()),
         "day_of_week" => s(pick(rng, &DAYS).to_string()),
         "day_of_month" => s(moment(rng).day().to_string()),

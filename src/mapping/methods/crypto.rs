@@ -176,7 +176,9 @@ macro_rules! with_aes {
                 type $C = aes::Aes256;
                 $body
             }
-            n => Err(format!("the key must be 16, 24 or 32 bytes, got {n}")),
+            n => Err(format!(
+                "crypto/aes: invalid key size {n} (16, 24 or 32 bytes)"
+            )),
         }
     };
 }
@@ -186,16 +188,25 @@ fn aes_crypt(scheme: &str, key: &[u8], iv: &[u8], data: &[u8], dir: Dir) -> Res<
         "ctr" | "ofb" | "cbc" => 16,
         "gcm" => 12,
         other => {
+            let what = match dir {
+                Dir::Encrypt => "encryption",
+                Dir::Decrypt => "decryption",
+            };
             return Err(format!(
-                "unknown AES scheme {other:?}: expected ctr, gcm, ofb or cbc"
-            ))
+                "unrecognized {what} type: {other} (expected ctr, gcm, ofb or cbc)"
+            ));
         }
     };
     if iv.len() != want_iv {
-        return Err(format!(
-            "the {scheme} iv must be {want_iv} bytes, got {}",
-            iv.len()
-        ));
+        // The reference's words for a block-sized iv of the wrong length.
+        return Err(if want_iv == 16 {
+            format!("the key must match the initialisation vector size (the {scheme} iv is 16 bytes, not {})", iv.len())
+        } else {
+            format!(
+                "the {scheme} nonce must be {want_iv} bytes, got {}",
+                iv.len()
+            )
+        });
     }
     let bad_key = |e: aes::cipher::InvalidLength| e.to_string();
     with_aes!(key, C => {
@@ -305,10 +316,13 @@ mod tests {
     fn bad_keys_ivs_and_ciphertexts_are_errors() {
         let iv = b"fedcba9876543210";
         let err = |r: Result<Vec<u8>, String>| r.unwrap_err();
-        assert!(err(aes_crypt("ctr", b"short", iv, b"x", Dir::Encrypt)).contains("16, 24 or 32"));
-        assert!(err(aes_crypt("ctr", KEY, b"short", b"x", Dir::Encrypt)).contains("16 bytes"));
+        assert!(err(aes_crypt("ctr", b"short", iv, b"x", Dir::Encrypt))
+            .contains("crypto/aes: invalid key size 5"));
+        assert!(err(aes_crypt("ctr", KEY, b"short", b"x", Dir::Encrypt))
+            .contains("the key must match the initialisation vector size"));
         assert!(err(aes_crypt("gcm", KEY, iv, b"x", Dir::Encrypt)).contains("12 bytes"));
-        assert!(err(aes_crypt("ecb", KEY, iv, b"x", Dir::Encrypt)).contains("unknown AES scheme"));
+        assert!(err(aes_crypt("ecb", KEY, iv, b"x", Dir::Encrypt))
+            .contains("unrecognized encryption type: ecb"));
         assert!(err(aes_crypt("cbc", KEY, iv, b"odd", Dir::Decrypt)).contains("multiple"));
         // Too short to hold a tag, and a wrong tag.
         assert!(err(aes_crypt("gcm", KEY, b"nonce-twelve", b"x", Dir::Decrypt)).contains("gcm"));

@@ -27,7 +27,7 @@ pub static SPECS: &[MethodSpec] = &[
     method(
         "string",
         CAT,
-        "The value as a string: strings as they are, everything else as JSON.",
+        "The value as a string: strings as they are, bytes as text (bytes that are not UTF-8 stay bytes, unchanged), everything else as JSON.",
         &[],
         &[
             ex("root.s = this.n.string()", r#"{"n":5}"#, r#"{"s":"5"}"#),
@@ -113,8 +113,8 @@ pub static SPECS: &[MethodSpec] = &[
     lazy_method(
         "catch",
         "Error Handling",
-        "The value, or `fallback` when computing it failed. The fallback may be a lambda, which is given the error message.",
-        &[crate::mapping::spec::Param { name: "fallback", kind: crate::mapping::spec::Kind::ValueOrLambda, default: Default::Required }],
+        "The value, or `fallback` when computing it failed (null and deleted values are not failures). The fallback is a query run with `this` bound to the error message, or a lambda (`err -> ...`) given the message, in which `this` is unchanged.",
+        &[crate::mapping::spec::Param { name: "fallback", kind: crate::mapping::spec::Kind::Lambda, default: Default::Required }],
         &[
             ex(r#"root.url = this.url.parse_url().catch(err -> {"error": err.has_prefix("this.url.parse_url()"), "input": this.url})"#,
                r#"{"url":"invalid %&# url"}"#, r#"{"url":{"error":true,"input":"invalid %&# url"}}"#),
@@ -242,6 +242,10 @@ pub(crate) fn to_string_value(v: &Value) -> String {
 fn string<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     match v {
         Value::String(_) => Ok(V::Ref(v)),
+        // A string in the reference is any bytes: bytes that are not UTF-8 (a
+        // ciphertext, say) stay bytes rather than lose themselves to replacement
+        // characters, so that `.string().encode("hex")` gives them back.
+        Value::Bytes(b) if std::str::from_utf8(b).is_err() => Ok(V::Ref(v)),
         other => own(to_string_value(other)),
     }
 }
@@ -362,13 +366,10 @@ fn exists<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 fn catch<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
     match call.recv(cx) {
         Ok(v) => Ok(v),
-        Err(e) => match call.lambdas.first() {
-            Some(Some(l)) => {
-                let err = Value::String(e.msg);
-                exec::call_lambda(l, &err, cx).map(V::detach)
-            }
-            _ => call.arg(0, cx),
-        },
+        Err(e) => {
+            let err = Value::String(e.msg);
+            exec::call_lambda(call.lambda(0)?, &err, cx).map(V::detach)
+        }
     }
 }
 

@@ -8,9 +8,9 @@ use crate::value::{Object, Value};
 const CAT: &str = "Parsing";
 
 pub static SPECS: &[MethodSpec] = &[
-    method("parse_json", CAT, "Parses JSON text into a value. With `use_number`, integers past `i64` up to 18446744073709551615 keep every digit instead of becoming floats.", &[opt("use_number", Default::Bool(false))],
+    method("parse_json", CAT, "Parses JSON text into a value. Reads the first value of the text (what follows it is ignored). With `use_number`, integers past `i64` keep every digit instead of becoming floats.", &[opt("use_number", Default::Bool(false))],
         &[ex("root.d = this.s.parse_json()", r#"{"s":"{\"a\":[1,2]}"}"#, r#"{"d":{"a":[1,2]}}"#),
-          ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse"),
+          ex("root.d = this.s.parse_json()", r#"{"s":"{nope"}"#, "error:failed to parse value as JSON: invalid character 'n' looking for beginning of object key string"),
           ex("root.id = this.s.parse_json(use_number: true).id.string()", r#"{"s":"{\"id\":18446744073709551615}"}"#, r#"{"id":"18446744073709551615"}"#),
           ex("root.id = this.s.parse_json().id.string()", r#"{"s":"{\"id\":18446744073709551615}"}"#, r#"{"id":"18446744073709552000"}"#)], parse_json),
     method("format_json", CAT, "Writes the value as JSON text; indented unless `no_indent`. `<`, `>` and `&` in strings are written as `\\u003c`, `\\u003e` and `\\u0026` unless `escape_html` is false.",
@@ -98,8 +98,8 @@ pub static SPECS: &[MethodSpec] = &[
             r##"{"root":{"n":["1","2"],"title":{"#text":"Hi","-lang":"en"}}}"##,
         ),
           ex("root = this.s.parse_xml(true)", r#"{"s":"<a><n>1.5</n><b>true</b></a>"}"#, r#"{"a":{"b":true,"n":1.5}}"#),
-          ex("root = this.s.parse_xml(cast: true)", r#"{"s":"<a id=\"7\" ok=\"true\" ratio=\"0.5\" name=\"x\">t</a>"}"#,
-             r##"{"a":{"#text":"t","-id":7,"-name":"x","-ok":true,"-ratio":0.5}}"##),
+          ex("root = this.s.parse_xml(cast: true)", r#"{"s":"<a id=\"7\" ok=\"true\" ratio=\"0.5\" name=\"x\">text</a>"}"#,
+             r##"{"a":{"#text":"text","-id":7,"-name":"x","-ok":true,"-ratio":0.5}}"##),
           ex("root = this.s.parse_xml()", r#"{"s":"<a id=\"7\">t</a>"}"#, r##"{"a":{"#text":"t","-id":"7"}}"##),
           ex("root = this.s.parse_xml()", r#"{"s":"<a id=7 lang=en>t</a>"}"#, r##"{"a":{"#text":"t","-id":"7","-lang":"en"}}"##)],
         parse_xml,
@@ -123,14 +123,18 @@ pub static SPECS: &[MethodSpec] = &[
 ];
 
 fn parse_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    if args.bool(0)? {
-        return Value::from_json_numbers(&raw(v)?)
-            .map(V::Own)
-            .map_err(|e| format!("failed to parse JSON: {e}"));
+    let bytes = raw(v)?;
+    let exact = args.bool(0)?;
+    if !exact {
+        // The fast reader takes a whole document; the reference reads the first value
+        // and says what is wrong in Go's words, which the slower reader does.
+        if let Ok(value) = Value::from_json(&bytes) {
+            return own(value);
+        }
     }
-    Value::from_json(&raw(v)?)
+    crate::mapping::go_json::decode_first(&bytes, exact)
         .map(V::Own)
-        .map_err(|e| format!("failed to parse JSON: {e}"))
+        .map_err(|e| format!("failed to parse value as JSON: {e}"))
 }
 
 fn format_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -707,19 +711,26 @@ fn format_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         .map_err(|e| e.to_string())
 }
 
+/// Text or an attribute value, cast as the reference's XML reader casts it: a number
+/// (`nan` and infinities stay text), else a short Go bool (`t`, `True`, `FALSE`), else
+/// the text.
 fn xml_text(s: String, cast: bool) -> Value {
-    if cast {
-        match s.as_str() {
-            "true" => return Value::Bool(true),
-            "false" => return Value::Bool(false),
-            _ => {
-                if let Some(n) = super::general::parse_number(&s) {
-                    return n;
-                }
-            }
+    if !cast || matches!(s.to_ascii_lowercase().as_str(), "nan" | "inf" | "-inf") {
+        return Value::String(s);
+    }
+    if let Some(n) = super::general::parse_number(&s) {
+        return n;
+    }
+    if let Ok(f) = s.parse::<f64>() {
+        if f.is_finite() {
+            return Value::Float(f);
         }
     }
-    Value::String(s)
+    match s.as_str() {
+        "t" | "T" | "true" | "TRUE" | "True" => Value::Bool(true),
+        "f" | "F" | "false" | "FALSE" | "False" => Value::Bool(false),
+        _ => Value::String(s),
+    }
 }
 
 fn xml_insert(o: &mut Object, key: String, v: Value) {

@@ -1,14 +1,16 @@
 //! Timestamps and durations. Layouts are Go reference layouts
 //! (`2006-01-02T15:04:05Z07:00`) or strftime (`%Y-%m-%d`); the local zone follows `TZ`.
 
-use chrono::{DateTime, Duration, FixedOffset};
+use chrono::{DateTime, FixedOffset};
 
 use super::text;
 use crate::mapping::exec::{own, V};
+use crate::mapping::go_time::parse_strptime;
+use crate::mapping::period::Period;
 use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
 use crate::mapping::time::{
     format_default, format_go, from_unix_nanos, in_zone, parse_duration as go_duration, parse_go,
-    parse_iso8601_duration, parse_strptime,
+    parse_iso8601_duration,
 };
 use crate::value::Value;
 
@@ -201,7 +203,7 @@ pub static SPECS: &[MethodSpec] = &[
     method(
         "parse_duration_iso8601",
         CAT,
-        "Parses an ISO 8601 duration (`P[n]Y[n]M[n]DT[n]H[n]M[n]S` or `P[n]W`) into nanoseconds. A year is 365.2425 days and a month a twelfth of a year; only the last field may have a fraction, of which one decimal place counts.",
+        "Parses an ISO 8601 duration (`P[n]Y[n]M[n]DT[n]H[n]M[n]S` or `P[n]W`) into nanoseconds. A year is 365.2425 days and a month a twelfth of a year; only the last non-zero field may have a fraction, kept to the nanosecond.",
         &[],
         &[ex(
             r#"root.d = this.d.parse_duration_iso8601()"#,
@@ -211,11 +213,11 @@ pub static SPECS: &[MethodSpec] = &[
           ex("root.delay_for_ns = this.delay_for.parse_duration_iso8601()", r#"{"delay_for":"P3Y6M4DT12H30M5S"}"#, r#"{"delay_for_ns":110839937000000000}"#),
           ex("root.delay_for_s = this.delay_for.parse_duration_iso8601() / 1000000000", r#"{"delay_for":"PT2H"}"#, r#"{"delay_for_s":7200}"#),
           ex("root.delay_for_s = this.delay_for.parse_duration_iso8601() / 1000000000", r#"{"delay_for":"PT2.5S"}"#, r#"{"delay_for_s":2.5}"#),
-          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P3.5S"}"#, r#"{"d":3500000000}"#),
-          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1DX"}"#, "error:invalid ISO 8601 duration"),
-          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"PT1.25S"}"#, r#"{"d":1200000000}"#),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P3.5S"}"#, "error:P3.5S: 'S' designator cannot occur here"),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1DX"}"#, "error:P1DX: expected a number but found 'X'"),
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"PT1.25S"}"#, r#"{"d":1250000000}"#),
           ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1M"}"#, r#"{"d":2629746000000000}"#),
-          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1.5DT2H"}"#, "error:only the last field may have a fraction")],
+          ex("root.d = this.d.parse_duration_iso8601()", r#"{"d":"P1.5DT2H"}"#, "error:P1.5DT2H: 'D' & 'H' only the last field can have a fraction")],
         parse_duration_iso8601,
     ),
     method(
@@ -354,8 +356,7 @@ fn strftime_format(fmt: &str) -> String {
 }
 
 fn ts_strptime<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    let fmt = strftime_format(args.str(0)?);
-    own(Value::Timestamp(parse_strptime(&text(v)?, &fmt)?))
+    own(Value::Timestamp(parse_strptime(&text(v)?, args.str(0)?)?))
 }
 fn ts_format<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let t = zoned(to_ts(v)?, args, 1)?;
@@ -413,21 +414,13 @@ fn ts_round<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let out = from_unix_nanos(rounded)?;
     own(Value::Timestamp(out.with_timezone(t.offset())))
 }
-fn add_nanos(t: DateTime<FixedOffset>, n: i64) -> Res<DateTime<FixedOffset>> {
-    t.checked_add_signed(Duration::nanoseconds(n))
-        .ok_or_else(|| "timestamp out of range".into())
-}
 fn ts_add_iso8601<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    own(Value::Timestamp(add_nanos(
-        to_ts(v)?,
-        parse_iso8601_duration(args.str(0)?)?,
-    )?))
+    let period = Period::parse(args.str(0)?)?;
+    own(Value::Timestamp(period.add_to(&to_ts(v)?)?))
 }
 fn ts_sub_iso8601<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    own(Value::Timestamp(add_nanos(
-        to_ts(v)?,
-        -parse_iso8601_duration(args.str(0)?)?,
-    )?))
+    let period = Period::parse(args.str(0)?)?.negated();
+    own(Value::Timestamp(period.add_to(&to_ts(v)?)?))
 }
 fn ts_sub<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let d = to_ts(v)? - to_ts(args.get(0))?;
