@@ -351,7 +351,7 @@ async fn scenario(dir: PathBuf, store: String) {
     let past = send(db.req(Method::GET, "/api/certs?p=9")).await;
     assert_eq!(past.1["cert_basics"], Value::Null);
     let detailed = send(db.req(Method::GET, "/api/certs?mode=detailed&filter=with_pk&p=-1")).await;
-    let certs = detailed.1["certs"].as_array().unwrap();
+    let certs = detailed.1["cert_basics"].as_array().unwrap();
     assert_eq!(certs.len(), 1, "{}", detailed.1);
     assert_eq!(certs[0]["id"], cert_id.as_str());
     assert_eq!(certs[0]["details"]["key_type"], "EC");
@@ -361,7 +361,7 @@ async fn scenario(dir: PathBuf, store: String) {
         "/api/certs?mode=detailed&filter=without_pk&p=-1",
     ))
     .await;
-    assert_eq!(without.1["certs"].as_array().unwrap().len(), 2);
+    assert_eq!(without.1["cert_basics"].as_array().unwrap().len(), 2);
     assert_error(
         &send(db.req(Method::GET, "/api/certs?filter=with_pk")).await,
         400,

@@ -12,6 +12,16 @@ fn lines(n: usize) -> String {
     (1..=n).map(|i| format!("{i}\n")).collect()
 }
 
+/// What a running sluice's `/metrics` says.
+async fn metrics_of(s: &Sluice) -> String {
+    reqwest::get(s.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Feeds `input` to a spawned sluice's standard input and closes it.
 async fn feed(sluice: &mut Sluice, input: &str) {
     let mut stdin = sluice.child.stdin.take().expect("stdin piped");
@@ -116,6 +126,16 @@ async fn http_producer_gets_502_when_the_output_fails_and_200_once_delivered() {
         .await
         .unwrap();
     assert_eq!(again.status(), 200);
+    // Each request tried is one connection attempt: two writes, two attempts.
+    let metrics = metrics_of(&s).await;
+    let attempts: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("sluice_output_connection_attempts_total{"))
+        .collect();
+    assert!(
+        attempts.len() == 1 && attempts[0].ends_with(" 2"),
+        "{attempts:?}"
+    );
     let wrong = client.get(s.url("/events")).send().await.unwrap();
     assert_eq!(wrong.status(), 405);
     // Only the message the producer was told about (200) reached the sink: nothing it
@@ -209,14 +229,7 @@ async fn ping_ready_and_metrics() {
             .status(),
         200
     );
-    let metrics = client
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&s).await;
     assert!(
         metrics.contains("sluice_component_received_messages_total{stream=\"config\",component=\"incoming\",kind=\"input\",type=\"http_server\"} 1"),
         "{metrics}"
@@ -364,4 +377,45 @@ async fn a_file_batch_that_fails_midway_is_sent_again_whole() {
         sink.requests.load(std::sync::atomic::Ordering::SeqCst),
         got.len() + 1
     );
+}
+
+#[tokio::test]
+async fn content_types_go_from_the_producer_to_every_output() {
+    let receiver = common::receiver::Receiver::start(&[], 200).await;
+    let config = format!(
+        "http: {{address: 127.0.0.1:{{port}}}}\ninput:\n  http_server: {{path: /in}}\noutput:\n  broker:\n    pattern: fan_out\n    outputs:\n      - http_client: {{url: '{}', retries: 0}}\n      - http_server: {{path: /next, stream_path: '', ws_path: ''}}\n",
+        receiver.url("/hook")
+    );
+    let mut s = Sluice::start(&config).await;
+    s.wait_up().await;
+    let client = reqwest::Client::new();
+    let cases: [(Option<&str>, &[u8], &str); 4] = [
+        (Some("text/plain"), b"hello", "text/plain"),
+        (None, b"{\"a\":1}", "application/json"),
+        (None, b"plain words", "text/plain; charset=utf-8"),
+        (None, b"\xff\xfe", "application/octet-stream"),
+    ];
+    for (i, (sent, body, want)) in cases.into_iter().enumerate() {
+        // A consumer waits on the `path` route, then the producer sends.
+        let next = tokio::spawn({
+            let url = s.url("/next");
+            let client = client.clone();
+            async move { client.get(url).send().await.unwrap() }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let mut post = client.post(s.url("/in")).body(body.to_vec());
+        if let Some(t) = sent {
+            post = post.header("content-type", t);
+        }
+        let r = post.send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        let got = next.await.unwrap();
+        assert_eq!(got.headers()["content-type"], want, "case {i}");
+        assert_eq!(&got.bytes().await.unwrap()[..], body);
+        let hooked = receiver.received();
+        assert_eq!(hooked.len(), i + 1);
+        assert_eq!(hooked[i].header("content-type"), Some(want), "case {i}");
+    }
+    s.signal("TERM");
+    assert_eq!(s.finish().await.0, 0);
 }

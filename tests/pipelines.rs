@@ -75,6 +75,33 @@ async fn http_to_file_example_writes_posted_bodies() {
     assert_eq!(s.finish().await.0, 0);
 }
 
+#[tokio::test]
+async fn the_petstore_upstream_answers_the_gateway_tour() {
+    let text = std::fs::read_to_string("pipelines/petstore_upstream.yaml").unwrap();
+    let text = text.replace("${PETSTORE_LISTEN:127.0.0.1:9000}", "127.0.0.1:{port}");
+    let mut s = Sluice::start(&text).await;
+    s.wait_up().await;
+    let client = reqwest::Client::new();
+    let list = client.get(s.url("/pets?limit=5")).send().await.unwrap();
+    assert_eq!(list.status(), 200);
+    assert_eq!(list.headers()["content-type"], "application/json");
+    let pets: serde_json::Value = list.json().await.unwrap();
+    assert_eq!(pets[0]["name"], "Rex", "{pets}");
+    assert_eq!(pets.as_array().unwrap().len(), 2);
+    let added: serde_json::Value = client
+        .post(s.url("/pets"))
+        .body(r#"{"name": "Kit"}"#)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(added, serde_json::json!({"id": 3, "name": "Kit"}));
+    s.signal("TERM");
+    assert_eq!(s.finish().await.0, 0);
+}
+
 #[test]
 fn lint_reports_a_misspelt_key_with_line_and_column() {
     let dir = tempfile::tempdir().unwrap();

@@ -67,7 +67,7 @@ x-sluice-streaming:
         .unwrap();
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
 
-    // Served by the gateway within a second.
+    // Served by the gateway once it picks the API up.
     let events = format!("http://127.0.0.1:{gw_port}/live/events");
     let started = std::time::Instant::now();
     let resp = loop {
@@ -76,7 +76,7 @@ x-sluice-streaming:
             break r;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(30),
             "not served: {}",
             r.status()
         );
@@ -428,9 +428,26 @@ x-sluice-streaming:
         let http = http.clone();
         async move { http.get(path).send().await.unwrap() }
     };
-    let alice = open(gw("/inbox/events?user=alice")).await;
+    // The gateway may pick the APIs up on a later reload than the sink: wait for each.
+    let open_when_served = |path: String| {
+        let open = &open;
+        async move {
+            loop {
+                let r = open(path.clone()).await;
+                if r.status() != 404 {
+                    break r;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "{path} is not served"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let alice = open_when_served(gw("/inbox/events?user=alice")).await;
     assert_eq!(alice.status(), 200);
-    let bob = open(gw("/outbox/events?user=bob")).await;
+    let bob = open_when_served(gw("/outbox/events?user=bob")).await;
     assert_eq!(bob.status(), 200);
     let carol = open(gw("/inbox/events?user=carol")).await;
     assert_eq!(carol.status(), 429);
@@ -444,4 +461,80 @@ x-sluice-streaming:
     let first = events.next().await.unwrap().unwrap();
     assert!(!first.is_empty());
     drop((bob, again));
+}
+
+#[tokio::test]
+async fn a_dashboard_and_a_gateway_started_on_their_defaults_share_one_store() {
+    const KEY: &str = "defaults-admin-key-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let (db_port, gw_port) = (common::free_port(), common::free_port());
+    let upstream = common::receiver::Receiver::start(&[], 200).await;
+    let spawn = |role: &str, env: &[(&str, String)]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.arg(role)
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    };
+    let _dashboard = spawn(
+        "dashboard",
+        &[
+            ("SLUICE_DB_ADMIN_KEY", KEY.to_owned()),
+            ("SLUICE_DB_LISTEN_PORT", db_port.to_string()),
+        ],
+    );
+    let _gateway = spawn("gateway", &[("SLUICE_GW_LISTEN_PORT", gw_port.to_string())]);
+    let doc = serde_json::json!({
+        "openapi": "3.0.3",
+        "info": {"title": "Side", "version": "1"},
+        "paths": {},
+        "x-sluice-api-gateway": {
+            "info": {"id": "side", "name": "Side"},
+            "upstream": {"url": upstream.url("")},
+            "server": {"listenPath": {"value": "/side/", "strip": true}}
+        }
+    });
+    let http = reqwest::Client::new();
+    let started = std::time::Instant::now();
+    let created = loop {
+        match http
+            .post(format!("http://127.0.0.1:{db_port}/api/apis/oas"))
+            .header("authorization", KEY)
+            .json(&doc)
+            .send()
+            .await
+        {
+            Ok(r) => break r,
+            Err(_) => {
+                assert!(started.elapsed() < Duration::from_secs(20), "no dashboard");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    // The gateway, on its own default store, finds the API the dashboard stored.
+    loop {
+        if let Ok(r) = http
+            .get(format!("http://127.0.0.1:{gw_port}/side/hello"))
+            .send()
+            .await
+        {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the gateway does not serve the dashboard's API"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(upstream.received()[0].path, "/hello");
+    assert!(dir.path().join("data/sluice.db").is_file());
+    assert!(!dir.path().join("sluice.db").exists());
 }

@@ -315,3 +315,20 @@ async fn postgres_database_of_a_newer_version_is_refused() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_opening_a_new_sqlite_file_at_once_all_migrate_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+    // Each store has its own pool, as separate processes would: their migrations race.
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { Store::open(&url).await })
+        })
+        .collect();
+    for open in opens {
+        let store = open.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+        store.put_api(&api("a", "o", 1)).await.unwrap();
+    }
+}

@@ -60,6 +60,10 @@ pub enum ErrorKind {
     Transient,
     /// The data was refused and sending it again cannot help (a 4xx, a bad record).
     Rejected,
+    /// The output stopped with its stream and takes nothing more (an HTTP server output
+    /// with no client left to serve): sources that take nacks get one, and the runtime
+    /// does not send the batch again.
+    Stopped,
 }
 
 /// A classified connector failure.
@@ -129,7 +133,7 @@ impl From<EgressError> for ConnectorError {
 
 impl From<crate::http::hub::Stopped> for ConnectorError {
     fn from(e: crate::http::hub::Stopped) -> Self {
-        ConnectorError::transient(e.to_string())
+        ConnectorError::new(ErrorKind::Stopped, e.to_string())
     }
 }
 
@@ -237,6 +241,13 @@ pub trait Output: Send + Sync {
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError>;
 
     async fn close(&self) {}
+
+    /// Whether every write makes its own connections and counts them in the node's
+    /// connection analytics (an HTTP client: one per request tried), so the runtime
+    /// must not count `connect` as an attempt too.
+    fn connects_per_write(&self) -> bool {
+        false
+    }
 }
 
 /// A leaf output and how the runtime drives it.
@@ -303,6 +314,10 @@ pub struct BuildContext {
     pub egress: Option<Arc<EgressPolicy>>,
     /// The named hosts this build's components connect to, for a dry run to resolve.
     egress_targets: Arc<parking_lot::Mutex<Vec<EgressTarget>>>,
+    /// Set once an output of the stream stopped for good ([`ErrorKind::Stopped`]): a
+    /// failed batch is then not sent again, so that stopping does not wait out its
+    /// deadline for deliveries that cannot happen.
+    pub halted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl BuildContext {
@@ -320,6 +335,7 @@ impl BuildContext {
             resource_trail: Vec::new(),
             egress: None,
             egress_targets: Default::default(),
+            halted: Default::default(),
         }
     }
 

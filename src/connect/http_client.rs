@@ -214,6 +214,11 @@ impl HttpClient {
         Ok((url, headers))
     }
 
+    /// Whether the configured `headers` set `name` on every request.
+    pub fn sets_header(&self, name: &HeaderName) -> bool {
+        self.headers.contains_key(name) || self.dynamic_headers.iter().any(|(n, _)| n == name)
+    }
+
     fn is_success(&self, status: StatusCode) -> bool {
         status.is_success() || self.settings.successful_on.contains(&status.as_u16())
     }

@@ -413,14 +413,18 @@ async fn check_egress(prepared: &Prepared, policy: &Arc<EgressPolicy>) -> Result
     })
 }
 
-/// The part of `x-sluice-streaming` the dashboard itself relies on: a non-empty
-/// `streams` object of stream objects. The streams' contents are the compiler's to check.
+/// The part of `x-sluice-streaming` the dashboard itself relies on: one bare stream
+/// object, or a non-empty `streams` object of stream objects. The streams' contents are
+/// the compiler's to check.
 fn check_streaming_shape(ext: &Value) -> Result<(), ApiError> {
+    if gw_api::streaming::is_bare(ext) {
+        return Ok(());
+    }
     let at = format!("{STREAMING_EXTENSION}.streams");
     let Some(streams) = ext.get("streams").and_then(Value::as_object) else {
         return Err(invalid(
             &at,
-            "an object of named stream configurations is expected",
+            "an object of named stream configurations (or one stream's `input`, `pipeline` and `output`) is expected",
         ));
     };
     if streams.is_empty() {
@@ -661,9 +665,7 @@ async fn save(
 /// The streams a stored or posted document defines.
 fn stream_count(doc: &Value) -> usize {
     doc.get(STREAMING_EXTENSION)
-        .and_then(|ext| ext.get("streams"))
-        .and_then(Value::as_object)
-        .map_or(0, |streams| streams.len())
+        .map_or(0, |ext| gw_api::streaming::streams_of(ext).len())
 }
 
 /// 403 when writing `doc` as the API `id` would take the caller's organisation past its
@@ -1085,6 +1087,25 @@ mod tests {
         doc[EXTENSION]["info"] = json!({"orgId": "other"});
         let e = prepare(&mut doc, Kind::Oas, "o", None, None).unwrap_err();
         assert!(e.to_string().contains("orgId"), "{e}");
+    }
+
+    #[test]
+    fn a_bare_stream_is_a_streaming_api_of_one_stream() {
+        let mut doc = petstore();
+        doc[EXTENSION]["upstream"] = json!({"url": ""});
+        doc[STREAMING_EXTENSION] = json!({
+            "input": {"http_server": {"path": "/in"}},
+            "output": {"drop": {}}
+        });
+        prepare(&mut doc, Kind::Streams, "o", None, None).unwrap();
+        assert_eq!(stream_count(&doc), 1);
+        // Neither shape: said where, with both shapes named.
+        doc[STREAMING_EXTENSION] = json!({"pipeline": {}});
+        let e = prepare(&mut doc, Kind::Streams, "o", None, None).unwrap_err();
+        assert!(
+            e.to_string().contains("`input`, `pipeline` and `output`"),
+            "{e}"
+        );
     }
 
     #[test]

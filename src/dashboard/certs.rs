@@ -60,10 +60,11 @@ pub struct CertDetailed {
     pub details: Value,
 }
 
-/// `GET /api/certs?mode=detailed`.
+/// `GET /api/certs?mode=detailed`: under the same key as the summaries, as the spec and
+/// Tyk's dashboard answer it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct CertDetailedList {
-    pub certs: Option<Vec<CertDetailed>>,
+    pub cert_basics: Option<Vec<CertDetailed>>,
     pub pages: i64,
 }
 
@@ -422,11 +423,11 @@ fn detailed(record: &CertRecord) -> CertDetailed {
     tag = "certs",
     params(
         ("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every certificate."),
-        ("mode" = Option<String>, Query, description = "`detailed`: entries carry their details, under `certs`."),
+        ("mode" = Option<String>, Query, description = "`detailed`: entries carry their details too."),
         ("filter" = Option<String>, Query, description = "With `mode=detailed` only: `omit` (all), `with_pk`, `without_pk`."),
     ),
     responses(
-        (status = 200, description = "A page of certificates: `{cert_basics, pages}`, or `{certs, pages}` with `mode=detailed`.", body = CertList),
+        (status = 200, description = "A page of certificates: `{cert_basics, pages}`; with `mode=detailed` each entry also has `details`.", body = CertList),
         (status = 400, description = "A bad query parameter.", body = ErrorBody),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
     ),
@@ -469,7 +470,7 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
         Reply::json(
             StatusCode::OK,
             CertDetailedList {
-                certs: (!certs.is_empty()).then_some(certs),
+                cert_basics: (!certs.is_empty()).then_some(certs),
                 pages,
             },
         )

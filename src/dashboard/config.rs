@@ -17,9 +17,9 @@ use crate::webhook::DeliveryConfig;
 /// The prefix of the environment variables that override config keys.
 pub const ENV_PREFIX: &str = "SLUICE_DB_";
 
-/// The store used when the config names none: a SQLite file under `./data`, which the
-/// dashboard creates when missing.
-pub const DEFAULT_STORE_URL: &str = "sqlite://./data/sluice.db";
+/// The store used when the config names none (the gateway's default too): a SQLite file
+/// under `./data`, which is created when missing.
+pub use crate::store::DEFAULT_URL as DEFAULT_STORE_URL;
 
 /// The shortest secret accepted: it is stretched into a 256-bit key by SHA-256, so a
 /// short one would be guessable.

@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use super::apis::{find, Kind};
 use super::error::{ApiError, ErrorBody};
 use super::request::{Ctx, Reply};
+use crate::gateway::api::streaming::{self, STREAMING};
 use crate::metrics as m;
 
 /// The live view of a streaming API.
@@ -77,10 +78,10 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
     let mut running_here = false;
     let mut streams = Vec::new();
     let defined = doc
-        .get("x-sluice-streaming")
-        .and_then(|s| s.get("streams"))
-        .and_then(Value::as_object);
-    for (name, config) in defined.into_iter().flatten() {
+        .get(STREAMING)
+        .map(streaming::streams_of)
+        .unwrap_or_default();
+    for (name, config) in defined {
         let label = format!("{}.{name}", api.id);
         let mut nodes = nodes_of(&series, &label);
         if nodes.is_empty() {
@@ -89,7 +90,7 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
             running_here = true;
         }
         streams.push(LiveStream {
-            name: name.clone(),
+            name: name.to_owned(),
             nodes,
             clients: routes_of(&series, &label),
         });
@@ -244,10 +245,8 @@ pub async fn tail(ctx: Ctx) -> Result<Reply, ApiError> {
         })?,
     };
     let defined = doc
-        .get("x-sluice-streaming")
-        .and_then(|s| s.get("streams"))
-        .and_then(|s| s.get(&stream))
-        .is_some();
+        .get(STREAMING)
+        .is_some_and(|ext| streaming::streams_of(ext).iter().any(|(n, _)| *n == stream));
     if !defined {
         return Err(ApiError::not_found(&format!("stream `{stream}`")));
     }

@@ -27,7 +27,6 @@ pub mod request;
 pub mod router;
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -73,30 +72,15 @@ pub struct State {
 pub enum StartError {
     #[error("store: {0}")]
     Store(#[from] StoreError),
-    #[error("cannot create the store's directory {path}: {source}")]
-    DataDir {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("{0}")]
     Listen(#[from] std::io::Error),
     #[error("webhooks: {0}")]
     Webhooks(#[from] DeliveryError),
 }
 
-/// Opens the configured store. The default one lives under `./data`, which is created
-/// when missing so that a first run needs no set-up; a store named in the config must
-/// have its directory already, so a mistyped path fails instead of starting empty.
+/// Opens the configured store (the default one's directory is created when missing).
 pub async fn open_store(config: &DashboardConfig) -> Result<Store, StartError> {
-    if config.store.url == config::DEFAULT_STORE_URL {
-        let dir = Path::new("./data");
-        std::fs::create_dir_all(dir).map_err(|source| StartError::DataDir {
-            path: dir.display().to_string(),
-            source,
-        })?;
-    }
-    Ok(Store::open(&config.store.url).await?)
+    Ok(Store::open_configured(&config.store.url).await?)
 }
 
 /// A started dashboard: its store is open and migrated, its listener bound.

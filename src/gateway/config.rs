@@ -133,7 +133,7 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
-            url: "sqlite://sluice.db".into(),
+            url: crate::store::DEFAULT_URL.into(),
             apis: true,
         }
     }

@@ -89,7 +89,14 @@ pub struct Gateway {
 impl Gateway {
     /// Opens the store, connects to Redis, loads the APIs and binds the listener.
     pub async fn start(config: GatewayConfig) -> Result<Gateway, StartError> {
-        let store = Store::open(&config.store.url).await?;
+        if config.store.url == crate::store::DEFAULT_URL
+            && std::path::Path::new("sluice.db").is_file()
+        {
+            tracing::warn!(
+                "./sluice.db is where earlier versions kept the gateway's default store; the default is now ./data/sluice.db, shared with the dashboard: move the file there, or set `store.url: sqlite://sluice.db`"
+            );
+        }
+        let store = Store::open_configured(&config.store.url).await?;
         Self::start_with_store(config, store).await
     }
 

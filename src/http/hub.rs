@@ -76,6 +76,17 @@ pub struct Event {
     pub id: Option<u64>,
     pub name: Option<Box<str>>,
     pub data: Bytes,
+    /// The media type the message declared (its `content-type` metadata), if any.
+    pub content_type: Option<Box<str>>,
+}
+
+impl Event {
+    /// The media type of the event's data: the declared one, else what the data is.
+    pub fn content_type(&self) -> &str {
+        self.content_type
+            .as_deref()
+            .unwrap_or_else(|| crate::message::sniff_content_type(&self.data))
+    }
 }
 
 /// The name of the notice sent when a resume cannot be served in full.
@@ -485,10 +496,17 @@ impl Hub {
                 .as_deref()
                 .and_then(|k| msg.meta_str(k))
                 .map(|n| n.replace(['\r', '\n'], " ").into_boxed_str());
+            let content_type = match msg.meta(crate::message::CONTENT_TYPE) {
+                Some(crate::value::Value::String(t)) if !t.trim().is_empty() => {
+                    Some(t.as_str().into())
+                }
+                _ => None,
+            };
             let event = Arc::new(Event {
                 id: Some(id),
                 name,
                 data: msg.payload().clone(),
+                content_type,
             });
             if self.opts.replay.size > 0 {
                 st.replay.push_back(Stored {
@@ -713,6 +731,7 @@ fn gap(last: &str, oldest: Option<u64>) -> Arc<Event> {
         id: None,
         name: Some(GAP_EVENT.into()),
         data: Bytes::from(data.to_string()),
+        content_type: None,
     })
 }
 
@@ -772,6 +791,7 @@ mod tests {
             id: Some(7),
             name: Some("tick".into()),
             data: Bytes::from_static(b"a\nb\r\nc\rd"),
+            content_type: None,
         })]);
         assert_eq!(
             &chunk.sse()[..],

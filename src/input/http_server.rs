@@ -11,6 +11,7 @@
 //! address of its own.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -193,15 +194,17 @@ impl Handler {
             done,
             reply: reply.clone(),
         };
+        let queued = AtomicBool::new(false);
         let waited = tokio::time::timeout(self.timeout, async {
             self.tx.send(pending).await.ok()?;
+            queued.store(true, Ordering::Relaxed);
             outcome.await.ok()
         })
         .await;
         match waited {
             Err(_) => h::text(
                 StatusCode::REQUEST_TIMEOUT,
-                "the message was not delivered in time\n",
+                format!("{}\n", self.late(queued.load(Ordering::Relaxed))),
             ),
             Ok(None) => h::text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -279,13 +282,15 @@ impl Handler {
                 done,
                 reply: reply.clone(),
             };
+            let queued = AtomicBool::new(false);
             let waited = tokio::time::timeout(self.timeout, async {
                 self.tx.send(pending).await.ok()?;
+                queued.store(true, Ordering::Relaxed);
                 outcome.await.ok()
             })
             .await;
             let failure = match waited {
-                Err(_) => "the message was not delivered in time".to_owned(),
+                Err(_) => self.late(queued.load(Ordering::Relaxed)),
                 Ok(None) => "the stream is not running".to_owned(),
                 Ok(Some(o)) if o.is_success() => {
                     let replies = reply.and_then(|r| r.take()).unwrap_or_default();
@@ -312,6 +317,18 @@ impl Handler {
             };
             let _ = sink.send(close(CloseCode::Error, &failure)).await;
             return;
+        }
+    }
+
+    /// Why a producer got no answer within `timeout`. A message the stream took stays
+    /// queued and is still delivered (so sending it again may deliver it twice); one it
+    /// did not take was dropped and must be sent again.
+    fn late(&self, queued: bool) -> String {
+        let within = crate::duration::format(self.timeout);
+        if queued {
+            format!("the message was not delivered within {within}; it stays queued and will still be delivered, so sending it again may deliver it twice")
+        } else {
+            format!("the stream did not take the message within {within} (it is full); nothing was queued: send it again")
         }
     }
 
@@ -484,17 +501,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn timeout_is_408() {
+    async fn timeout_is_408_and_says_whether_the_message_stays_queued() {
         let (routes, _input, _t) = build("{path: /in, timeout: 50ms}");
-        let (status, _) = status_of(
-            routes
-                .get("/in")
-                .unwrap()
-                .call(request("POST", "/in", "x"))
-                .await,
-        )
-        .await;
-        assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+        let handler = routes.get("/in").unwrap();
+        // Nothing reads: 64 requests fill the stream's queue, the 65th is not taken.
+        let calls: Vec<_> = (0..65)
+            .map(|_| tokio::spawn(handler.call(request("POST", "/in", "x"))))
+            .collect();
+        let (mut queued, mut refused) = (0, 0);
+        for call in calls {
+            let (status, body) = status_of(call.await.unwrap()).await;
+            assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+            if body.contains("it stays queued and will still be delivered") {
+                queued += 1;
+            } else {
+                assert!(body.contains("nothing was queued: send it again"), "{body}");
+                refused += 1;
+            }
+            assert!(body.contains("50ms"), "{body}");
+        }
+        assert_eq!((queued, refused), (64, 1));
     }
 
     #[tokio::test]

@@ -25,6 +25,42 @@ pub type Metadata = BTreeMap<String, Value>;
 /// What `metadata()` lends for a message that has none.
 pub(crate) static NO_METADATA: Metadata = BTreeMap::new();
 
+/// The metadata key of a message's media type (header names are kept in lower case).
+pub const CONTENT_TYPE: &str = "content-type";
+
+/// The media type a payload without a declared one is sent as: JSON, plain text when it
+/// is UTF-8, bytes otherwise.
+pub fn sniff_content_type(payload: &[u8]) -> &'static str {
+    if serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok() {
+        "application/json"
+    } else if std::str::from_utf8(payload).is_ok() {
+        "text/plain; charset=utf-8"
+    } else {
+        "application/octet-stream"
+    }
+}
+
+/// The media type of messages answered together: theirs when they agree, each line's
+/// own type otherwise (JSON lines are NDJSON), bytes when they mix.
+pub fn content_type_of_all<'a>(types: impl IntoIterator<Item = &'a str>) -> String {
+    let mut types = types.into_iter();
+    let Some(first) = types.next() else {
+        return "text/plain; charset=utf-8".to_owned();
+    };
+    let mut several = false;
+    for t in types {
+        several = true;
+        if t != first {
+            return "application/octet-stream".to_owned();
+        }
+    }
+    if several && first == "application/json" {
+        "application/x-ndjson".to_owned()
+    } else {
+        first.to_owned()
+    }
+}
+
 /// Why a payload has no structured form.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("payload is not valid JSON: {0}")]
@@ -171,6 +207,16 @@ impl Message {
     pub fn with_meta(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         self.set_meta(key, value);
         self
+    }
+
+    /// The media type of the payload: the `content-type` metadata (which the
+    /// `http_server` input keeps from the producer's request), else what the payload is:
+    /// JSON, UTF-8 text or bytes.
+    pub fn content_type(&self) -> std::borrow::Cow<'_, str> {
+        match self.meta(CONTENT_TYPE) {
+            Some(Value::String(t)) if !t.trim().is_empty() => std::borrow::Cow::Borrowed(t),
+            _ => std::borrow::Cow::Borrowed(sniff_content_type(self.payload())),
+        }
     }
 
     pub fn error(&self) -> Option<&str> {

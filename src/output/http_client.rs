@@ -91,10 +91,22 @@ impl Output for HttpClientOutput {
                     }
                 }
             }
+            // The message's own media type unless the config or its metadata set one.
+            if !headers.contains_key(http::header::CONTENT_TYPE)
+                && !self.client.sets_header(&http::header::CONTENT_TYPE)
+            {
+                if let Ok(value) = HeaderValue::from_str(&msg.content_type()) {
+                    headers.insert(http::header::CONTENT_TYPE, value);
+                }
+            }
             self.client
                 .send(Some((batch, i)), Some(msg.payload().clone()), &headers)
                 .await?;
         }
         Ok(())
+    }
+
+    fn connects_per_write(&self) -> bool {
+        true
     }
 }

@@ -58,15 +58,17 @@ pub enum StreamFormat {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpServerOutputConfig {
-    /// Where a GET receives the next message; empty to serve none.
-    #[serde(default = "default_path")]
-    pub path: String,
+    /// Where a GET receives the next message; empty to serve none. The three routes
+    /// default to `/get`, `/get/stream` and `/get/ws` only when none of them is written:
+    /// an output serves the routes its config names and no others.
+    #[serde(default)]
+    pub path: Option<String>,
     /// Where clients hold a stream of messages open; empty to serve none.
-    #[serde(default = "default_stream_path")]
-    pub stream_path: String,
+    #[serde(default)]
+    pub stream_path: Option<String>,
     /// Where WebSocket clients connect; empty to serve none.
-    #[serde(default = "default_ws_path")]
-    pub ws_path: String,
+    #[serde(default)]
+    pub ws_path: Option<String>,
     /// Framing of `stream_path`: `event_source` or `raw_bytes`.
     #[serde(default)]
     pub stream_format: StreamFormat,
@@ -107,14 +109,18 @@ pub struct HttpServerOutputConfig {
     pub batching: BatchPolicy,
 }
 
-fn default_path() -> String {
-    "/get".into()
-}
-fn default_stream_path() -> String {
-    "/get/stream".into()
-}
-fn default_ws_path() -> String {
-    "/get/ws".into()
+impl HttpServerOutputConfig {
+    /// `path`, `stream_path` and `ws_path` as served: as written (unwritten ones serve
+    /// nothing), or all three defaults when none is written. So a stray GET cannot take a
+    /// message meant for the SSE clients, and two outputs of one API do not collide on
+    /// routes nobody asked for.
+    fn routes(&self) -> [String; 3] {
+        let written = [&self.path, &self.stream_path, &self.ws_path];
+        if written.iter().all(|r| r.is_none()) {
+            return ["/get".into(), "/get/stream".into(), "/get/ws".into()];
+        }
+        written.map(|r| r.clone().unwrap_or_default())
+    }
 }
 fn default_verbs() -> Vec<String> {
     vec!["GET".into()]
@@ -163,8 +169,11 @@ impl BuildOutput for HttpServerOutputConfig {
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }
-        let paths = [&self.path, &self.stream_path, &self.ws_path];
-        if paths.iter().all(|p| p.trim().is_empty()) {
+        let [path, stream_path, ws_path] = self.routes();
+        if [&path, &stream_path, &ws_path]
+            .iter()
+            .all(|p| p.trim().is_empty())
+        {
             return Err(cx.error("set at least one of `path`, `stream_path` and `ws_path`"));
         }
         let hub = Hub::new(
@@ -197,25 +206,25 @@ impl BuildOutput for HttpServerOutputConfig {
             mounted.push(path.to_owned());
             Ok::<_, BuildError>(())
         };
-        if !self.path.trim().is_empty() {
+        if !path.trim().is_empty() {
             let route = Arc::new(GetRoute {
                 common: common.clone(),
                 timeout: self.timeout.0,
                 metrics: RouteMetrics::new(
                     cx.metric_labels(),
-                    &h::normalize(&self.path),
+                    &h::normalize(&path),
                     Transport::Get,
                 ),
             });
             mount(
-                &self.path,
+                &path,
                 Arc::new(move |req: HttpRequest| {
                     let route = route.clone();
                     async move { route.handle(req).await }.boxed()
                 }),
             )?;
         }
-        if !self.stream_path.trim().is_empty() {
+        if !stream_path.trim().is_empty() {
             let transport = match self.stream_format {
                 StreamFormat::EventSource => Transport::Sse,
                 StreamFormat::RawBytes => Transport::RawStream,
@@ -226,19 +235,19 @@ impl BuildOutput for HttpServerOutputConfig {
                 heartbeat: self.heartbeat.0,
                 metrics: RouteMetrics::new(
                     cx.metric_labels(),
-                    &h::normalize(&self.stream_path),
+                    &h::normalize(&stream_path),
                     transport,
                 ),
             });
             mount(
-                &self.stream_path,
+                &stream_path,
                 Arc::new(move |req: HttpRequest| {
                     let route = route.clone();
                     async move { route.handle(req) }.boxed()
                 }),
             )?;
         }
-        if !self.ws_path.trim().is_empty() {
+        if !ws_path.trim().is_empty() {
             let route = Arc::new(WsRoute {
                 hub: hub.clone(),
                 opts: WsOptions {
@@ -248,14 +257,14 @@ impl BuildOutput for HttpServerOutputConfig {
                 },
                 metrics: RouteMetrics::new(
                     cx.metric_labels(),
-                    &h::normalize(&self.ws_path),
+                    &h::normalize(&ws_path),
                     Transport::WebSocket,
                 ),
                 shutdown: cx.shutdown.clone(),
             });
             let common = common.clone();
             mount(
-                &self.ws_path,
+                &ws_path,
                 Arc::new(move |req: HttpRequest| {
                     let route = route.clone();
                     let common = common.clone();
@@ -312,9 +321,13 @@ impl GetRoute {
                 // One message per line; the last line needs no newline of its own.
                 body.truncate(body.len().saturating_sub(1));
                 let mut resp = HttpResponse::new(h::full(body));
+                let content_type = crate::message::content_type_of_all(
+                    d.chunk.events.iter().map(|e| e.content_type()),
+                );
                 resp.headers_mut().insert(
                     header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/octet-stream"),
+                    HeaderValue::from_str(&content_type)
+                        .unwrap_or(HeaderValue::from_static("application/octet-stream")),
                 );
                 if let Some(id) = d.chunk.events.last().and_then(|e| e.id) {
                     if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
@@ -532,6 +545,21 @@ mod tests {
         let resp = routes.get("/s").unwrap().call(req).await;
         assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(resp.headers()[header::ALLOW], "GET");
+    }
+
+    #[test]
+    fn only_the_routes_written_are_served_and_all_defaults_when_none_is() {
+        let (routes, _w) = build("{stream_path: /events}");
+        assert_eq!(routes.paths(), vec!["/events".to_owned()]);
+        let (routes, _w) = build("{path: '', ws_path: /ws}");
+        assert_eq!(routes.paths(), vec!["/ws".to_owned()]);
+        let (routes, _w) = build("{delivery: broadcast}");
+        let mut all = routes.paths();
+        all.sort();
+        assert_eq!(all, ["/get", "/get/stream", "/get/ws"]);
+        let cfg: HttpServerOutputConfig = serde_yaml::from_str("{path: ''}").unwrap();
+        let cx = BuildContext::new("t", h::Routes::new(), CancellationToken::new());
+        assert!(cfg.build(&cx).is_err());
     }
 
     #[tokio::test]

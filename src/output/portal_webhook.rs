@@ -177,6 +177,10 @@ impl Output for PortalWebhookOutput {
         }
         Ok(())
     }
+
+    fn connects_per_write(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

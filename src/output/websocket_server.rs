@@ -330,6 +330,7 @@ mod tests {
             id: Some(3),
             name: None,
             data: Bytes::from_static(br#"{"a":1}"#),
+            content_type: None,
         };
         let opts = WsOptions {
             message_type: WsMessageType::Text,

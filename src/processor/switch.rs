@@ -15,10 +15,60 @@ use crate::config::MappingText;
 use crate::mapping::{processors, Mapping};
 use crate::message::{Batch, Message};
 
-/// The cases, tried in order.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(transparent)]
+/// The cases, tried in order: written as the list itself, or under `cases` (the shape
+/// of the `switch` output, which Tyk's streams documents also use for the processor).
+#[derive(Debug, Clone)]
 pub struct SwitchConfig(pub Vec<SwitchCase>);
+
+/// The two ways of writing [`SwitchConfig`], for its schema.
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+#[serde(untagged)]
+enum SwitchShape {
+    List(Vec<SwitchCase>),
+    Cases { cases: Vec<SwitchCase> },
+}
+
+impl JsonSchema for SwitchConfig {
+    fn schema_name() -> String {
+        "SwitchConfig".into()
+    }
+
+    fn json_schema(g: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+        SwitchShape::json_schema(g)
+    }
+}
+
+impl<'de> Deserialize<'de> for SwitchConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+        use serde::de::{MapAccess, SeqAccess, Visitor};
+
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Cases {
+            cases: Vec<SwitchCase>,
+        }
+
+        struct Shape;
+        impl<'de> Visitor<'de> for Shape {
+            type Value = SwitchConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of cases, or `cases:` holding that list")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<SwitchConfig, A::Error> {
+                Vec::deserialize(SeqAccessDeserializer::new(seq)).map(SwitchConfig)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SwitchConfig, A::Error> {
+                Cases::deserialize(MapAccessDeserializer::new(map)).map(|c| SwitchConfig(c.cases))
+            }
+        }
+        d.deserialize_any(Shape)
+    }
+}
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -152,5 +202,33 @@ mod tests {
             "{texts:?}"
         );
         assert!(out[0].iter().any(|m| m.error().is_some()));
+    }
+
+    fn switch_in_a_stream(processor: &str) -> Result<(), String> {
+        let text = format!(
+            "input:\n  generate: {{mapping: 'root = 1', count: 1}}\npipeline:\n  processors:\n    - switch:\n{processor}output:\n  drop: {{}}\n"
+        );
+        crate::stream::config::parse_str("s.yaml", &text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn cases_may_be_written_as_a_list_or_under_cases() {
+        let case = "- check: 'this == 1'\n  processors:\n    - mapping: 'root = 2'\n";
+        let list: String = case.lines().map(|l| format!("        {l}\n")).collect();
+        switch_in_a_stream(&list).unwrap();
+        let under: String = case.lines().map(|l| format!("          {l}\n")).collect();
+        switch_in_a_stream(&format!("        cases:\n{under}")).unwrap();
+        let cfg: SwitchConfig = serde_yaml::from_str(&format!("cases:\n{case}")).unwrap();
+        assert_eq!(cfg.0.len(), 1);
+    }
+
+    #[test]
+    fn a_cases_map_with_another_key_is_refused_where_it_is() {
+        let e = switch_in_a_stream("        cases: []\n        fallthrough: true\n").unwrap_err();
+        assert!(e.contains("fallthrough") && e.contains("s.yaml:"), "{e}");
+        let e = switch_in_a_stream("        7\n").unwrap_err();
+        assert!(e.contains("a list of cases"), "{e}");
     }
 }

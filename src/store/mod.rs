@@ -126,6 +126,13 @@ pub enum StoreError {
         #[source]
         source: sqlx::migrate::MigrateError,
     },
+    /// The default store's directory could not be created.
+    #[error("cannot create the store's directory {}: {source}", path.display())]
+    DataDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// A query failed (connection lost, database locked for too long, ...).
     #[error("store query failed: {0}")]
     Query(#[from] sqlx::Error),
@@ -163,7 +170,28 @@ const APIS_REVISION: &str = "apis";
 const SELECT_REVISION: &str = "SELECT revision FROM revisions WHERE name = $1";
 const BUMP_REVISION: &str = "UPDATE revisions SET revision = revision + 1 WHERE name = $1";
 
+/// The store the dashboard and the gateway share when neither config names one, so that
+/// the two started side by side on their defaults see the same APIs and keys.
+pub const DEFAULT_URL: &str = "sqlite://./data/sluice.db";
+
+/// The directory of the default store, created on first use.
+const DEFAULT_DIR: &str = "./data";
+
 impl Store {
+    /// Opens a configured store: as [`Store::open`], except that the default store's
+    /// directory is created when missing so that a first run needs no set-up. A store
+    /// the config names must have its directory already, so that a mistyped path fails
+    /// instead of starting empty.
+    pub async fn open_configured(url: &str) -> Result<Store, StoreError> {
+        if url == DEFAULT_URL {
+            std::fs::create_dir_all(DEFAULT_DIR).map_err(|source| StoreError::DataDir {
+                path: DEFAULT_DIR.into(),
+                source,
+            })?;
+        }
+        Store::open(url).await
+    }
+
     /// Opens the store at `url` and brings its schema up to date.
     ///
     /// `url` is one of `sqlite://path/to/file.db` (or `sqlite:path`, `sqlite:///abs/path`),
@@ -274,7 +302,22 @@ impl Store {
             Pool::Postgres(_) => migrations::POSTGRES,
         };
         let migrator = migrations::migrator(list).await.map_err(migrate_error)?;
-        with_pool!(self, |pool| migrator.run(pool).await).map_err(migrate_error)
+        // PostgreSQL migrations hold an advisory lock; SQLite's take none, so two
+        // processes opening a new file at once (a dashboard and a gateway started side by
+        // side) race, and the loser's transaction rolls back. Running again then finds
+        // what the winner applied and goes on from there.
+        let mut tries = 0;
+        loop {
+            match with_pool!(self, |pool| migrator.run(pool).await) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 5 && matches!(self.pool, Pool::Sqlite(_)) => {
+                    tries += 1;
+                    tracing::debug!(error = %e, tries, "Migrating the store failed; trying again.");
+                    tokio::time::sleep(std::time::Duration::from_millis(100 * tries)).await;
+                }
+                Err(e) => return Err(migrate_error(e)),
+            }
+        }
     }
 
     /// The current value of the change counter `name` (a row of `revisions`).

@@ -8,7 +8,7 @@
 //! the batch keeps until it is settled, and the queue has room for as many.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -114,6 +114,9 @@ pub struct InputNode {
     pub give_up: Option<GiveUp>,
     /// The stream's name, under which a give-up is recorded.
     pub stream: Arc<str>,
+    /// Set when an output of the stream stopped for good: failed batches are then
+    /// settled as failed instead of being sent again.
+    pub halted: Arc<AtomicBool>,
 }
 
 /// Who sends a failed batch again.
@@ -167,7 +170,7 @@ impl InputNode {
             tokio::select! {
                 biased;
                 Some(mut retry) = retry_rx.recv() => {
-                    if tx.is_closed() {
+                    if tx.is_closed() || self.halted.load(Ordering::Relaxed) {
                         self.abandon(retry);
                         continue;
                     }
@@ -187,7 +190,7 @@ impl InputNode {
                     if let Some(due) = resends.first_due() {
                         timer.as_mut().reset(due);
                     }
-                    if tx.is_closed() {
+                    if tx.is_closed() || self.halted.load(Ordering::Relaxed) {
                         self.abandon(retry);
                         continue;
                     }
@@ -254,7 +257,7 @@ impl InputNode {
                             self.metrics.connected.set(0.0);
                             reading = self.connect(&cancel, &readiness).await;
                         }
-                        ErrorKind::Transient | ErrorKind::Rejected => {
+                        ErrorKind::Transient | ErrorKind::Rejected | ErrorKind::Stopped => {
                             self.metrics.error(Stage::Read);
                             let delay = read_backoff.next_delay().unwrap_or_default();
                             warn!(error = %e, retry_in = ?delay, "Read failed.");

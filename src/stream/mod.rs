@@ -392,6 +392,7 @@ fn build_inputs(
                 budget: env.budget.clone(),
                 give_up: env.give_up.clone(),
                 stream: cx.stream.clone(),
+                halted: cx.halted.clone(),
             });
         }
         InputBuild::Merge(children) => {
@@ -525,6 +526,7 @@ fn build_output(
                 writer,
                 metrics,
                 tap: tap::of(&cx.stream),
+                halted: cx.halted.clone(),
             }))
         }
         OutputBuild::Router(router, children) => {

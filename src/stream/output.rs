@@ -4,13 +4,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant as TokioInstant;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::component::{ConnectorError, ErrorKind, Output, Router, Writer};
@@ -26,6 +27,8 @@ pub struct WriterNode {
     pub metrics: NodeMetrics,
     /// The stream's live tail, offered what this node delivered.
     pub tap: Arc<Tap>,
+    /// Set when the output stopped for good, for the inputs not to send batches again.
+    pub halted: Arc<AtomicBool>,
 }
 
 /// A batch being written and the acks it settles: one per transaction in it, with the
@@ -52,6 +55,7 @@ impl WriterNode {
             writer,
             metrics,
             tap,
+            halted,
         } = self;
         let output = writer.output;
         let policy = writer.batching;
@@ -85,7 +89,9 @@ impl WriterNode {
             tokio::select! {
                 result = poll_attempt(&mut attempt), if attempt.is_some() => {
                     attempt = None;
-                    metrics.connection_attempt(result.is_ok());
+                    if !output.connects_per_write() {
+                        metrics.connection_attempt(result.is_ok());
+                    }
                     match result {
                         Ok(()) => {
                             connected = true;
@@ -122,18 +128,18 @@ impl WriterNode {
                         if policy.is_full(pending.batch.len(), pending.bytes)
                             || pending.acks.len() >= max_reads
                         {
-                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap));
+                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap, &halted));
                         }
                     }
                     None => {
                         open = false;
                         if !pending.acks.is_empty() {
-                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap));
+                            writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap, &halted));
                         }
                     }
                 },
                 _ = &mut timer, if connected && deadline.is_some() && writes.len() < max_in_flight => {
-                    writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap));
+                    writes.push(write(&*output, take(&mut pending, &mut deadline), &metrics, &tap, &halted));
                 }
                 Some(lost) = writes.next(), if !writes.is_empty() => {
                     if lost && connected {
@@ -162,7 +168,13 @@ fn take(pending: &mut Flush, deadline: &mut Option<TokioInstant>) -> Flush {
 }
 
 /// Writes one flush and settles its acks. Returns true if the connection was lost.
-async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics, tap: &Tap) -> bool {
+async fn write(
+    output: &dyn Output,
+    flush: Flush,
+    metrics: &NodeMetrics,
+    tap: &Tap,
+    halted: &AtomicBool,
+) -> bool {
     let (n, bytes) = (flush.batch.len(), flush.bytes);
     metrics.received_messages.increment(n as u64);
     metrics.received_bytes.increment(bytes as u64);
@@ -183,7 +195,13 @@ async fn write(output: &dyn Output, flush: Flush, metrics: &NodeMetrics, tap: &T
         }
         Err(e) => {
             metrics.error(Stage::Write);
-            warn!(error = %e, messages = n, "Write failed.");
+            if e.kind == ErrorKind::Stopped {
+                // Said once by the stream's shutdown, not once per batch.
+                debug!(error = %e, messages = n, "Write refused: the output stopped.");
+                halted.store(true, Ordering::Relaxed);
+            } else {
+                warn!(error = %e, messages = n, "Write failed.");
+            }
             let outcome = e.outcome();
             // Each transaction's messages go back with its ack, unchanged: an input that
             // sends failures again needs no copy of its own (ranges are in order, so

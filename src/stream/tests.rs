@@ -60,6 +60,8 @@ struct Sink {
     fail_next: AtomicUsize,
     /// Told once for every failed write.
     failed: Notify,
+    /// Refuse every write as an output that stopped for good.
+    stopped: AtomicBool,
 }
 
 impl Sink {
@@ -78,6 +80,13 @@ impl Output for SinkOutput {
             .fail_next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
+        if sink.stopped.load(Ordering::SeqCst) {
+            sink.failed.notify_one();
+            return Err(ConnectorError::new(
+                crate::component::ErrorKind::Stopped,
+                "the output stopped",
+            ));
+        }
         if fail_one || sink.failing.load(Ordering::SeqCst) {
             sink.failed.notify_one();
             return Err(ConnectorError::transient("the sink is failing"));
@@ -119,6 +128,7 @@ fn writer_node(output: impl Output + 'static, max_in_flight: usize) -> WriterNod
         },
         metrics: NodeMetrics::new(labels("output", Kind::Output)),
         tap: Default::default(),
+        halted: Default::default(),
     }
 }
 
@@ -138,6 +148,7 @@ fn stream(
             metrics: NodeMetrics::new(labels("processor", Kind::Processor)),
         })
         .collect();
+    let writer = writer_node(output, 1);
     Stream {
         name: "t".into(),
         inputs: vec![InputNode {
@@ -148,10 +159,11 @@ fn stream(
             budget: None,
             give_up: None,
             stream: "t".into(),
+            halted: writer.halted.clone(),
         }],
         processors,
         threads,
-        output: OutputTree::Writer(writer_node(output, 1)),
+        output: OutputTree::Writer(writer),
         capacity,
         readiness,
         cancel: CancellationToken::new(),
@@ -293,6 +305,21 @@ async fn failed_batches_wait_in_a_bounded_queue_and_none_is_lost() {
     let mut written = sink.written();
     written.sort();
     assert_eq!(written, sent, "every message exactly once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stopping_stream_does_not_wait_for_an_output_that_stopped() {
+    let sink = Arc::new(Sink::default());
+    sink.stopped.store(true, Ordering::SeqCst);
+    let (input, tx, _) = feed();
+    let running = stream(input, vec![], 1, SinkOutput(sink.clone()), 4).start();
+    tx.send(msg("never taken")).unwrap();
+    sink.failed.notified().await;
+    // Sending the batch again cannot help: it is settled as failed at once, so the
+    // stream stops well before its deadline with nothing abandoned at it.
+    let report = running.stop(Duration::from_secs(3600)).await;
+    assert_eq!(report.abandoned, 0, "{report:?}");
+    assert!(sink.written().is_empty());
 }
 
 /// Connects once; every later connect fails. A write of `slow` waits for `gate`, a write

@@ -48,7 +48,10 @@ fn yes() -> bool {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Upstream {
-    pub url: String,
+    /// Absent or empty on an API that serves streams only (Tyk's streams examples
+    /// write `url: ""`), which may still carry an API-wide `rateLimit`.
+    #[serde(default)]
+    pub url: Option<String>,
     #[serde(default)]
     pub rate_limit: Option<RateLimit>,
     /// Overrides the gateway's `proxy.timeout` for this API.

@@ -438,10 +438,15 @@ fn compile(
         };
 
     // Upstream: needed unless the API serves streams only.
-    let upstream = match &ext.upstream {
-        Some(up) => match parse_upstream(&up.url) {
+    let url = ext
+        .upstream
+        .as_ref()
+        .and_then(|u| u.url.as_deref())
+        .filter(|u| !u.is_empty());
+    let upstream = match url {
+        Some(url) => match parse_upstream(url) {
             Ok(upstream) => Some(Upstream {
-                timeout: up.timeout.map(|d| d.0),
+                timeout: ext.upstream.as_ref().and_then(|u| u.timeout).map(|d| d.0),
                 ..upstream
             }),
             Err(e) => {
@@ -451,10 +456,14 @@ fn compile(
         },
         None => {
             if doc.root.get(streaming::STREAMING).is_none() {
+                let (at, what) = match &ext.upstream {
+                    Some(_) => ("upstream.url", "no upstream `url`"),
+                    None => ("info", "no `upstream`"),
+                };
                 errors.push(err_at(
-                    &x("info"),
+                    &x(at),
                     format!(
-                        "no `upstream`: an API needs one unless it has `{}`",
+                        "{what}: an API needs one unless it has `{}`",
                         streaming::STREAMING
                     ),
                 ));

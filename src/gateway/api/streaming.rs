@@ -84,6 +84,26 @@ pub struct ApiStream {
     pub egress_targets: Vec<EgressTarget>,
 }
 
+/// The name a bare stream (`x-sluice-streaming: {input, pipeline, output}`) runs under.
+pub const BARE_STREAM: &str = "default";
+
+/// Whether an `x-sluice-streaming` value is one bare stream rather than a `streams` map.
+pub fn is_bare(ext: &Value) -> bool {
+    ext.get("input").is_some() || ext.get("output").is_some()
+}
+
+/// The named streams of an `x-sluice-streaming` value as stored: each of `streams`, or
+/// the bare stream under [`BARE_STREAM`]. Empty when neither shape is there.
+pub fn streams_of(ext: &Value) -> Vec<(&str, &Value)> {
+    if is_bare(ext) {
+        return vec![(BARE_STREAM, ext)];
+    }
+    ext.get("streams")
+        .and_then(Value::as_object)
+        .map(|streams| streams.iter().map(|(k, v)| (k.as_str(), v)).collect())
+        .unwrap_or_default()
+}
+
 /// The streams of a document and the paths their HTTP components serve.
 pub fn parse(
     doc: &Document,
@@ -102,7 +122,7 @@ pub fn parse(
     // Either `streams: {name: stream}` or one bare stream.
     let mut found: Vec<(String, &Node, String)> = Vec::new();
     if node.get("input").is_some() || node.get("output").is_some() {
-        found.push(("default".into(), node, STREAMING.into()));
+        found.push((BARE_STREAM.into(), node, STREAMING.into()));
     } else {
         for (key, value) in node.entries() {
             match key.as_str() {

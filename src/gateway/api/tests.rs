@@ -148,3 +148,53 @@ fn only_apis_no_step_acts_on_pass_through() {
     let api = from_file("pets.yaml", &limited).unwrap();
     assert!(api.rate.is_some() && !api.passthrough);
 }
+
+/// A streams-only API with `upstream` as given.
+fn streams_only(upstream: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: t, version: "1"}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: live, name: Live}}
+  {upstream}
+  server:
+    listenPath: {{value: /live/, strip: true}}
+x-sluice-streaming:
+  input:
+    http_server: {{path: /in}}
+  output:
+    drop: {{}}
+"#
+    )
+}
+
+#[test]
+fn a_streams_only_api_takes_an_empty_upstream_url_and_an_api_wide_rate_limit() {
+    let api = from_file("live.yaml", &streams_only(r#"upstream: {url: ""}"#)).unwrap();
+    assert!(api.upstream.is_none());
+    let api = from_file(
+        "live.yaml",
+        &streams_only("upstream: {rateLimit: {rate: 5, per: 1s}}"),
+    )
+    .unwrap();
+    assert!(api.upstream.is_none());
+    assert_eq!(api.rate.map(|r| r.rate), Some(5));
+    // The bare stream runs as `default`.
+    assert_eq!(api.streams.len(), 1);
+    assert_eq!(api.streams[0].name, streaming::BARE_STREAM);
+    assert_eq!(api.streams[0].paths, vec!["/in".to_owned()]);
+}
+
+#[test]
+fn an_upstream_without_a_url_on_an_api_without_streams_is_refused_at_the_url() {
+    let text = doc("").replace(
+        r#"upstream: {url: "http://127.0.0.1:9/base/"}"#,
+        r#"upstream: {url: "", rateLimit: {rate: 5, per: 1s}}"#,
+    );
+    let e = from_file("pets.yaml", &text).err().unwrap().to_string();
+    assert!(
+        e.contains("upstream.url") && e.contains("no upstream `url`"),
+        "{e}"
+    );
+}
