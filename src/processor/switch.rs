@@ -204,11 +204,14 @@ mod tests {
         assert!(out[0].iter().any(|m| m.error().is_some()));
     }
 
+    /// Reads `processor` (a `switch` processor written in YAML) with positions, as a
+    /// config file's processors are read.
     fn switch_in_a_stream(processor: &str) -> Result<(), String> {
-        let text = format!(
-            "input:\n  generate: {{mapping: 'root = 1', count: 1}}\npipeline:\n  processors:\n    - switch:\n{processor}output:\n  drop: {{}}\n"
-        );
-        crate::stream::config::parse_str("s.yaml", &text)
+        let text = format!("processors:\n  - switch:\n{processor}");
+        let doc =
+            crate::config::yaml::parse("s.yaml", &text, &|_| None).map_err(|e| e.to_string())?;
+        let node = doc.root.get("processors").ok_or("no processors")?;
+        crate::config::de::from_node::<Vec<ProcessorConfig>>(&doc, node, "processors")
             .map(|_| ())
             .map_err(|e| e.to_string())
     }

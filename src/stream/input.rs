@@ -162,6 +162,8 @@ impl InputNode {
         let mut read_backoff = Backoff::default();
         // After a failed read, no read before this instant (other work goes on).
         let mut read_after: Option<Instant> = None;
+        // Messages of failed batches settled as failed because the output stopped for good.
+        let mut halted_messages = 0usize;
         loop {
             if !reading && self.inflight.get() == 0 {
                 break;
@@ -171,6 +173,9 @@ impl InputNode {
                 biased;
                 Some(mut retry) = retry_rx.recv() => {
                     if tx.is_closed() || self.halted.load(Ordering::Relaxed) {
+                        if !tx.is_closed() {
+                            halted_messages += retry.batch.len();
+                        }
                         self.abandon(retry);
                         continue;
                     }
@@ -191,6 +196,9 @@ impl InputNode {
                         timer.as_mut().reset(due);
                     }
                     if tx.is_closed() || self.halted.load(Ordering::Relaxed) {
+                        if !tx.is_closed() {
+                            halted_messages += retry.batch.len();
+                        }
                         self.abandon(retry);
                         continue;
                     }
@@ -266,6 +274,15 @@ impl InputNode {
                     },
                 },
             }
+        }
+        if halted_messages > 0 {
+            // Once, rather than once per batch: sending them again could not help.
+            warn!(
+                messages = halted_messages,
+                "Messages not delivered: the output stopped with the stream."
+            );
+            self.metrics
+                .discarded("output_stopped", halted_messages as u64);
         }
         self.input.close().await;
         readiness.set(&self.id, false);
