@@ -656,13 +656,53 @@ async fn upstream_failures_answer_502_and_504() {
         "",
     )
     .await;
-    let (status, _, body) = get(&gw, "/down/x").await;
+    let (status, headers, body) = get(&gw, "/down/x").await;
     assert_eq!(status, 502, "{body}");
-    assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["error"], "cannot connect to the upstream");
+    // An id to quote, the same in the body and the header; the cause is in the log.
+    let id = answer["request_id"].as_str().unwrap();
+    assert_eq!(headers["x-request-id"], id);
+    assert!(!body.contains("127.0.0.1"), "{body}");
     let started = Instant::now();
     let (status, _, _) = get(&gw, "/slow-api/slow").await;
     assert_eq!(status, 504);
     assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn an_upstreams_own_error_text_never_reaches_the_client() {
+    // An upstream that answers something that is not HTTP, naming an internal detail.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn
+                    .write_all(b"SECRET-INTERNAL db-7.corp:5432 garbage\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let gw = Gw::start(
+        &[(
+            "bad.yaml",
+            api("bad", "/bad", &format!("http://{addr}"), ""),
+        )],
+        "",
+    )
+    .await;
+    let (status, headers, body) = get(&gw, "/bad/x").await;
+    assert_eq!(status, 502, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["error"], "the upstream failed");
+    assert!(headers.contains_key("x-request-id"));
+    for secret in ["SECRET", "db-7", "garbage", &addr.to_string()] {
+        assert!(!body.contains(secret), "{body}");
+    }
 }
 
 #[tokio::test]

@@ -34,6 +34,17 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// What the client is told: fixed words, never the upstream's own error text (which
+    /// can name internal hosts and addresses); the cause goes to the log.
+    pub fn public_message(&self) -> &'static str {
+        match self {
+            ProxyError::Timeout(_) => "the upstream did not answer in time",
+            ProxyError::Connect => "cannot connect to the upstream",
+            ProxyError::Upstream(_) => "the upstream failed",
+            ProxyError::NoUpstream => "no stream route at this path",
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,

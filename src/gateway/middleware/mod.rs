@@ -145,16 +145,28 @@ pub fn proxy_failed(
     rest: &str,
     e: ProxyError,
 ) -> HttpResponse {
-    if !matches!(e, ProxyError::NoUpstream) {
-        gw.events.publish(
-            EventKind::UpstreamError,
-            &api.id,
-            key_id,
-            rest,
-            e.to_string(),
-        );
+    if matches!(e, ProxyError::NoUpstream) {
+        return error(e.status(), e.public_message());
     }
-    error(e.status(), &e.to_string())
+    // The client gets fixed words and an id to quote; the log and the API's own event
+    // get the cause under the same id.
+    let request_id = uuid::Uuid::now_v7().to_string();
+    tracing::warn!(api = %api.id, path = %rest, %request_id, error = %e, "Upstream failed.");
+    gw.events.publish(
+        EventKind::UpstreamError,
+        &api.id,
+        key_id,
+        rest,
+        format!("{e} (request {request_id})"),
+    );
+    let mut resp = h::json(
+        e.status(),
+        &serde_json::json!({ "error": e.public_message(), "request_id": request_id }),
+    );
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    resp
 }
 
 /// What every answer gets: the limit headers, response header transforms, CORS.
