@@ -135,11 +135,12 @@ $limit
 $auth_block
 EOF
 }
-start_gateway() { # name port auth
+start_gateway() { # name port auth control-port
     mkdir -p "$work/$1/apis"
     api "$1" "$3" >"$work/$1/apis/bench.yaml"
     cat >"$work/$1/gateway.yaml" <<EOF
 listen: {address: 127.0.0.1, port: $2}
+control: {port: $4}
 apps: {path: $work/$1/apis}
 store: {url: "sqlite://$work/$1/sluice.db"}
 secret: bench-secret-$RANDOM$RANDOM
@@ -150,10 +151,11 @@ EOF
     pids+=($!)
     wait_port "$2"
 }
-start_gateway plain "$plain_port" no
-start_gateway mw "$mw_port" yes
+mw_control_port="$(free_port)"
+start_gateway plain "$plain_port" no "$(free_port)"
+start_gateway mw "$mw_port" yes "$mw_control_port"
 secret="$(sed -n 's/^secret: //p' "$work/mw/gateway.yaml")"
-key="$(curl -sf -X POST "http://127.0.0.1:$mw_port/sluice/keys" \
+key="$(curl -sf -X POST "http://127.0.0.1:$mw_control_port/sluice/keys" \
     -H "X-Sluice-Authorization: $secret" \
     -d '{"access_rights": {"mw": {}}, "rate_limit": {"rate": 100000000, "per": "1s"}}' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')"

@@ -101,6 +101,7 @@ wait_port "$run_port"
 
 # Case 2: the gateway, the same stream in a streaming API with key authentication.
 gw_port="$(free_port)"
+control_port="$(free_port)"
 mkdir -p "$work/apis"
 cat >"$work/apis/live.yaml" <<EOF
 openapi: 3.0.3
@@ -122,6 +123,7 @@ x-sluice-streaming:
 EOF
 cat >"$work/gateway.yaml" <<EOF
 listen: {address: 127.0.0.1, port: $gw_port}
+control: {port: $control_port}
 apps: {path: $work/apis}
 store: {url: "sqlite://$work/sluice.db"}
 streaming: {enabled: true}
@@ -134,7 +136,7 @@ gw_pid=$!
 pids+=("$gw_pid")
 wait_port "$gw_port"
 secret="$(sed -n 's/^secret: //p' "$work/gateway.yaml")"
-key="$(curl -sf -X POST "http://127.0.0.1:$gw_port/sluice/keys" \
+key="$(curl -sf -X POST "http://127.0.0.1:$control_port/sluice/keys" \
     -H "X-Sluice-Authorization: $secret" -d '{"access_rights": {"live": {}}}' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')"
 

@@ -194,8 +194,8 @@ pub async fn serve(
         }
     };
     println!(
-        "Sluice is serving: dashboard http://{}/api, gateway http://{}",
-        dashboard.address, gateway.address
+        "Sluice is serving: dashboard http://{}/api, gateway http://{} (control: http://{} for /metrics, /ready and /sluice/)",
+        dashboard.address, gateway.address, gateway.control_address
     );
     if let Some(admin) = &dashboard.bootstrapped {
         print_new_admin(admin);

@@ -77,6 +77,7 @@ async fn the_console_works_in_a_browser() {
         .env("SLUICE_DB_ADMIN_KEY", ADMIN_KEY)
         .env("SLUICE_DB_LISTEN_PORT", port.to_string())
         .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
         .env("SLUICE_GW_LOGGER_LEVEL", "warn")
         .env("SLUICE_DB_LOGGER_LEVEL", "warn")
         .spawn()

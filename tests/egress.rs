@@ -21,6 +21,8 @@ struct Serve {
     _dir: tempfile::TempDir,
     db_port: u16,
     gw_port: u16,
+    /// The gateway's control port (`/metrics`, `/sluice/`).
+    control_port: u16,
     key: String,
     http: reqwest::Client,
 }
@@ -30,11 +32,13 @@ impl Serve {
     async fn start(env: &[(&str, &str)]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let (db_port, gw_port) = (common::free_port(), common::free_port());
+        let control_port = common::free_port();
         let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .arg("serve")
             .current_dir(dir.path())
             .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
             .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+            .env("SLUICE_GW_CONTROL_PORT", control_port.to_string())
             .env("SLUICE_GW_LOGGER_LEVEL", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -56,6 +60,7 @@ impl Serve {
         Serve {
             _child: child,
             _dir: dir,
+            control_port,
             db_port,
             gw_port,
             key,
@@ -149,7 +154,14 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
             "x-sluice-streaming.streams.main.input.http_client",
         ),
         (
-            input(&format!("http://127.0.0.1:{}/sluice/keys", serve.gw_port)),
+            input(&format!("http://127.0.0.1:{}/anything", serve.gw_port)),
+            "x-sluice-streaming.streams.main.input.http_client",
+        ),
+        (
+            input(&format!(
+                "http://127.0.0.1:{}/sluice/keys",
+                serve.control_port
+            )),
             "x-sluice-streaming.streams.main.input.http_client",
         ),
         (
@@ -202,7 +214,7 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
             );
         }
     }
-    let (_, body) = serve.post("r", &refused[3].0, true).await;
+    let (_, body) = serve.post("r", &refused[4].0, true).await;
     let message = body["Message"].as_str().unwrap_or_default();
     assert!(
         message.contains("a loopback address") && message.contains("streaming.egress.allow"),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use harness::{api, Gw};
+use harness::{api, Gw, DEADLINE};
 use upstream::Upstream;
 
 const KEY_AUTH: &str = r#"    authentication:
@@ -86,8 +86,15 @@ async fn proxies_with_forwarding_headers_and_without_hop_by_hop_ones() {
     assert_eq!(status, 404);
     assert!(body.contains("\"error\""), "{body}");
     assert_eq!(get(&gw, "/ping").await.0, 200);
-    assert_eq!(get(&gw, "/ready").await.0, 200);
-    let (_, _, metrics) = get(&gw, "/metrics").await;
+    // The control endpoints are on the control port only: on the APIs' port they are
+    // paths like any other, and no API serves them.
+    assert_eq!(get(&gw, "/ready").await.0, 404);
+    assert_eq!(get(&gw, "/metrics").await.0, 404);
+    assert_eq!(get(&gw, "/sluice/keys").await.0, 404);
+    let control = |path: &str| gw.http.get(gw.control_url(path)).send();
+    assert_eq!(control("/ready").await.unwrap().status(), 200);
+    assert_eq!(control("/ping").await.unwrap().status(), 200);
+    let metrics = control("/metrics").await.unwrap().text().await.unwrap();
     assert!(
         metrics.contains("sluice_gateway_requests_total{api_id=\"echo\",status_class=\"2xx\"}"),
         "{metrics}"
@@ -901,15 +908,159 @@ async fn two_gateways_sharing_redis_enforce_one_limit() {
     drop(tmp);
 }
 
+/// Reads from `conn` until the peer closes it; false if it is still open at `within`.
+async fn closed_by_peer(conn: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline.into(), conn.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn silent_http2_connections_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let gw = Gw::start(&[], "http:\n  header_read_timeout: 300ms\n").await;
+    // The HTTP/2 preface, then nothing: twenty such connections, on both ports.
+    let mut conns = Vec::new();
+    for port in [gw.port, gw.control_port] {
+        for _ in 0..10 {
+            let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap();
+            c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                .await
+                .unwrap();
+            conns.push(c);
+        }
+    }
+    for c in &mut conns {
+        assert!(
+            closed_by_peer(c, DEADLINE).await,
+            "an idle HTTP/2 connection stayed open"
+        );
+    }
+    // A client that speaks HTTP/2 properly is still served.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let r = h2.get(gw.url("/ping")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = Gw::start_in(
+        tmp.path().to_path_buf(),
+        Some(tmp),
+        &[],
+        "",
+        &[("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "8".into())],
+    )
+    .await;
+    // Eight connections that send nothing hold every place.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+                .await
+                .unwrap(),
+        );
+    }
+    let ping = || async {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
+            .await
+            .unwrap();
+        c.write_all(b"GET /ping HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(DEADLINE, c.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    // The connections are accepted before the ninth comes: wait until it is refused.
+    let start = Instant::now();
+    let refused = loop {
+        let answer = ping().await;
+        if answer.starts_with("HTTP/1.1 503") {
+            break answer;
+        }
+        assert!(start.elapsed() < DEADLINE, "never refused: {answer}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(refused.contains("too many connections"), "{refused}");
+    // The control port has places of its own.
+    let r = gw.http.get(gw.control_url("/ready")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Closing some gives their places back.
+    held.truncate(4);
+    let start = Instant::now();
+    loop {
+        let answer = ping().await;
+        if answer.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "places never came back: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn guessing_the_gateway_secret_is_locked_out_per_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gw = Gw::start_in(
+        tmp.path().to_path_buf(),
+        Some(tmp),
+        &[],
+        "",
+        &[("SLUICE_GW_CONTROL_FAILED_SECRETS_PER_MINUTE", "3".into())],
+    )
+    .await;
+    let with = |secret: &'static str| {
+        gw.http
+            .get(gw.control_url("/sluice/keys"))
+            .header("x-sluice-authorization", secret)
+            .send()
+    };
+    // The right secret works, and does not count.
+    assert_eq!(with(harness::SECRET).await.unwrap().status(), 200);
+    for _ in 0..3 {
+        assert_eq!(with("a-guess-of-mine").await.unwrap().status(), 403);
+    }
+    // Past the allowance, every request from the address waits out the minute, the
+    // right secret too: a guesser cannot tell a right guess from the lockout.
+    let locked = with("another-guess").await.unwrap();
+    assert_eq!(locked.status(), 429);
+    assert_eq!(locked.headers()["retry-after"], "60");
+    assert_eq!(with(harness::SECRET).await.unwrap().status(), 429);
+}
+
 #[tokio::test]
 async fn the_gateway_api_needs_the_secret_and_names_bad_fields() {
     let up = Upstream::start().await;
     let gw = Gw::start(&[("a.yaml", api("adm", "/adm", &up.url(), KEY_AUTH))], "").await;
-    let r = gw.http.get(gw.url("/sluice/keys")).send().await.unwrap();
+    let r = gw
+        .http
+        .get(gw.control_url("/sluice/keys"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     let r = gw
         .http
-        .get(gw.url("/sluice/keys"))
+        .get(gw.control_url("/sluice/keys"))
         .header("x-sluice-authorization", "wrong-secret")
         .send()
         .await

@@ -620,7 +620,7 @@ x-sluice-streaming:
     // The failure is counted where Prometheus reads it.
     let metrics = gw
         .http
-        .get(gw.url("/metrics"))
+        .get(gw.control_url("/metrics"))
         .send()
         .await
         .unwrap()

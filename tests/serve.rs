@@ -19,6 +19,7 @@ async fn serve_runs_the_dashboard_and_the_gateway_on_one_store() {
         .current_dir(dir.path())
         .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
         .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -191,6 +192,7 @@ async fn gateway_keys_made_in_the_dashboard_open_and_close_an_api() {
         .env("SLUICE_DB_ADMIN_KEY", KEY)
         .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
         .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -345,6 +347,7 @@ async fn an_organisation_is_held_to_its_instances_and_in_flight_memory() {
         .env("SLUICE_DB_ADMIN_KEY", KEY)
         .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
         .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
+        .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
         .env("SLUICE_DB_QUOTAS_MAX_CLIENT_STREAMS", "2")
         .env("SLUICE_DB_QUOTAS_MAX_INFLIGHT_BYTES", "1000")
         .stdout(Stdio::null())
@@ -488,7 +491,13 @@ async fn a_dashboard_and_a_gateway_started_on_their_defaults_share_one_store() {
             ("SLUICE_DB_LISTEN_PORT", db_port.to_string()),
         ],
     );
-    let _gateway = spawn("gateway", &[("SLUICE_GW_LISTEN_PORT", gw_port.to_string())]);
+    let _gateway = spawn(
+        "gateway",
+        &[
+            ("SLUICE_GW_LISTEN_PORT", gw_port.to_string()),
+            ("SLUICE_GW_CONTROL_PORT", common::free_port().to_string()),
+        ],
+    );
     let doc = serde_json::json!({
         "openapi": "3.0.3",
         "info": {"title": "Side", "version": "1"},

@@ -37,6 +37,7 @@ impl Serve {
             .env("SLUICE_DB_ADMIN_KEY", KEY)
             .env("SLUICE_DB_LISTEN_PORT", db.to_string())
             .env("SLUICE_GW_LISTEN_PORT", gw.to_string())
+            .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)

@@ -37,6 +37,7 @@ impl Serve {
             .env("SLUICE_DB_ADMIN_KEY", ADMIN_KEY)
             .env("SLUICE_DB_LISTEN_PORT", db.to_string())
             .env("SLUICE_GW_LISTEN_PORT", gw.to_string())
+            .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
             // The webhook receivers of these tests listen on loopback.
             .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
             .env("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")

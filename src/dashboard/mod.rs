@@ -165,7 +165,8 @@ impl Dashboard {
             async move { router::handle(state, req).await }.boxed()
         });
         info!(address = %self.address, "Dashboard listening.");
-        server::serve_connections(self.listener, None, timeouts, service, None, stop).await;
+        let limit = server::ConnLimit::from_descriptors();
+        server::serve_connections(self.listener, None, timeouts, service, None, limit, stop).await;
         if let Some(worker) = worker {
             let _ = worker.await;
         }

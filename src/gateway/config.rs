@@ -20,6 +20,8 @@ pub const ENV_PREFIX: &str = "SLUICE_GW_";
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
     pub listen: ListenConfig,
+    /// The port of `/metrics`, `/ready` and the gateway API, apart from the APIs' port.
+    pub control: ControlConfig,
     pub tls: TlsConfig,
     pub apps: AppsConfig,
     pub store: StoreConfig,
@@ -47,6 +49,7 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             listen: ListenConfig::default(),
+            control: ControlConfig::default(),
             tls: TlsConfig::default(),
             apps: AppsConfig::default(),
             store: StoreConfig::default(),
@@ -71,6 +74,9 @@ impl Default for GatewayConfig {
 pub struct ListenConfig {
     pub address: String,
     pub port: u16,
+    /// Connections open at once; past it a new one is answered 503 and closed. Unset:
+    /// three quarters of the process's descriptor limit.
+    pub max_connections: Option<usize>,
 }
 
 impl Default for ListenConfig {
@@ -78,7 +84,38 @@ impl Default for ListenConfig {
         ListenConfig {
             address: "127.0.0.1".into(),
             port: 8080,
+            max_connections: None,
         }
+    }
+}
+
+/// Where the gateway's own endpoints are served: `/metrics` (which names every API and
+/// stream), `/ready` and the gateway API under `/sluice/`. Never the public port, so that
+/// anonymous callers of the APIs reach none of them; loopback unless told otherwise.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    pub address: String,
+    pub port: u16,
+    /// Requests with a wrong or missing secret one client address may make to the
+    /// gateway API in a minute; past it they are answered 429 until the minute is over.
+    pub failed_secrets_per_minute: u32,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            address: "127.0.0.1".into(),
+            port: 8081,
+            failed_secrets_per_minute: 10,
+        }
+    }
+}
+
+impl ControlConfig {
+    /// `address:port`, bracketing an IPv6 address.
+    pub fn socket(&self) -> String {
+        crate::server::socket_address(&self.address, self.port)
     }
 }
 
@@ -288,7 +325,8 @@ pub fn parse(
 /// The keys the environment may override.
 const OVERRIDABLE: Overridable = Overridable {
     sections: &[
-        ("listen", &["address", "port"]),
+        ("listen", &["address", "port", "max_connections"]),
+        ("control", &["address", "port", "failed_secrets_per_minute"]),
         (
             "tls",
             &[
@@ -369,6 +407,20 @@ impl GatewayConfig {
             if let Some(problem) = problem {
                 errors.push(ConfigError::new(problem).at(at("tls")));
             }
+        }
+        if self.control.port != 0
+            && self.control.port == self.listen.port
+            && self.control.address == self.listen.address
+        {
+            errors.push(
+                ConfigError::new(
+                    "the control port must differ from `listen.port`: it serves /metrics and the gateway API, which the APIs' port must not",
+                )
+                .at(at("control.port")),
+            );
+        }
+        if self.listen.max_connections == Some(0) {
+            errors.push(ConfigError::new("must be above zero").at(at("listen.max_connections")));
         }
         if let Some(secret) = &self.secret {
             if secret.len() < 8 {

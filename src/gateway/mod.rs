@@ -56,6 +56,8 @@ pub struct Shared {
     pub reload_now: tokio::sync::Notify,
     ready: AtomicBool,
     tls: bool,
+    /// Wrong secrets sent to the gateway API, per client address.
+    failed_secrets: admin::FailedSecrets,
 }
 
 /// Why the gateway could not start.
@@ -79,7 +81,10 @@ pub enum StartError {
 pub struct Gateway {
     pub shared: Arc<Shared>,
     pub address: SocketAddr,
+    /// Where `/metrics`, `/ready` and the gateway API are served.
+    pub control_address: SocketAddr,
     listener: std::net::TcpListener,
+    control: tokio::net::TcpListener,
     tls: Option<tokio_rustls::TlsAcceptor>,
     store: Store,
     /// Sends the queued webhooks, when `webhooks.enabled`.
@@ -131,12 +136,14 @@ impl Gateway {
             .map(crate::store::seal::Sealer::new);
         let events = EventBus::default();
         let (listener, address) = server::bind_shared(&config.listen.socket()).await?;
+        let (control, control_address) = server::bind(&config.control.socket()).await?;
         // The config was checked when read: a bad entry cannot reach here, and the
         // policy without entries refuses the most.
         let egress = Arc::new(
             crate::egress::EgressPolicy::new(&config.streaming.egress)
                 .unwrap_or_default()
-                .with_own_listener(address),
+                .with_own_listener(address)
+                .with_own_listener(control_address),
         );
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
@@ -175,6 +182,7 @@ impl Gateway {
             reload_now: tokio::sync::Notify::new(),
             ready: AtomicBool::new(false),
             tls: tls.is_some(),
+            failed_secrets: admin::FailedSecrets::new(config.control.failed_secrets_per_minute),
             config,
         });
         // Streams start once the serving threads run (see `serve`).
@@ -189,7 +197,9 @@ impl Gateway {
         Ok(Gateway {
             shared,
             address,
+            control_address,
             listener,
+            control,
             tls,
             deliverer,
             store,
@@ -234,6 +244,16 @@ impl Gateway {
             header: shared.config.http.header_read_timeout.0,
             body: shared.config.http.body_read_timeout.0,
         };
+        let control = tokio::spawn(server::serve_connections(
+            self.control,
+            None,
+            timeouts,
+            Arc::new(Control(shared.clone())),
+            None,
+            server::ConnLimit::new(CONTROL_CONNECTIONS),
+            stop.clone(),
+        ));
+        info!(address = %self.control_address, "Gateway control listening.");
         let service: Service = Arc::new(Serving(shared));
         let placement: server::Placement = {
             let shared = self.shared.clone();
@@ -248,6 +268,10 @@ impl Gateway {
             .config
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let limit = match self.shared.config.listen.max_connections {
+            Some(n) => server::ConnLimit::new(n),
+            None => server::ConnLimit::from_descriptors(),
+        };
         let mut threads = Vec::new();
         let mut first = Some(self.listener);
         let (runtime_tx, mut runtime_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -266,6 +290,7 @@ impl Gateway {
             };
             let (tls, service, stop) = (self.tls.clone(), service.clone(), stop.clone());
             let placement = placement.clone();
+            let limit = limit.clone();
             let runtime_tx = runtime_tx.clone();
             let release = release.clone();
             let spawned = std::thread::Builder::new()
@@ -290,7 +315,7 @@ impl Gateway {
                             Ok(l) => {
                                 let placement = Some(placement);
                                 server::serve_connections(
-                                    l, tls, timeouts, service, placement, stop,
+                                    l, tls, timeouts, service, placement, limit, stop,
                                 )
                                 .await
                             }
@@ -319,6 +344,7 @@ impl Gateway {
         for task in webhooks {
             let _ = task.await;
         }
+        let _ = control.await;
         // Streams stop first: their open SSE and WebSocket responses end with them, so
         // that the connections can finish.
         self.shared.streams.stop_all().await;
@@ -344,11 +370,8 @@ impl server::Serve for Serving {
         let gw = &*self.0;
         let req = gw.watch_body(req);
         let path = req.uri().path();
-        if let Some(own) = gw.own_answer(path) {
-            return Box::pin(std::future::ready(own));
-        }
-        if api::listen_rest("/sluice", path).is_some() {
-            return Box::pin(admin::handle(gw, req));
+        if path == "/ping" {
+            return Box::pin(std::future::ready(h::text(StatusCode::OK, "pong")));
         }
         let table = gw.table.for_request();
         let Some(at) = table.position(path) else {
@@ -364,6 +387,35 @@ impl server::Serve for Serving {
         } else {
             Box::pin(gw.handle(table, at, req, peer))
         }
+    }
+}
+
+/// Connections the control port holds open at once: Prometheus and operators.
+const CONTROL_CONNECTIONS: usize = 256;
+
+/// The gateway's control port: `/ping`, `/ready`, `/metrics` and the gateway API.
+struct Control(Arc<Shared>);
+
+impl server::Serve for Control {
+    fn call(
+        &self,
+        req: http::Request<h::Body>,
+        peer: SocketAddr,
+    ) -> futures::future::BoxFuture<'_, HttpResponse> {
+        let gw = &*self.0;
+        let req = gw.watch_body(req);
+        let path = req.uri().path();
+        if let Some(own) = gw.own_answer(path) {
+            return Box::pin(std::future::ready(own));
+        }
+        if api::listen_rest("/sluice", path).is_some() {
+            return Box::pin(admin::handle(gw, req, peer));
+        }
+        let resp = middleware::error(
+            StatusCode::NOT_FOUND,
+            "the control port serves /ping, /ready, /metrics and /sluice/",
+        );
+        Box::pin(std::future::ready(resp))
     }
 }
 
@@ -426,7 +478,7 @@ impl Shared {
         }
     }
 
-    /// The answer to `/ping`, `/ready` and `/metrics`, which no API's path can take.
+    /// The control port's answer to `/ping`, `/ready` and `/metrics`.
     fn own_answer(&self, path: &str) -> Option<HttpResponse> {
         Some(match path {
             "/ping" => h::text(StatusCode::OK, "pong"),

@@ -12,8 +12,8 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use http::StatusCode;
 use hyper::body::Incoming;
-use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -23,14 +23,18 @@ use tracing::{debug, info};
 use crate::http::{self as h, HttpResponse, Routes};
 use crate::stream::Readiness;
 
+mod accept;
 mod event_stream;
 mod h1;
+mod h2;
 mod wire;
+
+pub use accept::ConnLimit;
 
 use h1::Served;
 
-/// Serves a connection until it ends, or until `stop`, then lets it finish its current
-/// requests. A macro because hyper's two connection types share no trait for this.
+/// Serves a hyper HTTP/1 connection until it ends, or until `stop`, then lets it finish
+/// its current requests. A macro: the upgradeable connection's type cannot be written.
 macro_rules! drive {
     ($conn:expr, $stop:expr, $peer:expr) => {
         async move {
@@ -110,7 +114,8 @@ impl Server {
             let server = server.clone();
             async move { server.handle(req).await }.boxed()
         });
-        serve_connections(listener, None, timeouts, service, None, stop).await;
+        let limit = ConnLimit::from_descriptors();
+        serve_connections(listener, None, timeouts, service, None, limit, stop).await;
     }
 }
 
@@ -146,12 +151,17 @@ pub type Placement = Arc<dyn Fn(&str) -> Option<tokio::runtime::Handle> + Send +
 /// Accepts connections on `listener` (through `tls` when given) and serves each with
 /// `service`, HTTP/1.1 or HTTP/2, until `stop` is cancelled; open connections then finish
 /// their current requests. Plain connections may move to the runtime `placement` names.
+///
+/// At most `limit` connections are open at once (the listeners of one port share it);
+/// past it a plain connection is answered 503 and closed. When accepting fails for want
+/// of descriptors, the loop waits before it tries again rather than spin.
 pub async fn serve_connections(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     timeouts: Timeouts,
     service: Service,
     placement: Option<Placement>,
+    limit: Arc<ConnLimit>,
     stop: CancellationToken,
 ) {
     let conns = tokio_util::task::TaskTracker::new();
@@ -159,16 +169,33 @@ pub async fn serve_connections(
     // lock: a token of this listener's own keeps that lock off the cores that serve the
     // other listeners (the gateway runs one per thread). It is cancelled with `stop`.
     let stop = stop.child_token();
+    let mut backoff = accept::AcceptBackoff::default();
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff.reset();
+                    a
+                }
                 Err(e) => {
-                    debug!(error = %e, "Accept failed.");
+                    if let Some(wait) = backoff.after(&e) {
+                        tracing::warn!(error = %e, retry_in = ?wait, "Cannot accept connections.");
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.cancelled() => break,
+                        }
+                    } else {
+                        debug!(error = %e, "Accept failed.");
+                    }
                     continue;
                 }
             },
             _ = stop.cancelled() => break,
+        };
+        let Some(slot) = limit.try_take() else {
+            debug!(peer = %peer, max = limit.max(), "Refusing a connection past the cap.");
+            tokio::spawn(accept::refuse(stream, tls.is_some()));
+            continue;
         };
         let _ = stream.set_nodelay(true);
         let service = service.clone();
@@ -187,6 +214,7 @@ pub async fn serve_connections(
                 stop: stop.clone(),
                 peer,
                 header_timeout,
+                _slot: slot,
             };
             match tls {
                 None => {
@@ -237,6 +265,8 @@ struct Conn {
     stop: CancellationToken,
     peer: SocketAddr,
     header_timeout: Duration,
+    /// Its place under the listener's cap, held for as long as it is served.
+    _slot: accept::ConnSlot,
 }
 
 impl Conn {
@@ -282,8 +312,8 @@ impl Conn {
         }));
     }
 
-    /// Hands the connection to hyper, HTTP/2 or HTTP/1.1 (with upgrades), on a task of
-    /// the tracker.
+    /// Hands the connection to hyper, HTTP/2 (with its idle limits) or HTTP/1.1 (with
+    /// upgrades), on a task of the tracker.
     fn hyper<I>(self, io: I, h2: bool)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -294,24 +324,30 @@ impl Conn {
             stop,
             peer,
             header_timeout,
+            _slot,
         } = self;
+        if h2 {
+            // Idle between streams as long as HTTP/1.1 may be between requests.
+            tracker.spawn(async move {
+                h2::serve(io, service, peer, header_timeout, stop).await;
+                drop(_slot);
+            });
+            return;
+        }
         let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
             let service = service.clone();
             let req = req.map(h::boxed);
             async move { Ok::<_, std::convert::Infallible>(service.call(req, peer).await) }
         });
-        let io = TokioIo::new(io);
-        if h2 {
-            let conn = http2::Builder::new(TokioExecutor::new()).serve_connection(io, svc);
-            tracker.spawn(drive!(conn, stop, peer));
-        } else {
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(io, svc)
-                .with_upgrades();
-            tracker.spawn(drive!(conn, stop, peer));
-        }
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .serve_connection(TokioIo::new(io), svc)
+            .with_upgrades();
+        tracker.spawn(async move {
+            drive!(conn, stop, peer).await;
+            drop(_slot);
+        });
     }
 }
 

@@ -20,6 +20,8 @@ pub struct Gw {
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     pub port: u16,
+    /// The control port: `/ready`, `/metrics` and the gateway API.
+    pub control_port: u16,
     pub http: reqwest::Client,
     scheme: &'static str,
 }
@@ -70,9 +72,9 @@ impl Gw {
         for (name, text) in apis {
             std::fs::write(apps.join(name), text).expect("write api");
         }
-        let port = free_port();
+        let (port, control_port) = (free_port(), free_port());
         let text = format!(
-            "listen:\n  address: 127.0.0.1\n  port: {port}\napps:\n  path: {apps}\n  poll_interval: 100ms\nstore:\n  url: sqlite://{store}\nsecret: {SECRET}\nlogger:\n  level: warn\n{config}\n",
+            "listen:\n  address: 127.0.0.1\n  port: {port}\ncontrol:\n  port: {control_port}\napps:\n  path: {apps}\n  poll_interval: 100ms\nstore:\n  url: sqlite://{store}\nsecret: {SECRET}\nlogger:\n  level: warn\n{config}\n",
             apps = apps.display(),
             store = dir.join("sluice.db").display(),
         );
@@ -97,6 +99,7 @@ impl Gw {
             dir,
             _tmp: tmp,
             port,
+            control_port,
             // The TLS tests use a self-signed certificate.
             http: reqwest::Client::builder()
                 .danger_accept_invalid_certs(tls)
@@ -117,10 +120,15 @@ impl Gw {
         format!("{}://127.0.0.1:{}{path}", self.scheme, self.port)
     }
 
+    /// A URL on the control port (plain HTTP even when the APIs' port speaks TLS).
+    pub fn control_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.control_port)
+    }
+
     async fn wait_up(&self) {
         let start = Instant::now();
         while start.elapsed() < DEADLINE {
-            if let Ok(r) = self.http.get(self.url("/ready")).send().await {
+            if let Ok(r) = self.http.get(self.control_url("/ready")).send().await {
                 if r.status() == 200 {
                     return;
                 }
@@ -140,7 +148,7 @@ impl Gw {
 
     pub fn admin(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         self.http
-            .request(method, self.url(path))
+            .request(method, self.control_url(path))
             .header("x-sluice-authorization", SECRET)
     }
 
