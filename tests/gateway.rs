@@ -5,6 +5,8 @@
 mod common;
 #[path = "gateway/harness.rs"]
 mod harness;
+#[path = "gateway/smuggling.rs"]
+mod smuggling;
 #[path = "gateway/upstream.rs"]
 mod upstream;
 

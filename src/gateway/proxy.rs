@@ -28,6 +28,9 @@ pub enum ProxyError {
     Connect,
     #[error("the upstream failed: {0}")]
     Upstream(String),
+    /// The client's request body could not be read (bad chunked framing, cut short).
+    #[error("the request body could not be read: {0}")]
+    RequestBody(String),
     /// An API of streams only, and no stream took the request.
     #[error("no stream route at this path")]
     NoUpstream,
@@ -41,6 +44,7 @@ impl ProxyError {
             ProxyError::Timeout(_) => "the upstream did not answer in time",
             ProxyError::Connect => "cannot connect to the upstream",
             ProxyError::Upstream(_) => "the upstream failed",
+            ProxyError::RequestBody(_) => "the request body could not be read",
             ProxyError::NoUpstream => "no stream route at this path",
         }
     }
@@ -49,6 +53,7 @@ impl ProxyError {
         match self {
             ProxyError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::NoUpstream => StatusCode::NOT_FOUND,
+            ProxyError::RequestBody(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -126,6 +131,7 @@ impl Proxy {
                     debug!(error = %e, api = %api.id, "Upstream connect failed.");
                     return Err(ProxyError::Connect);
                 }
+                Ok(Err(ClientError::RequestBody(e))) => return Err(ProxyError::RequestBody(e)),
                 Ok(Err(e)) => return Err(ProxyError::Upstream(e.to_string())),
                 Ok(Ok(answer)) => answer,
             };
@@ -205,6 +211,19 @@ struct Outgoing {
     upgrade: bool,
 }
 
+/// An `Upgrade` value without its `h2c` protocols; `None` when nothing else is left.
+fn without_h2c(value: &HeaderValue) -> Option<HeaderValue> {
+    let bytes = value.as_bytes();
+    let kept: Vec<&[u8]> = crate::http::wire::tokens(bytes)
+        .filter(|t| !t.eq_ignore_ascii_case(b"h2c"))
+        .collect();
+    match kept.len() {
+        0 => None,
+        n if n == crate::http::wire::tokens(bytes).count() => Some(value.clone()),
+        _ => HeaderValue::from_bytes(&kept.join(&b", "[..])).ok(),
+    }
+}
+
 impl Outgoing {
     fn of(headers: &HeaderMap, uri: &http::Uri, origin: &Origin, host: &HeaderValue) -> Self {
         let mut connection = ConnectionTokens::default();
@@ -229,7 +248,9 @@ impl Outgoing {
         if named.contains(&X_FORWARDED_FOR) {
             prior.clear();
         }
-        let upgrade = upgrade.filter(|_| connection.upgrade);
+        // HTTP/2 over cleartext (`h2c`) is never passed on: an upstream that switched
+        // would take the connection's later requests past every check of the gateway.
+        let upgrade = upgrade.filter(|_| connection.upgrade).and_then(without_h2c);
         let mut set = SmallVec::new();
         set.push((header::HOST, host.clone()));
         set.push((X_FORWARDED_FOR, forwarded_for(&prior, origin)));
@@ -244,7 +265,7 @@ impl Outgoing {
         if let Some(h) = original_host {
             set.push((X_FORWARDED_HOST, h));
         }
-        if let Some(u) = upgrade {
+        if let Some(u) = &upgrade {
             set.push((header::CONNECTION, HeaderValue::from_static("upgrade")));
             set.push((header::UPGRADE, u.clone()));
         }
@@ -373,6 +394,15 @@ mod tests {
             ]
         );
         assert_eq!(get(&fields, "host"), ["upstream:9000"]);
+    }
+
+    #[test]
+    fn h2c_is_never_asked_of_an_upstream() {
+        let v = |s: &str| HeaderValue::from_str(s).unwrap();
+        assert_eq!(without_h2c(&v("h2c")), None);
+        assert_eq!(without_h2c(&v("H2C")), None);
+        assert_eq!(without_h2c(&v("websocket")), Some(v("websocket")));
+        assert_eq!(without_h2c(&v("h2c, websocket")), Some(v("websocket")));
     }
 
     #[test]

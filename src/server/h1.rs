@@ -40,9 +40,13 @@ use crate::http::rewind::Rewind;
 use crate::http::wire as fields;
 use crate::http::{self as h, HttpResponse};
 
-/// The longest request head read here; a longer one goes to hyper, which refuses it.
+/// The longest request head read here; a longer one goes to hyper, which takes heads
+/// up to [`MAX_REQUEST_HEAD`] and refuses longer ones (431).
 const MAX_HEAD: usize = 16 * 1024;
-/// Most header lines a request read here may carry; hyper takes one with more.
+/// The longest request head either reader takes: one limit for the whole server.
+pub const MAX_REQUEST_HEAD: usize = 64 * 1024;
+/// Most header lines a request read here may carry; hyper takes one with more, up to its
+/// own limit of 100.
 const MAX_HEADERS: usize = 64;
 /// Room made in the read buffer before each read.
 const READ_ROOM: usize = 4 * 1024;

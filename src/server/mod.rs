@@ -342,6 +342,8 @@ impl Conn {
         let conn = http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
+            // hyper's own default is about 400 KiB: held to the server's one limit.
+            .max_buf_size(h1::MAX_REQUEST_HEAD)
             .serve_connection(TokioIo::new(io), svc)
             .with_upgrades();
         tracker.spawn(async move {

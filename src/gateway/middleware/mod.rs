@@ -145,8 +145,14 @@ pub fn proxy_failed(
     rest: &str,
     e: ProxyError,
 ) -> HttpResponse {
-    if matches!(e, ProxyError::NoUpstream) {
-        return error(e.status(), e.public_message());
+    match &e {
+        ProxyError::NoUpstream => return error(e.status(), e.public_message()),
+        // The client's own fault: said to it, not an upstream's failure.
+        ProxyError::RequestBody(why) => {
+            tracing::debug!(api = %api.id, path = %rest, error = %why, "Request body unreadable.");
+            return error(e.status(), e.public_message());
+        }
+        _ => {}
     }
     // The client gets fixed words and an id to quote; the log and the API's own event
     // get the cause under the same id.
