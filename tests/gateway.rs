@@ -966,7 +966,11 @@ async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served()
         Some(tmp),
         &[],
         "",
-        &[("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "8".into())],
+        &[
+            ("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "8".into()),
+            // Silent connections stay open for the whole test, however slow it runs.
+            ("SLUICE_GW_HTTP_HEADER_READ_TIMEOUT", "120s".into()),
+        ],
     )
     .await;
     // Eight connections that send nothing hold every place.
