@@ -67,3 +67,14 @@ fn config() {
 fn json() {
     check_all(checks::json, &["tests/fuzz_inputs/json", "fuzz/seeds/json"]);
 }
+
+#[test]
+fn upstream_response() {
+    check_all(
+        checks::upstream_response,
+        &[
+            "tests/fuzz_inputs/upstream_response",
+            "fuzz/seeds/upstream_response",
+        ],
+    );
+}

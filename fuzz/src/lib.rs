@@ -4,6 +4,7 @@
 //! without the fuzzer. Every check panics when the property does not hold.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use sluice::mapping::{Env, Mapping};
 use sluice::message::Message;
@@ -147,4 +148,146 @@ fn same(a: &Value, b: &Value, exact: Exact) -> bool {
         }
         _ => a == b,
     }
+}
+
+/// `upstream_response`: the gateway's reader of upstream responses must agree with
+/// hyper's client on what a connection carried. The first byte picks the request's
+/// method (even: GET, odd: HEAD); the rest is everything the upstream sent before it
+/// closed the connection.
+///
+/// Both read the same status, body and trailers and the same end-to-end fields (hyper
+/// keeps the connection's own fields, `Connection`, `Transfer-Encoding` and the like,
+/// which the gateway's reader sets aside: they are left out of the comparison), or both
+/// refuse. 1xx answers before the response are skipped by both.
+pub fn upstream_response(data: &[u8]) {
+    let Some((&pick, bytes)) = data.split_first() else {
+        return;
+    };
+    let method = if pick % 2 == 0 {
+        http::Method::GET
+    } else {
+        http::Method::HEAD
+    };
+    let ours = sluice::gateway::upstream::read_response(&method, bytes);
+    let theirs = hyper_reads(&method, bytes);
+    match (ours, theirs) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.status, b.status, "statuses differ");
+            assert_eq!(a.body, b.body, "bodies differ");
+            assert_eq!(
+                end_to_end(&a.headers),
+                end_to_end(&b.headers),
+                "fields differ"
+            );
+            let trailers =
+                |t: &Option<http::HeaderMap>| t.as_ref().map(end_to_end).unwrap_or_default();
+            assert_eq!(
+                trailers(&a.trailers),
+                trailers(&b.trailers),
+                "trailers differ"
+            );
+        }
+        (Err(_), Err(_)) => {}
+        (Ok(a), Err(b)) => panic!(
+            "only the gateway reads it ({} {:?}); hyper: {b}",
+            a.status,
+            String::from_utf8_lossy(&a.body)
+        ),
+        (Err(a), Ok(b)) => panic!(
+            "only hyper reads it ({} {:?}); the gateway: {a}",
+            b.status,
+            String::from_utf8_lossy(&b.body)
+        ),
+    }
+}
+
+/// A response's fields in order, without those of the connection.
+fn end_to_end(headers: &http::HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let named: Vec<String> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+        .map(|t| String::from_utf8_lossy(t).trim().to_ascii_lowercase())
+        .collect();
+    let mut out: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .filter(|(name, _)| {
+            let n = name.as_str();
+            !matches!(
+                n,
+                "connection" | "keep-alive" | "transfer-encoding" | "te" | "trailer" | "upgrade"
+            ) && !n.starts_with("proxy-")
+                && !named.iter().any(|c| c == n)
+        })
+        .map(|(name, value)| (name.as_str().to_owned(), value.as_bytes().to_vec()))
+        .collect();
+    out.sort();
+    out
+}
+
+static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+});
+
+/// What hyper's HTTP/1.1 client reads from `bytes`, sent by the server before it closes.
+fn hyper_reads(
+    method: &http::Method,
+    bytes: &[u8],
+) -> Result<sluice::gateway::upstream::ReadResponse, String> {
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let bytes = bytes.to_vec();
+    let method = method.clone();
+    RUNTIME.block_on(async move {
+        let (client, mut server) = tokio::io::duplex(64 * 1024);
+        // The upstream answers once the request's head is in, as a server does (a
+        // client drops bytes that come before it asked), then closes.
+        let upstream = tokio::spawn(async move {
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match server.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = server.write_all(&bytes).await;
+            let _ = server.shutdown().await;
+            let _ = server.read_to_end(&mut request).await;
+        });
+        let limit = Duration::from_secs(2);
+        let exchange = async {
+            let (mut sender, conn) =
+                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(client))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            let driver = tokio::spawn(conn);
+            let req = http::Request::builder()
+                .method(method)
+                .uri("/")
+                .header(http::header::HOST, "upstream")
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .map_err(|e| e.to_string())?;
+            let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+            let (parts, body) = resp.into_parts();
+            let collected = body.collect().await.map_err(|e| e.to_string())?;
+            driver.abort();
+            let trailers = collected.trailers().cloned();
+            Ok(sluice::gateway::upstream::ReadResponse {
+                status: parts.status,
+                headers: parts.headers,
+                body: collected.to_bytes().to_vec(),
+                trailers,
+            })
+        };
+        let out = match tokio::time::timeout(limit, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err("hyper did not finish".to_owned()),
+        };
+        upstream.abort();
+        out
+    })
 }

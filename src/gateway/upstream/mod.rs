@@ -30,6 +30,55 @@ use self::writer::BodyWriter;
 use crate::http::rewind::Rewind;
 use crate::http::{self as h, Body};
 
+/// One response as the client reads it from the whole of what a connection carried:
+/// the answer to a `method` request (1xx answers before it skipped), its fields without
+/// the connection's own, its body by its framing, and the trailers of a chunked one; or
+/// why it cannot be read. For the fuzz target that holds this reader to hyper's.
+#[doc(hidden)]
+pub fn read_response(method: &Method, bytes: &[u8]) -> Result<ReadResponse, String> {
+    let mut buf = BytesMut::from(bytes);
+    let head = loop {
+        let head = wire::parse_head(&mut buf)
+            .map_err(|e| e.to_string())?
+            .ok_or("the connection ended inside a response head")?;
+        if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS {
+            continue;
+        }
+        break head;
+    };
+    let framing = wire::response_framing(method, &head).map_err(|e| e.to_string())?;
+    let mut decoder = Decoder::new(framing);
+    let mut body = Vec::new();
+    let mut trailers = None;
+    loop {
+        match decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+            wire::Decoded::Data(d) => body.extend_from_slice(&d),
+            wire::Decoded::Trailers(t) => trailers = Some(t),
+            wire::Decoded::Done => break,
+            wire::Decoded::More => {
+                decoder.eof().map_err(|e| e.to_string())?;
+                break;
+            }
+        }
+    }
+    Ok(ReadResponse {
+        status: head.status,
+        headers: head.headers,
+        body,
+        trailers,
+    })
+}
+
+/// What [`read_response`] read.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ReadResponse {
+    pub status: StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+    pub trailers: Option<http::HeaderMap>,
+}
+
 /// Why an exchange with the upstream failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
