@@ -63,11 +63,15 @@ pub const MAX_CHAIN: usize = 256;
 pub const PARSE_CALLS_BASE: usize = 100_000;
 pub const PARSE_CALLS_PER_BYTE: usize = 500;
 
-/// Sets pest's call budget for a parse of `src`. The budget is one setting for the whole
-/// process (this grammar is its only user), read when a parse starts: a parse started at
-/// the same moment on another thread may get this one's budget, which is as generous for
-/// inputs of about the same size.
-fn limit_parse_calls(src: &str) {
+/// Held while a parse runs under the budget set for it.
+static PARSING: parking_lot::Mutex<()> = parking_lot::const_mutex(());
+
+/// Sets pest's call budget for a parse of `src`, and holds it until the guard is dropped.
+/// The budget is one setting for the whole process (this grammar is its only user), read
+/// as a parse runs: without the lock, a small mapping parsed at the same moment on
+/// another thread would give a large one its small budget, and the large one would fail.
+fn limit_parse_calls(src: &str) -> parking_lot::MutexGuard<'static, ()> {
+    let held = PARSING.lock();
     let budget = PARSE_CALLS_PER_BYTE
         .saturating_mul(src.len())
         .saturating_add(PARSE_CALLS_BASE);
@@ -75,6 +79,7 @@ fn limit_parse_calls(src: &str) {
     // Track every token tried at the furthest position, so that errors can name what was
     // expected there (`=`, `)`...) and not only the rules.
     pest::set_error_detail(true);
+    held
 }
 
 /// Rejects input nested deeper than [`MAX_NESTING`] brackets, skipping strings and comments.
@@ -129,7 +134,7 @@ fn check_nesting(src: &str) -> Result<(), Diagnostics> {
 /// `root = this.foo`.
 pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
     check_nesting(src)?;
-    limit_parse_calls(src);
+    let _budget = limit_parse_calls(src);
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -189,7 +194,7 @@ pub fn parse_mapping(src: &str) -> Result<Vec<Stmt>, Diagnostics> {
 /// Parses one expression (interpolations, `check` fields).
 pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
     check_nesting(src)?;
-    limit_parse_calls(src);
+    let _budget = limit_parse_calls(src);
     let cx = Ctx {
         src,
         pratt: pratt(),
@@ -213,7 +218,7 @@ pub fn parse_query(src: &str) -> Result<Expr, Diagnostics> {
 /// Splits a string field into literal text and `${! expr }` blocks.
 pub fn parse_interpolation(src: &str) -> Result<Vec<Piece>, Diagnostics> {
     check_nesting(src)?;
-    limit_parse_calls(src);
+    let _budget = limit_parse_calls(src);
     let cx = Ctx {
         src,
         pratt: pratt(),

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How many connections one port holds open at most.
@@ -14,6 +14,8 @@ use tokio::net::TcpStream;
 pub struct ConnLimit {
     open: AtomicUsize,
     max: usize,
+    /// Answers past the cap under way.
+    refusing: AtomicUsize,
 }
 
 /// Descriptors kept for everything but client connections: upstream connections, the
@@ -25,6 +27,7 @@ impl ConnLimit {
         Arc::new(ConnLimit {
             open: AtomicUsize::new(0),
             max: max.max(1),
+            refusing: AtomicUsize::new(0),
         })
     }
 
@@ -104,19 +107,44 @@ impl AcceptBackoff {
     }
 }
 
-/// Answers a plain connection that came past the cap with a 503 and closes it; a TLS one
-/// is closed (an answer would need the handshake the cap is there to spare).
-pub async fn refuse(mut stream: TcpStream, tls: bool) {
-    if !tls {
-        const BODY: &str = r#"{"error": "too many connections: try again later"}"#;
-        let busy = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BODY}",
-            BODY.len()
-        );
-        let _ =
-            tokio::time::timeout(Duration::from_secs(1), stream.write_all(busy.as_bytes())).await;
-        let _ = stream.shutdown().await;
+/// Answers past the cap under way at once; past them, connections are closed unanswered.
+const MAX_REFUSING: usize = 64;
+
+impl ConnLimit {
+    /// Answers a plain connection that came past the cap with a 503 and closes it; a TLS
+    /// one is closed (an answer would need the handshake the cap is there to spare). At
+    /// most [`MAX_REFUSING`] answers are under way, each for at most a second, so that a
+    /// flood of refused connections holds few descriptors.
+    pub fn refuse(self: &Arc<Self>, stream: TcpStream, tls: bool) {
+        if tls || self.refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
+            self.refusing.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let limit = self.clone();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                stream.write_all(busy().as_bytes()).await?;
+                stream.shutdown().await?;
+                // Read what the client sent until it closes: closing with its request
+                // unread would reset the connection and could lose the answer.
+                let mut sink = [0u8; 1024];
+                while stream.read(&mut sink).await? > 0 {}
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+            limit.refusing.fetch_sub(1, Ordering::AcqRel);
+        });
     }
+}
+
+/// The answer past the cap.
+fn busy() -> String {
+    const BODY: &str = r#"{"error": "too many connections: try again later"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    )
 }
 
 #[cfg(test)]

@@ -194,7 +194,7 @@ pub async fn serve_connections(
         };
         let Some(slot) = limit.try_take() else {
             debug!(peer = %peer, max = limit.max(), "Refusing a connection past the cap.");
-            tokio::spawn(accept::refuse(stream, tls.is_some()));
+            limit.refuse(stream, tls.is_some());
             continue;
         };
         let _ = stream.set_nodelay(true);
