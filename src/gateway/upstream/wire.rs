@@ -39,6 +39,10 @@ pub enum WireError {
     Truncated(u64),
     #[error("the upstream closed the connection inside a chunked body")]
     TruncatedChunked,
+    /// HTTP/1.0 has no transfer codings: such a response's framing is faulty
+    /// (RFC 9112 6.1), however its body would otherwise be read.
+    #[error("an HTTP/1.0 response with a Transfer-Encoding")]
+    CodingInHttp10,
 }
 
 /// How a request body is framed on the wire.
@@ -236,6 +240,9 @@ pub fn response_framing(method: &Method, head: &Head) -> Result<Framing, WireErr
         return Ok(Framing::Empty);
     }
     if let Some(chunked) = head.conn.transfer_encoding {
+        if head.version == Version::HTTP_10 {
+            return Err(WireError::CodingInHttp10);
+        }
         return Ok(if chunked {
             Framing::Chunked
         } else {
