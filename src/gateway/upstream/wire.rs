@@ -367,6 +367,15 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
         match *state {
             Chunk::Size => match httparse::parse_chunk_size(buf) {
                 Ok(httparse::Status::Complete((used, size))) => {
+                    // httparse reads a chunk extension up to the next CRLF, bare LFs
+                    // and all: a line break inside an extension is where two readers
+                    // part ways (one ends the line there), so the line must be one
+                    // line, ended by CRLF.
+                    let line = &buf[..used];
+                    let (body, end) = line.split_at(line.len().saturating_sub(2));
+                    if end != b"\r\n" || body.iter().any(|&b| b == b'\n' || b == b'\r') {
+                        return Err(WireError::Chunk);
+                    }
                     let _ = buf.split_to(used);
                     *state = if size == 0 {
                         Chunk::Trailers
