@@ -371,9 +371,13 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
                     // and all: a line break inside an extension is where two readers
                     // part ways (one ends the line there), so the line must be one
                     // line, ended by CRLF.
+                    // httparse also takes a line with no size digits as size 0.
                     let line = &buf[..used];
                     let (body, end) = line.split_at(line.len().saturating_sub(2));
-                    if end != b"\r\n" || body.iter().any(|&b| b == b'\n' || b == b'\r') {
+                    if end != b"\r\n"
+                        || body.iter().any(|&b| b == b'\n' || b == b'\r')
+                        || !body.first().is_some_and(u8::is_ascii_hexdigit)
+                    {
                         return Err(WireError::Chunk);
                     }
                     let _ = buf.split_to(used);
