@@ -441,8 +441,10 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
 /// are left out here and not only where HTTP/1.1 writes them.
 fn trailers(section: &[u8]) -> Result<HeaderMap, WireError> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILERS];
+    // The section ends at its first CRLF CRLF: httparse ending it sooner (at a bare LF)
+    // would leave bytes that another reader takes as more trailers.
     let parsed = match httparse::parse_headers(section, &mut fields) {
-        Ok(httparse::Status::Complete((_, parsed))) => parsed,
+        Ok(httparse::Status::Complete((used, parsed))) if used == section.len() => parsed,
         _ => return Err(WireError::Chunk),
     };
     let mut map = HeaderMap::with_capacity(parsed.len());
