@@ -960,18 +960,11 @@ async fn silent_http2_connections_are_closed() {
 #[tokio::test]
 async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let tmp = tempfile::tempdir().unwrap();
-    let gw = Gw::start_in(
-        tmp.path().to_path_buf(),
-        Some(tmp),
-        &[],
-        "",
-        &[
-            ("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "8".into()),
-            // Silent connections stay open for the whole test, however slow it runs.
-            ("SLUICE_GW_HTTP_HEADER_READ_TIMEOUT", "120s".into()),
-        ],
-    )
+    let gw = Gw::start_with_env(&[
+        ("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "8".into()),
+        // Silent connections stay open for the whole test, however slow it runs.
+        ("SLUICE_GW_HTTP_HEADER_READ_TIMEOUT", "120s".into()),
+    ])
     .await;
     // Connections that send nothing take every place (twice as many as there are, so
     // that the cap is reached however the kernel spreads them over the listeners).
@@ -1026,15 +1019,8 @@ async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served()
 
 #[tokio::test]
 async fn guessing_the_gateway_secret_is_locked_out_per_address() {
-    let tmp = tempfile::tempdir().unwrap();
-    let gw = Gw::start_in(
-        tmp.path().to_path_buf(),
-        Some(tmp),
-        &[],
-        "",
-        &[("SLUICE_GW_CONTROL_FAILED_SECRETS_PER_MINUTE", "3".into())],
-    )
-    .await;
+    let gw =
+        Gw::start_with_env(&[("SLUICE_GW_CONTROL_FAILED_SECRETS_PER_MINUTE", "3".into())]).await;
     let with = |secret: &'static str| {
         gw.http
             .get(gw.control_url("/sluice/keys"))

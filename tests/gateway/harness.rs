@@ -59,6 +59,13 @@ impl Gw {
         Self::start_in(dir, Some(tmp), apis, config, &[]).await
     }
 
+    /// Starts a gateway with no APIs, `env` added to its environment.
+    pub async fn start_with_env(env: &[(&str, String)]) -> Gw {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        Self::start_in(dir, Some(tmp), &[], "", env).await
+    }
+
     /// Starts a gateway in `dir` (shared with another gateway: same apps and store).
     pub async fn start_in(
         dir: PathBuf,
