@@ -3,7 +3,7 @@
 # then prints the executions per target. Exits non-zero when a target failed.
 #
 #   scripts/fuzz.sh                     # every target (mapping, config, json,
-#                                       # upstream_response), 60 s each
+#                                       # upstream_response, requests), 60 s each
 #   FUZZ_SECONDS=600 scripts/fuzz.sh    # longer runs
 #   scripts/fuzz.sh json mapping        # some targets only
 #
@@ -32,7 +32,7 @@ sanitizer="${FUZZ_SANITIZER:-none}"
 target_dir="${FUZZ_TARGET_DIR:-$HOME/.cache/sluice-fuzz-target}"
 rss_mb="${FUZZ_RSS_MB:-2048}"
 tools_root="${SLUICE_TOOLS_ROOT:-$HOME/.cache/sluice-tools}"
-all_targets=(mapping config json upstream_response)
+all_targets=(mapping config json upstream_response requests)
 targets=("${@:-${all_targets[@]}}")
 
 log() { echo "fuzz: $*" >&2; }
@@ -53,6 +53,7 @@ seeds() { # target
         config) echo pipelines ;;
         json) echo fuzz/seeds/json ;;
         upstream_response) echo fuzz/seeds/upstream_response ;;
+        requests) echo fuzz/seeds/requests ;;
         *) log "unknown target $1 (targets: ${all_targets[*]})"; return 1 ;;
     esac
 }

@@ -78,3 +78,11 @@ fn upstream_response() {
         ],
     );
 }
+
+#[test]
+fn requests() {
+    check_all(
+        checks::requests,
+        &["tests/fuzz_inputs/requests", "fuzz/seeds/requests"],
+    );
+}

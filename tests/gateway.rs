@@ -1017,6 +1017,131 @@ async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served()
     }
 }
 
+/// CPU time (user and system) the process `pid` has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("process stat");
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')').expect("stat format") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after the name and state.
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    // The kernel counts in USER_HZ, 100 per second on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// How many descriptors the process `pid` holds open.
+fn open_descriptors(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Opens `n` connections to `port` and keeps them open, sending nothing.
+async fn hold(port: u16, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        held.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+    }
+    held
+}
+
+/// The answer to `GET /ping` on a connection of its own, as raw text ("" when none came).
+async fn raw_ping(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut c) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return String::new();
+    };
+    let _ = c
+        .write_all(b"GET /ping HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), c.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Waits until `GET /ping` on `port` is answered with a status line starting `status`.
+async fn ping_until(port: u16, status: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let answer = raw_ping(port).await;
+        if answer.starts_with(status) {
+            return answer;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "/ping never answered {status}: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Busy the process must not be while it only holds idle connections: spinning on
+/// accept takes a whole core (the two seconds watched), waiting takes next to none.
+const IDLE_CPU: Duration = Duration::from_millis(500);
+
+async fn cpu_over_two_seconds(pid: u32) -> Duration {
+    let before = cpu_time(pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cpu_time(pid) - before
+}
+
+#[tokio::test]
+async fn more_connections_than_descriptors_are_refused_by_the_default_cap() {
+    // At 256 descriptors the cap is 192 connections per port: 300 silent connections
+    // fill it and the rest are answered 503.
+    let gw = Gw::start_with_descriptors(
+        256,
+        &[("SLUICE_GW_HTTP_HEADER_READ_TIMEOUT", "120s".into())],
+    )
+    .await;
+    let held = hold(gw.port, 300).await;
+    let refused = ping_until(gw.port, "HTTP/1.1 503").await;
+    assert!(refused.contains("too many connections"), "{refused}");
+    // The control port answers meanwhile, and nothing spins.
+    ping_until(gw.control_port, "HTTP/1.1 200").await;
+    let busy = cpu_over_two_seconds(gw.pid()).await;
+    assert!(busy < IDLE_CPU, "{busy:?} of CPU over 2 s while idle");
+    drop(held);
+    ping_until(gw.port, "HTTP/1.1 200").await;
+}
+
+#[tokio::test]
+async fn running_out_of_descriptors_waits_instead_of_spinning() {
+    // A cap set above the descriptor limit: accepting fails for want of descriptors.
+    let gw = Gw::start_with_descriptors(
+        256,
+        &[
+            ("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "100000".into()),
+            ("SLUICE_GW_HTTP_HEADER_READ_TIMEOUT", "120s".into()),
+        ],
+    )
+    .await;
+    let pid = gw.pid();
+    let held = hold(gw.port, 300).await;
+    let start = Instant::now();
+    while open_descriptors(pid) < 256 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the gateway holds only {} descriptors",
+            open_descriptors(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let busy = cpu_over_two_seconds(pid).await;
+    assert!(
+        busy < IDLE_CPU,
+        "{busy:?} of CPU over 2 s with no descriptor left"
+    );
+    // Once connections close, the gateway accepts again.
+    drop(held);
+    ping_until(gw.port, "HTTP/1.1 200").await;
+    ping_until(gw.control_port, "HTTP/1.1 200").await;
+}
+
 #[tokio::test]
 async fn guessing_the_gateway_secret_is_locked_out_per_address() {
     let gw =

@@ -291,3 +291,212 @@ fn hyper_reads(
         out
     })
 }
+
+/// `requests`: the gateway's HTTP/1 server (its own loop, which hands hyper what it does
+/// not serve itself) must agree with hyper's server alone, configured as the gateway
+/// configures it, on what a client's bytes ask for. The bytes are everything the client
+/// sent on one connection, which it keeps open.
+///
+/// Both pass the service the same requests, in the same order: the same method, target,
+/// version, fields (in order) and body bytes, a body cut short or still awaited alike;
+/// and both answer with the same statuses (a refusal is hyper's in both). The service
+/// reads each whole body, then answers `200 ok`. The one difference allowed: a `GET`
+/// for an event stream ends the gateway's connection after its answer (the stream holds
+/// it), so the gateway may stop after such a request where hyper serves the next.
+pub fn requests(data: &[u8]) {
+    let ours = RUNTIME_PAUSED.block_on(serve_recorded(data, Server::Gateway));
+    let theirs = RUNTIME_PAUSED.block_on(serve_recorded(data, Server::Hyper));
+    let (mut theirs_seen, mut theirs_statuses) = (theirs.seen, theirs.statuses);
+    if ours.seen.len() < theirs_seen.len() && ours.seen.last().is_some_and(Seen::asks_for_events) {
+        theirs_seen.truncate(ours.seen.len());
+        theirs_statuses.truncate(ours.statuses.len());
+    }
+    assert_eq!(
+        ours.seen, theirs_seen,
+        "requests differ (gateway, then hyper)"
+    );
+    assert_eq!(
+        ours.statuses, theirs_statuses,
+        "statuses differ (gateway, then hyper)"
+    );
+}
+
+/// A runtime whose clock stands still until every task waits, then jumps to the next
+/// timer: a run ends as soon as both sides are idle, without waiting in real time.
+static RUNTIME_PAUSED: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("a runtime")
+});
+
+#[derive(Clone, Copy)]
+enum Server {
+    Gateway,
+    Hyper,
+}
+
+/// One request as the service saw it.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    method: String,
+    target: String,
+    version: http::Version,
+    fields: Vec<(String, Vec<u8>)>,
+    body: Vec<u8>,
+    end: BodyEnd,
+}
+
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum BodyEnd {
+    Whole,
+    Cut,
+    /// The client sent no more of it.
+    Awaited,
+}
+
+impl Seen {
+    /// As the gateway's loop tells an event stream's request.
+    fn asks_for_events(&self) -> bool {
+        self.method == "GET"
+            && self.body.is_empty()
+            && self.fields.iter().any(|(name, value)| {
+                name == "accept"
+                    && value
+                        .windows(17)
+                        .any(|w| w.eq_ignore_ascii_case(b"text/event-stream"))
+            })
+    }
+}
+
+struct Recorded {
+    seen: Vec<Seen>,
+    statuses: Vec<u16>,
+}
+
+/// Longer than anything takes on a connection that is still busy, shorter than the
+/// header timeout: the wait that ends a run fires once both sides are idle.
+const IDLE: Duration = Duration::from_secs(1);
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn serve_recorded(data: &[u8], server: Server) -> Recorded {
+    use http_body_util::BodyExt;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let record = seen.clone();
+    let service: sluice::server::Service =
+        Arc::new(move |req: http::Request<sluice::http::Body>, _peer| {
+            let record = record.clone();
+            Box::pin(async move {
+                let (parts, mut body) = req.into_parts();
+                let at = {
+                    let mut seen = record.lock().unwrap();
+                    seen.push(Seen {
+                        method: parts.method.to_string(),
+                        target: parts.uri.to_string(),
+                        version: parts.version,
+                        fields: parts
+                            .headers
+                            .iter()
+                            .map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec()))
+                            .collect(),
+                        body: Vec::new(),
+                        end: BodyEnd::Awaited,
+                    });
+                    seen.len() - 1
+                };
+                loop {
+                    let frame = body.frame().await;
+                    let mut seen = record.lock().unwrap();
+                    let this = &mut seen[at];
+                    match frame {
+                        None => {
+                            this.end = BodyEnd::Whole;
+                            break;
+                        }
+                        Some(Err(_)) => {
+                            this.end = BodyEnd::Cut;
+                            break;
+                        }
+                        Some(Ok(frame)) => {
+                            if let Some(data) = frame.data_ref() {
+                                this.body.extend_from_slice(data);
+                            }
+                        }
+                    }
+                }
+                sluice::http::text(http::StatusCode::OK, "ok")
+            }) as futures::future::BoxFuture<'static, sluice::http::HttpResponse>
+        });
+    let (client, conn) = tokio::io::duplex(1 << 20);
+    let serving = tokio::spawn(async move {
+        match server {
+            Server::Gateway => sluice::server::serve_http1(conn, service, HEADER_TIMEOUT).await,
+            Server::Hyper => {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let service = service.clone();
+                        async move {
+                            let req = req.map(sluice::http::boxed);
+                            Ok::<_, std::convert::Infallible>(
+                                service
+                                    .call(req, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+                                    .await,
+                            )
+                        }
+                    });
+                let _ = sluice::server::http1_builder(HEADER_TIMEOUT)
+                    .serve_connection(hyper_util::rt::TokioIo::new(conn), svc)
+                    .with_upgrades()
+                    .await;
+            }
+        }
+    });
+    let (mut from_server, mut to_server) = tokio::io::split(client);
+    let out: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let written = out.clone();
+    let reading = tokio::spawn(async move {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match from_server.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => written.lock().unwrap().extend_from_slice(&chunk[..n]),
+            }
+        }
+    });
+    // The client keeps its side open: what it did not send is awaited.
+    let _ = to_server.write_all(data).await;
+    tokio::time::sleep(IDLE).await;
+    serving.abort();
+    reading.abort();
+    let _ = serving.await;
+    let _ = reading.await;
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let out = std::mem::take(&mut *out.lock().unwrap());
+    Recorded {
+        seen,
+        statuses: statuses(&out),
+    }
+}
+
+/// The status of every response in what the server wrote. The service's bodies (`ok`)
+/// and hyper's refusals (empty) hold no status line of their own.
+fn statuses(out: &[u8]) -> Vec<u16> {
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(i) = out[at..].windows(9).position(|w| w == b"HTTP/1.1 ") {
+        let start = at + i + 9;
+        if let Some(code) = out
+            .get(start..start + 3)
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(|c| c.parse().ok())
+        {
+            found.push(code);
+        }
+        at = start;
+    }
+    found
+}

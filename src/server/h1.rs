@@ -512,7 +512,9 @@ fn parse(buf: &mut BytesMut) -> Parse {
         if name == header::CONTENT_LENGTH {
             match (content_length(field.value), body_len) {
                 (Some(n), None) => body_len = Some(n),
-                (Some(n), Some(m)) if n == m => {}
+                // A repeat of the same length says nothing more: kept once, as hyper
+                // keeps it.
+                (Some(n), Some(m)) if n == m => continue,
                 _ => return Parse::Other,
             }
         } else if name == header::TRANSFER_ENCODING

@@ -334,22 +334,63 @@ impl Conn {
             });
             return;
         }
-        let svc = hyper::service::service_fn(move |req: http::Request<Incoming>| {
-            let service = service.clone();
-            let req = req.map(h::boxed);
-            async move { Ok::<_, std::convert::Infallible>(service.call(req, peer).await) }
-        });
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            // hyper's own default is about 400 KiB: held to the server's one limit.
-            .max_buf_size(h1::MAX_REQUEST_HEAD)
-            .serve_connection(TokioIo::new(io), svc)
+        let conn = http1_builder(header_timeout)
+            .serve_connection(TokioIo::new(io), hyper_service(service, peer))
             .with_upgrades();
         tracker.spawn(async move {
             drive!(conn, stop, peer).await;
             drop(_slot);
         });
+    }
+}
+
+/// hyper's HTTP/1 server as it serves the connections the `h1` loop hands over.
+#[doc(hidden)]
+pub fn http1_builder(header_timeout: Duration) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        // hyper's own default is about 400 KiB: held to the server's one limit.
+        .max_buf_size(h1::MAX_REQUEST_HEAD);
+    builder
+}
+
+/// `service` as hyper calls it.
+fn hyper_service(
+    service: Service,
+    peer: SocketAddr,
+) -> impl hyper::service::Service<
+    http::Request<Incoming>,
+    Response = HttpResponse,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<Output = Result<HttpResponse, std::convert::Infallible>>
+                 + Send
+                 + 'static,
+> + Send
+       + 'static {
+    hyper::service::service_fn(move |req: http::Request<Incoming>| {
+        let service = service.clone();
+        let req = req.map(h::boxed);
+        async move { Ok(service.call(req, peer).await) }
+    })
+}
+
+/// Serves one plain HTTP/1 connection as a listener does once it knows the protocol:
+/// the `h1` loop, then hyper for what the loop hands over, on this task. For the fuzz
+/// target that holds the pair to hyper's server alone.
+#[doc(hidden)]
+pub async fn serve_http1<I>(io: I, service: Service, header_timeout: Duration)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    let peer = SocketAddr::from(([127, 0, 0, 1], 0));
+    if let Served::Hyper(io) = h1::serve(io, &service, peer, header_timeout, &stop).await {
+        let conn = http1_builder(header_timeout)
+            .serve_connection(TokioIo::new(io), hyper_service(service, peer))
+            .with_upgrades();
+        drive!(conn, stop, peer).await;
     }
 }
 

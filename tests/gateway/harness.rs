@@ -66,6 +66,14 @@ impl Gw {
         Self::start_in(dir, Some(tmp), &[], "", env).await
     }
 
+    /// Starts a gateway with no APIs, `env` added to its environment, allowed at most
+    /// `descriptors` open files (its soft limit, as `ulimit -n` sets it).
+    pub async fn start_with_descriptors(descriptors: u32, env: &[(&str, String)]) -> Gw {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        Self::launch(dir, Some(tmp), &[], "", env, Some(descriptors)).await
+    }
+
     /// Starts a gateway in `dir` (shared with another gateway: same apps and store).
     pub async fn start_in(
         dir: PathBuf,
@@ -73,6 +81,17 @@ impl Gw {
         apis: &[(&str, String)],
         config: &str,
         env: &[(&str, String)],
+    ) -> Gw {
+        Self::launch(dir, tmp, apis, config, env, None).await
+    }
+
+    async fn launch(
+        dir: PathBuf,
+        tmp: Option<tempfile::TempDir>,
+        apis: &[(&str, String)],
+        config: &str,
+        env: &[(&str, String)],
+        descriptors: Option<u32>,
     ) -> Gw {
         let apps = dir.join("apis");
         std::fs::create_dir_all(&apps).expect("apps dir");
@@ -87,7 +106,19 @@ impl Gw {
         );
         let path = dir.join(format!("gateway-{port}.yaml"));
         std::fs::write(&path, text).expect("write config");
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        let sluice = env!("CARGO_BIN_EXE_sluice");
+        let mut command = match descriptors {
+            None => Command::new(sluice),
+            // The shell lowers its limit, then becomes the gateway.
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(sluice);
+                sh
+            }
+        };
+        let child = command
             .arg("gateway")
             .arg("--config")
             .arg(&path)
@@ -116,6 +147,11 @@ impl Gw {
         };
         gw.wait_up().await;
         gw
+    }
+
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self._child.id().expect("a running gateway")
     }
 
     /// Kills the process with SIGKILL: no shutdown, nothing flushed.
