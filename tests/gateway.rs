@@ -491,6 +491,52 @@ x-sluice-api-gateway:
     assert_eq!(get(&gw, "/rl/other").await.0, 429);
 }
 
+#[tokio::test]
+async fn cors_marks_proxied_and_refused_answers_to_allowed_origins() {
+    let up = Upstream::start().await;
+    let cors = "  middleware:\n    global:\n      cors:\n        allowedOrigins: ['https://app.example']\n        exposedHeaders: [X-Total]\n";
+    let auth = KEY_AUTH.replace("components:", &format!("{cors}components:"));
+    let gw = Gw::start(
+        &[
+            ("c.yaml", api("c", "/c", &up.url(), cors)),
+            ("k.yaml", api("k", "/k", &up.url(), &auth)),
+        ],
+        "",
+    )
+    .await;
+    let (status, headers, _) = get_with(&gw, "/c/x", ("origin", "https://app.example")).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert_eq!(headers["access-control-expose-headers"], "X-Total");
+    let (status, headers, _) = get_with(&gw, "/c/x", ("origin", "https://evil.example")).await;
+    assert_eq!(status, 200);
+    assert!(!headers.contains_key("access-control-allow-origin"));
+    // A refusal by a step is marked too, so that the page can read why.
+    let (status, headers, _) = get_with(&gw, "/k/x", ("origin", "https://app.example")).await;
+    assert_eq!(status, 401);
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example"
+    );
+    // A preflight is answered by the gateway.
+    let r = gw
+        .http
+        .request(Method::OPTIONS, gw.url("/c/x"))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+}
+
 fn middleware_doc(upstream: &str) -> String {
     format!(
         r##"openapi: 3.0.3

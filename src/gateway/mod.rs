@@ -382,7 +382,7 @@ impl server::Serve for Serving {
         // sized for its own work: every request's future is copied to the heap whole,
         // and the chain's is several times the proxy's. Boxed where it is made: through
         // `FutureExt::boxed` the whole future was copied once more on its way.
-        if table.at(at).passthrough {
+        if table.at(at).passes_through() {
             Box::pin(gw.pass_through(table, at, req, peer))
         } else {
             Box::pin(gw.handle(table, at, req, peer))
@@ -532,7 +532,7 @@ impl Shared {
     }
 
     /// Answers a request for the API at `at` in `table`, on which no middleware step acts
-    /// ([`api::Api::passthrough`]): the proxy alone.
+    /// ([`api::Api::passes_through`]): the proxy alone.
     async fn pass_through(
         &self,
         table: table::TableRef,

@@ -182,23 +182,6 @@ pub struct Global {
     pub transform_response_headers: Option<HeaderTransform>,
 }
 
-impl Global {
-    /// None of the global middleware is on.
-    pub fn is_idle(&self) -> bool {
-        self.cache.as_ref().is_none_or(|c| !c.enabled)
-            && self.cors.as_ref().is_none_or(|c| !c.enabled)
-            && self.request_size_limit.as_ref().is_none_or(|l| !l.enabled)
-            && self
-                .transform_request_headers
-                .as_ref()
-                .is_none_or(|t| !t.enabled)
-            && self
-                .transform_response_headers
-                .as_ref()
-                .is_none_or(|t| !t.enabled)
-    }
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Cache {

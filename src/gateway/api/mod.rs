@@ -5,6 +5,7 @@
 pub mod extension;
 pub mod handlers;
 pub mod paths;
+pub mod steps;
 pub mod streaming;
 pub mod validate;
 
@@ -51,10 +52,9 @@ pub struct Api {
     pub allow_list: bool,
     pub global: extension::Global,
     pub rate: Option<Rate>,
-    /// No step of the middleware chain can act on this API's requests (no
-    /// authentication, limit, per-operation or global middleware, stream): they go
-    /// straight to the proxy.
-    pub passthrough: bool,
+    /// The steps of the middleware chain that act on its requests, in order
+    /// ([`steps::plan`]); with none, requests go straight to the proxy.
+    pub steps: Box<[steps::Step]>,
     /// The limiter's bucket of `rate`.
     pub rate_bucket: String,
     /// The streams of `x-sluice-streaming`.
@@ -150,19 +150,6 @@ pub struct Operation {
     pub cache: bool,
 }
 
-impl Operation {
-    /// No middleware is set for this operation.
-    fn is_plain(&self) -> bool {
-        self.size_limit.is_none()
-            && self.mock.is_none()
-            && self.validator.is_none()
-            && !self.allow
-            && !self.block
-            && self.rate.is_none()
-            && !self.cache
-    }
-}
-
 /// A fixed answer.
 pub struct Mock {
     pub status: http::StatusCode,
@@ -204,6 +191,16 @@ impl Api {
             }
         }
         best.map(|(_, op, params)| (op, params))
+    }
+
+    /// No step of the chain acts on its requests: they go straight to the proxy.
+    pub fn passes_through(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Whether `step` acts on its requests.
+    pub fn has(&self, step: steps::Step) -> bool {
+        self.steps.contains(&step)
     }
 
     /// The part of a request path below the listen path, or `None` if it is not below.
@@ -355,35 +352,51 @@ const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// The problems found while compiling one definition, each at its place in the document.
+struct Problems<'d> {
+    doc: &'d Document,
+    found: Vec<ConfigError>,
+}
+
+impl Problems<'_> {
+    fn at(&mut self, path: &str, message: impl Into<String>) {
+        let doc = self.doc;
+        self.found
+            .push(ConfigError::new(message.into()).at(doc.location(path, doc.locate(path))));
+    }
+}
+
+/// `p` under the extension: `x-sluice-api-gateway.<p>`.
+fn x(p: &str) -> String {
+    format!("{EXTENSION}.{p}")
+}
+
 fn compile(
     doc: &Document,
     source: &str,
     options: &CompileOptions,
     egress: Option<&Arc<EgressPolicy>>,
 ) -> Result<Api, ApiError> {
-    let mut errors = Vec::new();
-    let err_at = |path: &str, message: String| -> ConfigError {
-        ConfigError::new(message).at(doc.location(path, doc.locate(path)))
-    };
     let fail = |api_id: Option<String>, errors: Vec<ConfigError>| ApiError {
         api_id,
         errors: ConfigErrors(errors),
     };
+    let mut problems = Problems {
+        doc,
+        found: Vec::new(),
+    };
     let whole: Value = de::from_node(doc, &doc.root, "").map_err(|e| fail(None, vec![e]))?;
     match whole.get("openapi").and_then(Value::as_str) {
         Some(v) if v.starts_with("3.") => {}
-        Some(v) => errors.push(err_at(
+        Some(v) => problems.at(
             "openapi",
             format!("OpenAPI `{v}` is not supported (3.0 and 3.1 are)"),
-        )),
-        None => errors.push(err_at(
-            "openapi",
-            "not an OpenAPI 3 document: no `openapi` version".into(),
-        )),
+        ),
+        None => problems.at("openapi", "not an OpenAPI 3 document: no `openapi` version"),
     }
     let Some(ext_node) = doc.root.get(EXTENSION) else {
-        errors.push(err_at("", format!("no `{EXTENSION}` section")));
-        return Err(fail(None, errors));
+        problems.at("", format!("no `{EXTENSION}` section"));
+        return Err(fail(None, problems.found));
     };
     let ext: Extension = de::from_node(doc, ext_node, EXTENSION).map_err(|e| {
         // The id, when it can be read, makes the report findable.
@@ -395,25 +408,90 @@ fn compile(
         fail(id, vec![e])
     })?;
     let id = ext.info.id.trim().to_owned();
-    let x = |p: &str| format!("{EXTENSION}.{p}");
     if id.is_empty()
         || !id
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
     {
-        errors.push(err_at(
+        problems.at(
             &x("info.id"),
             format!("`{id}`: an id is letters, digits, `-`, `_` and `.`"),
-        ));
+        );
+    }
+    let listen_path = listen_path_of(&ext, &mut problems);
+    let (streams, stream_paths) =
+        match streaming::parse(doc, &whole, &id, &options.allow_unsafe, egress) {
+            Ok(s) => s,
+            Err(e) => {
+                problems.found.extend(e);
+                (Vec::new(), Vec::new())
+            }
+        };
+    let upstream = upstream_of(doc, &ext, &mut problems);
+    let rate = match ext.upstream.as_ref().and_then(|u| u.rate_limit.as_ref()) {
+        Some(r) => check_rate(r, &x("upstream.rateLimit"), &mut problems),
+        None => None,
+    };
+    let (operations, allow_list) = operations_of(&whole, &ext, &mut problems);
+    let global = ext.middleware.global.clone();
+    check_global(&global, &mut problems);
+    let auth = match &ext.server.authentication {
+        Some(a) if a.enabled => match auth_of(&whole, a, &x("server.authentication")) {
+            Ok(auth) => Some(auth),
+            Err((path, e)) => {
+                problems.at(&path, e);
+                None
+            }
+        },
+        _ => None,
+    };
+    let mut handler_errors = Vec::new();
+    let handlers = handlers::check(
+        &ext.server.event_handlers,
+        &x("server.eventHandlers"),
+        &mut handler_errors,
+    );
+    for (path, message) in handler_errors {
+        problems.at(&path, message);
     }
 
-    // Listen path.
+    if !problems.found.is_empty() {
+        return Err(fail(Some(id), problems.found));
+    }
+    let mut api = Api {
+        steps: Box::new([]),
+        handlers,
+        rate_bucket: format!("api:{id}:rate"),
+        org_id: ext.info.org_id.clone().unwrap_or_default(),
+        name: ext.info.name.clone(),
+        active: ext.info.state.active,
+        id,
+        listen_path,
+        strip: ext.server.listen_path.strip,
+        upstream,
+        auth,
+        operations,
+        allow_list,
+        global,
+        rate,
+        streams,
+        stream_paths,
+        source: source.to_owned(),
+        document: whole,
+        metrics: std::sync::OnceLock::new(),
+    };
+    api.steps = steps::plan(&api);
+    Ok(api)
+}
+
+/// The listen path, normalised: starts with `/`, no trailing `/` (but the root's).
+fn listen_path_of(ext: &Extension, problems: &mut Problems<'_>) -> String {
     let lp = ext.server.listen_path.value.trim();
     let listen_path = if !lp.starts_with('/') {
-        errors.push(err_at(
+        problems.at(
             &x("server.listenPath.value"),
             format!("`{lp}` does not start with `/`"),
-        ));
+        );
         String::from("/")
     } else if lp.len() > 1 && !lp.trim_end_matches('/').is_empty() {
         lp.trim_end_matches('/').to_owned()
@@ -421,36 +499,29 @@ fn compile(
         "/".to_owned()
     };
     if listen_path.starts_with("/sluice") && listen_rest("/sluice", &listen_path).is_some() {
-        errors.push(err_at(
+        problems.at(
             &x("server.listenPath.value"),
-            "`/sluice` is the gateway's own API".into(),
-        ));
+            "`/sluice` is the gateway's own API",
+        );
     }
+    listen_path
+}
 
-    // Streams.
-    let (streams, stream_paths) =
-        match streaming::parse(doc, &whole, &id, &options.allow_unsafe, egress) {
-            Ok(s) => s,
-            Err(e) => {
-                errors.extend(e);
-                (Vec::new(), Vec::new())
-            }
-        };
-
-    // Upstream: needed unless the API serves streams only.
+/// The upstream: needed unless the API serves streams only.
+fn upstream_of(doc: &Document, ext: &Extension, problems: &mut Problems<'_>) -> Option<Upstream> {
     let url = ext
         .upstream
         .as_ref()
         .and_then(|u| u.url.as_deref())
         .filter(|u| !u.is_empty());
-    let upstream = match url {
+    match url {
         Some(url) => match parse_upstream(url) {
             Ok(upstream) => Some(Upstream {
                 timeout: ext.upstream.as_ref().and_then(|u| u.timeout).map(|d| d.0),
                 ..upstream
             }),
             Err(e) => {
-                errors.push(err_at(&x("upstream.url"), e));
+                problems.at(&x("upstream.url"), e);
                 None
             }
         },
@@ -460,24 +531,40 @@ fn compile(
                     Some(_) => ("upstream.url", "no upstream `url`"),
                     None => ("info", "no `upstream`"),
                 };
-                errors.push(err_at(
+                problems.at(
                     &x(at),
                     format!(
                         "{what}: an API needs one unless it has `{}`",
                         streaming::STREAMING
                     ),
-                ));
+                );
             }
             None
         }
-    };
-    let rate = match ext.upstream.as_ref().and_then(|u| u.rate_limit.as_ref()) {
-        Some(r) => check_rate(r, &x("upstream.rateLimit"), &err_at, &mut errors),
-        None => None,
-    };
+    }
+}
 
-    // Operations from `paths`.
-    let mut operations = Vec::new();
+/// An operation of `paths`, before its middleware is compiled.
+struct Declared<'v> {
+    id: String,
+    method: Method,
+    template: PathTemplate,
+    /// Where it is in the document.
+    at: String,
+    /// The path item's `parameters`.
+    path_params: Option<&'v Value>,
+    op: &'v Value,
+}
+
+/// The operations of `paths` that have an `operationId` (only those can carry
+/// middleware; the others still proxy), each with its middleware compiled; and whether
+/// some operation is on the allow list.
+fn operations_of(
+    whole: &Value,
+    ext: &Extension,
+    problems: &mut Problems<'_>,
+) -> (Vec<Operation>, bool) {
+    let mut declared = Vec::new();
     let mut seen_ids: BTreeMap<String, String> = BTreeMap::new();
     if let Some(paths) = whole.get("paths").and_then(Value::as_object) {
         for (template_text, item) in paths {
@@ -485,7 +572,7 @@ fn compile(
             let template = match PathTemplate::parse(template_text) {
                 Ok(t) => t,
                 Err(e) => {
-                    errors.push(err_at(&item_at, e));
+                    problems.at(&item_at, e);
                     continue;
                 }
             };
@@ -498,137 +585,138 @@ fn compile(
                 }
                 let op_at = format!("{item_at}.{method_name}");
                 let Some(op_id) = op.get("operationId").and_then(Value::as_str) else {
-                    // Operations without an id cannot carry middleware; they still proxy.
                     continue;
                 };
                 if let Some(other) = seen_ids.insert(op_id.to_owned(), op_at.clone()) {
-                    errors.push(err_at(
+                    problems.at(
                         &format!("{op_at}.operationId"),
                         format!("operationId `{op_id}` is also used at {other}"),
-                    ));
+                    );
                     continue;
                 }
                 let method = Method::from_bytes(method_name.to_ascii_uppercase().as_bytes())
                     .unwrap_or(Method::GET);
-                operations.push((
-                    op_id.to_owned(),
+                declared.push(Declared {
+                    id: op_id.to_owned(),
                     method,
-                    template.clone(),
-                    op_at,
-                    item.get("parameters"),
-                    op.clone(),
-                ));
+                    template: template.clone(),
+                    at: op_at,
+                    path_params: item.get("parameters"),
+                    op,
+                });
             }
         }
     }
-
-    // Middleware per operation.
-    let mut compiled = Vec::new();
     let mut allow_list = false;
+    let enabled = |t: &Option<extension::Toggle>| t.as_ref().is_some_and(|t| t.enabled);
     for (op_id, mw) in &ext.middleware.operations {
+        let mw_at = x(&format!("middleware.operations.{op_id}"));
         if !seen_ids.contains_key(op_id) {
-            errors.push(err_at(
-                &x(&format!("middleware.operations.{op_id}")),
-                format!("no operation `{op_id}` in `paths`"),
-            ));
+            problems.at(&mw_at, format!("no operation `{op_id}` in `paths`"));
         }
-        let enabled = |t: &Option<extension::Toggle>| t.as_ref().is_some_and(|t| t.enabled);
         if enabled(&mw.allow) && enabled(&mw.block) {
-            errors.push(err_at(
-                &x(&format!("middleware.operations.{op_id}")),
-                "`allow` and `block` are both on".into(),
-            ));
+            problems.at(&mw_at, "`allow` and `block` are both on");
         }
         allow_list |= enabled(&mw.allow);
     }
-    for (op_id, method, template, op_at, path_params, op) in operations {
-        let mw = ext
-            .middleware
-            .operations
-            .get(&op_id)
-            .cloned()
-            .unwrap_or_default();
-        let mw_at = x(&format!("middleware.operations.{op_id}"));
-        let size_limit = mw
-            .request_size_limit
-            .as_ref()
-            .filter(|s| s.enabled)
-            .map(|s| s.value);
-        let mock = match mw.mock_response.as_ref().filter(|m| m.enabled) {
-            Some(m) => match mock_of(m, &op) {
-                Ok(mock) => Some(mock),
-                Err(e) => {
-                    errors.push(err_at(&format!("{mw_at}.mockResponse"), e));
+    let operations = declared
+        .into_iter()
+        .map(|d| operation(whole, ext, d, problems))
+        .collect();
+    (operations, allow_list)
+}
+
+/// One operation with its middleware (`middleware.operations.<id>`) compiled.
+fn operation(
+    whole: &Value,
+    ext: &Extension,
+    d: Declared<'_>,
+    problems: &mut Problems<'_>,
+) -> Operation {
+    let mw = ext
+        .middleware
+        .operations
+        .get(&d.id)
+        .cloned()
+        .unwrap_or_default();
+    let mw_at = x(&format!("middleware.operations.{}", d.id));
+    let size_limit = mw
+        .request_size_limit
+        .as_ref()
+        .filter(|s| s.enabled)
+        .map(|s| s.value);
+    let mock = match mw.mock_response.as_ref().filter(|m| m.enabled) {
+        Some(m) => match mock_of(m, d.op) {
+            Ok(mock) => Some(mock),
+            Err(e) => {
+                problems.at(&format!("{mw_at}.mockResponse"), e);
+                None
+            }
+        },
+        None => None,
+    };
+    let validator = match mw.validate_request.as_ref().filter(|v| v.enabled) {
+        Some(v) => {
+            let status = match http::StatusCode::from_u16(v.error_response_code) {
+                Ok(s) if s.is_client_error() => s,
+                _ => {
+                    problems.at(
+                        &format!("{mw_at}.validateRequest.errorResponseCode"),
+                        format!("{} is not a 4xx status", v.error_response_code),
+                    );
+                    http::StatusCode::UNPROCESSABLE_ENTITY
+                }
+            };
+            match RequestValidator::compile(whole, d.path_params, d.op, &d.at) {
+                Ok(validator) => Some((validator, status)),
+                Err((path, e)) => {
+                    problems.at(&path, e);
                     None
                 }
-            },
-            None => None,
-        };
-        let validator = match mw.validate_request.as_ref().filter(|v| v.enabled) {
-            Some(v) => {
-                let status = match http::StatusCode::from_u16(v.error_response_code) {
-                    Ok(s) if s.is_client_error() => s,
-                    _ => {
-                        errors.push(err_at(
-                            &format!("{mw_at}.validateRequest.errorResponseCode"),
-                            format!("{} is not a 4xx status", v.error_response_code),
-                        ));
-                        http::StatusCode::UNPROCESSABLE_ENTITY
-                    }
-                };
-                match RequestValidator::compile(&whole, path_params, &op, &op_at) {
-                    Ok(validator) => Some((validator, status)),
-                    Err((path, e)) => {
-                        errors.push(err_at(&path, e));
-                        None
-                    }
-                }
             }
-            None => None,
-        };
-        let rate = match &mw.rate_limit {
-            Some(r) => check_rate(r, &format!("{mw_at}.rateLimit"), &err_at, &mut errors),
-            None => None,
-        };
-        compiled.push(Operation {
-            id: op_id,
-            method,
-            template,
-            size_limit,
-            mock,
-            validator,
-            allow: mw.allow.as_ref().is_some_and(|t| t.enabled),
-            block: mw.block.as_ref().is_some_and(|t| t.enabled),
-            rate,
-            cache: mw.cache.as_ref().is_some_and(|t| t.enabled),
-        });
+        }
+        None => None,
+    };
+    let rate = match &mw.rate_limit {
+        Some(r) => check_rate(r, &format!("{mw_at}.rateLimit"), problems),
+        None => None,
+    };
+    Operation {
+        id: d.id,
+        method: d.method,
+        template: d.template,
+        size_limit,
+        mock,
+        validator,
+        allow: mw.allow.as_ref().is_some_and(|t| t.enabled),
+        block: mw.block.as_ref().is_some_and(|t| t.enabled),
+        rate,
+        cache: mw.cache.as_ref().is_some_and(|t| t.enabled),
     }
+}
 
-    // Global middleware.
-    let global = ext.middleware.global.clone();
+/// Checks the global middleware (`middleware.global`).
+fn check_global(global: &extension::Global, problems: &mut Problems<'_>) {
     if let Some(cache) = &global.cache {
         if cache.enabled && cache.timeout == 0 {
-            errors.push(err_at(
-                &x("middleware.global.cache.timeout"),
-                "must be above zero".into(),
-            ));
+            problems.at(&x("middleware.global.cache.timeout"), "must be above zero");
         }
         for (i, code) in cache.cache_response_codes.iter().enumerate() {
             if http::StatusCode::from_u16(*code).is_err() {
-                errors.push(err_at(
+                problems.at(
                     &x(&format!("middleware.global.cache.cacheResponseCodes[{i}]")),
                     format!("{code} is not an HTTP status"),
-                ));
+                );
             }
         }
     }
     if let Some(cors) = &global.cors {
         for (i, m) in cors.allowed_methods.iter().enumerate() {
             if crate::http::parse_method(m).is_err() {
-                errors.push(err_at(
+                problems.at(
                     &x(&format!("middleware.global.cors.allowedMethods[{i}]")),
                     format!("`{m}` is not an HTTP method"),
-                ));
+                );
             }
         }
     }
@@ -640,80 +728,17 @@ fn compile(
         ),
     ] {
         if let Some(t) = t {
-            check_transform(
-                t,
-                &x(&format!("middleware.global.{name}")),
-                &err_at,
-                &mut errors,
-            );
+            check_transform(t, &x(&format!("middleware.global.{name}")), problems);
         }
     }
-
-    // Authentication.
-    let auth = match &ext.server.authentication {
-        Some(a) if a.enabled => match auth_of(&whole, a, &x("server.authentication")) {
-            Ok(auth) => Some(auth),
-            Err((path, e)) => {
-                errors.push(err_at(&path, e));
-                None
-            }
-        },
-        _ => None,
-    };
-
-    // Event handlers.
-    let mut handler_errors = Vec::new();
-    let handlers = handlers::check(
-        &ext.server.event_handlers,
-        &x("server.eventHandlers"),
-        &mut handler_errors,
-    );
-    errors.extend(handler_errors.into_iter().map(|(p, m)| err_at(&p, m)));
-
-    if !errors.is_empty() {
-        return Err(fail(Some(id), errors));
-    }
-    let passthrough = auth.is_none()
-        && rate.is_none()
-        && !allow_list
-        && streams.is_empty()
-        && global.is_idle()
-        && compiled.iter().all(Operation::is_plain);
-    Ok(Api {
-        passthrough,
-        handlers,
-        rate_bucket: format!("api:{id}:rate"),
-        org_id: ext.info.org_id.clone().unwrap_or_default(),
-        name: ext.info.name.clone(),
-        active: ext.info.state.active,
-        id,
-        listen_path,
-        strip: ext.server.listen_path.strip,
-        upstream,
-        auth,
-        operations: compiled,
-        allow_list,
-        global,
-        rate,
-        streams,
-        stream_paths,
-        source: source.to_owned(),
-        document: whole,
-        metrics: std::sync::OnceLock::new(),
-    })
 }
 
-fn check_rate(
-    r: &extension::RateLimit,
-    at: &str,
-    err_at: &dyn Fn(&str, String) -> ConfigError,
-    errors: &mut Vec<ConfigError>,
-) -> Option<Rate> {
+fn check_rate(r: &extension::RateLimit, at: &str, problems: &mut Problems<'_>) -> Option<Rate> {
     if !r.enabled {
         return None;
     }
     if r.rate == 0 {
-        errors.push(err_at(&format!("{at}.rate"), "must be above zero".into()));
+        problems.at(&format!("{at}.rate"), "must be above zero");
         return None;
     }
     Some(Rate {
@@ -722,32 +747,24 @@ fn check_rate(
     })
 }
 
-fn check_transform(
-    t: &HeaderTransform,
-    at: &str,
-    err_at: &dyn Fn(&str, String) -> ConfigError,
-    errors: &mut Vec<ConfigError>,
-) {
+fn check_transform(t: &HeaderTransform, at: &str, problems: &mut Problems<'_>) {
     for (i, nv) in t.add.iter().enumerate() {
         if http::HeaderName::from_bytes(nv.name.as_bytes()).is_err() {
-            errors.push(err_at(
+            problems.at(
                 &format!("{at}.add[{i}].name"),
                 format!("`{}` is not a header name", nv.name),
-            ));
+            );
         }
         if http::HeaderValue::from_str(&nv.value).is_err() {
-            errors.push(err_at(
-                &format!("{at}.add[{i}].value"),
-                "not a valid header value".into(),
-            ));
+            problems.at(&format!("{at}.add[{i}].value"), "not a valid header value");
         }
     }
     for (i, name) in t.remove.iter().enumerate() {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            errors.push(err_at(
+            problems.at(
                 &format!("{at}.remove[{i}]"),
                 format!("`{name}` is not a header name"),
-            ));
+            );
         }
     }
 }

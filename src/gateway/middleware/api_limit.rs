@@ -1,10 +1,10 @@
 //! The API's rate limit (`upstream.rateLimit`) and the operation's (`rateLimit` of
 //! `middleware.operations.<id>`): shared by every caller of the API or operation.
 
-use super::{enforce, Ctx, Step};
+use super::{enforce, Ctx, Verdict};
 use crate::gateway::events::EventKind;
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
     if let Some(rate) = ctx.api.rate {
         let decision = ctx.gw.limiter.check_rate(&ctx.api.rate_bucket, rate).await;
         enforce(

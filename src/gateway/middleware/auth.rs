@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use smallvec::SmallVec;
 
-use super::{error, Ctx, Step};
+use super::{error, Ctx, Verdict};
 use crate::gateway::api::Scheme;
 use crate::gateway::auth::{api_key, basic, hmac, jwt, AuthError};
 use crate::gateway::events::EventKind;
@@ -18,7 +18,7 @@ enum Passed {
     Identity(String, serde_json::Map<String, serde_json::Value>),
 }
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
     let Some(auth) = &ctx.api.auth else {
         return Ok(());
     };

@@ -78,9 +78,15 @@ pub fn preflight(ctx: &Ctx<'_>) -> Option<HttpResponse> {
     Some(resp)
 }
 
-pub fn mark(ctx: &Ctx<'_>, resp: &mut HttpResponse) {
-    let Some(cors) = config(ctx) else { return };
-    let Some(origin) = allowed_origin(cors, ctx) else {
+/// The request's origin when it is allowed, read before the chain takes the request
+/// on (the proxy and the streams consume it) for [`mark`].
+pub fn origin(ctx: &Ctx<'_>) -> Option<HeaderValue> {
+    allowed_origin(config(ctx)?, ctx)
+}
+
+/// Marks an answer to an allowed origin ([`origin`]).
+pub fn mark(ctx: &Ctx<'_>, origin: Option<HeaderValue>, resp: &mut HttpResponse) {
+    let (Some(cors), Some(origin)) = (config(ctx), origin) else {
         return;
     };
     let headers = resp.headers_mut();

@@ -4,10 +4,10 @@
 
 use http::StatusCode;
 
-use super::{error, Ctx, Step};
+use super::{error, Ctx, Verdict};
 use crate::gateway::events::EventKind;
 
-pub fn run(ctx: &mut Ctx<'_>) -> Step {
+pub fn run(ctx: &mut Ctx<'_>) -> Verdict {
     if let Some(session) = &ctx.session {
         if session.policy.inactive {
             return Err(error(StatusCode::FORBIDDEN, "the key is inactive"));

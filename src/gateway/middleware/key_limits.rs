@@ -1,9 +1,9 @@
 //! The key's own rate limit and quota, counted per key across every API it reaches.
 
-use super::{enforce, Ctx, Step};
+use super::{enforce, Ctx, Verdict};
 use crate::gateway::events::EventKind;
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
     let Some(session) = ctx.session.clone() else {
         return Ok(());
     };

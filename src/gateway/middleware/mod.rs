@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, StatusCode};
 
+use super::api::steps::Step;
 use super::api::{Api, Operation};
 use super::events::EventKind;
 use super::keys::Session;
@@ -75,48 +76,73 @@ impl Ctx<'_> {
 }
 
 /// A step's verdict: go on, or this answer.
-pub type Step = Result<(), HttpResponse>;
+pub type Verdict = Result<(), HttpResponse>;
 
 /// A gateway error: JSON `{"error": "..."}`.
 pub fn error(status: StatusCode, message: &str) -> HttpResponse {
     h::json(status, &serde_json::json!({ "error": message }))
 }
 
-/// Runs the whole chain for a request that belongs to `api`.
+/// Runs the chain for a request that belongs to `api`: the steps its plan lists
+/// ([`Api::steps`]), then the proxy.
 pub async fn run(mut ctx: Ctx<'_>) -> HttpResponse {
-    if let Some(resp) = cors::preflight(&ctx) {
-        return resp;
+    let api = ctx.api;
+    let mut origin = None;
+    if api.has(Step::Cors) {
+        if let Some(resp) = cors::preflight(&ctx) {
+            return resp;
+        }
+        origin = cors::origin(&ctx);
     }
-    let resp = match chain(&mut ctx).await {
+    let mut resp = match chain(&mut ctx, &api.steps).await {
         Ok(resp) | Err(resp) => resp,
     };
-    finish(&ctx, resp)
+    if let Some(d) = ctx.limit {
+        limit_headers(&mut resp, &d);
+    }
+    if api.has(Step::ResponseHeaders) {
+        headers::transform_response(&ctx, &mut resp);
+    }
+    if origin.is_some() {
+        cors::mark(&ctx, origin, &mut resp);
+    }
+    resp
 }
 
-// A step that can act on an API's requests must be one of the conditions of
-// `Api::passthrough`: an API that passes through does not come here.
-async fn chain(ctx: &mut Ctx<'_>) -> Result<HttpResponse, HttpResponse> {
-    auth::run(ctx).await?;
-    key_checks::run(ctx)?;
-    key_limits::run(ctx).await?;
-    api_limit::run(ctx).await?;
-    size_limit::run(ctx).await?;
-    validate::run(ctx).await?;
-    headers::transform_request(ctx);
-    let req = ctx.take_req();
-    let req = match stream::divert(ctx, req) {
-        Ok(diverted) => return Ok(diverted.await),
-        Err(req) => req,
-    };
-    ctx.req = req;
-    let cache_key = cache::key(ctx);
-    if let Some(key) = &cache_key {
-        if let Some(hit) = ctx.gw.cache.get(key) {
-            return Ok(hit);
+/// The request steps in order, then the proxy (through the cache when it is a step).
+/// The match has an arm for every step: a new step cannot be listed yet never run.
+async fn chain(ctx: &mut Ctx<'_>, steps: &[Step]) -> Result<HttpResponse, HttpResponse> {
+    let mut cache_key = None;
+    for step in steps {
+        match step {
+            // They act on the answer, in `run`.
+            Step::Cors | Step::ResponseHeaders => {}
+            Step::Auth => auth::run(ctx).await?,
+            Step::KeyChecks => key_checks::run(ctx)?,
+            Step::KeyLimits => key_limits::run(ctx).await?,
+            Step::ApiLimit => api_limit::run(ctx).await?,
+            Step::SizeLimit => size_limit::run(ctx).await?,
+            Step::Validate => validate::run(ctx).await?,
+            Step::RequestHeaders => headers::transform_request(ctx),
+            Step::Streams => {
+                let req = ctx.take_req();
+                match stream::divert(ctx, req) {
+                    Ok(diverted) => return Ok(diverted.await),
+                    Err(req) => ctx.req = req,
+                }
+            }
+            Step::Cache => {
+                cache_key = cache::key(ctx);
+                if let Some(hit) = cache_key.as_ref().and_then(|key| ctx.gw.cache.get(key)) {
+                    return Ok(hit);
+                }
+            }
+            Step::Mock => {
+                if let Some(resp) = mock::respond(ctx) {
+                    return Ok(resp);
+                }
+            }
         }
-    }
-    if let Some(resp) = mock::respond(ctx) {
-        return Ok(resp);
     }
     let req = ctx.take_req();
     match ctx
@@ -175,16 +201,6 @@ pub fn proxy_failed(
     resp
 }
 
-/// What every answer gets: the limit headers, response header transforms, CORS.
-fn finish(ctx: &Ctx<'_>, mut resp: HttpResponse) -> HttpResponse {
-    if let Some(d) = ctx.limit {
-        limit_headers(&mut resp, &d);
-    }
-    headers::transform_response(ctx, &mut resp);
-    cors::mark(ctx, &mut resp);
-    resp
-}
-
 /// Applies a limiter's answer: a refusal answers 429 (and publishes `event`), a pass is
 /// noted for the `X-RateLimit-*` headers. Limits fail closed: without its counters the
 /// gateway cannot tell, and letting everything through is what a limit exists to prevent.
@@ -193,7 +209,7 @@ pub fn enforce(
     decision: Result<Decision, LimitError>,
     event: EventKind,
     message: &str,
-) -> Step {
+) -> Verdict {
     let d = decision.map_err(|e| {
         tracing::error!(error = %e, "Rate limiter unavailable.");
         error(

@@ -4,10 +4,10 @@
 
 use http::StatusCode;
 
-use super::{error, Ctx, Step};
+use super::{error, Ctx, Verdict};
 use crate::http::{self as h, BodyError, HttpRequest};
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
     let global = ctx
         .api
         .global

@@ -3,14 +3,14 @@
 use http::StatusCode;
 
 use super::size_limit::buffer;
-use super::{Ctx, Step};
+use super::{Ctx, Verdict};
 use crate::gateway::api::validate::RequestView;
 use crate::http::{self as h, BodyError};
 
 /// Bodies are read whole to be validated; this bounds them when no size limit does.
 const MAX_VALIDATED_BODY: usize = 16 * 1024 * 1024;
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Step {
+pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
     // The operation outlives the context: holding it does not hold the context.
     let Some((op, params)) = ctx.op.as_ref().map(|(op, p)| (*op, p.clone())) else {
         return Ok(());
