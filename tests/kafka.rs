@@ -14,10 +14,12 @@ use std::time::Duration;
 use common::*;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, StreamConsumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Message};
+use rdkafka::{ClientConfig, ClientContext, Message};
 
 fn addr() -> String {
     if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
@@ -707,6 +709,81 @@ async fn mutual_tls_with_a_client_certificate() {
     relay.abort();
 }
 
+/// What tansu answers a SCRAM login for a user it does not know: the exchange went through
+/// to its user check.
+const UNKNOWN_USER: &str = "SASL SCRAM authentication failed: broker responded with unknown-user";
+
+/// What librdkafka reported of a client's connections: its log lines and its errors.
+#[derive(Clone, Default)]
+struct Reports(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Reports {
+    fn any(&self, text: &str) -> bool {
+        self.0.lock().unwrap().iter().any(|r| r.contains(text))
+    }
+
+    fn text(&self) -> String {
+        self.0.lock().unwrap().join("\n")
+    }
+}
+
+impl ClientContext for Reports {
+    fn log(&self, _: RDKafkaLogLevel, fac: &str, line: &str) {
+        self.0.lock().unwrap().push(format!("{fac}: {line}"));
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.lock().unwrap().push(format!("{error}: {reason}"));
+    }
+}
+
+impl ConsumerContext for Reports {}
+
+/// Waits until a client of its own, librdkafka with the SASL settings and nothing of
+/// sluice, has taken a `mechanism` login on `broker` (at `addr`) through the whole SASL
+/// exchange to the user check. An open port shows neither that this broker holds it nor
+/// that it answers SASL yet; a test that finds no verdict afterwards has found sluice's
+/// fault, not the broker's. Fails naming the step not reached, with librdkafka's reports
+/// and the broker's log.
+fn await_sasl_user_check(broker: &tls::Broker, addr: &str, mechanism: &str) {
+    let limit = Duration::from_secs(30);
+    let reports = Reports::default();
+    let client: BaseConsumer<Reports> = ClientConfig::new()
+        .set("bootstrap.servers", addr)
+        .set("security.protocol", "sasl_plaintext")
+        .set("sasl.mechanism", mechanism)
+        .set("sasl.username", "sluice")
+        .set("sasl.password", "s3cret")
+        .create_with_context(reports.clone())
+        .expect("a SASL client");
+    let deadline = std::time::Instant::now() + limit;
+    while !reports.any(UNKNOWN_USER) {
+        if std::time::Instant::now() >= deadline {
+            let missing = if reports.text().is_empty() {
+                "nothing answered".to_owned()
+            } else if reports.any("Connection refused") {
+                format!("nothing listens on {addr}")
+            } else if reports.any("mechanism handshake failed") {
+                format!("the broker does not offer {mechanism}")
+            } else {
+                "no verdict on the user came back".to_owned()
+            };
+            panic!(
+                "the broker at {addr} did not take a {mechanism} login to its user check \
+                 within {limit:?}: {missing} (no `{UNKNOWN_USER}`)\n\
+                 librdkafka reported:\n{}\nthe broker's log:\n{}",
+                reports.text(),
+                broker.log_text()
+            );
+        }
+        // A metadata request makes the client connect and log in; refused the login, it
+        // gets no answer itself, and only drives the exchange.
+        let _ = client.fetch_metadata(None, Duration::from_millis(500));
+        // Hands what librdkafka queued meanwhile (log lines, errors) to `reports`.
+        let _ = client.poll(Duration::from_millis(100));
+    }
+}
+
 /// SASL against tansu itself, which serves nothing but the SASL exchange to a client
 /// that has not authenticated. No login can succeed there: tansu 0.6 offers no PLAIN
 /// (the handshake ends with "no shared mechanism"), and for SCRAM it knows no user, since
@@ -730,6 +807,7 @@ async fn sasl_scram_reaches_the_user_check() {
             true,
             "sasl_scram_reaches_the_user_check",
         );
+        await_sasl_user_check(&tansu, &addr, mechanism);
         let sasl = format!(", sasl: {{mechanism: {mechanism}, user: sluice, password: s3cret}}");
         let (_, input) = kafka_pair(&addr, &topic, &sasl);
         tls::refused_by(

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use futures::{FutureExt, StreamExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
+use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 use super::{BuildInput, InputBuild};
@@ -87,6 +88,9 @@ fn default_max_ack_pending() -> i64 {
     1024
 }
 
+/// How long `close` waits for acks already handed over to go out.
+const ACK_DRAIN: StdDuration = StdDuration::from_secs(5);
+
 impl Spec for NatsJetStreamInputConfig {
     const SPEC: ComponentSpec = ComponentSpec {
         name: "nats_jetstream",
@@ -114,6 +118,7 @@ impl BuildInput for NatsJetStreamInputConfig {
             egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
             conn: None,
             messages: None,
+            acks: TaskTracker::new(),
         })))
     }
 }
@@ -125,6 +130,8 @@ pub struct JetStreamInput {
     name: String,
     conn: Option<NatsConn>,
     messages: Option<(pull::Stream, AckSpawner)>,
+    /// Acks spawned and not yet handed to the client: `close` waits for them.
+    acks: TaskTracker,
 }
 
 impl JetStreamInput {
@@ -218,6 +225,7 @@ impl Input for JetStreamInput {
         let batch = raw.iter().map(to_message).collect();
         let ackers: Vec<_> = raw.into_iter().map(|m| m.split().1).collect();
         let spawner = spawner.clone();
+        let acks = self.acks.clone();
         let nak_delay = self.config.nak_delay.0;
         Ok(ReadBatch::new(batch, move |outcome: Outcome| {
             let kind = match outcome {
@@ -229,14 +237,14 @@ impl Input for JetStreamInput {
                     AckKind::Term
                 }
             };
-            spawner.spawn(async move {
+            spawner.spawn(acks.track_future(async move {
                 for acker in ackers {
                     if let Err(e) = acker.ack_with(kind).await {
                         // The server redelivers after `ack_wait`: a duplicate, not a loss.
                         warn!(error = %e, "JetStream ack failed.");
                     }
                 }
-            });
+            }));
         }))
     }
 
@@ -246,6 +254,12 @@ impl Input for JetStreamInput {
 
     async fn close(&mut self) {
         self.messages = None;
+        // The acks of delivered messages run as tasks of their own: the flush below carries
+        // only those already handed to the client, and a process that exits after `close`
+        // loses the rest (the server then delivers those messages again).
+        self.acks.close();
+        let _ = tokio::time::timeout(ACK_DRAIN, self.acks.wait()).await;
+        self.acks.reopen();
         if let Some(conn) = self.conn.take() {
             let _ = conn.client.flush().await;
         }

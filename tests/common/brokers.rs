@@ -94,45 +94,71 @@ impl BrokerGuard {
 
     /// Stops the broker; for guards whose restart is done elsewhere.
     pub fn stop_only(&self) {
-        for pid in listener_pids(self.port) {
-            let _ = Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while port_open(self.port) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert!(!port_open(self.port), "{} did not stop", self.name);
+        stop_listener(self.name, self.port);
     }
 
+    /// Starts the broker again and waits for its port; fails when it does not come back,
+    /// since every later test of this broker would fail for that reason instead.
     pub fn restart(&self) {
         if port_open(self.port) {
             return;
         }
-        let status = Command::new(&self.start[0]).args(&self.start[1..]).status();
-        if let Err(e) = status {
-            eprintln!("cannot start {}: {e}", self.name);
-        }
+        let command = self.start.join(" ");
+        let started = match Command::new(&self.start[0]).args(&self.start[1..]).status() {
+            Ok(status) if status.success() => String::new(),
+            Ok(status) => format!("; `{command}` exited with {status}"),
+            Err(e) => format!("; `{command}` could not run: {e}"),
+        };
         let deadline = Instant::now() + Duration::from_secs(120);
         while !port_open(self.port) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(200));
         }
+        if !port_open(self.port) {
+            let (name, port) = (self.name, self.port);
+            let message =
+                format!("{name} did not listen on {port} again after `{command}`{started}");
+            // A second panic while a failed test unwinds would abort the whole run.
+            if std::thread::panicking() {
+                eprintln!("{message}");
+            } else {
+                panic!("{message}");
+            }
+        }
     }
 }
 
-/// Stops the process listening on `port` (SIGTERM) and waits for the port to close.
+/// Stops the processes listening on `port` (SIGTERM) and waits until they are gone, not
+/// only their port: a broker closes its listener before it has finished exiting, and a
+/// start command that looks for a running instance would still find the old one.
 pub fn stop_listener(name: &str, port: u16) {
-    for pid in listener_pids(port) {
+    let pids = listener_pids(port);
+    for pid in &pids {
         let _ = Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while port_open(port) && Instant::now() < deadline {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (port_open(port) || pids.iter().any(|&p| running(p))) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!port_open(port), "{name} did not stop");
+    let left: Vec<u32> = pids.into_iter().filter(|&p| running(p)).collect();
+    assert!(
+        left.is_empty(),
+        "{name} closed port {port} but its process did not exit: {left:?}"
+    );
+}
+
+/// Whether process `pid` still runs; a zombie (exited, not yet reaped) does not.
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
 }
 
 /// The processes listening on a loopback TCP port, as `ss` reports them.
