@@ -34,9 +34,9 @@ if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-log "building (release)"
-cargo build --release --locked --bin sluice >&2
-sluice="$CARGO_TARGET_DIR/release/sluice"
+log "building (dist: the optimised build of published binaries)"
+cargo build --profile dist --locked --bin sluice >&2
+sluice="$CARGO_TARGET_DIR/dist/sluice"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-gateway-bench.XXXXXX")"
 pids=()

@@ -37,8 +37,8 @@ if want kafka || want nats; then
     scripts/brokers.sh
 fi
 
-log "building (release)"
-build_json="$(cargo build --release --locked --bin sluice --bench pipeline_baseline \
+log "building (dist: the optimised build of published binaries)"
+build_json="$(cargo build --profile dist --locked --bin sluice --bench pipeline_baseline \
     --message-format=json-render-diagnostics)"
 executable() { # pattern of the file name
     grep -o "\"executable\":\"[^\"]*/$1\"" <<<"$build_json" | tail -n 1 | cut -d'"' -f4

@@ -24,9 +24,9 @@ if [ ! -x /usr/sbin/nginx ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
 fi
 
-log "building (release)"
-cargo build --release --locked --bin sluice >&2
-sluice="$CARGO_TARGET_DIR/release/sluice"
+log "building (dist: the optimised build of published binaries)"
+cargo build --profile dist --locked --bin sluice >&2
+sluice="$CARGO_TARGET_DIR/dist/sluice"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-webhooks-bench.XXXXXX")"
 pids=()
