@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod output;
 pub mod processor;
 pub mod rate_limit;
+pub mod secret;
 pub mod server;
 pub mod store;
 pub mod stream;

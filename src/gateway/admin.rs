@@ -12,8 +12,6 @@
 //! ```
 
 use http::{Method, StatusCode};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use super::keys::{self, KeyError, KeyRequest};
 use super::middleware::error;
@@ -86,12 +84,7 @@ pub async fn handle(gw: &Shared, req: HttpRequest, peer: std::net::SocketAddr) -
         .get(SECRET_HEADER)
         .map(|v| v.as_bytes())
         .unwrap_or_default();
-    // Digests compare in constant time whatever the lengths.
-    let ok: bool = Sha256::digest(given)
-        .as_slice()
-        .ct_eq(Sha256::digest(secret.as_bytes()).as_slice())
-        .into();
-    if !ok {
+    if !crate::secret::same(given, secret.as_bytes()) {
         gw.failed_secrets.failed(ip);
         tracing::warn!(client = %ip, "A request to the gateway API had a wrong secret.");
         return error(

@@ -12,7 +12,6 @@ use base64::Engine;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 
 use super::api::extension::Per;
 use super::auth::basic;
@@ -359,7 +358,7 @@ impl Keys {
         }
         let hash = hash_token(token);
         self.lookup(print, &hash, |record| {
-            record.hash.as_bytes().ct_eq(hash.as_bytes()).into()
+            crate::secret::same(record.hash.as_bytes(), hash.as_bytes())
         })
         .await
     }
