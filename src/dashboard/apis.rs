@@ -14,7 +14,8 @@ use utoipa::ToSchema;
 use super::assets::OAS_TEMPLATE;
 use super::error::{ApiError, ErrorBody, Problem};
 use super::gateway_keys;
-use super::request::{new_id, now, rfc3339, Ctx, Outcome, Reply};
+use super::ids::{new_id, now, rfc3339};
+use super::request::{Ctx, Outcome, Reply};
 use std::sync::Arc;
 
 use crate::config::yaml;

@@ -8,7 +8,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::request::{check_identifier, new_id, now, rfc3339, Ctx, Outcome, Reply};
+use super::ids::{new_id, now, rfc3339};
+use super::request::{check_identifier, Ctx, Outcome, Reply};
 use crate::store::AssetRecord;
 
 /// The kinds of asset the dashboard accepts.

@@ -10,7 +10,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::error::ApiError;
-use super::request::{new_id, now};
+use super::ids::{new_id, now};
 use crate::store::{DashboardKeyRecord, OrgRecord, Store, StoreError, UserRecord};
 
 /// What a user may do: admins also manage the organisation's users and keys.

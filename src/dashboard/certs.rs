@@ -18,7 +18,8 @@ use x509_parser::oid_registry::Oid;
 use x509_parser::x509::X509Name;
 
 use super::error::{ApiError, ErrorBody};
-use super::request::{now, Ctx, Outcome, Reply};
+use super::ids::now;
+use super::request::{Ctx, Outcome, Reply};
 use crate::store::{CertRecord, KeyFilter};
 
 /// A certificate in a list: the spec's summary.
@@ -167,7 +168,7 @@ fn oid_name(oid: &Oid<'_>) -> String {
 }
 
 fn time(t: x509_parser::time::ASN1Time) -> String {
-    super::request::rfc3339(t.timestamp())
+    super::ids::rfc3339(t.timestamp())
 }
 
 fn ip_text(bytes: &[u8]) -> String {

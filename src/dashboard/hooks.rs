@@ -11,7 +11,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::request::{check_identifier, new_id, now, Ctx, Outcome, Reply};
+use super::ids::{new_id, now};
+use super::request::{check_identifier, Ctx, Outcome, Reply};
 use crate::store::HookRecord;
 use crate::webhook::{self, sealed};
 

@@ -18,6 +18,7 @@ pub mod deliveries;
 pub mod error;
 pub mod gateway_keys;
 pub mod hooks;
+pub mod ids;
 pub mod live;
 pub mod mapping;
 pub mod openapi;

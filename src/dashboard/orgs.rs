@@ -10,7 +10,8 @@ use utoipa::ToSchema;
 
 use super::auth::{self, generate_key, hash_key, Role};
 use super::error::{ApiError, ErrorBody};
-use super::request::{new_id, now, rfc3339, Ctx, Reply};
+use super::ids::{new_id, now, rfc3339};
+use super::request::{Ctx, Reply};
 use crate::store::{DashboardKeyRecord, UserRecord};
 
 /// `POST /api/orgs`.

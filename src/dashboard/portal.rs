@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
-use super::request::{new_id, now, rfc3339, Ctx, Outcome, Reply};
+use super::ids::{new_id, now, rfc3339};
+use super::request::{Ctx, Outcome, Reply};
 use crate::store::seal::Sealer;
 use crate::store::{AppRecord, DeliveryRecord, ProductRecord, SubscriptionRecord, PENDING};
 use crate::webhook::sign;
