@@ -10,6 +10,7 @@
 # case measured only once, in a fixed place in the order, meets the others' after-effects.
 #   benches/gateway.sh                             # 5 rounds of 4 s per case, 64 connections
 #   BENCH_ROUNDS=9 BENCH_SECONDS=10 BENCH_CONNECTIONS=128 benches/gateway.sh
+#   BENCH_PROFILE=release benches/gateway.sh       # the build of `cargo run --release`
 # Installs wrk and nginx from Debian's packages when missing. Every server logs nothing
 # per request, so that logging does not decide the result.
 set -euo pipefail
@@ -34,9 +35,12 @@ if [ "${#need[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-log "building (dist: the optimised build of published binaries)"
-cargo build --profile dist --locked --bin sluice >&2
-sluice="$CARGO_TARGET_DIR/dist/sluice"
+# dist: the fully optimised build of published binaries; BENCH_PROFILE=release measures
+# the build that `cargo run --release` makes.
+profile="${BENCH_PROFILE:-dist}"
+log "building ($profile)"
+cargo build --profile "$profile" --locked --bin sluice >&2
+sluice="$CARGO_TARGET_DIR/$profile/sluice"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-gateway-bench.XXXXXX")"
 pids=()
