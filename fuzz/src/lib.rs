@@ -307,7 +307,8 @@ pub fn requests(data: &[u8]) {
     let ours = RUNTIME_PAUSED.block_on(serve_recorded(data, Server::Gateway));
     let theirs = RUNTIME_PAUSED.block_on(serve_recorded(data, Server::Hyper));
     let (mut theirs_seen, mut theirs_statuses) = (theirs.seen, theirs.statuses);
-    if ours.seen.len() < theirs_seen.len() && ours.seen.last().is_some_and(Seen::asks_for_events) {
+    // Whatever came after it, served or refused, hyper alone answers.
+    if ours.seen.last().is_some_and(Seen::asks_for_events) {
         theirs_seen.truncate(ours.seen.len());
         theirs_statuses.truncate(ours.statuses.len());
     }
