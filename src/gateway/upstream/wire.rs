@@ -416,19 +416,8 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
                 *state = Chunk::Size;
             }
             Chunk::Trailers => {
-                // No trailers: the empty line, or a bare LF, which hyper (as RFC 9112
-                // lets a recipient) also takes for it. Bytes after it are no part of
-                // this response, and a connection with bytes left over is not used
-                // again.
-                let empty = if buf.starts_with(b"\r\n") {
-                    2
-                } else if buf.starts_with(b"\n") {
-                    1
-                } else {
-                    0
-                };
-                if empty > 0 {
-                    let _ = buf.split_to(empty);
+                if buf.starts_with(b"\r\n") {
+                    let _ = buf.split_to(2);
                     *state = Chunk::Done;
                     continue;
                 }
