@@ -1005,7 +1005,6 @@ async fn silent_http2_connections_are_closed() {
 
 #[tokio::test]
 async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let gw = Gw::start_with_env(&[
         ("SLUICE_GW_LISTEN_MAX_CONNECTIONS", "8".into()),
         // Silent connections stay open for the whole test, however slow it runs.
@@ -1022,45 +1021,15 @@ async fn connections_past_the_cap_are_answered_503_and_freed_places_are_served()
                 .unwrap(),
         );
     }
-    let ping = || async {
-        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", gw.port))
-            .await
-            .unwrap();
-        c.write_all(b"GET /ping HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut answer = Vec::new();
-        let _ = tokio::time::timeout(DEADLINE, c.read_to_end(&mut answer)).await;
-        String::from_utf8_lossy(&answer).into_owned()
-    };
     // The connections are accepted before the ninth comes: wait until it is refused.
-    let start = Instant::now();
-    let refused = loop {
-        let answer = ping().await;
-        if answer.starts_with("HTTP/1.1 503") {
-            break answer;
-        }
-        assert!(start.elapsed() < DEADLINE, "never refused: {answer}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let refused = ping_until(gw.port, "HTTP/1.1 503").await;
     assert!(refused.contains("too many connections"), "{refused}");
     // The control port has places of its own.
     let r = gw.http.get(gw.control_url("/ready")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     // Closing them gives their places back.
     held.clear();
-    let start = Instant::now();
-    loop {
-        let answer = ping().await;
-        if answer.starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(
-            start.elapsed() < DEADLINE,
-            "places never came back: {answer}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ping_until(gw.port, "HTTP/1.1 200").await;
 }
 
 /// CPU time (user and system) the process `pid` has used so far.

@@ -561,26 +561,19 @@ x-sluice-streaming:
     }
     assert_eq!(instances(&gw).await, 2);
     // While a client is connected its instance stays, idle time or not.
-    drop(bob);
-    let started = std::time::Instant::now();
-    while instances(&gw).await != 1 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "bob's idle instance is not collected"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    async fn wait_instances(gw: &Gw, n: u64, what: &str) {
+        let started = std::time::Instant::now();
+        while instances(gw).await != n {
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
+    drop(bob);
+    wait_instances(&gw, 1, "bob's idle instance is not collected").await;
     // Alice is connected: hers stays however long she is idle.
     assert_eq!(instances(&gw).await, 1);
     drop(alice);
-    let started = std::time::Instant::now();
-    while instances(&gw).await != 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "alice's instance stays"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_instances(&gw, 0, "alice's instance stays").await;
 }
 
 #[tokio::test]

@@ -85,10 +85,8 @@ pub fn origin(ctx: &Ctx<'_>) -> Option<HeaderValue> {
 }
 
 /// Marks an answer to an allowed origin ([`origin`]).
-pub fn mark(ctx: &Ctx<'_>, origin: Option<HeaderValue>, resp: &mut HttpResponse) {
-    let (Some(cors), Some(origin)) = (config(ctx), origin) else {
-        return;
-    };
+pub fn mark(ctx: &Ctx<'_>, origin: HeaderValue, resp: &mut HttpResponse) {
+    let Some(cors) = config(ctx) else { return };
     let headers = resp.headers_mut();
     headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
     headers.append(header::VARY, HeaderValue::from_static("Origin"));

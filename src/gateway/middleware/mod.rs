@@ -103,7 +103,7 @@ pub async fn run(mut ctx: Ctx<'_>) -> HttpResponse {
     if api.has(Step::ResponseHeaders) {
         headers::transform_response(&ctx, &mut resp);
     }
-    if origin.is_some() {
+    if let Some(origin) = origin {
         cors::mark(&ctx, origin, &mut resp);
     }
     resp
