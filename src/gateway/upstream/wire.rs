@@ -18,10 +18,12 @@ use crate::http::wire::{
 const MAX_HEADERS: usize = 128;
 /// The largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
-/// The longest chunk-size line or trailer section accepted.
+/// The longest chunk-size line accepted.
 const MAX_CHUNK_LINE: usize = 4 * 1024;
-/// The most trailer fields a chunked body may end with.
-const MAX_TRAILERS: usize = 32;
+/// The trailer section must be shorter than this, and hold at most `MAX_TRAILERS`
+/// lines: hyper's limits, so that the two readers refuse the same responses.
+const MAX_TRAILER_SECTION: usize = 16 * 1024;
+const MAX_TRAILERS: usize = 100;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -422,11 +424,14 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
                     continue;
                 }
                 let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else {
-                    if buf.len() > MAX_CHUNK_LINE {
+                    if buf.len() >= MAX_TRAILER_SECTION {
                         return Err(WireError::Chunk);
                     }
                     return Ok(Decoded::More);
                 };
+                if end + 4 >= MAX_TRAILER_SECTION {
+                    return Err(WireError::Chunk);
+                }
                 let section = buf.split_to(end + 4);
                 *state = Chunk::Done;
                 return Ok(Decoded::Trailers(trailers(&section)?));
@@ -436,15 +441,30 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
     }
 }
 
-/// The fields of a trailer section (ending in its empty line), as the client gets them:
-/// without those a trailer may not carry. HTTP/2 clients get them as they are, so they
-/// are left out here and not only where HTTP/1.1 writes them.
+/// The fields of a trailer section (ending in its first empty line, CRLF CRLF), as the
+/// client gets them: without those a trailer may not carry. HTTP/2 clients get them as
+/// they are, so they are left out here and not only where HTTP/1.1 writes them.
+///
+/// The section is read as hyper's client reads it, so that the two never part ways on
+/// where a response ends or what it carries: a CR must start a CRLF; the fields are
+/// parsed with room for one per CRLF-ended line, so lines split by bare LFs that make
+/// more fields than that are refused; and a bare LF where a field would start ends the
+/// fields early, the rest of the section being dropped.
 fn trailers(section: &[u8]) -> Result<HeaderMap, WireError> {
+    let body = &section[..section.len() - 2];
+    let mut lines = 0;
+    for (at, _) in body.iter().enumerate().filter(|(_, &b)| b == b'\r') {
+        if body.get(at + 1) != Some(&b'\n') {
+            return Err(WireError::Chunk);
+        }
+        lines += 1;
+    }
+    if lines > MAX_TRAILERS {
+        return Err(WireError::Chunk);
+    }
     let mut fields = [httparse::EMPTY_HEADER; MAX_TRAILERS];
-    // The section ends at its first CRLF CRLF: httparse ending it sooner (at a bare LF)
-    // would leave bytes that another reader takes as more trailers.
-    let parsed = match httparse::parse_headers(section, &mut fields) {
-        Ok(httparse::Status::Complete((used, parsed))) if used == section.len() => parsed,
+    let parsed = match httparse::parse_headers(section, &mut fields[..lines]) {
+        Ok(httparse::Status::Complete((_, parsed))) => parsed,
         _ => return Err(WireError::Chunk),
     };
     let mut map = HeaderMap::with_capacity(parsed.len());
@@ -717,6 +737,34 @@ mod tests {
             decode_all(Framing::Chunked, bad, 100),
             Err(WireError::Chunk)
         );
+    }
+
+    #[test]
+    fn a_trailer_section_is_read_as_hyper_reads_it() {
+        let body = |wire: &[u8]| decode_all(Framing::Chunked, wire, 100);
+        // A bare LF where a field would start ends the fields; the section still runs
+        // to its CRLF CRLF.
+        assert_eq!(body(b"0\r\n\nx-a: 1\r\n\r\n"), Ok(Vec::new()));
+        // One field per CRLF-ended line: two fields on one line are refused.
+        assert_eq!(body(b"0\r\nx-a: 1\nx-b: 2\r\n\r\n"), Err(WireError::Chunk));
+        assert_eq!(body(b"0\r\nx-a: 1\r\nx-b: 2\r\n\r\n"), Ok(Vec::new()));
+        // A CR must start a CRLF.
+        assert_eq!(
+            body(b"0\r\nx-a: 1\r\r\nx-b: 2\r\n\r\n"),
+            Err(WireError::Chunk)
+        );
+        // A section as long as the limit is refused, whether it has ended or not.
+        let mut endless = b"0\r\nx-a: ".to_vec();
+        endless.extend(std::iter::repeat_n(b'a', MAX_TRAILER_SECTION));
+        assert_eq!(body(&endless), Err(WireError::Chunk));
+        endless.extend_from_slice(b"\r\n\r\n");
+        assert_eq!(body(&endless), Err(WireError::Chunk));
+        for step in [7, endless.len()] {
+            assert_eq!(
+                decode_all(Framing::Chunked, &endless, step),
+                Err(WireError::Chunk)
+            );
+        }
     }
 
     #[test]
