@@ -40,6 +40,7 @@ pub const GATEWAY_REQUESTS: &str = "sluice_gateway_requests_total";
 pub const GATEWAY_REQUEST_DURATION: &str = "sluice_gateway_request_duration_seconds";
 pub const GATEWAY_EVENTS: &str = "sluice_gateway_events_total";
 pub const GATEWAY_WEBHOOKS_FIRED: &str = "sluice_gateway_webhooks_fired_total";
+pub const GATEWAY_WEBHOOKS_HELD: &str = "sluice_gateway_webhooks_held_total";
 
 // Webhook deliveries, by `outcome` (delivered, retry, dead).
 pub const WEBHOOK_ATTEMPTS: &str = "sluice_webhook_attempts_total";
@@ -120,6 +121,11 @@ fn describe() {
         GATEWAY_WEBHOOKS_FIRED,
         Unit::Count,
         "Webhooks an API's event handlers fired, after their cool-down."
+    );
+    describe_counter!(
+        GATEWAY_WEBHOOKS_HELD,
+        Unit::Count,
+        "Webhooks an API's event handlers held back: the same event within its cool-down."
     );
     describe_counter!(
         WEBHOOK_ATTEMPTS,

@@ -1,9 +1,7 @@
 //! AMQP 0.9.1 connectors against a local RabbitMQ (scripts/brokers.sh).
 
-#[path = "common/brokers.rs"]
-mod common;
-#[path = "common/tls.rs"]
-mod tls;
+use crate::common::brokers as common;
+use crate::common::tls;
 
 use std::time::Duration;
 

@@ -1,12 +1,9 @@
 //! AMQP 1.0 connectors against the local RabbitMQ with its AMQP 1.0 plugin
 //! (scripts/brokers.sh enables it). Queues are checked and removed over AMQP 0.9.1.
 
-#[path = "common/brokers.rs"]
-mod common;
-#[path = "common/sink.rs"]
-mod sink;
-#[path = "common/tls.rs"]
-mod tls;
+use crate::common::brokers as common;
+use crate::common::sink;
+use crate::common::tls;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! `SLUICE_CONSOLE_SCREENSHOTS=docs/console` writes the screenshots where the docs show
 //! them; otherwise they go to a temporary directory.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Stdio;

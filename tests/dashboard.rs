@@ -9,7 +9,7 @@
 //! it and drops it at the end. When the server cannot be reached the tests fail: they do
 //! not skip.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Stdio;

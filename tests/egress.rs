@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-mod common;
+use crate::common;
 
 use common::receiver::Receiver;
 

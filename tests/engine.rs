@@ -1,7 +1,7 @@
 //! The engine as users run it: the `sluice` binary, real HTTP clients and servers,
 //! files, and signals.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 

@@ -2,13 +2,10 @@
 //! clients; each auth scheme, limits at their edges, the middleware, proxy errors,
 //! streaming, hot reload and two gateways sharing one Redis limit.
 
-mod common;
-#[path = "gateway/harness.rs"]
-mod harness;
-#[path = "gateway/smuggling.rs"]
+use crate::common;
+use crate::common::harness;
 mod smuggling;
-#[path = "gateway/upstream.rs"]
-mod upstream;
+use crate::common::upstream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -911,6 +908,7 @@ async fn hot_reload_under_load_loses_no_request() {
 
 #[tokio::test]
 async fn two_gateways_sharing_redis_enforce_one_limit() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let up = Upstream::start().await;
     let tmp = tempfile::tempdir().unwrap();
     let prefix = format!("sluice-test-{}:", uuid::Uuid::new_v4());

@@ -1,11 +1,9 @@
 //! Streaming APIs through `sluice gateway`: streams of `x-sluice-streaming` served under
 //! an API's listen path, behind its authentication, with real SSE clients.
 
-mod common;
-#[path = "gateway/harness.rs"]
-mod harness;
-#[path = "gateway/upstream.rs"]
-mod upstream;
+use crate::common;
+use crate::common::harness;
+use crate::common::upstream;
 
 use std::time::Duration;
 
@@ -405,6 +403,7 @@ async fn create_topic(name: &str) {
 
 #[tokio::test]
 async fn the_streaming_examples_load_and_carry_messages() {
+    let _shared = common::brokers::BROKER.read().await;
     let up = upstream::Upstream::start().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let (topic, fan_topic) = (format!("gw-events-{id}"), format!("gw-fan-{id}"));
@@ -483,6 +482,7 @@ async fn the_streaming_examples_load_and_carry_messages() {
 
 #[tokio::test]
 async fn per_client_streams_follow_the_request_and_are_collected_when_idle() {
+    let _shared = common::brokers::BROKER.read().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let doc = format!(
         r#"openapi: 3.0.3

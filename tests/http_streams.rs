@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 /// Generous: CI machines are slow; a passing run never waits this long.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-include!("common/ports.rs");
+use crate::common::free_port;
 
 fn free_addr() -> String {
     format!("127.0.0.1:{}", free_port())

@@ -1,12 +1,9 @@
 //! Kafka connectors against a Kafka-API broker (tansu, started by scripts/brokers.sh; its
 //! address is in target/brokers/kafka.addr, or SLUICE_KAFKA_ADDR).
 
-#[path = "common/brokers.rs"]
-mod common;
-#[path = "common/sink.rs"]
-mod sink;
-#[path = "common/tls.rs"]
-mod tls;
+use crate::common::brokers as common;
+use crate::common::sink;
+use crate::common::tls;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

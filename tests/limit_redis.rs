@@ -25,6 +25,7 @@ fn per_minute(rate: u64) -> Rate {
 
 #[tokio::test]
 async fn burst_edge_is_exact() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let l = limiter(&prefix()).await;
     for left in (0..5).rev() {
         let d = l.check_rate("k", per_minute(5)).await.unwrap();
@@ -48,6 +49,7 @@ async fn burst_edge_is_exact() {
 
 #[tokio::test]
 async fn refills_after_one_interval() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let l = limiter(&prefix()).await;
     // 10 per second: one interval is 100ms.
     let rate = Rate::new(10, Duration::from_secs(1)).unwrap();
@@ -64,6 +66,7 @@ async fn refills_after_one_interval() {
 
 #[tokio::test]
 async fn buckets_are_independent_and_reset_forgets() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let l = limiter(&prefix()).await;
     assert!(l.check_rate("a", per_minute(1)).await.unwrap().allowed);
     assert!(!l.check_rate("a", per_minute(1)).await.unwrap().allowed);
@@ -80,6 +83,7 @@ async fn buckets_are_independent_and_reset_forgets() {
 
 #[tokio::test]
 async fn quota_counts_refuses_and_renews() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let l = limiter(&prefix()).await;
     let renewal = Duration::from_millis(400);
     for left in (0..3).rev() {
@@ -108,6 +112,7 @@ async fn quota_counts_refuses_and_renews() {
 
 #[tokio::test]
 async fn idle_rate_keys_expire() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let p = prefix();
     let l = limiter(&p).await;
     let rate = Rate::new(10, Duration::from_secs(1)).unwrap();
@@ -130,6 +135,7 @@ async fn idle_rate_keys_expire() {
 /// fired at once: exactly the rate passes.
 #[tokio::test]
 async fn two_gateways_share_one_exact_rate() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let p = prefix();
     let (a, b) = (limiter(&p).await, limiter(&p).await);
     let checks = (0..20).map(|i| {
@@ -154,6 +160,7 @@ async fn two_gateways_share_one_exact_rate() {
 
 #[tokio::test]
 async fn two_gateways_share_one_exact_quota() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let p = prefix();
     let (a, b) = (limiter(&p).await, limiter(&p).await);
     let checks = (0..30).map(|i| {
@@ -183,6 +190,7 @@ async fn two_gateways_share_one_exact_quota() {
 /// Different prefixes never share state.
 #[tokio::test]
 async fn prefixes_separate_state() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let (a, b) = (limiter(&prefix()).await, limiter(&prefix()).await);
     assert!(a.check_rate("k", per_minute(1)).await.unwrap().allowed);
     assert!(b.check_rate("k", per_minute(1)).await.unwrap().allowed);
@@ -190,6 +198,7 @@ async fn prefixes_separate_state() {
 
 #[tokio::test]
 async fn unreachable_redis_fails_in_bounded_time() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     // Nothing listens on port 1.
     let started = std::time::Instant::now();
     let err = Limiter::redis_with_timeout("redis://127.0.0.1:1", "x:", Duration::from_millis(500))
@@ -247,6 +256,7 @@ async fn proxy() -> (String, tokio::sync::watch::Sender<Mode>) {
 
 #[tokio::test]
 async fn a_redis_that_goes_away_fails_checks_then_recovers() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let (url, mode) = proxy().await;
     let timeout = Duration::from_millis(300);
     let l = Limiter::redis_with_timeout(&url, &prefix(), timeout)
@@ -273,6 +283,7 @@ async fn a_redis_that_goes_away_fails_checks_then_recovers() {
 
 #[tokio::test]
 async fn a_redis_that_hangs_times_out() {
+    let _shared = crate::common::brokers::BROKER.read().await;
     let (url, mode) = proxy().await;
     let timeout = Duration::from_millis(300);
     let l = Limiter::redis_with_timeout(&url, &prefix(), timeout)

@@ -1,11 +1,8 @@
 //! NATS core and JetStream connectors against a local nats-server (scripts/brokers.sh).
 
-#[path = "common/brokers.rs"]
-mod common;
-#[path = "common/sink.rs"]
-mod sink;
-#[path = "common/tls.rs"]
-mod tls;
+use crate::common::brokers as common;
+use crate::common::sink;
+use crate::common::tls;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Every example in `pipelines/` lints clean and runs as documented.
 
-mod common;
+use crate::common;
 
 use common::{eventually, read_lines, Sluice};
 

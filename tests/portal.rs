@@ -6,7 +6,7 @@
 //! The delivery worker is off in these dashboards, so queued deliveries stay as the
 //! ingestion left them; sending is the worker's own tests' business.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

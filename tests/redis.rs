@@ -1,9 +1,7 @@
 //! Redis streams and pub/sub connectors against a local Redis (scripts/brokers.sh).
 
-#[path = "common/brokers.rs"]
-mod common;
-#[path = "common/tls.rs"]
-mod tls;
+use crate::common::brokers as common;
+use crate::common::tls;
 
 use std::time::Duration;
 

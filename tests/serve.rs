@@ -8,7 +8,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-mod common;
+use crate::common;
 
 #[tokio::test]
 async fn serve_runs_the_dashboard_and_the_gateway_on_one_store() {

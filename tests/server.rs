@@ -2,7 +2,7 @@
 //! before the first byte, unfinished headers and a stalled body are each cut off after
 //! the configured timeout.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

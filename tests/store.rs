@@ -6,7 +6,7 @@
 //! that one and drops it at the end, so runs never disturb each other. When the server
 //! cannot be reached the tests fail: they do not skip.
 
-mod common;
+use crate::common;
 
 use std::error::Error;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
-mod common;
+use crate::common;
 
 const KEY: &str = "deep-values-admin-key-0123456789";
 

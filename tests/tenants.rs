@@ -2,7 +2,7 @@
 //! to one organisation, gateway keys to theirs, and only the instance's administrator
 //! makes organisations. Real processes: `sluice serve`, real upstreams, real HTTP.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

@@ -3,9 +3,8 @@
 //! one idempotency key, dead letters and their replay, and a process killed with SIGKILL
 //! mid-retry that still delivers after a restart.
 
-mod common;
-#[path = "gateway/harness.rs"]
-mod harness;
+use crate::common;
+use crate::common::harness;
 
 use std::time::Duration;
 
@@ -83,6 +82,36 @@ async fn deliveries(dir: &std::path::Path) -> Vec<sluice::store::DeliveryRecord>
         .0
 }
 
+/// Waits until the gateway's handlers have held back `count` events within their
+/// cool-down.
+async fn wait_held(gw: &Gw, count: u64) {
+    let start = std::time::Instant::now();
+    loop {
+        let text = gw
+            .http
+            .get(gw.control_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let held: u64 = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_gateway_webhooks_held_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+        if held == count {
+            return;
+        }
+        assert!(
+            held < count && start.elapsed() < WAIT,
+            "{held} held, not {count}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until delivery `id` has `status`.
 async fn wait_status(
     dir: &std::path::Path,
@@ -143,7 +172,8 @@ async fn a_hook_fires_on_an_auth_failure_with_its_template_and_headers_then_cool
         let resp = gw.http.get(gw.url("/pets/dogs")).send().await.unwrap();
         assert_eq!(resp.status(), 401);
     }
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Each was held back: once the gateway counts three, none of them was queued.
+    wait_held(&gw, 3).await;
     assert_eq!(receiver.received().len(), 1);
     let log = deliveries(tmp.path()).await;
     assert_eq!(log.len(), 1);
@@ -286,8 +316,8 @@ async fn a_failing_receiver_gets_each_retry_with_the_same_idempotency_key() {
         attempts.iter().map(|a| a.status).collect::<Vec<_>>(),
         [Some(500), Some(503), Some(200)]
     );
-    // One delivery, sent once more each time and then no more.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // One delivery, sent once more each time and then no more: only pending deliveries
+    // are sent, and this one is delivered.
     assert_eq!(receiver.received().len(), 3);
 }
 
@@ -302,8 +332,7 @@ async fn a_4xx_goes_to_the_dead_letters_and_can_be_replayed() {
     let key = got[0].header("idempotency-key").unwrap().to_owned();
     let dead = wait_status(tmp.path(), &key, DEAD).await;
     assert_eq!((dead.attempts, dead.last_status), (1, Some(404)));
-    // Not retried.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Not retried: only pending deliveries are sent, and this one is dead.
     assert_eq!(receiver.received().len(), 1);
 
     assert!(store(tmp.path())
@@ -590,8 +619,23 @@ async fn a_stream_publishes_through_the_portal_to_the_subscribers_that_chose_the
     }
     orders.sort();
     assert_eq!(orders, [1, 2, 3]);
-    // The subscriber that chose only `order.paid` gets nothing.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The subscriber that chose only `order.paid` gets nothing: each publish queued its
+    // deliveries before it was answered, and none of them is to that subscriber.
+    let queued = portal_call(
+        port,
+        reqwest::Method::GET,
+        "/deliveries?p=-1",
+        serde_json::Value::Null,
+    )
+    .await;
+    let urls: Vec<&str> = queued["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["url"].as_str().unwrap())
+        .collect();
+    let want = created.url("/events");
+    assert_eq!(urls, [want.as_str(); 3], "{queued}");
     assert!(paid_only.received().is_empty());
     assert_eq!(created.received().len(), 3);
 }

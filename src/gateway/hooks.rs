@@ -195,6 +195,8 @@ impl Dispatcher {
                 None => continue,
             };
             if !self.cooled_down(api, i, event, hook.event_timeout) {
+                metrics::counter!(crate::metrics::GATEWAY_WEBHOOKS_HELD, "api_id" => api.id.clone(), "event" => event.kind.as_str())
+                    .increment(1);
                 continue;
             }
             metrics::counter!(crate::metrics::GATEWAY_WEBHOOKS_FIRED, "api_id" => api.id.clone(), "event" => event.kind.as_str())

@@ -216,4 +216,4 @@ impl Drop for Sluice {
     }
 }
 
-include!("ports.rs");
+pub use super::free_port;

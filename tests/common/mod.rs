@@ -1,10 +1,17 @@
 //! Helpers for tests that run `sluice` as a user would: a spawned binary, real sockets.
 #![allow(dead_code)]
 
+pub mod brokers;
 pub mod dashboard;
+pub mod harness;
+mod ports;
 pub mod postgres;
 pub mod receiver;
-mod sink;
+pub mod sink;
+pub mod tls;
+pub mod upstream;
+
+pub use ports::free_port;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -16,8 +23,6 @@ use tokio::process::{Child, Command};
 pub use sink::Sink;
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
-
-include!("ports.rs");
 
 /// A running `sluice run` with its config in a temporary directory.
 pub struct Sluice {

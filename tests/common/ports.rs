@@ -1,7 +1,8 @@
-// A loopback port for a server a test starts, included by the test helpers that need one.
-// Ports are taken below the kernel's ephemeral range: a port from that range (what binding
-// port 0 gives) can be handed to any outgoing connection between the moment it is probed
-// and the moment the server binds it, and a broker that then fails to bind breaks its test.
+//! A loopback port for a server a test starts.
+//!
+//! Ports are taken below the kernel's ephemeral range: a port from that range (what binding
+//! port 0 gives) can be handed to any outgoing connection between the moment it is probed
+//! and the moment the server binds it, and a broker that then fails to bind breaks its test.
 
 /// A loopback port free right now, below the ephemeral range.
 pub fn free_port() -> u16 {

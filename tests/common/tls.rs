@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 // Every test crate that includes this file includes `brokers.rs` as `common` too.
-use super::common::{port_open, unique};
+use super::brokers::{port_open, unique};
 use rcgen::{
     date_time_ymd, BasicConstraints, Certificate, CertificateParams, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,

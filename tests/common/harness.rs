@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 pub const SECRET: &str = "test-gateway-secret";
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
-pub use super::common::free_port;
+pub use super::free_port;
 
 pub struct Gw {
     /// Killed when the test ends.
