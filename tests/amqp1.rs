@@ -229,6 +229,8 @@ output:
 struct Relay {
     port: u16,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// Connections accepted so far.
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Relay {
@@ -236,10 +238,12 @@ impl Relay {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
             .await
             .unwrap();
+        let accepted = self.accepted.clone();
         self.task = Some(tokio::spawn(async move {
             // Aborting this task drops the set, which aborts every relayed connection.
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((mut inbound, _)) = listener.accept().await {
+                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 conns.spawn(async move {
                     if let Ok(mut outbound) =
                         tokio::net::TcpStream::connect(("127.0.0.1", 5672)).await
@@ -266,6 +270,7 @@ async fn refused_and_lost_connections_are_reconnected_without_loss() {
     let mut relay = Relay {
         port: free_port(),
         task: None,
+        accepted: Default::default(),
     };
     let url = format!("amqp://guest:guest@127.0.0.1:{}", relay.port);
     let dir = tempfile::tempdir().unwrap();
@@ -339,17 +344,29 @@ async fn sasl_mechanisms_and_wrong_credentials() {
     .await;
     consumer.stop(Duration::from_secs(5)).await;
 
-    // A wrong password never connects.
+    // A wrong password never connects: once the broker refused it and it tried again
+    // (two connections through a relay), it is still not ready.
+    let mut relay = Relay {
+        port: free_port(),
+        task: None,
+        accepted: Default::default(),
+    };
+    relay.resume().await;
     let env = sluice::stream::StreamEnv::standalone();
     let refused = start_in(&format!(
-        "input:\n  amqp_1:\n    urls: ['amqp://127.0.0.1:5672']\n    source_address: /queue/{queue}\n    sasl: {{mechanism: plain, user: guest, password: wrong}}\noutput:\n  drop: {{}}\n"
+        "input:\n  amqp_1:\n    urls: ['amqp://127.0.0.1:{}']\n    source_address: /queue/{queue}\n    sasl: {{mechanism: plain, user: guest, password: wrong}}\noutput:\n  drop: {{}}\n",
+        relay.port
     ), &env);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for("a second attempt", Duration::from_secs(20), || {
+        relay.accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2
+    })
+    .await;
     assert!(
         !env.readiness.not_ready().is_empty(),
         "a wrong password connected"
     );
     refused.stop(Duration::from_secs(5)).await;
+    relay.cut();
     delete_queue(&queue).await;
 }
 
