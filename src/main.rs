@@ -192,13 +192,13 @@ fn main() -> ExitCode {
                 eprintln!("error: give a mapping, or a file with -f");
                 return ExitCode::from(1);
             }
-            let args = sluice::mapping::blobl::BloblArgs {
+            let args = sluice::cli::blobl::BloblArgs {
                 mapping,
                 file,
                 meta,
                 single,
             };
-            sluice::mapping::blobl::run(
+            sluice::cli::blobl::run(
                 args,
                 std::io::stdin(),
                 std::io::stdout().lock(),

@@ -3,73 +3,20 @@
 //! private: refused when posted (dry run or not) for addresses the document names, and
 //! refused when connecting for addresses a message names.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 use crate::common;
 
 use common::receiver::Receiver;
+use common::serve::{Serve, ADMIN_KEY};
 
 const STREAMS: &str = "application/vnd.sluice.streams.oas";
 
-struct Serve {
-    _child: Child,
-    _dir: tempfile::TempDir,
-    db_port: u16,
-    gw_port: u16,
-    /// The gateway's control port (`/metrics`, `/sluice/`).
-    control_port: u16,
-    key: String,
-    http: reqwest::Client,
-}
-
 impl Serve {
-    /// `sluice serve` on its defaults, with `env` added.
-    async fn start(env: &[(&str, &str)]) -> Serve {
-        let dir = tempfile::tempdir().unwrap();
-        let (db_port, gw_port) = (common::free_port(), common::free_port());
-        let control_port = common::free_port();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("serve")
-            .current_dir(dir.path())
-            .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
-            .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
-            .env("SLUICE_GW_CONTROL_PORT", control_port.to_string())
-            .env("SLUICE_GW_LOGGER_LEVEL", "warn")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let key = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(k) = line.strip_prefix("Admin key (shown once; keep it): ") {
-                    return k.to_owned();
-                }
-            }
-            panic!("no admin key printed");
-        })
-        .await
-        .unwrap();
-        Serve {
-            _child: child,
-            _dir: dir,
-            control_port,
-            db_port,
-            gw_port,
-            key,
-            http: reqwest::Client::new(),
-        }
-    }
-
     /// Posts a streaming API whose one stream is `stream` (YAML, indented by six).
-    async fn post(&self, id: &str, stream: &str, dry_run: bool) -> (u16, Value) {
+    async fn post_stream(&self, id: &str, stream: &str, dry_run: bool) -> (u16, Value) {
         let doc = format!(
             "openapi: 3.0.3\ninfo: {{title: {id}, version: '1'}}\npaths: {{}}\nx-sluice-api-gateway:\n  info: {{id: {id}, name: {id}}}\n  server: {{listenPath: {{value: /{id}/, strip: true}}}}\nx-sluice-streaming:\n  streams:\n    main:\n{stream}"
         );
@@ -78,9 +25,9 @@ impl Serve {
             .http
             .post(format!(
                 "http://127.0.0.1:{}/api/apis/streams{query}",
-                self.db_port
+                self.db
             ))
-            .header("authorization", &self.key)
+            .header("authorization", ADMIN_KEY)
             .header("content-type", STREAMS)
             .body(doc)
             .send()
@@ -93,7 +40,7 @@ impl Serve {
     /// What the fetching stream of `id` answers for `url`: the fetched body, or the
     /// error of the fetch.
     async fn fetch(&self, id: &str, url: &str) -> String {
-        let gateway = format!("http://127.0.0.1:{}/{id}/fetch", self.gw_port);
+        let gateway = format!("http://127.0.0.1:{}/{id}/fetch", self.gw);
         // The gateway serves the API once it loaded it from the store.
         for _ in 0..200 {
             let resp = self
@@ -149,18 +96,18 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
         (
             input(&format!(
                 "http://127.0.0.1:{}/api/openapi.json",
-                serve.db_port
+                serve.db
             )),
             "x-sluice-streaming.streams.main.input.http_client",
         ),
         (
-            input(&format!("http://127.0.0.1:{}/anything", serve.gw_port)),
+            input(&format!("http://127.0.0.1:{}/anything", serve.gw)),
             "x-sluice-streaming.streams.main.input.http_client",
         ),
         (
             input(&format!(
                 "http://127.0.0.1:{}/sluice/keys",
-                serve.control_port
+                serve.control
             )),
             "x-sluice-streaming.streams.main.input.http_client",
         ),
@@ -205,7 +152,7 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
     ];
     for (i, (stream, path)) in refused.iter().enumerate() {
         for dry_run in [true, false] {
-            let (status, body) = serve.post(&format!("r{i}"), stream, dry_run).await;
+            let (status, body) = serve.post_stream(&format!("r{i}"), stream, dry_run).await;
             assert_eq!(status, 422, "{stream}: {body}");
             assert_eq!(body["Status"], "Error", "{body}");
             assert!(
@@ -214,7 +161,7 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
             );
         }
     }
-    let (_, body) = serve.post("r", &refused[4].0, true).await;
+    let (_, body) = serve.post_stream("r", &refused[4].0, true).await;
     let message = body["Message"].as_str().unwrap_or_default();
     assert!(
         message.contains("a loopback address") && message.contains("streaming.egress.allow"),
@@ -223,12 +170,12 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
 
     // An address only a message names is refused when the stream connects: the loopback
     // service is never called and its answer never comes back.
-    let (status, body) = serve.post("fetcher", FETCH, false).await;
+    let (status, body) = serve.post_stream("fetcher", FETCH, false).await;
     assert_eq!(status, 201, "{body}");
     for url in [
         secret.url("/secret"),
         format!("http://localhost:{}/secret", secret.addr.port()),
-        format!("http://127.0.0.1:{}/api/openapi.json", serve.db_port),
+        format!("http://127.0.0.1:{}/api/openapi.json", serve.db),
         "http://[::ffff:127.0.0.1]:6379/".to_owned(),
     ] {
         let answer = serve.fetch("fetcher", &url).await;
@@ -256,7 +203,7 @@ async fn the_operator_allows_hosts_explicitly_but_not_the_servers_own_listeners(
     ])
     .await;
     let upstream = Receiver::start(&[], 200).await;
-    let (status, body) = serve.post("fetcher", FETCH, false).await;
+    let (status, body) = serve.post_stream("fetcher", FETCH, false).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(
         serve.fetch("fetcher", &upstream.url("/data")).await,
@@ -267,12 +214,11 @@ async fn the_operator_allows_hosts_explicitly_but_not_the_servers_own_listeners(
     let by_name = format!("http://localhost:{}/data", upstream.addr.port());
     assert_eq!(serve.fetch("fetcher", &by_name).await, "noted");
     // The dashboard and the gateway stay out of reach on the allowed address.
-    for port in [serve.db_port, serve.gw_port] {
+    for port in [serve.db, serve.gw] {
         let url = format!("http://127.0.0.1:{port}/api/openapi.json");
         let answer = serve.fetch("fetcher", &url).await;
         assert!(answer.contains("own listener"), "{answer}");
-        let (status, body) = serve
-            .post(
+        let (status, body) = serve.post_stream(
                 "own",
                 &format!("      input:\n        http_client: {{url: '{url}', verb: GET}}\n      output:\n        drop: {{}}\n"),
                 true,

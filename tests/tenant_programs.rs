@@ -6,70 +6,19 @@
 //! process keeps serving: a value nested 10 000 deep used to overflow a worker's stack
 //! and abort the process, and a playground run held a serving thread for 8 s.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::process::{Child, Command};
 
 use crate::common;
-
-const KEY: &str = "deep-values-admin-key-0123456789";
+use common::serve::{Serve, ADMIN_KEY};
 
 /// A path of `n` segments: `a.a.a…`.
 fn deep_path(n: usize) -> String {
     vec!["a"; n].join(".")
 }
 
-struct Serve {
-    _child: Child,
-    db: u16,
-    gw: u16,
-    http: reqwest::Client,
-}
-
 impl Serve {
-    async fn start(dir: &std::path::Path) -> Serve {
-        let (db, gw) = (common::free_port(), common::free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("serve")
-            .current_dir(dir)
-            .env("SLUICE_DB_ADMIN_KEY", KEY)
-            .env("SLUICE_DB_LISTEN_PORT", db.to_string())
-            .env("SLUICE_GW_LISTEN_PORT", gw.to_string())
-            .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let serve = Serve {
-            _child: child,
-            db,
-            gw,
-            http: reqwest::Client::new(),
-        };
-        let started = Instant::now();
-        while !(serve.up(db).await && serve.up(gw).await) {
-            assert!(
-                started.elapsed() < common::DEADLINE,
-                "sluice serve did not start"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        serve
-    }
-
-    async fn up(&self, port: u16) -> bool {
-        let ping = self
-            .http
-            .get(format!("http://127.0.0.1:{port}/ping"))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await;
-        matches!(ping, Ok(r) if r.status() == 200)
-    }
-
     /// Both servers still answer: the process survived.
     async fn assert_alive(&self, after: &str) {
         assert!(self.up(self.db).await, "the dashboard died after {after}");
@@ -80,7 +29,7 @@ impl Serve {
         let resp = self
             .http
             .post(format!("http://127.0.0.1:{}{path}", self.db))
-            .header("authorization", KEY)
+            .header("authorization", ADMIN_KEY)
             .header("content-type", content_type)
             .body(body)
             .send()
@@ -161,7 +110,7 @@ fn says_too_deep(body: &Value) -> bool {
 #[tokio::test]
 async fn deep_values_are_refused_and_the_process_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(dir.path()).await;
+    let serve = Serve::start_in(dir.path(), &[]).await;
 
     // The playground: every way a mapping can nest a value past the limit.
     let deep = deep_path(10_000);
@@ -234,7 +183,7 @@ async fn deep_values_are_refused_and_the_process_keeps_serving() {
     drop(serve);
 
     // On restart the stored stream starts again, and a caller still cannot crash it.
-    let serve = Serve::start(dir.path()).await;
+    let serve = Serve::start_in(dir.path(), &[]).await;
     serve.publish_deep(&deep).await;
     serve.assert_alive("a restart").await;
 }
@@ -242,7 +191,7 @@ async fn deep_values_are_refused_and_the_process_keeps_serving() {
 #[tokio::test]
 async fn tenant_programs_run_within_a_budget_and_documents_within_a_depth() {
     let dir = tempfile::tempdir().unwrap();
-    let serve = Serve::start(dir.path()).await;
+    let serve = Serve::start_in(dir.path(), &[]).await;
 
     // Seconds of work at run time, and the same folded as a constant at compile time.
     for mapping in [

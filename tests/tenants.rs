@@ -4,78 +4,24 @@
 
 use crate::common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio::process::{Child, Command};
 
 use common::dashboard::{assert_error, send};
 use common::receiver::Receiver;
+use common::serve::{Serve, ADMIN_KEY};
 use common::DEADLINE;
-use sluice::store::{KeyRecord, Store, StoredApi};
+use sluice::store::{KeyRecord, StoredApi};
 
-const ADMIN_KEY: &str = "tenants-admin-key-0123456789";
-
-/// A `sluice serve` in a temporary directory, with its dashboard and gateway ports.
-struct Serve {
-    _child: Child,
-    dir: tempfile::TempDir,
-    db: u16,
-    gw: u16,
-    http: reqwest::Client,
-}
+/// The webhook receivers of these tests listen on loopback.
+const TENANT_ENV: &[(&str, &str)] = &[
+    ("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]"),
+    ("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]"),
+];
 
 impl Serve {
-    async fn start() -> Serve {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, gw) = (common::free_port(), common::free_port());
-        let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("serve")
-            .current_dir(dir.path())
-            .env("SLUICE_DB_ADMIN_KEY", ADMIN_KEY)
-            .env("SLUICE_DB_LISTEN_PORT", db.to_string())
-            .env("SLUICE_GW_LISTEN_PORT", gw.to_string())
-            .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
-            // The webhook receivers of these tests listen on loopback.
-            .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
-            .env("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let serve = Serve {
-            _child: child,
-            dir,
-            db,
-            gw,
-            http: reqwest::Client::new(),
-        };
-        let started = Instant::now();
-        while serve
-            .api(ADMIN_KEY, Method::GET, "/api/users")
-            .send()
-            .await
-            .is_err()
-        {
-            assert!(started.elapsed() < DEADLINE, "serve did not come up");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        serve
-    }
-
-    fn api(&self, key: &str, method: Method, path: &str) -> reqwest::RequestBuilder {
-        self.http
-            .request(method, format!("http://127.0.0.1:{}{path}", self.db))
-            .bearer_auth(key)
-    }
-
-    fn gateway(&self, path: &str) -> reqwest::RequestBuilder {
-        self.http.get(format!("http://127.0.0.1:{}{path}", self.gw))
-    }
-
     /// A new organisation made by the instance's admin: its admin key.
     async fn org(&self, name: &str) -> String {
         let made = send(
@@ -85,14 +31,6 @@ impl Serve {
         .await;
         assert_eq!(made.0, 201, "{}", made.1);
         made.1["key"].as_str().unwrap().to_owned()
-    }
-
-    /// The store `sluice serve` keeps under `./data`, opened beside it.
-    async fn store(&self) -> Store {
-        let file = self.dir.path().join("data/sluice.db");
-        Store::open(&format!("sqlite://{}", file.display()))
-            .await
-            .unwrap()
     }
 
     /// Waits until a gateway request to `path` with `key` is answered other than
@@ -152,7 +90,7 @@ fn streaming(id: &str, listen: &str) -> String {
 
 #[tokio::test]
 async fn a_listen_path_at_above_or_below_another_organisations_is_refused() {
-    let serve = Serve::start().await;
+    let serve = Serve::start(TENANT_ENV).await;
     let (a, b) = (serve.org("a").await, serve.org("b").await);
     let upstream = Receiver::start(&[], 200).await;
     let created = send(serve.api(&a, Method::POST, "/api/apis/oas").json(&guarded(
@@ -240,7 +178,7 @@ async fn a_listen_path_at_above_or_below_another_organisations_is_refused() {
 
 #[tokio::test]
 async fn apis_stored_over_another_organisations_path_route_to_neither() {
-    let serve = Serve::start().await;
+    let serve = Serve::start(TENANT_ENV).await;
     let (a_up, b_up) = (
         Receiver::start(&[], 201).await,
         Receiver::start(&[], 202).await,
@@ -290,7 +228,7 @@ async fn apis_stored_over_another_organisations_path_route_to_neither() {
 
 #[tokio::test]
 async fn a_key_opens_only_its_organisations_apis() {
-    let serve = Serve::start().await;
+    let serve = Serve::start(TENANT_ENV).await;
     let (a, b) = (serve.org("a").await, serve.org("b").await);
     let (a_up, b_up) = (
         Receiver::start(&[], 201).await,
@@ -386,7 +324,7 @@ async fn a_key_opens_only_its_organisations_apis() {
 
 #[tokio::test]
 async fn only_the_instance_admin_creates_organisations() {
-    let serve = Serve::start().await;
+    let serve = Serve::start(TENANT_ENV).await;
     let a = serve.org("a").await;
     let r = send(
         serve
@@ -429,7 +367,7 @@ async fn settled_delivery(serve: &Serve, key: &str) -> Value {
 
 #[tokio::test]
 async fn webhook_secrets_are_sealed_at_rest_and_still_sent() {
-    let serve = Serve::start().await;
+    let serve = Serve::start(TENANT_ENV).await;
     let a = serve.org("a").await;
     let receiver = Receiver::start(&[], 200).await;
     let target = format!("http://hookuser:s3cr3t-pass@{}/hook", receiver.addr);
@@ -469,7 +407,7 @@ async fn webhook_secrets_are_sealed_at_rest_and_still_sent() {
     assert_eq!(settled_delivery(&serve, &a).await["status"], "delivered");
 
     // Neither secret is anywhere in the store's files.
-    let data = serve.dir.path().join("data");
+    let data = serve.dir.join("data");
     for entry in std::fs::read_dir(&data).unwrap() {
         let path = entry.unwrap().path();
         let bytes = std::fs::read(&path).unwrap();
@@ -485,7 +423,7 @@ async fn webhook_secrets_are_sealed_at_rest_and_still_sent() {
 
 #[tokio::test]
 async fn a_template_over_its_budget_fails_its_delivery_with_why() {
-    let serve = Serve::start().await;
+    let serve = Serve::start(TENANT_ENV).await;
     let (a, b) = (serve.org("a").await, serve.org("b").await);
     let receiver = Receiver::start(&[], 200).await;
     let slow = "{% for x in range(10000) %}{% for y in range(10000) %}{% endfor %}{% endfor %}";

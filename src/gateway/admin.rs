@@ -13,9 +13,10 @@
 
 use http::{Method, StatusCode};
 
+use super::api;
 use super::keys::{self, KeyError, KeyRequest};
-use super::middleware::error;
-use super::{api, Shared};
+use super::reply::error;
+use super::shared::Shared;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::store::StoredApi;
 

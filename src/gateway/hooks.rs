@@ -16,7 +16,7 @@ use tracing::warn;
 use super::api::handlers::{Handler, Hook, Target};
 use super::api::Api;
 use super::events::{Event, EventKind};
-use super::Shared;
+use super::shared::Shared;
 use crate::store::seal::Sealer;
 use crate::store::{DeliveryRecord, HookRecord, Store, DEAD, PENDING};
 use crate::webhook::delivery::now_ms;

@@ -12,9 +12,13 @@ pub mod hooks;
 pub mod keys;
 pub mod middleware;
 pub mod proxy;
+pub mod reply;
+mod shared;
 pub mod streams;
 pub mod table;
 pub mod upstream;
+
+pub use shared::Shared;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +26,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -39,26 +42,6 @@ use middleware::Ctx;
 use proxy::{Origin, Proxy};
 use streams::StreamHost;
 use table::{ApiTable, Sources};
-
-/// Everything a request may need, shared by all of them.
-pub struct Shared {
-    pub config: GatewayConfig,
-    pub table: ApiTable,
-    pub keys: Keys,
-    pub limiter: Limiter,
-    pub proxy: Proxy,
-    pub cache: ResponseCache,
-    pub events: EventBus,
-    pub metrics: Option<PrometheusHandle>,
-    /// The streams of the APIs (`x-sluice-streaming`), when streaming is on.
-    pub streams: StreamHost,
-    /// Wakes the reload loop at once (the gateway API's reload).
-    pub reload_now: tokio::sync::Notify,
-    ready: AtomicBool,
-    tls: bool,
-    /// Wrong secrets sent to the gateway API, per client address.
-    failed_secrets: admin::FailedSecrets,
-}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -375,7 +358,7 @@ impl server::Serve for Serving {
         }
         let table = gw.table.for_request();
         let Some(at) = table.position(path) else {
-            let resp = middleware::error(StatusCode::NOT_FOUND, "no API is served at this path");
+            let resp = reply::error(StatusCode::NOT_FOUND, "no API is served at this path");
             return Box::pin(std::future::ready(resp));
         };
         // Routed before the future is made, so that each kind of request gets a future
@@ -411,7 +394,7 @@ impl server::Serve for Control {
         if api::listen_rest("/sluice", path).is_some() {
             return Box::pin(admin::handle(gw, req, peer));
         }
-        let resp = middleware::error(
+        let resp = reply::error(
             StatusCode::NOT_FOUND,
             "the control port serves /ping, /ready, /metrics and /sluice/",
         );
@@ -467,17 +450,6 @@ async fn reload_loop(shared: Arc<Shared>, stop: CancellationToken) {
 }
 
 impl Shared {
-    /// Reloads the APIs when a source changed (or `force`), then their streams.
-    pub async fn reload(&self, force: bool) {
-        if self.table.refresh(force).await {
-            let table = self.table.current();
-            for api in table.apis() {
-                self.cache.forget_api(&api.id);
-            }
-            self.streams.sync(&table).await;
-        }
-    }
-
     /// The control port's answer to `/ping`, `/ready` and `/metrics`.
     fn own_answer(&self, path: &str) -> Option<HttpResponse> {
         Some(match path {
@@ -486,7 +458,7 @@ impl Shared {
             "/ready" => h::text(StatusCode::SERVICE_UNAVAILABLE, "loading\n"),
             "/metrics" => match &self.metrics {
                 Some(handle) => server::metrics_response(handle),
-                None => middleware::error(StatusCode::NOT_FOUND, "metrics are disabled"),
+                None => reply::error(StatusCode::NOT_FOUND, "metrics are disabled"),
             },
             _ => return None,
         })

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use parking_lot::RwLock;
+use arc_swap::{ArcSwap, Cache};
 use tracing::{info, warn};
 
 use super::api::{self, Api, ApiError};
@@ -106,9 +106,8 @@ pub struct Fingerprint {
 }
 
 pub struct ApiTable {
-    current: RwLock<Arc<Table>>,
-    /// Counts the swaps of `current`, so that a thread can tell its copy is stale.
-    generation: AtomicU64,
+    /// Shared with each serving thread's cache of it (see [`ApiTable::for_request`]).
+    current: Arc<ArcSwap<Table>>,
     /// Tells this table from any other of the process (an address could be reused).
     id: u64,
     sources: Sources,
@@ -118,8 +117,7 @@ pub struct ApiTable {
 impl ApiTable {
     pub fn new(sources: Sources) -> Self {
         ApiTable {
-            current: RwLock::new(Arc::new(Table::default())),
-            generation: AtomicU64::new(0),
+            current: Arc::new(ArcSwap::from_pointee(Table::default())),
             id: {
                 static NEXT: AtomicU64 = AtomicU64::new(0);
                 NEXT.fetch_add(1, Ordering::Relaxed)
@@ -131,28 +129,32 @@ impl ApiTable {
 
     /// The table of this moment.
     pub fn current(&self) -> Arc<Table> {
-        self.current.read().clone()
+        self.current.load_full()
     }
 
     /// The table of this moment, for a request. Each thread keeps its own handle on it,
-    /// checked against the swap count: taking it costs no write to memory that the
-    /// other serving threads also write (the lock's count and the table's reference
-    /// count would otherwise move between cores on every request).
+    /// revalidated by one atomic read of the current table's address: taking it costs
+    /// no write to memory that the other serving threads also write (the table's
+    /// reference count would otherwise move between cores on every request).
     pub fn for_request(&self) -> TableRef {
+        type Mine = (u64, Cache<Arc<ArcSwap<Table>>, Arc<Table>>, TableRef);
         thread_local! {
-            static MINE: std::cell::RefCell<Option<(u64, u64, TableRef)>> =
-                const { std::cell::RefCell::new(None) };
+            static MINE: std::cell::RefCell<Option<Mine>> = const { std::cell::RefCell::new(None) };
         }
-        let me = self.id;
-        let generation = self.generation.load(Ordering::Acquire);
         MINE.with(|mine| {
             let mut mine = mine.borrow_mut();
-            match mine.as_ref() {
-                Some((owner, seen, table)) if *owner == me && *seen == generation => table.clone(),
+            match mine.as_mut() {
+                Some((owner, cache, table)) if *owner == self.id => {
+                    let now = cache.load();
+                    if !Arc::ptr_eq(now, &table.0) {
+                        *table = TableRef(Arc::new(now.clone()));
+                    }
+                    table.clone()
+                }
                 _ => {
-                    // Read before the table, so a swap in between only costs a refresh.
-                    let table = TableRef(Arc::new(self.current()));
-                    *mine = Some((me, generation, table.clone()));
+                    let mut cache = Cache::new(self.current.clone());
+                    let table = TableRef(Arc::new(cache.load().clone()));
+                    *mine = Some((self.id, cache, table.clone()));
                     table
                 }
             }
@@ -175,8 +177,7 @@ impl ApiTable {
             failed = table.errors.len(),
             "APIs loaded."
         );
-        *self.current.write() = Arc::new(table);
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.current.store(Arc::new(table));
         *self.seen.lock() = Some(fingerprint);
         true
     }

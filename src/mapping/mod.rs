@@ -7,7 +7,6 @@
 //! that run as tests.
 
 pub mod ast;
-pub mod blobl;
 pub mod budget;
 pub mod compile;
 pub mod diagnostic;
@@ -20,7 +19,6 @@ pub mod interp;
 pub mod methods;
 pub mod parser;
 pub mod period;
-pub mod processors;
 pub mod program;
 pub mod spec;
 pub mod time;
@@ -322,6 +320,11 @@ impl Mapping {
         self.prog.in_place
     }
 
+    /// Whether the mapping reads `this` (the parsed payload) at all.
+    pub fn reads_this(&self) -> bool {
+        self.prog.reads_this
+    }
+
     /// [`Mapping::apply`] on a message the caller gives up: a mapping that starts with
     /// `root = this` edits the parsed input instead of a copy of it (see `in_place`).
     /// On failure the message comes back as it was, with the error.
@@ -469,6 +472,18 @@ impl Mapping {
     /// `root`, null when nothing.
     pub fn query(&self, msg: &Message) -> Result<Value, MappingError> {
         self.query_in(std::slice::from_ref(msg), 0)
+    }
+
+    /// Evaluates a check (a `switch` case's, a `while`'s) for message `index` of
+    /// `batch`: it must give a bool.
+    pub fn check(&self, batch: &[Message], index: usize) -> Result<bool, MappingError> {
+        match self.query_in(batch, index)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(MappingError::Query(format!(
+                "check must give a bool, got {}",
+                spec::describe(&other)
+            ))),
+        }
     }
 
     /// Like [`Mapping::query`], with the message's place in its batch.

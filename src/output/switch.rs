@@ -12,7 +12,6 @@ use super::{BuildOutput, OutputBuild, OutputConfig};
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Router};
 use crate::config::MappingText;
-use crate::mapping::processors::check;
 use crate::message::{Batch, Outcome, Transaction};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -87,7 +86,7 @@ impl Switch {
         for (i, (check_map, cont)) in self.cases.iter().enumerate() {
             let matched = match check_map {
                 None => true,
-                Some(m) => match check(m.mapping(), batch, index) {
+                Some(m) => match m.mapping().check(batch, index) {
                     Ok(b) => b,
                     Err(e) => {
                         warn!(case = i, error = %e, "Switch check failed; the case is skipped.");

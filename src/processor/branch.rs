@@ -12,7 +12,7 @@ use super::{BuildProcessor, ProcessorConfig};
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::MappingText;
-use crate::mapping::processors::Branch as Maps;
+use crate::mapping::Mapping;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -71,10 +71,86 @@ impl Processor for BranchProcessor {
     }
 }
 
+/// The mapping halves of a `branch` processor. The engine runs its own processors on
+/// what [`Maps::request`] gives and hands the results to [`Maps::merge`].
+#[derive(Debug, Clone, Default)]
+struct Maps {
+    request_map: Option<Mapping>,
+    result_map: Option<Mapping>,
+}
+
+/// What goes into the branch: copies of the messages to process, with the position of
+/// each in the original batch.
+#[derive(Debug, Default)]
+struct BranchRequest {
+    batch: Batch,
+    origin: Vec<usize>,
+}
+
+impl Maps {
+    /// Maps each message into its branch copy. Messages the request map deletes skip
+    /// the branch; a failing request map marks the original message.
+    fn request(&self, original: &mut Batch) -> BranchRequest {
+        let mut req = BranchRequest::default();
+        for i in 0..original.len() {
+            let mapped = match &self.request_map {
+                None => Ok(Some(original[i].clone())),
+                Some(m) => m.apply(original, i),
+            };
+            match mapped {
+                Ok(Some(mut msg)) => {
+                    msg.clear_error();
+                    req.batch.push(msg);
+                    req.origin.push(i);
+                }
+                Ok(None) => {}
+                Err(e) => original[i].set_error(format!("branch request map: {e}")),
+            }
+        }
+        req
+    }
+
+    /// Maps branch results back onto their originals. `results` must line up with the
+    /// request's batch (the engine reports a count mismatch as an error on every
+    /// message). A result that failed in the branch marks its original.
+    fn merge(&self, original: &mut Batch, origin: &[usize], results: &Batch) {
+        if results.len() != origin.len() {
+            let msg = format!(
+                "branch produced {} message(s) for {} sent; results cannot be matched",
+                results.len(),
+                origin.len()
+            );
+            for &i in origin {
+                if let Some(m) = original.get_mut(i) {
+                    m.set_error(msg.clone());
+                }
+            }
+            return;
+        }
+        for (res, &i) in results.iter().zip(origin) {
+            let Some(target) = original.get_mut(i) else {
+                continue;
+            };
+            if let Some(e) = res.error() {
+                target.set_error(format!("branch failed: {e}"));
+                continue;
+            }
+            let Some(m) = &self.result_map else { continue };
+            if let Err(e) = m.apply_onto(target, res) {
+                target.set_error(format!("branch result map: {e}"));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::Message;
+
+    fn m(src: &str) -> Mapping {
+        Mapping::compile(src, &crate::mapping::Env::default()).unwrap()
+    }
 
     #[tokio::test]
     async fn enriches_originals() {
@@ -91,5 +167,27 @@ mod tests {
             &out[0][0].payload()[..],
             br#"{"keep":true,"score":40,"user_id":4}"#
         );
+    }
+
+    #[test]
+    fn compiled_maps_can_be_shared_between_threads() {
+        fn ok<T: Send + Sync>() {}
+        ok::<Mapping>();
+        ok::<Maps>();
+    }
+
+    #[test]
+    fn branch_round_trip() {
+        let b = Maps {
+            request_map: Some(m("root.q = this.id")),
+            result_map: Some(m("root.enriched = this.answer\nmeta from_branch = \"yes\"")),
+        };
+        let mut original = vec![Message::new(&br#"{"id":7}"#[..])];
+        let req = b.request(&mut original);
+        assert_eq!(&req.batch[0].payload()[..], br#"{"q":7}"#);
+        let results = vec![Message::new(&br#"{"answer":42}"#[..])];
+        b.merge(&mut original, &req.origin, &results);
+        assert_eq!(&original[0].payload()[..], br#"{"enriched":42,"id":7}"#);
+        assert_eq!(original[0].meta_str("from_branch").as_deref(), Some("yes"));
     }
 }

@@ -15,7 +15,7 @@ use crate::component::registry::Spec;
 use crate::component::resources::Cache;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::{Interp, MappingText};
-use crate::mapping::{processors, Mapping};
+use crate::mapping::Mapping;
 use crate::message::{Batch, Message};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -92,7 +92,7 @@ impl Cached {
         }
         let skip = match &self.skip_on {
             None => Ok(false),
-            Some(m) => processors::check(m, &out, 0),
+            Some(m) => m.check(&out, 0),
         };
         let mut result = out.swap_remove(0);
         match skip {

@@ -12,7 +12,7 @@ use super::{BuildProcessor, ProcessorConfig};
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::MappingText;
-use crate::mapping::{processors, Mapping};
+use crate::mapping::Mapping;
 use crate::message::Batch;
 
 /// The groups, tried in order.
@@ -71,7 +71,7 @@ impl GroupBy {
     /// The group of message `index`, `None` for the rest.
     fn group_of(&self, batch: &Batch, index: usize) -> Result<Option<usize>, String> {
         for (g, check) in self.checks.iter().enumerate() {
-            if processors::check(check, batch, index).map_err(|e| e.to_string())? {
+            if check.check(batch, index).map_err(|e| e.to_string())? {
                 return Ok(Some(g));
             }
         }

@@ -10,7 +10,7 @@ use super::BuildProcessor;
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::MappingText;
-use crate::mapping::{processors, Mapping};
+use crate::mapping::Mapping;
 use crate::message::Batch;
 
 /// The mapping text.
@@ -64,7 +64,7 @@ pub struct MappingProcessor(pub Mapping);
 #[async_trait]
 impl Processor for MappingProcessor {
     async fn process(&self, batch: Batch) -> Vec<Batch> {
-        run_off_serving_threads(&self.0, batch, processors::run_mapping).await
+        run_off_serving_threads(&self.0, batch, run_mapping).await
     }
 }
 
@@ -88,10 +88,49 @@ pub(crate) async fn run_off_serving_threads(
     }
 }
 
+/// The `mapping` processor: each message is replaced by what the mapping builds.
+/// Deleted messages leave the batch; an empty result means all were filtered.
+fn run_mapping(m: &Mapping, batch: Batch) -> Vec<Batch> {
+    let out: Batch = if m.edits_in_place() {
+        // No message reads another of the batch: each can be handed over whole.
+        batch
+            .into_iter()
+            .filter_map(|msg| match m.apply_owned(msg) {
+                Ok(out) => out,
+                Err(failed) => {
+                    let crate::mapping::Failed { mut message, error } = *failed;
+                    message.set_error(error.to_string());
+                    Some(message)
+                }
+            })
+            .collect()
+    } else {
+        (0..batch.len())
+            .filter_map(|i| match m.apply(&batch, i) {
+                Ok(out) => out,
+                Err(e) => {
+                    let mut failed = batch[i].clone();
+                    failed.set_error(e.to_string());
+                    Some(failed)
+                }
+            })
+            .collect()
+    };
+    if out.is_empty() {
+        Vec::new()
+    } else {
+        vec![out]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::message::Message;
+
+    fn m(src: &str) -> Mapping {
+        Mapping::compile(src, &crate::mapping::Env::default()).unwrap()
+    }
 
     #[tokio::test]
     async fn maps_filters_and_flags() {
@@ -120,5 +159,25 @@ mod tests {
         assert_eq!(c.0.source(), "root = this");
         // A broken mapping is refused while the config is read.
         assert!(serde_yaml::from_str::<MappingConfig>("'root = '").is_err());
+    }
+
+    #[test]
+    fn mapping_filters_and_marks_errors() {
+        let batch = vec![
+            Message::new(&br#"{"n":1}"#[..]),
+            Message::new(&br#"{"n":-1}"#[..]),
+            Message::new(&br#"{"n":"x"}"#[..]),
+        ];
+        let out = run_mapping(
+            &m("root = if this.n < 0 { deleted() } else { this.n + 1 }"),
+            batch,
+        );
+        assert_eq!(out.len(), 1);
+        let b = &out[0];
+        assert_eq!(b.len(), 2);
+        assert_eq!(&b[0].payload()[..], b"2");
+        assert!(b[1].error().is_some());
+        assert_eq!(&b[1].payload()[..], br#"{"n":"x"}"#);
+        assert!(run_mapping(&m("root = deleted()"), vec![Message::new("x")]).is_empty());
     }
 }

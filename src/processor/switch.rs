@@ -12,7 +12,7 @@ use super::{BuildProcessor, ProcessorConfig};
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::MappingText;
-use crate::mapping::{processors, Mapping};
+use crate::mapping::{Mapping, MappingError};
 use crate::message::{Batch, Message};
 
 /// The cases, tried in order: written as the list itself, or under `cases` (the shape
@@ -129,7 +129,7 @@ pub struct Switch {
 impl Processor for Switch {
     async fn process(&self, batch: Batch) -> Vec<Batch> {
         let choice: Vec<Result<Option<usize>, String>> = (0..batch.len())
-            .map(|i| processors::switch_case(&self.checks, &batch, i).map_err(|e| e.to_string()))
+            .map(|i| switch_case(&self.checks, &batch, i).map_err(|e| e.to_string()))
             .collect();
         let mut per_case: Vec<Batch> = self.cases.iter().map(|_| Vec::new()).collect();
         let mut out: Batch = Vec::new();
@@ -162,10 +162,34 @@ impl Processor for Switch {
     }
 }
 
+/// The index of the first case whose check passes (a case without a check always
+/// passes), or `None`. A failing check is an error for that message.
+fn switch_case(
+    cases: &[Option<Mapping>],
+    batch: &Batch,
+    index: usize,
+) -> Result<Option<usize>, MappingError> {
+    for (i, c) in cases.iter().enumerate() {
+        match c {
+            None => return Ok(Some(i)),
+            Some(m) => {
+                if m.check(batch, index)? {
+                    return Ok(Some(i));
+                }
+            }
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::component::BuildContext;
+
+    fn m(src: &str) -> Mapping {
+        Mapping::compile(src, &crate::mapping::Env::default()).unwrap()
+    }
 
     fn build(yaml: &str) -> Box<dyn Processor> {
         let cfg: SwitchConfig = serde_yaml::from_str(yaml).unwrap();
@@ -233,5 +257,17 @@ mod tests {
         assert!(e.contains("fallthrough") && e.contains("s.yaml:"), "{e}");
         let e = switch_in_a_stream("        7\n").unwrap_err();
         assert!(e.contains("a list of cases"), "{e}");
+    }
+
+    #[test]
+    fn switch_picks_the_first_passing_case() {
+        let cases = vec![Some(m("this.t == \"a\"")), Some(m("this.t == \"b\"")), None];
+        let batch = vec![
+            Message::new(&br#"{"t":"b"}"#[..]),
+            Message::new(&br#"{"t":"z"}"#[..]),
+        ];
+        assert_eq!(switch_case(&cases, &batch, 0).unwrap(), Some(1));
+        assert_eq!(switch_case(&cases, &batch, 1).unwrap(), Some(2));
+        assert!(m("this.t").check(&batch, 0).is_err());
     }
 }

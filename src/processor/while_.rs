@@ -13,7 +13,7 @@ use super::{BuildProcessor, ProcessorConfig};
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::config::MappingText;
-use crate::mapping::{processors, Mapping};
+use crate::mapping::Mapping;
 use crate::message::Batch;
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -65,7 +65,7 @@ pub struct While {
 impl While {
     /// Whether to go round again; a failing check marks `batch` and stops.
     fn again(&self, batch: &mut Batch) -> bool {
-        match processors::check(&self.check, batch, 0) {
+        match self.check.check(batch, 0) {
             Ok(go) => go,
             Err(e) => {
                 for m in batch.iter_mut() {

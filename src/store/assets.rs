@@ -121,15 +121,8 @@ impl Store {
 
     /// Removes an asset by database id. `false` when there is none.
     pub async fn delete_asset(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM assets WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::Assets, org_id, id)
+            .await
     }
 
     /// One page of the organisation's assets (of one kind, when given), oldest first,

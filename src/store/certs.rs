@@ -147,15 +147,7 @@ impl Store {
 
     /// Removes a certificate. `false` when there is none.
     pub async fn delete_cert(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM certs WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::Certs, org_id, id).await
     }
 
     /// One page of the organisation's certificates, oldest first, and how many match in

@@ -151,15 +151,7 @@ impl Store {
 
     /// Removes a webhook by database id. `false` when there is none.
     pub async fn delete_hook(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM hooks WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::Hooks, org_id, id).await
     }
 
     /// One page of the organisation's webhooks, oldest first, and how many there are.
@@ -169,19 +161,15 @@ impl Store {
         page: Page,
     ) -> Result<(Vec<HookRecord>, i64), StoreError> {
         let sql = format!("{COLUMNS} WHERE org_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3");
-        let (rows, (total,)): (Vec<HookRow>, (i64,)) = with_pool!(self, |pool| {
-            let rows = sqlx::query_as(&sql)
+        let rows: Vec<HookRow> = with_pool!(self, |pool| {
+            sqlx::query_as(&sql)
                 .bind(org_id)
                 .bind(page.limit)
                 .bind(page.offset)
                 .fetch_all(pool)
-                .await?;
-            let total = sqlx::query_as("SELECT COUNT(*) FROM hooks WHERE org_id = $1")
-                .bind(org_id)
-                .fetch_one(pool)
-                .await?;
-            (rows, total)
+                .await?
         });
+        let total = self.count_in_org(super::OrgTable::Hooks, org_id).await?;
         Ok((rows.into_iter().map(HookRecord::from).collect(), total))
     }
 }

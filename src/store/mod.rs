@@ -83,6 +83,64 @@ pub struct Store {
     queue_writes: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
+/// The tables whose rows each belong to one organisation, with `org_id` and `id`
+/// columns: their deletes and counts share one shape. The names are the store's own,
+/// never from a request.
+#[derive(Debug, Clone, Copy)]
+enum OrgTable {
+    Assets,
+    Certs,
+    Hooks,
+    Users,
+    DashboardKeys,
+    PortalProducts,
+    PortalApps,
+}
+
+impl OrgTable {
+    fn name(self) -> &'static str {
+        match self {
+            OrgTable::Assets => "assets",
+            OrgTable::Certs => "certs",
+            OrgTable::Hooks => "hooks",
+            OrgTable::Users => "users",
+            OrgTable::DashboardKeys => "dashboard_keys",
+            OrgTable::PortalProducts => "portal_products",
+            OrgTable::PortalApps => "portal_apps",
+        }
+    }
+}
+
+impl Store {
+    /// Deletes row `id` of organisation `org_id` from `table`; whether there was one.
+    async fn delete_in_org(
+        &self,
+        table: OrgTable,
+        org_id: &str,
+        id: &str,
+    ) -> Result<bool, StoreError> {
+        let sql = format!("DELETE FROM {} WHERE org_id = $1 AND id = $2", table.name());
+        let n = with_pool!(self, |pool| {
+            sqlx::query(&sql)
+                .bind(org_id)
+                .bind(id)
+                .execute(pool)
+                .await?
+                .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    /// How many rows of `table` organisation `org_id` has.
+    async fn count_in_org(&self, table: OrgTable, org_id: &str) -> Result<i64, StoreError> {
+        let sql = format!("SELECT COUNT(*) FROM {} WHERE org_id = $1", table.name());
+        let (n,): (i64,) = with_pool!(self, |pool| {
+            sqlx::query_as(&sql).bind(org_id).fetch_one(pool).await?
+        });
+        Ok(n)
+    }
+}
+
 /// The connection pool of one backend.
 #[derive(Clone)]
 enum Pool {

@@ -210,15 +210,7 @@ impl Store {
 
     /// Removes a user and, with it, the user's keys. `false` when there is no such user.
     pub async fn delete_user(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM users WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::Users, org_id, id).await
     }
 
     /// Adds a dashboard key.
@@ -256,15 +248,8 @@ impl Store {
 
     /// Revokes a key. `false` when the organisation has no key with this id.
     pub async fn delete_dashboard_key(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM dashboard_keys WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::DashboardKeys, org_id, id)
+            .await
     }
 }
 

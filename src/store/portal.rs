@@ -278,15 +278,8 @@ impl Store {
     /// Removes a product with its apps and their subscriptions. `false` when there is
     /// none. Deliveries already queued for it stay in the log.
     pub async fn delete_product(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM portal_products WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::PortalProducts, org_id, id)
+            .await
     }
 
     /// One page of the organisation's products, oldest first, and how many there are.
@@ -298,19 +291,17 @@ impl Store {
         let sql = format!(
             "{PRODUCT_COLUMNS} WHERE org_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3"
         );
-        let (rows, (total,)): (Vec<ProductRow>, (i64,)) = with_pool!(self, |pool| {
-            let rows = sqlx::query_as(&sql)
+        let rows: Vec<ProductRow> = with_pool!(self, |pool| {
+            sqlx::query_as(&sql)
                 .bind(org_id)
                 .bind(page.limit)
                 .bind(page.offset)
                 .fetch_all(pool)
-                .await?;
-            let total = sqlx::query_as("SELECT COUNT(*) FROM portal_products WHERE org_id = $1")
-                .bind(org_id)
-                .fetch_one(pool)
-                .await?;
-            (rows, total)
+                .await?
         });
+        let total = self
+            .count_in_org(super::OrgTable::PortalProducts, org_id)
+            .await?;
         let products = rows.into_iter().map(product).collect::<Result<_, _>>()?;
         Ok((products, total))
     }
@@ -388,15 +379,8 @@ impl Store {
 
     /// Removes an app with its subscriptions. `false` when there is none.
     pub async fn delete_app(&self, org_id: &str, id: &str) -> Result<bool, StoreError> {
-        let n = with_pool!(self, |pool| {
-            sqlx::query("DELETE FROM portal_apps WHERE org_id = $1 AND id = $2")
-                .bind(org_id)
-                .bind(id)
-                .execute(pool)
-                .await?
-                .rows_affected()
-        });
-        Ok(n > 0)
+        self.delete_in_org(super::OrgTable::PortalApps, org_id, id)
+            .await
     }
 
     /// One page of the organisation's apps with their subscriptions, oldest first, and
@@ -413,26 +397,24 @@ impl Store {
              WHERE org_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3) \
              ORDER BY s.created_at, s.id"
         );
-        let (rows, subscriptions, (total,)): (Vec<AppRow>, Vec<SubscriptionRow>, (i64,)) =
-            with_pool!(self, |pool| {
-                let rows = sqlx::query_as(&sql)
-                    .bind(org_id)
-                    .bind(page.limit)
-                    .bind(page.offset)
-                    .fetch_all(pool)
-                    .await?;
-                let subscriptions = sqlx::query_as(&subs)
-                    .bind(org_id)
-                    .bind(page.limit)
-                    .bind(page.offset)
-                    .fetch_all(pool)
-                    .await?;
-                let total = sqlx::query_as("SELECT COUNT(*) FROM portal_apps WHERE org_id = $1")
-                    .bind(org_id)
-                    .fetch_one(pool)
-                    .await?;
-                (rows, subscriptions, total)
-            });
+        let (rows, subscriptions): (Vec<AppRow>, Vec<SubscriptionRow>) = with_pool!(self, |pool| {
+            let rows = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(page.limit)
+                .bind(page.offset)
+                .fetch_all(pool)
+                .await?;
+            let subscriptions = sqlx::query_as(&subs)
+                .bind(org_id)
+                .bind(page.limit)
+                .bind(page.offset)
+                .fetch_all(pool)
+                .await?;
+            (rows, subscriptions)
+        });
+        let total = self
+            .count_in_org(super::OrgTable::PortalApps, org_id)
+            .await?;
         Ok((apps(rows, subscriptions)?, total))
     }
 

@@ -6,7 +6,6 @@ use std::path::Path;
 use serde_json::Value as Json;
 
 use crate::config::MappingText;
-use crate::mapping::processors;
 use crate::message::Batch;
 
 /// The condition names, for errors.
@@ -103,7 +102,7 @@ impl Condition {
                 .map_err(|e| format!("the content is not JSON ({e}): {}", content()))
         };
         match self {
-            Condition::Bloblang(m) => match processors::check(m.mapping(), batch, i) {
+            Condition::Bloblang(m) => match m.mapping().check(batch, i) {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(format!("`{}` is false for: {}", m.source(), content())),
                 Err(e) => Err(format!("`{}` failed: {e}", m.source())),

@@ -29,7 +29,8 @@ use super::api::{Api, Operation};
 use super::events::EventKind;
 use super::keys::Session;
 use super::proxy::{Origin, ProxyError};
-use super::Shared;
+use super::reply::error;
+use super::shared::Shared;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::limit::{Decision, LimitError};
 
@@ -77,11 +78,6 @@ impl Ctx<'_> {
 
 /// A step's verdict: go on, or this answer.
 pub type Verdict = Result<(), HttpResponse>;
-
-/// A gateway error: JSON `{"error": "..."}`.
-pub fn error(status: StatusCode, message: &str) -> HttpResponse {
-    h::json(status, &serde_json::json!({ "error": message }))
-}
 
 /// Runs the chain for a request that belongs to `api`: the steps its plan lists
 /// ([`Api::steps`]), then the proxy.

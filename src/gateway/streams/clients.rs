@@ -17,7 +17,7 @@ use crate::config::yaml::Document;
 use crate::egress::EgressPolicy;
 use crate::gateway::api::streaming::ApiStream;
 use crate::gateway::api::{node_of, Api};
-use crate::gateway::middleware::error;
+use crate::gateway::reply::error;
 use crate::http::{self as h, HttpResponse};
 use crate::stream::budget::MemoryBudget;
 use crate::stream::config::stream_from_node;

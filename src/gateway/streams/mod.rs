@@ -24,7 +24,7 @@ use serde_json::Value;
 use tracing::{error, info};
 
 use super::api::Api;
-use super::middleware::error;
+use super::reply::error;
 use super::table::Table;
 use crate::egress::EgressPolicy;
 use crate::http::{self as h, HttpRequest, HttpResponse};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{Env, Mapping};
+use crate::mapping::{Env, Mapping};
 use crate::message::{Message, Metadata};
 use crate::value::Value;
 
@@ -182,7 +182,7 @@ pub fn run(
         // A second thread reads, splits and parses while this one maps and writes: the
         // two halves take about as long, so a second core nearly doubles the rate. Order
         // is kept: batches come over one channel, in the order read.
-        let parse = mapping.prog.reads_this;
+        let parse = mapping.reads_this();
         let (tx, rx) = std::sync::mpsc::sync_channel(4);
         let read_error = std::thread::scope(|scope| {
             let meta = &shared_meta;

@@ -1,5 +1,7 @@
 //! What the `sluice` subcommands do. `main.rs` only parses arguments and calls these.
 
+pub mod blobl;
+
 use std::io::Write;
 use std::path::PathBuf;
 

@@ -1,0 +1,49 @@
+//! What every request of the gateway may need, shared by all of them: the config, the
+//! API table, keys, limits, the proxy, the cache, events and streams.
+
+use std::sync::atomic::AtomicBool;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use super::admin::FailedSecrets;
+use super::config::GatewayConfig;
+use super::events::EventBus;
+use super::keys::Keys;
+use super::middleware::cache::ResponseCache;
+use super::proxy::Proxy;
+use super::streams::StreamHost;
+use super::table::ApiTable;
+use crate::limit::Limiter;
+
+/// Everything a request may need, shared by all of them.
+pub struct Shared {
+    pub config: GatewayConfig,
+    pub table: ApiTable,
+    pub keys: Keys,
+    pub limiter: Limiter,
+    pub proxy: Proxy,
+    pub cache: ResponseCache,
+    pub events: EventBus,
+    pub metrics: Option<PrometheusHandle>,
+    /// The streams of the APIs (`x-sluice-streaming`), when streaming is on.
+    pub streams: StreamHost,
+    /// Wakes the reload loop at once (the gateway API's reload).
+    pub reload_now: tokio::sync::Notify,
+    pub(super) ready: AtomicBool,
+    pub(super) tls: bool,
+    /// Wrong secrets sent to the gateway API, per client address.
+    pub(super) failed_secrets: FailedSecrets,
+}
+
+impl Shared {
+    /// Reloads the APIs when a source changed (or `force`), then their streams.
+    pub async fn reload(&self, force: bool) {
+        if self.table.refresh(force).await {
+            let table = self.table.current();
+            for api in table.apis() {
+                self.cache.forget_api(&api.id);
+            }
+            self.streams.sync(&table).await;
+        }
+    }
+}
