@@ -1318,6 +1318,33 @@ async fn a_bad_gateway_config_fails_at_start_with_its_position() {
     let (code, err) = harness::refused("tls:\n  enabled: true\n").await;
     assert_eq!(code, 1);
     assert!(err.contains("cert_file"), "{err}");
+    // TLS files: the field, the file and the cause.
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("missing.pem");
+    let not_a_key = tmp.path().join("not-a-key.pem");
+    std::fs::write(&not_a_key, "hello").unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert_file = tmp.path().join("cert.pem");
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    let tls = |cert: &std::path::Path, key: &std::path::Path| {
+        format!(
+            "tls:\n  enabled: true\n  cert_file: {}\n  key_file: {}\n",
+            cert.display(),
+            key.display()
+        )
+    };
+    let (code, err) = harness::refused(&tls(&missing, &not_a_key)).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("`tls.cert_file`: cannot read") && err.contains("missing.pem"),
+        "{err}"
+    );
+    let (code, err) = harness::refused(&tls(&cert_file, &not_a_key)).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("`tls.key_file`: no private key in") && err.contains("not-a-key.pem"),
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -66,9 +66,10 @@ pub enum ErrorKind {
     Stopped,
 }
 
-/// A classified connector failure.
+/// A classified connector failure: what failed, and the library error that caused it
+/// (its text follows the message, after a colon).
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
+#[error("{message}{}", .source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
 pub struct ConnectorError {
     pub kind: ErrorKind,
     pub message: String,
@@ -109,8 +110,8 @@ impl ConnectorError {
     /// The outcome a failed write reports to the input.
     pub fn outcome(&self) -> Outcome {
         match self.kind {
-            ErrorKind::Rejected => Outcome::rejected(&self.message),
-            _ => Outcome::errored(&self.message),
+            ErrorKind::Rejected => Outcome::rejected(self),
+            _ => Outcome::errored(self),
         }
     }
 }

@@ -29,7 +29,7 @@ pub async fn connect(urls: &[String], tls: &TlsConfig) -> Result<Connection, Con
             if connector.is_none() {
                 let config = tls
                     .rustls_client_config()
-                    .map_err(ConnectorError::rejected)?;
+                    .map_err(|e| ConnectorError::rejected("TLS").with_source(e))?;
                 connector = Some(RustlsConnector::from(config));
             }
             connector.clone()
@@ -77,7 +77,7 @@ pub fn validate(urls: &[String], tls: &TlsConfig) -> Result<(), String> {
         u.parse::<AMQPUri>()
             .map_err(|e| format!("`urls`: `{u}`: {e}"))?;
     }
-    tls.validate()
+    tls.validate().map_err(|e| e.to_string())
 }
 
 /// A lapin error as the runtime sees it: a broken connection or channel is NotConnected.
@@ -155,6 +155,6 @@ mod tests {
         let e = connect(&["amqp://127.0.0.1:1".to_owned()], &tls)
             .await
             .unwrap_err();
-        assert!(e.message.contains("`tls.root_cas_file`"), "{}", e.message);
+        assert!(e.to_string().contains("`tls.root_cas_file`"), "{e}");
     }
 }

@@ -82,7 +82,7 @@ impl Endpoint {
             .iter()
             .map(|u| parse_url(u).map_err(|e| format!("`urls`: `{u}`: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
-        tls.validate()?;
+        tls.validate().map_err(|e| e.to_string())?;
         if sasl.mechanism == SaslMechanism::Plain && sasl.user.is_empty() {
             return Err("`sasl.user` is required with `mechanism: plain`".into());
         }
@@ -136,7 +136,7 @@ impl Endpoint {
             let config = self
                 .tls
                 .rustls_client_config()
-                .map_err(OpenFailure::Config)?;
+                .map_err(|e| OpenFailure::Config(e.to_string()))?;
             let name = ServerName::try_from(addr_host.clone())
                 .map_err(|e| OpenFailure::Config(format!("`urls`: host `{host}`: {e}")))?;
             let stream = TlsConnector::from(std::sync::Arc::new(config))
@@ -229,7 +229,7 @@ impl Link {
 /// A link's state error as the runtime sees it: every one of them means the link, the
 /// session or the connection is gone, so the component reconnects.
 pub fn link_lost(e: &LinkStateError, what: &str) -> ConnectorError {
-    ConnectorError::not_connected(format!("{what}: {e}"))
+    ConnectorError::not_connected(what).with_source(e.clone())
 }
 
 #[cfg(test)]

@@ -196,7 +196,7 @@ impl HttpClient {
             Target::Static(u) => u.clone(),
             Target::Dynamic(i) => {
                 let text = i.render(batch, index).map_err(|e| {
-                    ConnectorError::rejected(format!("cannot build the url `{i}`: {e}"))
+                    ConnectorError::rejected(format!("cannot build the url `{i}`")).with_source(e)
                 })?;
                 parse_url(&text).map_err(ConnectorError::rejected)?
             }
@@ -204,7 +204,7 @@ impl HttpClient {
         let mut headers = self.headers.clone();
         for (name, value) in &self.dynamic_headers {
             let text = value.render(batch, index).map_err(|e| {
-                ConnectorError::rejected(format!("cannot build header `{name}`: {e}"))
+                ConnectorError::rejected(format!("cannot build header `{name}`")).with_source(e)
             })?;
             let value = HeaderValue::from_str(&text).map_err(|_| {
                 ConnectorError::rejected(format!("header `{name}` got an invalid value"))

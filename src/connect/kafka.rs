@@ -52,7 +52,7 @@ pub fn validate(addresses: &[String], tls: &TlsConfig, sasl: &SaslConfig) -> Res
     if split_addresses(addresses).is_empty() {
         return Err("`addresses` is empty".into());
     }
-    tls.validate()?;
+    tls.validate().map_err(|e| e.to_string())?;
     sasl.validate()
 }
 

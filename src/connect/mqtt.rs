@@ -163,7 +163,7 @@ impl MqttConnect<'_> {
         if self.keepalive.0 < StdDuration::from_secs(1) && !self.keepalive.is_zero() {
             return Err("`keepalive` must be at least 1s (or 0s to disable it)".into());
         }
-        self.tls.validate()?;
+        self.tls.validate().map_err(|e| e.to_string())?;
         if let Some(w) = self.will {
             qos(w.qos)?;
             if w.topic.is_empty() {
@@ -201,7 +201,7 @@ impl MqttConnect<'_> {
         if self.tls.enabled || url_tls {
             // One rustls set-up for every TLS client: the configured CA (else the
             // system's), a client certificate, or no server check with `skip_cert_verify`.
-            let config = self.tls.rustls_client_config()?;
+            let config = self.tls.rustls_client_config().map_err(|e| e.to_string())?;
             let transport = Transport::Tls(TlsConfiguration::Rustls(Arc::new(config)));
             o.set_transport(transport);
         }

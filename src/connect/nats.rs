@@ -58,7 +58,7 @@ pub fn validate(urls: &[String], tls: &TlsConfig, auth: &NatsAuth) -> Result<(),
         u.parse::<async_nats::ServerAddr>()
             .map_err(|e| format!("`{u}` is not a NATS URL: {e}"))?;
     }
-    tls.validate()?;
+    tls.validate().map_err(|e| e.to_string())?;
     if auth.user.is_some() != auth.password.is_some() {
         return Err("`auth.user` and `auth.password` must be given together".into());
     }
@@ -111,7 +111,7 @@ impl NatsConn {
         }
         if let Some(f) = &auth.user_credentials_file {
             opts = opts.credentials_file(f).await.map_err(|e| {
-                ConnectorError::rejected(format!("cannot read credentials `{f}`: {e}"))
+                ConnectorError::rejected(format!("cannot read credentials `{f}`")).with_source(e)
             })?;
         }
         if tls.enabled {
@@ -123,12 +123,13 @@ impl NatsConn {
             // the server asks for TLS.
             let config = tls
                 .rustls_client_config()
-                .map_err(ConnectorError::rejected)?;
+                .map_err(|e| ConnectorError::rejected("TLS").with_source(e))?;
             opts = opts.tls_client_config(config);
         }
-        let client = opts.connect(urls).await.map_err(|e| {
-            ConnectorError::not_connected(format!("cannot connect to NATS: {e}")).with_source(e)
-        })?;
+        let client = opts
+            .connect(urls)
+            .await
+            .map_err(|e| ConnectorError::not_connected("cannot connect to NATS").with_source(e))?;
         Ok(NatsConn { client, up })
     }
 

@@ -19,7 +19,7 @@ pub fn validate(url: &str, tls: &TlsConfig) -> Result<(), String> {
     let info = url
         .into_connection_info()
         .map_err(|e| format!("`url`: {e}"))?;
-    tls.validate()?;
+    tls.validate().map_err(|e| e.to_string())?;
     with_tls(info, tls).map(drop)
 }
 
@@ -37,13 +37,17 @@ pub fn client(url: &str, tls: &TlsConfig) -> Result<Client, String> {
     }
     let client_tls = match tls.client_pair() {
         Some((cert, key)) => Some(ClientTlsConfig {
-            client_cert: TlsConfig::read_field(cert, "tls.client_cert_file")?,
-            client_key: TlsConfig::read_field(key, "tls.client_key_file")?,
+            client_cert: TlsConfig::read_field(cert, "tls.client_cert_file")
+                .map_err(|e| e.to_string())?,
+            client_key: TlsConfig::read_field(key, "tls.client_key_file")
+                .map_err(|e| e.to_string())?,
         }),
         None => None,
     };
     let root_cert = match &tls.root_cas_file {
-        Some(path) => Some(TlsConfig::read_field(path, "tls.root_cas_file")?),
+        Some(path) => {
+            Some(TlsConfig::read_field(path, "tls.root_cas_file").map_err(|e| e.to_string())?)
+        }
         None => None,
     };
     let certs = TlsCertificates {

@@ -1,12 +1,12 @@
 //! The TLS settings every broker connector accepts, mapped by each connector onto its
 //! client library.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Once};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::pem::{Error as PemError, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use schemars::JsonSchema;
@@ -46,25 +46,88 @@ pub struct TlsConfig {
     pub client_key_file: Option<String>,
 }
 
+/// Why a TLS set-up failed: the config field at fault, the file or text it read, and
+/// the cause.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("`tls.client_cert_file` and `tls.client_key_file` must be given together")]
+    UnpairedClientCert,
+    #[error("`{field}`: cannot read `{}`: {source}", path.display())]
+    Read {
+        field: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{field}`: {from}: {source}")]
+    Pem {
+        field: String,
+        /// The file (quoted) or text read.
+        from: String,
+        #[source]
+        source: PemError,
+    },
+    #[error("`{field}`: no PEM certificate in {from}")]
+    NoCertificate { field: String, from: String },
+    #[error("`{field}`: no private key in {from}: {source}")]
+    NoKey {
+        field: String,
+        from: String,
+        #[source]
+        source: PemError,
+    },
+    /// rustls refused what was read: a certificate authority, or a certificate and key
+    /// that do not make an identity.
+    #[error("`{field}`: {from}: {source}")]
+    Refused {
+        field: String,
+        from: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("the system has no CA certificates; set `tls.root_cas_file`")]
+    NoSystemRoots,
+    #[error("cannot set up TLS: {0}")]
+    Setup(#[source] rustls::Error),
+}
+
+impl TlsError {
+    fn read(field: &str, path: &Path, source: std::io::Error) -> Self {
+        TlsError::Read {
+            field: field.to_owned(),
+            path: path.to_owned(),
+            source,
+        }
+    }
+
+    /// rustls refused what `field` named, read from `from`.
+    pub fn refused(field: &str, from: &str, source: rustls::Error) -> Self {
+        TlsError::Refused {
+            field: field.to_owned(),
+            from: from.to_owned(),
+            source,
+        }
+    }
+}
+
+/// A PEM file's bytes; errors name `field`.
+pub fn read_pem(path: &Path, field: &str) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|e| TlsError::read(field, path, e))
+}
+
 impl TlsConfig {
-    /// Checks the settings that only make sense together; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Checks the settings that only make sense together.
+    pub fn validate(&self) -> Result<(), TlsError> {
         if self.client_cert_file.is_some() != self.client_key_file.is_some() {
-            return Err(
-                "`tls.client_cert_file` and `tls.client_key_file` must be given together".into(),
-            );
+            return Err(TlsError::UnpairedClientCert);
         }
         Ok(())
     }
 
-    /// Reads a PEM file named in the config, for libraries that take the bytes.
-    pub fn read(path: &str) -> Result<Vec<u8>, String> {
-        std::fs::read(path).map_err(|e| format!("cannot read `{path}`: {e}"))
-    }
-
-    /// [`TlsConfig::read`] with the field the path came from named in the error.
-    pub fn read_field(path: &str, field: &str) -> Result<Vec<u8>, String> {
-        Self::read(path).map_err(|e| format!("`{field}`: {e}"))
+    /// Reads a PEM file named in the config field `field`, for libraries that take the
+    /// bytes.
+    pub fn read_field(path: &str, field: &str) -> Result<Vec<u8>, TlsError> {
+        read_pem(Path::new(path), field)
     }
 
     /// The client certificate and key, when both are set.
@@ -78,11 +141,11 @@ impl TlsConfig {
     /// A rustls client configuration: the CAs of `root_cas_file` (else the system's), the
     /// client certificate if any, and no server check at all with `skip_cert_verify`.
     /// Files are read now; errors name the field.
-    pub fn rustls_client_config(&self) -> Result<ClientConfig, String> {
+    pub fn rustls_client_config(&self) -> Result<ClientConfig, TlsError> {
         let provider = provider();
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS: {e}"))?;
+            .map_err(TlsError::Setup)?;
         let builder = if self.skip_cert_verify {
             builder
                 .dangerous()
@@ -101,14 +164,15 @@ impl TlsConfig {
         }
     }
 
-    fn root_store(&self) -> Result<RootCertStore, String> {
+    fn root_store(&self) -> Result<RootCertStore, TlsError> {
         let mut roots = RootCertStore::empty();
         match &self.root_cas_file {
             Some(path) => {
-                for cert in pem_certs(Path::new(path), "tls.root_cas_file")? {
+                let field = "tls.root_cas_file";
+                for cert in pem_certs(Path::new(path), field)? {
                     roots
                         .add(cert)
-                        .map_err(|e| format!("`tls.root_cas_file`: `{path}`: {e}"))?;
+                        .map_err(|e| TlsError::refused(field, &format!("`{path}`"), e))?;
                 }
             }
             None => {
@@ -117,9 +181,7 @@ impl TlsConfig {
                 let found = rustls_native_certs::load_native_certs();
                 roots.add_parsable_certificates(found.certs);
                 if roots.is_empty() {
-                    return Err(
-                        "TLS: the system has no CA certificates; set `tls.root_cas_file`".into(),
-                    );
+                    return Err(TlsError::NoSystemRoots);
                 }
             }
         }
@@ -127,18 +189,42 @@ impl TlsConfig {
     }
 }
 
-/// The certificates of a PEM file; an error names the field when there are none.
-pub fn pem_certs(path: &Path, field: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let path_text = path.display();
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("`{field}`: cannot read `{path_text}`: {e}"))?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
+/// The certificates of a PEM file; an error names the field, also when there are none.
+pub fn pem_certs(path: &Path, field: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = read_pem(path, field)?;
+    certs_of(&bytes, field, &format!("`{}`", path.display()))
+}
+
+/// The certificates of PEM text read from `from` (a quoted file name, or what the text
+/// is); errors name `field`.
+pub fn certs_of(
+    pem: &[u8],
+    field: &str,
+    from: &str,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("`{field}`: `{path_text}`: {e}"))?;
+        .map_err(|source| TlsError::Pem {
+            field: field.to_owned(),
+            from: from.to_owned(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!("`{field}`: no PEM certificate in `{path_text}`"));
+        return Err(TlsError::NoCertificate {
+            field: field.to_owned(),
+            from: from.to_owned(),
+        });
     }
     Ok(certs)
+}
+
+/// The private key of PEM text read from `from`; errors name `field`.
+pub fn key_of(pem: &[u8], field: &str, from: &str) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_slice(pem).map_err(|source| TlsError::NoKey {
+        field: field.to_owned(),
+        from: from.to_owned(),
+        source,
+    })
 }
 
 /// Finishes a client configuration with the certificate chain and private key of two
@@ -148,16 +234,15 @@ pub fn with_client_cert(
     cert: &Path,
     key: &Path,
     fields: [&str; 2],
-) -> Result<ClientConfig, String> {
+) -> Result<ClientConfig, TlsError> {
     let [cert_field, key_field] = fields;
     let chain = pem_certs(cert, cert_field)?;
-    let key_text = key.display();
-    let pem = std::fs::read(key).map_err(|e| format!("cannot read `{key_text}`: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(&pem)
-        .map_err(|e| format!("`{key_field}`: no private key in `{key_text}`: {e}"))?;
+    let pem = read_pem(key, key_field)?;
+    let from = format!("`{}`", key.display());
+    let key = key_of(&pem, key_field, &from)?;
     builder
         .with_client_auth_cert(chain, key)
-        .map_err(|e| format!("`{key_field}`: {e}"))
+        .map_err(|e| TlsError::refused(key_field, &from, e))
 }
 
 /// `skip_cert_verify`: any server certificate is taken. The handshake signatures are still
@@ -266,7 +351,7 @@ mod tests {
             root_cas_file: write(dir.path(), "ca.pem", "not a certificate"),
             ..TlsConfig::default()
         };
-        let e = t.rustls_client_config().unwrap_err();
+        let e = t.rustls_client_config().unwrap_err().to_string();
         assert!(e.contains("`tls.root_cas_file`"), "{e}");
 
         let t = TlsConfig {
@@ -274,7 +359,7 @@ mod tests {
             root_cas_file: Some(dir.path().join("missing.pem").display().to_string()),
             ..TlsConfig::default()
         };
-        let e = t.rustls_client_config().unwrap_err();
+        let e = t.rustls_client_config().unwrap_err().to_string();
         assert!(
             e.contains("`tls.root_cas_file`") && e.contains("missing.pem"),
             "{e}"
@@ -287,7 +372,7 @@ mod tests {
             client_key_file: write(dir.path(), "c.key", "nothing"),
             ..TlsConfig::default()
         };
-        let e = t.rustls_client_config().unwrap_err();
+        let e = t.rustls_client_config().unwrap_err().to_string();
         assert!(e.contains("`tls.client_cert_file`"), "{e}");
     }
 }

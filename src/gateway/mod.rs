@@ -29,6 +29,7 @@ use http::StatusCode;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use crate::connect::tls::TlsError;
 use crate::http::{self as h, HttpResponse};
 use crate::limit::{self, Limiter};
 use crate::server::{self, Service, Timeouts};
@@ -51,9 +52,21 @@ pub enum StartError {
     #[error("redis: {0}")]
     Redis(#[from] limit::LimitError),
     #[error("tls: {0}")]
-    Tls(String),
+    Tls(#[from] TlsError),
+    #[error("tls: `tls.cert_file` and `tls.key_file` are needed, or `tls.certificate_id`")]
+    NoIdentity,
+    #[error("tls: `tls.certificate_id`: no stored certificate `{0}`")]
+    NoStoredCertificate(String),
+    #[error("tls: `tls.certificate_id`: the stored certificate `{0}` has no private key")]
+    NoStoredKey(String),
+    #[error("tls: `tls.certificate_id`: the key of the stored certificate `{id}`: {source}")]
+    SealedKey {
+        id: String,
+        #[source]
+        source: crate::store::seal::OpenError,
+    },
     #[error("proxy: {0}")]
-    Proxy(String),
+    Proxy(#[source] TlsError),
     #[error("webhooks: {0}")]
     Webhooks(#[from] crate::webhook::DeliveryError),
     #[error("{0}")]
@@ -411,22 +424,28 @@ async fn tls_acceptor(
         let record = store
             .cert_by_fingerprint(id)
             .await?
-            .ok_or_else(|| StartError::Tls(format!("no stored certificate `{id}`")))?;
-        let sealed = record.key_sealed.ok_or_else(|| {
-            StartError::Tls(format!("the stored certificate `{id}` has no private key"))
-        })?;
+            .ok_or_else(|| StartError::NoStoredCertificate(id.clone()))?;
+        let sealed = record
+            .key_sealed
+            .ok_or_else(|| StartError::NoStoredKey(id.clone()))?;
         let secret = tls.store_secret.as_deref().unwrap_or_default();
         let key = crate::store::seal::Sealer::new(secret)
             .open(&sealed)
-            .map_err(|e| StartError::Tls(e.to_string()))?;
-        return server::tls_acceptor_from_pem(record.pem.as_bytes(), &key)
-            .map_err(|e| StartError::Tls(format!("stored certificate `{id}`: {e}")));
+            .map_err(|source| StartError::SealedKey {
+                id: id.clone(),
+                source,
+            })?;
+        let from = format!("the stored certificate `{id}`");
+        return Ok(server::tls_acceptor_from_pem(
+            record.pem.as_bytes(),
+            &key,
+            "tls.certificate_id",
+            &from,
+        )?);
     }
     match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => server::tls_acceptor(cert, key).map_err(StartError::Tls),
-        _ => Err(StartError::Tls(
-            "`cert_file` and `key_file` are needed".into(),
-        )),
+        (Some(cert), Some(key)) => Ok(server::tls_acceptor(cert, key)?),
+        _ => Err(StartError::NoIdentity),
     }
 }
 

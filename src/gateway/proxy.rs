@@ -14,7 +14,7 @@ use tracing::debug;
 
 use super::api::Api;
 use super::config::ProxyConfig;
-use super::upstream::{Client, ClientError, Outbound, Reply};
+use super::upstream::{Client, ClientError, Outbound, Reply, RequestBodyError};
 use crate::connect::tls;
 use crate::http::wire::{is_hop_by_hop, remembered, ConnectionTokens};
 use crate::http::{self as h, Body, HttpResponse};
@@ -27,10 +27,12 @@ pub enum ProxyError {
     #[error("cannot connect to the upstream")]
     Connect,
     #[error("the upstream failed: {0}")]
-    Upstream(String),
+    Upstream(#[source] ClientError),
+    #[error("the upstream failed: it switched protocols unasked")]
+    SwitchedUnasked,
     /// The client's request body could not be read (bad chunked framing, cut short).
     #[error("the request body could not be read: {0}")]
-    RequestBody(String),
+    RequestBody(#[source] RequestBodyError),
     /// An API of streams only, and no stream took the request.
     #[error("no stream route at this path")]
     NoUpstream,
@@ -43,7 +45,7 @@ impl ProxyError {
         match self {
             ProxyError::Timeout(_) => "the upstream did not answer in time",
             ProxyError::Connect => "cannot connect to the upstream",
-            ProxyError::Upstream(_) => "the upstream failed",
+            ProxyError::Upstream(_) | ProxyError::SwitchedUnasked => "the upstream failed",
             ProxyError::RequestBody(_) => "the request body could not be read",
             ProxyError::NoUpstream => "no stream route at this path",
         }
@@ -78,7 +80,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 impl Proxy {
     /// A proxy with the settings of the config's `proxy` section; its files are read now.
-    pub fn new(config: &ProxyConfig) -> Result<Self, String> {
+    pub fn new(config: &ProxyConfig) -> Result<Self, tls::TlsError> {
         Ok(Proxy {
             client: Arc::new(Client::new(
                 config.connect_timeout.0,
@@ -127,21 +129,19 @@ impl Proxy {
             let send = self.client.send(&up.target, outbound);
             let (head, reply) = match tokio::time::timeout(timeout, send).await {
                 Err(_) => return Err(ProxyError::Timeout(timeout)),
-                Ok(Err(ClientError::Connect(e))) => {
+                Ok(Err(e @ (ClientError::Connect(_) | ClientError::ConnectTimeout(_)))) => {
                     debug!(error = %e, api = %api.id, "Upstream connect failed.");
                     return Err(ProxyError::Connect);
                 }
                 Ok(Err(ClientError::RequestBody(e))) => return Err(ProxyError::RequestBody(e)),
-                Ok(Err(e)) => return Err(ProxyError::Upstream(e.to_string())),
+                Ok(Err(e)) => return Err(ProxyError::Upstream(e)),
                 Ok(Ok(answer)) => answer,
             };
             let body = match reply {
                 Reply::Body(body) => body,
                 Reply::Upgraded(upstream) => {
                     let Some(client_upgrade) = client_upgrade else {
-                        return Err(ProxyError::Upstream(
-                            "the upstream switched protocols unasked".into(),
-                        ));
+                        return Err(ProxyError::SwitchedUnasked);
                     };
                     tokio::spawn(async move {
                         let Ok(client) = client_upgrade.await else {
@@ -165,22 +165,23 @@ impl Proxy {
 /// certificate when one is set. A machine without system roots still proxies to plain
 /// HTTP upstreams; HTTPS ones then fail at connect (502) unless `ca_file` vouches for
 /// them. Errors name the field.
-fn upstream_tls(config: &ProxyConfig) -> Result<rustls::ClientConfig, String> {
+fn upstream_tls(config: &ProxyConfig) -> Result<rustls::ClientConfig, tls::TlsError> {
     let mut roots = rustls::RootCertStore::empty();
     // Certificates the system store holds but rustls cannot parse are skipped, as every
     // TLS client does with such stores.
     roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
     if let Some(path) = &config.ca_file {
-        for cert in tls::pem_certs(path, "proxy.ca_file")? {
+        let field = "proxy.ca_file";
+        for cert in tls::pem_certs(path, field)? {
             roots
                 .add(cert)
-                .map_err(|e| format!("`proxy.ca_file`: {}: {e}", path.display()))?;
+                .map_err(|e| tls::TlsError::refused(field, &format!("`{}`", path.display()), e))?;
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("upstream TLS: {e}"))?
+        .map_err(tls::TlsError::Setup)?
         .with_root_certificates(roots);
     match (&config.client_cert_file, &config.client_key_file) {
         (Some(cert), Some(key)) => tls::with_client_cert(

@@ -72,8 +72,9 @@ impl Input for FileInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
         let mut found = Vec::new();
         for pattern in &self.config.paths {
-            let matches = glob::glob(pattern)
-                .map_err(|e| ConnectorError::rejected(format!("bad pattern `{pattern}`: {e}")))?;
+            let matches = glob::glob(pattern).map_err(|e| {
+                ConnectorError::rejected(format!("bad pattern `{pattern}`")).with_source(e)
+            })?;
             let before = found.len();
             found.extend(matches.filter_map(Result::ok).filter(|p| p.is_file()));
             if found.len() == before {

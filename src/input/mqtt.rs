@@ -139,7 +139,7 @@ impl Input for MqttInput {
             client
                 .subscribe(topic.clone(), self.qos)
                 .await
-                .map_err(|e| ConnectorError::not_connected(format!("cannot subscribe: {e}")))?;
+                .map_err(|e| ConnectorError::not_connected("cannot subscribe").with_source(e))?;
         }
         let (tx, rx) = mpsc::channel(RECEIVED_CAPACITY);
         let driver = tokio::spawn(async move {

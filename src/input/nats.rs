@@ -140,7 +140,7 @@ impl Input for NatsInput {
             }
             None => conn.client.subscribe(c.subject.clone()).await,
         }
-        .map_err(|e| ConnectorError::not_connected(format!("cannot subscribe: {e}")))?;
+        .map_err(|e| ConnectorError::not_connected("cannot subscribe").with_source(e))?;
         self.sub = Some(sub);
         self.conn = Some(conn);
         Ok(())

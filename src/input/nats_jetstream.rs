@@ -167,11 +167,11 @@ impl JetStreamInput {
             Some(name) => stream.get_or_create_consumer(name, config).await,
             None => stream.create_consumer(config).await,
         }
-        .map_err(|e| ConnectorError::not_connected(format!("cannot create consumer: {e}")))?;
+        .map_err(|e| ConnectorError::not_connected("cannot create consumer").with_source(e))?;
         consumer
             .messages()
             .await
-            .map_err(|e| ConnectorError::not_connected(format!("cannot pull messages: {e}")))
+            .map_err(|e| ConnectorError::not_connected("cannot pull messages").with_source(e))
     }
 }
 
@@ -208,7 +208,7 @@ impl Input for JetStreamInput {
             Some(Ok(m)) => m,
             Some(Err(e)) => {
                 self.messages = None;
-                return Err(ConnectorError::not_connected(format!("pull failed: {e}")));
+                return Err(ConnectorError::not_connected("pull failed").with_source(e));
             }
             None => {
                 self.messages = None;

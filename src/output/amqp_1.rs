@@ -333,9 +333,9 @@ fn kind_of(v: &Value) -> &'static str {
 fn send_error(e: SendError) -> ConnectorError {
     match e {
         SendError::LinkStateError(e) => link_lost(&e, "send failed"),
-        SendError::Detached(e) => ConnectorError::not_connected(format!("send failed: {e}")),
+        SendError::Detached(e) => ConnectorError::not_connected("send failed").with_source(e),
         e @ (SendError::MessageSizeExceeded(_) | SendError::MessageEncodeError) => {
-            ConnectorError::rejected(format!("send failed: {e}"))
+            ConnectorError::rejected("send failed").with_source(e)
         }
         other => ConnectorError::transient(format!("send failed: {other}")),
     }

@@ -153,7 +153,7 @@ impl Output for DynamicFileOutput {
             buf.extend_from_slice(self.codec.separator());
         }
         for (path, buf) in groups {
-            let err = |e: std::io::Error| ConnectorError::transient(format!("{path}: {e}"));
+            let err = |e: std::io::Error| ConnectorError::transient(path.clone()).with_source(e);
             let path_buf = PathBuf::from(&path);
             if let Some(dir) = path_buf.parent().filter(|d| !d.as_os_str().is_empty()) {
                 tokio::fs::create_dir_all(dir).await.map_err(err)?;

@@ -147,10 +147,9 @@ pub struct PortalWebhookOutput {
 impl Output for PortalWebhookOutput {
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
         for (i, msg) in batch.iter().enumerate() {
-            let event = self
-                .event_type
-                .render(batch, i)
-                .map_err(|e| ConnectorError::rejected(format!("cannot build `event_type`: {e}")))?;
+            let event = self.event_type.render(batch, i).map_err(|e| {
+                ConnectorError::rejected("cannot build `event_type`").with_source(e)
+            })?;
             check_event(&event).map_err(ConnectorError::rejected)?;
             let body = msg.payload().clone();
             let signature = sign::sign(&self.secret, chrono::Utc::now().timestamp(), &body);

@@ -77,10 +77,10 @@ impl Output for Stdout {
         let mut out = self.out.lock().await;
         out.write_all(&buf)
             .await
-            .map_err(|e| ConnectorError::transient(format!("stdout: {e}")))?;
+            .map_err(|e| ConnectorError::transient("stdout").with_source(e))?;
         out.flush()
             .await
-            .map_err(|e| ConnectorError::transient(format!("stdout: {e}")))
+            .map_err(|e| ConnectorError::transient("stdout").with_source(e))
     }
 }
 

@@ -20,6 +20,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info};
 
+use crate::connect::tls::{self, TlsError};
 use crate::http::{self as h, HttpResponse, Routes};
 use crate::stream::Readiness;
 
@@ -404,36 +405,51 @@ pub fn metrics_response(handle: &PrometheusHandle) -> HttpResponse {
     resp
 }
 
-/// A TLS acceptor from PEM certificate chain and key files, offering HTTP/2 and
-/// HTTP/1.1 by ALPN.
-pub fn tls_acceptor(cert_file: &Path, key_file: &Path) -> Result<TlsAcceptor, String> {
-    let cert_pem = std::fs::read(cert_file)
-        .map_err(|e| format!("cannot read {}: {e}", cert_file.display()))?;
-    let key_pem =
-        std::fs::read(key_file).map_err(|e| format!("cannot read {}: {e}", key_file.display()))?;
-    tls_acceptor_from_pem(&cert_pem, &key_pem)
-        .map_err(|e| format!("{} and {}: {e}", cert_file.display(), key_file.display()))
+/// A TLS acceptor from PEM certificate chain and key files (the config's
+/// `tls.cert_file` and `tls.key_file`), offering HTTP/2 and HTTP/1.1 by ALPN.
+pub fn tls_acceptor(cert_file: &Path, key_file: &Path) -> Result<TlsAcceptor, TlsError> {
+    let (cert_field, key_field) = ("tls.cert_file", "tls.key_file");
+    let from = |p: &Path| format!("`{}`", p.display());
+    let cert = tls::read_pem(cert_file, cert_field)?;
+    let key = tls::read_pem(key_file, key_field)?;
+    let key_from = from(key_file);
+    identity(
+        tls::certs_of(&cert, cert_field, &from(cert_file))?,
+        tls::key_of(&key, key_field, &key_from)?,
+        key_field,
+        &key_from,
+    )
 }
 
-/// A TLS acceptor from a PEM certificate chain and a PEM private key held in memory.
-pub fn tls_acceptor_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<TlsAcceptor, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("cannot read the certificates: {e}"))?;
-    if certs.is_empty() {
-        return Err("no certificate in the PEM text".into());
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem)
-        .map_err(|e| format!("cannot read the private key: {e}"))?;
+/// A TLS acceptor from a PEM certificate chain and a PEM private key held in memory,
+/// chosen by the config field `field`; errors say the text came from `from`.
+pub fn tls_acceptor_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    field: &str,
+    from: &str,
+) -> Result<TlsAcceptor, TlsError> {
+    identity(
+        tls::certs_of(cert_pem, field, from)?,
+        tls::key_of(key_pem, field, from)?,
+        field,
+        from,
+    )
+}
+
+fn identity(
+    certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+    field: &str,
+    from: &str,
+) -> Result<TlsAcceptor, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(TlsError::Setup)?
         .with_no_client_auth()
         .with_single_cert(certs, key)
-        .map_err(|e| format!("the certificate and key do not make a TLS identity: {e}"))?;
+        .map_err(|e| TlsError::refused(field, from, e))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

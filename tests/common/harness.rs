@@ -226,10 +226,13 @@ pub async fn refused(config: &str) -> (i32, String) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("gateway.yaml");
     std::fs::write(&path, config).expect("write config");
+    // In its own directory: a config that gets as far as opening the default store
+    // writes it there.
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("gateway")
         .arg("--config")
         .arg(&path)
+        .current_dir(tmp.path())
         .output();
     let out = tokio::time::timeout(DEADLINE, out)
         .await

@@ -83,7 +83,9 @@ pub struct ReadResponse {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot connect to the upstream: {0}")]
-    Connect(String),
+    Connect(#[source] io::Error),
+    #[error("cannot connect to the upstream: no connection within {0:?}")]
+    ConnectTimeout(Duration),
     #[error("{0}")]
     Wire(#[from] WireError),
     #[error("{0}")]
@@ -91,7 +93,18 @@ pub enum ClientError {
     #[error("the upstream closed the connection before answering")]
     Closed,
     #[error("the request body failed: {0}")]
-    RequestBody(String),
+    RequestBody(#[from] RequestBodyError),
+}
+
+/// Why the client's request body could not be sent on.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestBodyError {
+    #[error("shorter than its Content-Length")]
+    Short,
+    #[error("longer than its Content-Length")]
+    Long,
+    #[error("{0}")]
+    Read(#[source] crate::http::BoxError),
 }
 
 /// Where an API's requests go: resolved once, when the API loads.
@@ -325,11 +338,8 @@ impl Client {
         };
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(io)) => Ok(Conn::new(io)),
-            Ok(Err(e)) => Err(ClientError::Connect(e.to_string())),
-            Err(_) => Err(ClientError::Connect(format!(
-                "no connection within {:?}",
-                self.connect_timeout
-            ))),
+            Ok(Err(e)) => Err(ClientError::Connect(e)),
+            Err(_) => Err(ClientError::ConnectTimeout(self.connect_timeout)),
         }
     }
 }
@@ -647,6 +657,12 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert!(matches!(err, ClientError::Connect(_)), "{err}");
+        assert!(
+            matches!(
+                err,
+                ClientError::Connect(_) | ClientError::ConnectTimeout(_)
+            ),
+            "{err}"
+        );
     }
 }

@@ -12,7 +12,7 @@ use http_body::Body as _;
 use tokio::io::AsyncWrite;
 
 use super::wire::RequestFraming;
-use super::ClientError;
+use super::{ClientError, RequestBodyError};
 use crate::http::wire as fields;
 use crate::http::Body;
 
@@ -90,9 +90,7 @@ impl BodyWriter {
         let frame = match frame {
             None => {
                 if self.declared.is_some_and(|n| self.sent != n) {
-                    return Err(ClientError::RequestBody(
-                        "shorter than its Content-Length".into(),
-                    ));
+                    return Err(RequestBodyError::Short.into());
                 }
                 if self.chunked {
                     fields::last_chunk(&mut self.out, None);
@@ -100,7 +98,7 @@ impl BodyWriter {
                 self.ended = true;
                 return Ok(());
             }
-            Some(Err(e)) => return Err(ClientError::RequestBody(e.to_string())),
+            Some(Err(e)) => return Err(RequestBodyError::Read(e).into()),
             Some(Ok(frame)) => frame,
         };
         match frame.into_data() {
@@ -110,9 +108,7 @@ impl BodyWriter {
                 }
                 self.sent += data.len() as u64;
                 if self.declared.is_some_and(|n| self.sent > n) {
-                    return Err(ClientError::RequestBody(
-                        "longer than its Content-Length".into(),
-                    ));
+                    return Err(RequestBodyError::Long.into());
                 }
                 if self.chunked {
                     fields::chunk_line(&mut self.out, data.len());

@@ -164,7 +164,7 @@ impl KafkaInput {
         cc.create_with_context(Ctx {
             shared: self.shared.clone(),
         })
-        .map_err(|e| ConnectorError::rejected(format!("cannot create Kafka consumer: {e}")))
+        .map_err(|e| ConnectorError::rejected("cannot create Kafka consumer").with_source(e))
     }
 
     fn take(&self, m: &BorrowedMessage<'_>) -> Received {
@@ -296,7 +296,7 @@ impl Input for KafkaInput {
             })
             .await
             .map_err(|e| ConnectorError::transient(e.to_string()))?
-            .map_err(|e| ConnectorError::not_connected(format!("Kafka is unreachable: {e}")));
+            .map_err(|e| ConnectorError::not_connected("Kafka is unreachable").with_source(e));
         }
         let consumer = self.create()?;
         let explicit = self.topics.iter().all(|t| t.partitions.is_some());
@@ -310,12 +310,12 @@ impl Input for KafkaInput {
             }
             consumer
                 .assign(&tpl)
-                .map_err(|e| ConnectorError::rejected(format!("cannot assign partitions: {e}")))?;
+                .map_err(|e| ConnectorError::rejected("cannot assign partitions").with_source(e))?;
         } else {
             let names: Vec<&str> = self.topics.iter().map(|t| t.topic.as_str()).collect();
             consumer
                 .subscribe(&names)
-                .map_err(|e| ConnectorError::rejected(format!("cannot subscribe: {e}")))?;
+                .map_err(|e| ConnectorError::rejected("cannot subscribe").with_source(e))?;
         }
         let consumer = Arc::new(consumer);
         // Fail the connect (and retry with backoff) while no broker answers.
@@ -323,7 +323,7 @@ impl Input for KafkaInput {
         tokio::task::spawn_blocking(move || probe.fetch_metadata(None, StdDuration::from_secs(3)))
             .await
             .map_err(|e| ConnectorError::transient(e.to_string()))?
-            .map_err(|e| ConnectorError::not_connected(format!("Kafka is unreachable: {e}")))?;
+            .map_err(|e| ConnectorError::not_connected("Kafka is unreachable").with_source(e))?;
         self.consumer = Some(consumer);
         Ok(())
     }

@@ -505,7 +505,7 @@ impl Output for KafkaOutput {
         })
         .await
         .map_err(|e| ConnectorError::transient(e.to_string()))?
-        .map_err(|e| ConnectorError::not_connected(format!("Kafka is unreachable: {e}")))
+        .map_err(|e| ConnectorError::not_connected("Kafka is unreachable").with_source(e))
     }
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
