@@ -624,15 +624,7 @@ x-sluice-streaming:
     };
     assert!(reason.contains("failed to connect 2 times"), "{reason}");
     // The failure is counted where Prometheus reads it.
-    let metrics = gw
-        .http
-        .get(gw.control_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = gw.metrics().await;
     assert!(
         metrics
             .lines()

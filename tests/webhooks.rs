@@ -87,16 +87,9 @@ async fn deliveries(dir: &std::path::Path) -> Vec<sluice::store::DeliveryRecord>
 async fn wait_held(gw: &Gw, count: u64) {
     let start = std::time::Instant::now();
     loop {
-        let text = gw
-            .http
-            .get(gw.control_url("/metrics"))
-            .send()
+        let held: u64 = gw
+            .metrics()
             .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let held: u64 = text
             .lines()
             .filter(|l| l.starts_with("sluice_gateway_webhooks_held_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())

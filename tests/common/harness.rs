@@ -168,6 +168,15 @@ impl Gw {
         format!("http://127.0.0.1:{}{path}", self.control_port)
     }
 
+    /// What `/metrics` on the control port shows now.
+    pub async fn metrics(&self) -> String {
+        let resp = self.http.get(self.control_url("/metrics")).send().await;
+        resp.expect("the control port answers")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     async fn wait_up(&self) {
         let start = Instant::now();
         while start.elapsed() < DEADLINE {
