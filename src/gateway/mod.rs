@@ -10,6 +10,7 @@ pub mod config;
 pub mod events;
 pub mod hooks;
 pub mod keys;
+mod lockout;
 pub mod middleware;
 pub mod proxy;
 pub mod reply;
@@ -178,7 +179,7 @@ impl Gateway {
             reload_now: tokio::sync::Notify::new(),
             ready: AtomicBool::new(false),
             tls: tls.is_some(),
-            failed_secrets: admin::FailedSecrets::new(config.control.failed_secrets_per_minute),
+            failed_secrets: lockout::FailedSecrets::new(config.control.failed_secrets_per_minute),
             config,
         });
         // Streams start once the serving threads run (see `serve`).

@@ -5,10 +5,10 @@ use std::sync::atomic::AtomicBool;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use super::admin::FailedSecrets;
 use super::config::GatewayConfig;
 use super::events::EventBus;
 use super::keys::Keys;
+use super::lockout::FailedSecrets;
 use super::middleware::cache::ResponseCache;
 use super::proxy::Proxy;
 use super::streams::StreamHost;
