@@ -10,6 +10,7 @@ mod common;
 mod amqp;
 mod amqp1;
 mod attached;
+mod cluster;
 mod console;
 mod dashboard;
 mod dashboard_schemathesis;
