@@ -10,7 +10,7 @@ use http::{Method, StatusCode, Version};
 use smallvec::SmallVec;
 
 use crate::http::wire::{
-    allowed_in_trailer, decimal, field_name, is_hop_by_hop, put_content_length, put_field, tokens,
+    allowed_in_trailer, decimal, field_name, is_hop_by_hop, put_content_length, put_field,
     ConnectionTokens,
 };
 
@@ -176,8 +176,19 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
             connection.read(h.value);
             false
         } else if name == header::TRANSFER_ENCODING {
-            let last = tokens(h.value).last();
-            conn.transfer_encoding = Some(last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")));
+            // As hyper reads it: chunked when the list's last element is, an empty one
+            // (`chunked,`) included, and never when the value is not visible ASCII.
+            let visible = h
+                .value
+                .iter()
+                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+            let last = h
+                .value
+                .rsplit(|&b| b == b',')
+                .next()
+                .map(<[u8]>::trim_ascii);
+            conn.transfer_encoding =
+                Some(visible && last.is_some_and(|c| c.eq_ignore_ascii_case(b"chunked")));
             false
         } else {
             !is_hop_by_hop(&name)
@@ -649,6 +660,15 @@ mod tests {
             Framing::Close
         );
         assert_eq!(ok("HTTP/1.1 200 OK\r\n\r\n"), Framing::Close);
+        // The last element decides, an empty one too; a value of other bytes is not chunked.
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked,\r\n\r\n"),
+            Framing::Close
+        );
+        assert_eq!(
+            ok("HTTP/1.1 200 OK\r\ntransfer-encoding: x\u{e9}, chunked\r\n\r\n"),
+            Framing::Close
+        );
         assert_eq!(
             framing(Method::HEAD, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n").unwrap(),
             Framing::Empty
