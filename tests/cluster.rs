@@ -1,7 +1,7 @@
 //! Several gateways as one cluster: a dashboard and three `sluice gateway` processes on
 //! one PostgreSQL store and one Redis, as `scripts/cluster.sh` starts them. A streaming
 //! API posted once to the dashboard runs on every node, and a change or a removal
-//! reaches every node.
+//! reaches every node; a Kafka-fed stream that broadcasts reaches every node's clients.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use crate::common;
 use common::dashboard::{send, Db};
 use common::harness::Gw;
 use common::postgres::with_postgres;
+use common::streams::{create_topic, kafka_addr, Sse};
 
 const ADMIN_KEY: &str = "cluster-admin-key-0123456789";
 const STREAMS: &str = "application/vnd.sluice.streams.oas";
@@ -128,6 +129,95 @@ async fn a_streaming_api_posted_once_runs_on_every_node_and_changes_everywhere()
         assert_eq!(removed.0, 200, "{}", removed.1);
         for node in &nodes {
             until_answers(node, "/echo/echo", (404, None)).await;
+        }
+    })
+    .await;
+}
+
+/// A streaming API at `/{id}/` whose stream sends each record of Kafka `topic` (read in
+/// `group`) to every SSE client of `/events`.
+fn kafka_broadcast_api(id: &str, topic: &str, group: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: {id}, version: '1'}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: {id}, name: {id}}}
+  server: {{listenPath: {{value: /{id}/, strip: true}}}}
+x-sluice-streaming:
+  streams:
+    feed:
+      input:
+        kafka: {{addresses: ['{addr}'], topics: ['{topic}'], consumer_group: {group}}}
+      output:
+        http_server: {{stream_path: /events, delivery: broadcast}}
+"#,
+        addr = kafka_addr()
+    )
+}
+
+#[tokio::test]
+async fn a_kafka_stream_that_broadcasts_reaches_the_clients_of_every_node() {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
+        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let prefix = format!("cluster-{id}:");
+        let nodes = nodes(&store, &prefix).await;
+        // One partition: a group shared by the nodes would hand all of it to one node.
+        let topic = format!("cluster-feed-{id}");
+        create_topic(&topic).await;
+        let made = send(
+            db.http
+                .post(db.url("/api/apis/streams"))
+                .header("Authorization", ADMIN_KEY)
+                .header("content-type", STREAMS)
+                .body(kafka_broadcast_api("feed", &topic, &format!("feed-{id}"))),
+        )
+        .await;
+        assert_eq!(made.0, 201, "{}", made.1);
+        let mut clients = Vec::new();
+        for node in &nodes {
+            let started = Instant::now();
+            let sse = loop {
+                match Sse::try_open(node, "/feed/events", "").await {
+                    Ok(sse) => break sse,
+                    Err(status) => assert!(
+                        started.elapsed() < Duration::from_secs(20),
+                        "node {} never served the stream: {status}",
+                        node.port
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            clients.push(sse);
+        }
+
+        let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", kafka_addr())
+            .create()
+            .unwrap();
+        let sent: Vec<String> = (0..10).map(|i| format!("{{\"n\":{i}}}")).collect();
+        for record in &sent {
+            producer
+                .send(
+                    rdkafka::producer::FutureRecord::<(), _>::to(&topic).payload(record),
+                    Duration::from_secs(10),
+                )
+                .await
+                .unwrap();
+        }
+        for (node, client) in nodes.iter().zip(&mut clients) {
+            let mut got = Vec::new();
+            while got.len() < sent.len() {
+                match client.next(Duration::from_secs(30)).await {
+                    Some(event) => got.push(event),
+                    None => panic!("node {} delivered only {got:?}", node.port),
+                }
+            }
+            assert_eq!(got, sent, "node {}", node.port);
         }
     })
     .await;

@@ -7,10 +7,10 @@ use crate::common::upstream;
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+use common::streams::{create_topic, kafka_addr, Sse};
 use harness::Gw;
 
 const STREAMING_ON: &str = "streaming:\n  enabled: true\n  drain_timeout: 1s\n";
@@ -49,63 +49,6 @@ x-sluice-streaming:
         http_server: {{path: /other/next, stream_path: /other/events, ws_path: /other/ws}}
 "#
     )
-}
-
-/// Reads SSE `data:` lines from a response as they come.
-struct Sse {
-    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buf: String,
-}
-
-impl Sse {
-    async fn open(gw: &Gw, path: &str, key: &str) -> Sse {
-        Self::try_open(gw, path, key)
-            .await
-            .unwrap_or_else(|status| panic!("SSE {path}: {status}"))
-    }
-
-    /// The stream, or the status that refused it.
-    async fn try_open(gw: &Gw, path: &str, key: &str) -> Result<Sse, u16> {
-        let resp = gw
-            .http
-            .get(gw.url(path))
-            .header("x-api-key", key)
-            // As a browser's EventSource asks.
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .expect("SSE request");
-        if resp.status() != 200 {
-            return Err(resp.status().as_u16());
-        }
-        Ok(Sse {
-            body: resp.bytes_stream().boxed(),
-            buf: String::new(),
-        })
-    }
-
-    /// The next event's data, or `None` when nothing comes within `wait`.
-    async fn next(&mut self, wait: Duration) -> Option<String> {
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let event: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
-                if data.is_empty() {
-                    continue;
-                }
-                return Some(data.join("\n"));
-            }
-            let chunk = tokio::time::timeout_at(deadline, self.body.next())
-                .await
-                .ok()??;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk.ok()?));
-        }
-    }
 }
 
 async fn publish(gw: &Gw, path: &str, key: &str, body: &str) -> u16 {
@@ -375,32 +318,6 @@ async fn host_reaching_components_and_mappings_are_refused() {
     assert_eq!(apis["apis"][0]["id"], "live", "{apis}");
 }
 
-fn kafka_addr() -> String {
-    if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
-        return a;
-    }
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/brokers/kafka.addr");
-    std::fs::read_to_string(file)
-        .map(|s| s.trim().to_owned())
-        .expect("a Kafka address: run scripts/brokers.sh")
-}
-
-async fn create_topic(name: &str) {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", kafka_addr())
-        .create()
-        .unwrap();
-    let topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
-    for r in admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
-}
-
 #[tokio::test]
 async fn the_streaming_examples_load_and_carry_messages() {
     let _shared = common::brokers::BROKER.read().await;
@@ -470,10 +387,7 @@ async fn the_streaming_examples_load_and_carry_messages() {
     // Polling: the upstream's answers arrive without any key (the API has no auth).
     let resp = gw.http.get(gw.url("/status/updates")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    let mut status = Sse {
-        body: resp.bytes_stream().boxed(),
-        buf: String::new(),
-    };
+    let mut status = Sse::of(resp);
     let first: Value =
         serde_json::from_str(&status.next(Duration::from_secs(10)).await.unwrap()).unwrap();
     assert_eq!(first["path"], "/status");
@@ -517,14 +431,8 @@ x-sluice-streaming:
     assert_eq!(status, 200);
     let (status, bob) = open("bob").await;
     assert_eq!(status, 200);
-    let mut alice = Sse {
-        body: alice.bytes_stream().boxed(),
-        buf: String::new(),
-    };
-    let mut bob = Sse {
-        body: bob.bytes_stream().boxed(),
-        buf: String::new(),
-    };
+    let mut alice = Sse::of(alice);
+    let mut bob = Sse::of(bob);
     // The cap: a third user waits for a free slot.
     assert_eq!(open("carol").await.0, 503);
     // Unsafe values never reach the config.

@@ -27,6 +27,8 @@ pub struct GatewayConfig {
     pub store: StoreConfig,
     pub redis: RedisConfig,
     pub streaming: StreamingConfig,
+    /// This gateway as one node of several.
+    pub cluster: ClusterConfig,
     /// Guards the gateway's own API under `/sluice/`; without it that API is off.
     pub secret: Option<String>,
     /// The dashboard's `secret`: opens what the dashboard sealed in the store (webhooks'
@@ -55,6 +57,7 @@ impl Default for GatewayConfig {
             store: StoreConfig::default(),
             redis: RedisConfig::default(),
             streaming: StreamingConfig::default(),
+            cluster: ClusterConfig::default(),
             secret: None,
             store_secret: None,
             proxy: ProxyConfig::default(),
@@ -183,6 +186,15 @@ pub struct RedisConfig {
     /// uses the same Redis. Unset, each gateway counts in memory.
     pub url: Option<String>,
     pub prefix: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This node's name, unique in the cluster and kept across restarts: a stream that
+    /// broadcasts to its clients reads its brokers in groups of this node's own. Unset,
+    /// the host's name and the APIs' port.
+    pub node_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -340,6 +352,7 @@ const OVERRIDABLE: Overridable = Overridable {
         ("apps", &["path", "poll_interval"]),
         ("store", &["url", "apis"]),
         ("redis", &["url", "prefix"]),
+        ("cluster", &["node_id"]),
         (
             "streaming",
             &[

@@ -174,6 +174,10 @@ impl Gateway {
                     org_max_inflight_bytes: config.streaming.org_max_inflight_bytes,
                     max_connect_failures: config.streaming.max_connect_failures.max(1),
                     egress,
+                    node: streams::cluster::node_id(
+                        config.cluster.node_id.as_deref(),
+                        config.listen.port,
+                    ),
                 },
             ),
             reload_now: tokio::sync::Notify::new(),

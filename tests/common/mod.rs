@@ -9,6 +9,7 @@ pub mod postgres;
 pub mod receiver;
 pub mod serve;
 pub mod sink;
+pub mod streams;
 pub mod tls;
 pub mod upstream;
 

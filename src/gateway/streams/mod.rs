@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod clients;
+pub mod cluster;
 pub mod context;
 
 use std::cell::Cell;
@@ -77,6 +78,8 @@ pub struct StreamSettings {
     pub max_connect_failures: u32,
     /// Where the streams of posted APIs may connect (`streaming.egress`).
     pub egress: Arc<EgressPolicy>,
+    /// This node's name in the cluster ([`cluster::node_id`]).
+    pub node: String,
 }
 
 pub struct StreamHost {
@@ -336,7 +339,7 @@ impl StreamHost {
                     })
                 })
                 .clone();
-            sync_api(api, &streams, self.settings.drain, &self.events, || {
+            sync_api(api, &streams, &self.settings, &self.events, || {
                 self.runtime()
             })
             .await;
@@ -368,7 +371,7 @@ impl ApiStreams {
 async fn sync_api(
     api: &Api,
     streams: &ApiStreams,
-    drain: Duration,
+    settings: &StreamSettings,
     events: &crate::gateway::events::EventBus,
     runtime: impl Fn() -> Option<(usize, tokio::runtime::Handle)>,
 ) {
@@ -390,7 +393,7 @@ async fn sync_api(
         changed
     };
     if !changed.is_empty() {
-        streams.clients.stop(None, &changed, drain).await;
+        streams.clients.stop(None, &changed, settings.drain).await;
     }
     let mut guard = streams.running.lock().await;
     let (manager, configs) = &mut *guard;
@@ -407,7 +410,9 @@ async fn sync_api(
         .map(|(name, _)| name.clone())
         .collect();
     for name in stale {
-        manager.stop(&stream_name(&api.id, &name), drain).await;
+        manager
+            .stop(&stream_name(&api.id, &name), settings.drain)
+            .await;
         if let Some(give_up) = &streams.env.give_up {
             give_up.failures.clear(&stream_name(&api.id, &name));
         }
@@ -423,7 +428,8 @@ async fn sync_api(
         let home = runtime();
         let started = {
             let _entered = home.as_ref().map(|(_, h)| h.enter());
-            manager.start(&stream_name(&api.id, name), &stream.config)
+            let config = cluster::for_node(&stream.config, &settings.node);
+            manager.start(&stream_name(&api.id, name), &config)
         };
         match started {
             Ok(()) => {

@@ -1,0 +1,99 @@
+//! Streaming-test helpers: an SSE client as a browser's EventSource is, and the tests'
+//! Kafka topics.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::harness::Gw;
+
+/// Reads SSE `data:` lines from a response as they come.
+pub struct Sse {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buf: String,
+}
+
+impl Sse {
+    pub async fn open(gw: &Gw, path: &str, key: &str) -> Sse {
+        Self::try_open(gw, path, key)
+            .await
+            .unwrap_or_else(|status| panic!("SSE {path}: {status}"))
+    }
+
+    /// The stream, or the status that refused it.
+    pub async fn try_open(gw: &Gw, path: &str, key: &str) -> Result<Sse, u16> {
+        let resp = gw
+            .http
+            .get(gw.url(path))
+            .header("x-api-key", key)
+            // As a browser's EventSource asks.
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .expect("SSE request");
+        if resp.status() != 200 {
+            return Err(resp.status().as_u16());
+        }
+        Ok(Sse::of(resp))
+    }
+
+    /// Reads the events of a response already open.
+    pub fn of(resp: reqwest::Response) -> Sse {
+        Sse {
+            body: resp.bytes_stream().boxed(),
+            buf: String::new(),
+        }
+    }
+
+    /// The next event's data, or `None` when nothing comes within `wait`.
+    pub async fn next(&mut self, wait: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let event: String = self.buf.drain(..end + 2).collect();
+                let data: Vec<&str> = event
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(str::trim_start)
+                    .collect();
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(data.join("\n"));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .ok()??;
+            self.buf.push_str(&String::from_utf8_lossy(&chunk.ok()?));
+        }
+    }
+}
+
+/// The address of the tests' Kafka-protocol broker (`scripts/brokers.sh` writes it).
+pub fn kafka_addr() -> String {
+    if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
+        return a;
+    }
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/brokers/kafka.addr");
+    std::fs::read_to_string(file)
+        .map(|s| s.trim().to_owned())
+        .expect("a Kafka address: run scripts/brokers.sh")
+}
+
+/// Creates topic `name` with one partition.
+pub async fn create_topic(name: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_addr())
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
+    for r in admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
