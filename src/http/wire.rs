@@ -101,6 +101,16 @@ pub fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|t| !t.is_empty())
 }
 
+/// Whether a field value is visible ASCII (and tabs) only. hyper reads the tokens of
+/// `Connection` and `Transfer-Encoding` only from such values and ignores any other, so
+/// the gateway's own readers do the same: the two never part ways on whether a
+/// connection closes or a body is chunked.
+pub fn visible_ascii(value: &[u8]) -> bool {
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+}
+
 /// What `Connection` fields say (RFC 9110 7.6.1): `close`, `upgrade`, and the other
 /// fields they name, which belong to the connection too.
 #[derive(Debug, Default)]

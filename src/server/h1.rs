@@ -452,11 +452,12 @@ fn after(wait: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(30 * 365 * 86_400))
 }
 
-/// Whether `Connection` names `close`.
+/// Whether `Connection` names `close` (in a value hyper reads: visible ASCII).
 fn asks_to_close(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::CONNECTION)
         .iter()
+        .filter(|v| fields::visible_ascii(v.as_bytes()))
         .flat_map(|v| fields::tokens(v.as_bytes()))
         .any(|t| t.eq_ignore_ascii_case(b"close"))
 }
@@ -522,7 +523,7 @@ fn parse(buf: &mut BytesMut) -> Parse {
             || name == header::EXPECT
         {
             return Parse::Other;
-        } else if name == header::CONNECTION {
+        } else if name == header::CONNECTION && fields::visible_ascii(field.value) {
             for token in fields::tokens(field.value) {
                 if token.eq_ignore_ascii_case(b"upgrade") {
                     return Parse::Other;

@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 
 use crate::http::wire::{
     allowed_in_trailer, decimal, field_name, is_hop_by_hop, put_content_length, put_field,
-    ConnectionTokens,
+    visible_ascii, ConnectionTokens,
 };
 
 /// The most header lines an upstream's response head may carry.
@@ -178,10 +178,7 @@ pub fn parse_head(buf: &mut BytesMut) -> Result<Option<Head>, WireError> {
         } else if name == header::TRANSFER_ENCODING {
             // As hyper reads it: chunked when the list's last element is, an empty one
             // (`chunked,`) included, and never when the value is not visible ASCII.
-            let visible = h
-                .value
-                .iter()
-                .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+            let visible = visible_ascii(h.value);
             let last = h
                 .value
                 .rsplit(|&b| b == b',')
