@@ -222,3 +222,140 @@ async fn a_kafka_stream_that_broadcasts_reaches_the_clients_of_every_node() {
     })
     .await;
 }
+
+/// A streaming API at `/{id}/` whose stream writes each POST to `/publish` to Kafka
+/// `topic`, answering 200 once the broker has it.
+fn kafka_publish_api(id: &str, topic: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: {id}, version: '1'}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: {id}, name: {id}}}
+  server: {{listenPath: {{value: /{id}/, strip: true}}}}
+x-sluice-streaming:
+  streams:
+    publish:
+      input:
+        http_server: {{path: /publish, allowed_verbs: [POST]}}
+      output:
+        kafka: {{addresses: ['{addr}'], topic: '{topic}'}}
+"#,
+        addr = kafka_addr()
+    )
+}
+
+/// Every record of `topic`, read from its start until `want` are in or nothing more
+/// comes.
+async fn records(topic: &str, want: usize) -> Vec<String> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::Message;
+    let consumer: StreamConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_addr())
+        .set(
+            "group.id",
+            format!("check-{}", uuid::Uuid::new_v4().simple()),
+        )
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut got = Vec::new();
+    while got.len() < want {
+        match tokio::time::timeout(Duration::from_secs(20), consumer.recv()).await {
+            Ok(Ok(m)) => got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into()),
+            Ok(Err(e)) => panic!("reading {topic}: {e}"),
+            Err(_) => break,
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn producers_on_any_node_reach_the_broker_and_a_killed_node_loses_no_acknowledged_message() {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
+        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut nodes = nodes(&store, &format!("cluster-{id}:")).await;
+        let topic = format!("cluster-publish-{id}");
+        create_topic(&topic).await;
+        let made = send(
+            db.http
+                .post(db.url("/api/apis/streams"))
+                .header("Authorization", ADMIN_KEY)
+                .header("content-type", STREAMS)
+                .body(kafka_publish_api("pub", &topic)),
+        )
+        .await;
+        assert_eq!(made.0, 201, "{}", made.1);
+        for node in &nodes {
+            until_answers(node, "/pub/nothing", (404, None)).await;
+        }
+        // Every node takes the stream's POSTs once it runs it.
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let post = |port: u16, n: usize| {
+            let client = client.clone();
+            async move {
+                let resp = client
+                    .post(format!("http://127.0.0.1:{port}/pub/publish"))
+                    .body(format!("m{n}"))
+                    .send()
+                    .await;
+                matches!(resp, Ok(r) if r.status() == 200)
+            }
+        };
+        for node in &nodes {
+            let started = Instant::now();
+            while !post(node.port, usize::MAX).await {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "node {} never took a POST",
+                    node.port
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+
+        // Producers spread over the nodes; one node is killed halfway.
+        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+        let mut acked = Vec::new();
+        let mut refused = 0;
+        for n in 0..300 {
+            if n == 150 {
+                nodes.remove(1).kill().await;
+            }
+            if post(ports[n % ports.len()], n).await {
+                acked.push(format!("m{n}"));
+            } else {
+                refused += 1;
+            }
+        }
+        assert!(
+            refused <= 100,
+            "{refused} refused: only the killed node's share may be"
+        );
+        assert!(acked.len() >= 200, "{} acknowledged", acked.len());
+
+        // Every acknowledged message is in the broker (the three warm-up posts too).
+        let mut got = records(&topic, acked.len() + ports.len()).await;
+        got.retain(|m| m != &format!("m{}", usize::MAX));
+        let missing: Vec<&String> = acked.iter().filter(|m| !got.contains(m)).collect();
+        assert!(
+            missing.is_empty(),
+            "acknowledged but not in the broker: {missing:?}"
+        );
+        let duplicates = got.len() - got.iter().collect::<std::collections::BTreeSet<_>>().len();
+        eprintln!(
+            "producers over 3 nodes, one killed halfway: 300 sent, {} acknowledged, \
+             {refused} refused, 0 lost, {duplicates} duplicates in the broker",
+            acked.len()
+        );
+    })
+    .await;
+}
