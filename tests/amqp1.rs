@@ -2,6 +2,7 @@
 //! (scripts/brokers.sh enables it). Queues are checked and removed over AMQP 0.9.1.
 
 use crate::common::brokers as common;
+use crate::common::relay::Relay;
 use crate::common::sink;
 use crate::common::tls;
 
@@ -224,54 +225,12 @@ output:
     delete_queue(&queue).await;
 }
 
-/// A TCP relay in front of RabbitMQ: `cut` drops every connection and refuses new ones,
-/// `resume` accepts again on the same port.
-struct Relay {
-    port: u16,
-    task: Option<tokio::task::JoinHandle<()>>,
-    /// Connections accepted so far.
-    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Relay {
-    async fn resume(&mut self) {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port))
-            .await
-            .unwrap();
-        let accepted = self.accepted.clone();
-        self.task = Some(tokio::spawn(async move {
-            // Aborting this task drops the set, which aborts every relayed connection.
-            let mut conns = tokio::task::JoinSet::new();
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                conns.spawn(async move {
-                    if let Ok(mut outbound) =
-                        tokio::net::TcpStream::connect(("127.0.0.1", 5672)).await
-                    {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-            }
-        }));
-    }
-
-    fn cut(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
-    }
-}
-
 #[tokio::test]
 async fn refused_and_lost_connections_are_reconnected_without_loss() {
     let _shared = BROKER.read().await;
     let queue = unique("amqp1-fault");
     declare(&queue).await;
-    let mut relay = Relay {
-        port: free_port(),
-        task: None,
-        accepted: Default::default(),
-    };
+    let mut relay = Relay::to(5672);
     let url = format!("amqp://guest:guest@127.0.0.1:{}", relay.port);
     let dir = tempfile::tempdir().unwrap();
     let sent = payloads("f", 300);
@@ -346,11 +305,7 @@ async fn sasl_mechanisms_and_wrong_credentials() {
 
     // A wrong password never connects: once the broker refused it and it tried again
     // (two connections through a relay), it is still not ready.
-    let mut relay = Relay {
-        port: free_port(),
-        task: None,
-        accepted: Default::default(),
-    };
+    let mut relay = Relay::to(5672);
     relay.resume().await;
     let env = sluice::stream::StreamEnv::standalone();
     let refused = start_in(&format!(
@@ -358,7 +313,7 @@ async fn sasl_mechanisms_and_wrong_credentials() {
         relay.port
     ), &env);
     wait_for("a second attempt", Duration::from_secs(20), || {
-        relay.accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2
+        relay.accepted() >= 2
     })
     .await;
     assert!(

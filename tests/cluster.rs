@@ -359,3 +359,61 @@ async fn producers_on_any_node_reach_the_broker_and_a_killed_node_loses_no_ackno
     })
     .await;
 }
+
+#[tokio::test]
+async fn nodes_keep_serving_without_the_store_and_catch_up_when_it_is_back() {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        // The nodes reach PostgreSQL through a relay, so that cutting it takes the store
+        // away from them alone; the dashboard keeps its own connection.
+        let mut relay = common::relay::Relay::to(5432);
+        relay.resume().await;
+        let mut relayed = url::Url::parse(&store).unwrap();
+        relayed.set_port(Some(relay.port)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
+        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let nodes = nodes(relayed.as_str(), &format!("cluster-{id}:")).await;
+        let put = |method: Method, path: &str, tag: &str| {
+            db.http
+                .request(method, db.url(path))
+                .header("Authorization", ADMIN_KEY)
+                .header("content-type", STREAMS)
+                .body(echo_api("echo", tag))
+        };
+        let made = send(put(Method::POST, "/api/apis/streams", "v1")).await;
+        assert_eq!(made.0, 201, "{}", made.1);
+        for node in &nodes {
+            until_answers(node, "/echo/echo", (200, Some("v1 hello"))).await;
+        }
+
+        // The store goes away: the nodes go on serving what they loaded, over many of
+        // their reloads, while the API changes in the store.
+        relay.cut();
+        let changed = send(put(Method::PUT, "/api/apis/streams/echo", "v2")).await;
+        assert_eq!(changed.0, 200, "{}", changed.1);
+        let outage = Instant::now();
+        while outage.elapsed() < Duration::from_secs(2) {
+            for node in &nodes {
+                let resp = node
+                    .http
+                    .post(node.url("/echo/echo"))
+                    .body("hello")
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 200, "node {} without its store", node.port);
+                assert_eq!(resp.text().await.unwrap(), "v1 hello");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // Back: every node picks up the change.
+        relay.resume().await;
+        for node in &nodes {
+            until_answers(node, "/echo/echo", (200, Some("v2 hello"))).await;
+        }
+    })
+    .await;
+}

@@ -7,6 +7,7 @@ pub mod harness;
 mod ports;
 pub mod postgres;
 pub mod receiver;
+pub mod relay;
 pub mod serve;
 pub mod sink;
 pub mod streams;
