@@ -417,3 +417,108 @@ async fn nodes_keep_serving_without_the_store_and_catch_up_when_it_is_back() {
     })
     .await;
 }
+
+/// A streaming API at `/{id}/` whose stream sends each message of JetStream `stream`,
+/// read by the durable consumer `durable`, to one SSE client of `/events` in turn.
+fn jetstream_round_robin_api(id: &str, stream: &str, durable: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: {id}, version: '1'}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: {id}, name: {id}}}
+  server: {{listenPath: {{value: /{id}/, strip: true}}}}
+x-sluice-streaming:
+  streams:
+    work:
+      input:
+        nats_jetstream: {{urls: ['nats://127.0.0.1:4222'], stream: {stream}, durable: {durable}}}
+      output:
+        http_server: {{stream_path: /events}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_shared_durable_consumer_spreads_a_round_robin_stream_over_the_nodes_once() {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
+        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let nodes = nodes(&store, &format!("cluster-{id}:")).await;
+        let (stream, subject) = (format!("WORK_{id}"), format!("work.{id}"));
+        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec![subject.clone()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let made = send(
+            db.http
+                .post(db.url("/api/apis/streams"))
+                .header("Authorization", ADMIN_KEY)
+                .header("content-type", STREAMS)
+                .body(jetstream_round_robin_api(
+                    "work",
+                    &stream,
+                    &format!("work-{id}"),
+                )),
+        )
+        .await;
+        assert_eq!(made.0, 201, "{}", made.1);
+        let mut clients = Vec::new();
+        for node in &nodes {
+            let started = Instant::now();
+            clients.push(loop {
+                match Sse::try_open(node, "/work/events", "").await {
+                    Ok(sse) => break sse,
+                    Err(status) => assert!(
+                        started.elapsed() < Duration::from_secs(20),
+                        "node {} never served the stream: {status}",
+                        node.port
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            });
+        }
+        let sent: Vec<String> = (0..60).map(|i| format!("{{\"n\":{i}}}")).collect();
+        for message in &sent {
+            js.publish(subject.clone(), message.clone().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        // Each message reaches one client of one node: together, every one once.
+        let mut got: Vec<String> = Vec::new();
+        let mut per_node = vec![0; clients.len()];
+        let started = Instant::now();
+        while got.len() < sent.len() && started.elapsed() < Duration::from_secs(30) {
+            for (client, count) in clients.iter_mut().zip(&mut per_node) {
+                while let Some(event) = client.next(Duration::from_millis(300)).await {
+                    got.push(event);
+                    *count += 1;
+                }
+            }
+        }
+        eprintln!("round robin over 3 nodes: {per_node:?} of {}", sent.len());
+        let mut unique = got.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), got.len(), "a message came twice: {got:?}");
+        let mut want = sent.clone();
+        want.sort();
+        assert_eq!(unique, want);
+        assert!(
+            per_node.iter().filter(|&&n| n > 0).count() >= 2,
+            "one node took them all: {per_node:?}"
+        );
+        let _ = js.delete_stream(&stream).await;
+    })
+    .await;
+}
