@@ -112,7 +112,10 @@ impl Chunk {
 
     /// Messages in the chunk that count as deliveries (notices do not).
     pub fn messages(&self) -> usize {
-        self.events.iter().filter(|e| e.id.is_some()).count()
+        self.events
+            .iter()
+            .filter(|e| e.id.is_some() || e.name.as_deref() != Some(GAP_EVENT))
+            .count()
     }
 
     pub fn payload_bytes(&self) -> usize {
@@ -273,6 +276,10 @@ pub struct HubOptions {
     pub replay: ReplayConfig,
     /// Metadata key whose value names the SSE event.
     pub event_key: Option<String>,
+    /// Metadata key holding each message's position in its broker (broadcast only): it
+    /// becomes the event id, the same on every node that reads the broker, so a client
+    /// resumes on any node. Unset, ids are the hub's own count.
+    pub id_key: Option<String>,
     /// How long a client may take to accept and write a delivery before it is dropped
     /// as dead and its messages go elsewhere.
     pub write_timeout: std::time::Duration,
@@ -286,6 +293,7 @@ impl Default for HubOptions {
             mode: DeliveryMode::RoundRobin,
             replay: ReplayConfig::default(),
             event_key: None,
+            id_key: None,
             write_timeout: std::time::Duration::from_secs(10),
             queue: 64,
         }
@@ -296,6 +304,9 @@ struct Slot {
     conn: u64,
     tx: mpsc::Sender<Delivery>,
     metrics: Arc<RouteMetrics>,
+    /// A client that resumed from a position this node has not reached yet (it came from
+    /// a node further along): events up to this id are not sent to it again.
+    seen_through: Option<u64>,
 }
 
 struct Stored {
@@ -345,11 +356,16 @@ impl Hub {
         // Ids start at the current time in microseconds, so they keep growing across
         // restarts and a client resuming with an id from an earlier run is told of the
         // gap instead of being matched to an unrelated event.
-        let base = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(1)
-            .max(1);
+        // With broker positions as ids, the broker numbers them.
+        let base = if opts.id_key.is_some() {
+            0
+        } else {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_micros() as u64)
+                .unwrap_or(1)
+                .max(1)
+        };
         Arc::new(Hub {
             opts,
             state: Mutex::new(State {
@@ -383,7 +399,11 @@ impl Hub {
         let mut st = self.state.lock();
         let conn = st.next_conn;
         st.next_conn += 1;
+        let mut seen_through = None;
         if let Some(last) = last_event_id {
+            if let Some(ahead) = self.ahead(&st, last.trim()) {
+                seen_through = Some(ahead);
+            }
             let events = self.resume(&mut st, last.trim(), conn);
             if !events.is_empty() {
                 let replayed = events.iter().filter(|e| e.id.is_some()).count();
@@ -395,7 +415,12 @@ impl Hub {
                 });
             }
         }
-        st.clients.push(Slot { conn, tx, metrics });
+        st.clients.push(Slot {
+            conn,
+            tx,
+            metrics,
+            seen_through,
+        });
         drop(st);
         self.joined.notify_waiters();
         Subscription {
@@ -405,6 +430,13 @@ impl Hub {
         }
     }
 
+    /// With broker positions as ids: the position of a client that resumes from one this
+    /// node has not reached yet (another node gave it), which is no gap.
+    fn ahead(&self, st: &State, last: &str) -> Option<u64> {
+        let last = last.parse::<u64>().ok()?;
+        (self.opts.id_key.is_some() && last >= st.next_id).then_some(last)
+    }
+
     /// What a client resuming after `last` missed, as events to queue first.
     fn resume(&self, st: &mut State, last: &str, conn: u64) -> Vec<Arc<Event>> {
         self.expire(st);
@@ -412,6 +444,9 @@ impl Hub {
         let Ok(last) = last.parse::<u64>() else {
             return vec![gap(last, oldest)];
         };
+        if self.ahead(st, &last.to_string()).is_some() {
+            return Vec::new();
+        }
         if last >= st.next_id {
             // An id this hub never gave (another run, or made up).
             return vec![gap(&last.to_string(), oldest)];
@@ -488,8 +523,18 @@ impl Hub {
         let now = Instant::now();
         let mut events = Vec::with_capacity(batch.len());
         for msg in batch {
-            let id = st.next_id;
-            st.next_id += 1;
+            let id = match &self.opts.id_key {
+                None => {
+                    let id = st.next_id;
+                    st.next_id += 1;
+                    Some(id)
+                }
+                // A message behind the last position (a redelivery) or without one goes
+                // without an id: the client's last id stays the furthest position.
+                Some(key) => position(msg, key)
+                    .filter(|&p| p >= st.next_id)
+                    .inspect(|&p| st.next_id = p + 1),
+            };
             let name = self
                 .opts
                 .event_key
@@ -503,12 +548,12 @@ impl Hub {
                 _ => None,
             };
             let event = Arc::new(Event {
-                id: Some(id),
+                id,
                 name,
                 data: msg.payload().clone(),
                 content_type,
             });
-            if self.opts.replay.size > 0 {
+            if self.opts.replay.size > 0 && id.is_some() {
                 st.replay.push_back(Stored {
                     event: event.clone(),
                     at: now,
@@ -535,15 +580,17 @@ impl Hub {
 
     /// Forgets events that were never written, so a resume does not replay them.
     fn unassign(&self, chunk: &Chunk) {
-        let (Some(first), Some(last)) = (
-            chunk.events.first().and_then(|e| e.id),
-            chunk.events.last().and_then(|e| e.id),
-        ) else {
+        let ids = chunk.events.iter().filter_map(|e| e.id);
+        let (Some(first), Some(last)) = (ids.clone().min(), ids.max()) else {
             return;
         };
         let mut st = self.state.lock();
         st.replay
             .retain(|s| !s.event.id.is_some_and(|id| id >= first && id <= last));
+        if self.opts.id_key.is_some() {
+            // Sent again, the messages keep their positions.
+            st.next_id = st.next_id.min(first);
+        }
     }
 
     fn stopped(&self) -> Stopped {
@@ -686,17 +733,25 @@ impl Hub {
                 let mut st = self.state.lock();
                 let chunk = self.assign(&mut st, batch, 0);
                 for (conn, permit, metrics) in reserved {
+                    let Some(mine) = catch_up(&mut st, conn, &chunk) else {
+                        // It had all of these from another node: taken, for it.
+                        waits.push((conn, None, metrics));
+                        continue;
+                    };
                     let (done, written) = oneshot::channel();
                     permit.send(Delivery {
-                        chunk: chunk.clone(),
+                        chunk: mine,
                         done: Some(done),
                     });
-                    waits.push((conn, written, metrics));
+                    waits.push((conn, Some(written), metrics));
                 }
                 chunk
             };
             let results = futures::future::join_all(waits.into_iter().map(
                 |(conn, written, metrics)| async move {
+                    let Some(written) = written else {
+                        return true;
+                    };
                     match tokio::time::timeout(timeout, written).await {
                         Ok(Ok(())) => true,
                         Ok(Err(_)) => {
@@ -719,6 +774,38 @@ impl Hub {
             self.unassign(&chunk);
         }
     }
+}
+
+/// A message's broker position, from metadata `key`: a number, or text of one.
+fn position(msg: &crate::message::Message, key: &str) -> Option<u64> {
+    match msg.meta(key)? {
+        crate::value::Value::Int(n) => u64::try_from(*n).ok(),
+        crate::value::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// What client `conn` gets of `chunk`: all of it, or (when it resumed ahead of this
+/// node) only what lies past its position, or `None` when it had it all.
+fn catch_up(st: &mut State, conn: u64, chunk: &Arc<Chunk>) -> Option<Arc<Chunk>> {
+    let Some(slot) = st.clients.iter_mut().find(|c| c.conn == conn) else {
+        // Gone meanwhile: its delivery fails as any other to a client that left.
+        return Some(chunk.clone());
+    };
+    let Some(seen) = slot.seen_through else {
+        return Some(chunk.clone());
+    };
+    let newer: Vec<Arc<Event>> = chunk
+        .events
+        .iter()
+        .filter(|e| e.id.is_some_and(|id| id > seen))
+        .cloned()
+        .collect();
+    if newer.is_empty() {
+        return None;
+    }
+    slot.seen_through = None;
+    Some(Arc::new(Chunk::new(newer)))
 }
 
 fn gap(last: &str, oldest: Option<u64>) -> Arc<Event> {
@@ -909,5 +996,84 @@ mod tests {
         assert_eq!(names[0].as_deref(), Some(GAP_EVENT));
         let data: Vec<_> = d.chunk.events[1..].iter().map(|e| e.data.clone()).collect();
         assert_eq!(data, ["3", "4"]);
+    }
+
+    /// A broadcast hub whose ids are the `pos` metadata.
+    fn positioned() -> Arc<Hub> {
+        Hub::new(
+            HubOptions {
+                mode: DeliveryMode::Broadcast,
+                id_key: Some("pos".into()),
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        )
+    }
+
+    fn at(pos: i64, s: &str) -> Batch {
+        let mut m = Message::new(s.to_owned());
+        m.set_meta("pos", pos);
+        vec![m]
+    }
+
+    /// Publishes `batches` to `hub` with one client that writes all; the ids it saw.
+    async fn ids_of(hub: &Arc<Hub>, batches: Vec<Batch>) -> Vec<Option<u64>> {
+        let mut sub = hub.subscribe(None, metrics());
+        let n = batches.len();
+        let publishing = {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                for b in batches {
+                    hub.publish(&b).await.unwrap();
+                }
+            })
+        };
+        let mut ids = Vec::new();
+        for _ in 0..n {
+            let d = sub.rx.recv().await.unwrap();
+            ids.extend(d.chunk.events.iter().map(|e| e.id));
+            d.written();
+        }
+        publishing.await.unwrap();
+        ids
+    }
+
+    #[tokio::test]
+    async fn broker_positions_are_the_ids_and_a_redelivery_goes_without_one() {
+        let hub = positioned();
+        let ids = ids_of(
+            &hub,
+            vec![at(5, "a"), at(6, "b"), at(6, "b again"), at(9, "c")],
+        )
+        .await;
+        assert_eq!(ids, [Some(5), Some(6), None, Some(9)]);
+        // Resuming from a position replays what came after it, by position.
+        let mut again = hub.subscribe(Some("5"), metrics());
+        let d = again.rx.recv().await.unwrap();
+        let got: Vec<_> = d.chunk.events.iter().map(|e| e.id).collect();
+        assert_eq!(got, [Some(6), Some(9)]);
+    }
+
+    #[tokio::test]
+    async fn a_client_from_a_node_further_along_gets_no_gap_and_nothing_twice() {
+        let hub = positioned();
+        ids_of(&hub, vec![at(1, "a")]).await;
+        // It saw up to 3 on another node; this one is at 1.
+        let ahead = hub.subscribe(Some("3"), metrics());
+        let seen = drain(ahead);
+        for (pos, text) in [(2, "b"), (3, "c"), (4, "d"), (5, "end")] {
+            hub.publish(&at(pos, text)).await.unwrap();
+        }
+        assert_eq!(seen.await.unwrap(), ["d", "end"]);
+    }
+
+    #[test]
+    fn positions_come_from_numbers_or_text() {
+        let mut m = Message::new("x");
+        m.set_meta("pos", "42");
+        assert_eq!(position(&m, "pos"), Some(42));
+        m.set_meta("pos", -1);
+        assert_eq!(position(&m, "pos"), None);
+        assert_eq!(position(&m, "other"), None);
     }
 }

@@ -93,6 +93,12 @@ pub struct HttpServerOutputConfig {
     /// `round_robin` (each message to one client) or `broadcast` (to every client).
     #[serde(default)]
     pub delivery: DeliveryMode,
+    /// With `broadcast`: the metadata key holding each message's position in its broker
+    /// (`nats_sequence_stream` from `nats_jetstream`, `kafka_offset` from a one-partition
+    /// Kafka topic). It becomes the event id, the same on every gateway that reads the
+    /// broker, so a client resumes on any of them.
+    #[serde(default)]
+    pub id_metadata: Option<String>,
     /// The buffer that reconnecting clients replay from.
     #[serde(default)]
     pub replay_buffer: ReplayConfig,
@@ -176,11 +182,18 @@ impl BuildOutput for HttpServerOutputConfig {
         {
             return Err(cx.error("set at least one of `path`, `stream_path` and `ws_path`"));
         }
+        if self.id_metadata.is_some() && self.delivery != DeliveryMode::Broadcast {
+            return Err(cx.error(
+                "`id_metadata` needs `delivery: broadcast`: in round robin each client has \
+                 events of its own, which no position in the broker tells apart",
+            ));
+        }
         let hub = Hub::new(
             HubOptions {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
                 event_key: Some(self.event_metadata.clone()),
+                id_key: self.id_metadata.clone(),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
@@ -532,6 +545,19 @@ mod tests {
             b = b.header(*k, *v);
         }
         b.body(h::empty()).unwrap()
+    }
+
+    #[test]
+    fn broker_ids_need_broadcast() {
+        let cfg: HttpServerOutputConfig =
+            serde_yaml::from_str("{stream_path: /s, id_metadata: kafka_offset}").unwrap();
+        let cx = BuildContext::new("t", h::Routes::new(), CancellationToken::new())
+            .child("output.http_server");
+        let Err(e) = cfg.build(&cx) else {
+            panic!("built with round robin")
+        };
+        assert!(e.to_string().contains("`delivery: broadcast`"), "{e}");
+        build("{stream_path: /s, delivery: broadcast, id_metadata: kafka_offset}");
     }
 
     #[tokio::test]

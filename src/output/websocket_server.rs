@@ -119,6 +119,7 @@ impl BuildOutput for WebsocketServerOutputConfig {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
                 event_key: Some(self.event_metadata.clone()),
+                id_key: None,
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },

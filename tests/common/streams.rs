@@ -8,6 +8,14 @@ use futures::StreamExt;
 
 use super::harness::Gw;
 
+/// One server-sent event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SseEvent {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub data: String,
+}
+
 /// Reads SSE `data:` lines from a response as they come.
 pub struct Sse {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
@@ -23,15 +31,27 @@ impl Sse {
 
     /// The stream, or the status that refused it.
     pub async fn try_open(gw: &Gw, path: &str, key: &str) -> Result<Sse, u16> {
-        let resp = gw
+        Self::try_resume(gw, path, key, None).await
+    }
+
+    /// The stream resumed after event `last` (as an EventSource reconnects, with
+    /// `Last-Event-ID`), or the status that refused it.
+    pub async fn try_resume(
+        gw: &Gw,
+        path: &str,
+        key: &str,
+        last: Option<&str>,
+    ) -> Result<Sse, u16> {
+        let mut req = gw
             .http
             .get(gw.url(path))
             .header("x-api-key", key)
             // As a browser's EventSource asks.
-            .header("accept", "text/event-stream")
-            .send()
-            .await
-            .expect("SSE request");
+            .header("accept", "text/event-stream");
+        if let Some(last) = last {
+            req = req.header("last-event-id", last);
+        }
+        let resp = req.send().await.expect("SSE request");
         if resp.status() != 200 {
             return Err(resp.status().as_u16());
         }
@@ -48,19 +68,31 @@ impl Sse {
 
     /// The next event's data, or `None` when nothing comes within `wait`.
     pub async fn next(&mut self, wait: Duration) -> Option<String> {
+        self.next_event(wait).await.map(|e| e.data)
+    }
+
+    /// The next event (its id, name and data), or `None` when nothing comes within `wait`.
+    pub async fn next_event(&mut self, wait: Duration) -> Option<SseEvent> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(end) = self.buf.find("\n\n") {
                 let event: String = self.buf.drain(..end + 2).collect();
-                let data: Vec<&str> = event
-                    .lines()
-                    .filter_map(|l| l.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect();
+                let field = |name: &str| -> Vec<String> {
+                    event
+                        .lines()
+                        .filter_map(|l| l.strip_prefix(name))
+                        .map(|v| v.trim_start().to_owned())
+                        .collect()
+                };
+                let data = field("data:");
                 if data.is_empty() {
                     continue;
                 }
-                return Some(data.join("\n"));
+                return Some(SseEvent {
+                    id: field("id:").pop(),
+                    name: field("event:").pop(),
+                    data: data.join("\n"),
+                });
             }
             let chunk = tokio::time::timeout_at(deadline, self.body.next())
                 .await
