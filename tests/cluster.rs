@@ -1,11 +1,15 @@
 //! Several gateways as one cluster: a dashboard and three `sluice gateway` processes on
-//! one PostgreSQL store and one Redis, as `scripts/cluster.sh` starts them. A streaming
-//! API posted once to the dashboard runs on every node, and a change or a removal
-//! reaches every node; a Kafka-fed stream that broadcasts reaches every node's clients.
+//! one PostgreSQL store and one Redis, as `scripts/cluster.sh` starts them, with real
+//! brokers. A streaming API posted once runs on every node and changes everywhere;
+//! broker groups spread round robin over the nodes and are each node's own for
+//! broadcast; producers reach the broker through any node; a client resumes on another
+//! node; the nodes ride out the store going away. `--nocapture` prints the figures.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
+use serde_json::Value;
 
 use crate::common;
 
@@ -18,50 +22,115 @@ const ADMIN_KEY: &str = "cluster-admin-key-0123456789";
 const STREAMS: &str = "application/vnd.sluice.streams.oas";
 /// How often each node reads the store: a change must reach all of them soon after.
 const POLL: &str = "200ms";
+const NATS: &str = "nats://127.0.0.1:4222";
 
-/// A streaming API at `/{id}/` whose one stream answers each POST to `/echo` with
-/// `{tag} ` and the body.
-fn echo_api(id: &str, tag: &str) -> String {
+/// A dashboard and three gateways with streaming on, on one store (and one Redis).
+struct Cluster {
+    db: Db,
+    nodes: Vec<Gw>,
+    /// Unique to the test: it names the test's topics, streams and groups.
+    id: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// The dashboard on `store`, the nodes on `node_store` (the same database, or the
+    /// same through a relay).
+    async fn start(store: &str, node_store: &str) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
+        let db = Db::start(dir.path(), store, &config, ADMIN_KEY).await;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            nodes.push(
+                Gw::start_with_env(&[
+                    ("SLUICE_GW_STORE_URL", node_store.to_owned()),
+                    ("SLUICE_GW_STREAMING_ENABLED", "true".to_owned()),
+                    ("SLUICE_GW_APPS_POLL_INTERVAL", POLL.to_owned()),
+                    ("SLUICE_GW_REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
+                    ("SLUICE_GW_REDIS_PREFIX", format!("cluster-{id}:")),
+                ])
+                .await,
+            );
+        }
+        Cluster {
+            db,
+            nodes,
+            id,
+            _dir: dir,
+        }
+    }
+
+    /// Sends a streaming API document to the dashboard (POST creates, PUT changes).
+    async fn streams(&self, method: Method, path: &str, doc: String) -> (u16, Value) {
+        let req = self
+            .db
+            .http
+            .request(method, self.db.url(path))
+            .header("Authorization", ADMIN_KEY)
+            .header("content-type", STREAMS)
+            .body(doc);
+        let (status, body) = send(req).await;
+        (status.as_u16(), body)
+    }
+
+    /// Posts a streaming API, which must be created.
+    async fn post(&self, doc: String) {
+        let made = self.streams(Method::POST, "/api/apis/streams", doc).await;
+        assert_eq!(made.0, 201, "{}", made.1);
+    }
+
+    /// An SSE client of `path` on every node, once each serves the stream.
+    async fn clients(&self, path: &str) -> Vec<Sse> {
+        let mut clients = Vec::new();
+        for node in &self.nodes {
+            clients.push(open(node, path, None).await);
+        }
+        clients
+    }
+}
+
+/// An SSE client of `path` on `node` (resuming after `last`), once the node serves it.
+async fn open(node: &Gw, path: &str, last: Option<&str>) -> Sse {
+    let started = Instant::now();
+    loop {
+        match Sse::try_resume(node, path, "", last).await {
+            Ok(sse) => return sse,
+            Err(status) => assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "node {} never served {path}: {status}",
+                node.port
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A streaming API at `/{id}/` with one stream `main`: `stream` is its input, pipeline
+/// and output, as YAML indented by six.
+fn api(id: &str, stream: &str) -> String {
     format!(
-        r#"openapi: 3.0.3
-info: {{title: {id}, version: '1'}}
-paths: {{}}
-x-sluice-api-gateway:
-  info: {{id: {id}, name: {id}}}
-  server: {{listenPath: {{value: /{id}/, strip: true}}}}
-x-sluice-streaming:
-  streams:
-    main:
-      input:
-        http_server: {{path: /echo, sync_response: {{}}}}
-      pipeline:
-        processors:
-          - mapping: 'root = "{tag} " + content().string()'
-      output:
-        drop: {{}}
-"#
+        "openapi: 3.0.3\ninfo: {{title: {id}, version: '1'}}\npaths: {{}}\n\
+         x-sluice-api-gateway:\n  info: {{id: {id}, name: {id}}}\n  \
+         server: {{listenPath: {{value: /{id}/, strip: true}}}}\n\
+         x-sluice-streaming:\n  streams:\n    main:\n{stream}"
     )
 }
 
-/// Three gateways on `store` (and one Redis), each with streaming on.
-async fn nodes(store: &str, prefix: &str) -> Vec<Gw> {
-    let mut nodes = Vec::new();
-    for _ in 0..3 {
-        nodes.push(
-            Gw::start_with_env(&[
-                ("SLUICE_GW_STORE_URL", store.to_owned()),
-                ("SLUICE_GW_STREAMING_ENABLED", "true".to_owned()),
-                ("SLUICE_GW_APPS_POLL_INTERVAL", POLL.to_owned()),
-                ("SLUICE_GW_REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
-                ("SLUICE_GW_REDIS_PREFIX", prefix.to_owned()),
-            ])
-            .await,
-        );
-    }
-    nodes
+/// Answers each POST to `/echo` with `{tag} ` and the body.
+fn echo(tag: &str) -> String {
+    api(
+        "echo",
+        &format!(
+            "      input:\n        http_server: {{path: /echo, sync_response: {{}}}}\n      \
+             pipeline:\n        processors:\n          - mapping: 'root = \"{tag} \" + content().string()'\n      \
+             output:\n        drop: {{}}\n"
+        ),
+    )
 }
 
-/// Waits until `node` answers a POST of `body` to `path` with `want` (status, body).
+/// Waits until `node` answers a POST of `hello` to `path` with `want` (status, body).
 async fn until_answers(node: &Gw, path: &str, want: (u16, Option<&str>)) {
     let started = Instant::now();
     let mut last = (0, String::new());
@@ -83,166 +152,21 @@ async fn until_answers(node: &Gw, path: &str, want: (u16, Option<&str>)) {
     );
 }
 
-#[tokio::test]
-async fn a_streaming_api_posted_once_runs_on_every_node_and_changes_everywhere() {
-    let _shared = common::brokers::BROKER.read().await;
-    with_postgres("sluice_cluster", |store| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
-        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
-        let prefix = format!("cluster-{}:", uuid::Uuid::new_v4().simple());
-        let nodes = nodes(&store, &prefix).await;
-        let post = |method: Method, path: &str, body: String| {
-            db.http
-                .request(method, db.url(path))
-                .header("Authorization", ADMIN_KEY)
-                .header("content-type", STREAMS)
-                .body(body)
-        };
-
-        // Posted once: every node serves it.
-        let made = send(post(
-            Method::POST,
-            "/api/apis/streams",
-            echo_api("echo", "v1"),
-        ))
-        .await;
-        assert_eq!(made.0, 201, "{}", made.1);
-        for node in &nodes {
-            until_answers(node, "/echo/echo", (200, Some("v1 hello"))).await;
-        }
-
-        // Changed once: every node runs the new stream.
-        let changed = send(post(
-            Method::PUT,
-            "/api/apis/streams/echo",
-            echo_api("echo", "v2"),
-        ))
-        .await;
-        assert_eq!(changed.0, 200, "{}", changed.1);
-        for node in &nodes {
-            until_answers(node, "/echo/echo", (200, Some("v2 hello"))).await;
-        }
-
-        // Removed once: no node serves it.
-        let removed = send(db.req(Method::DELETE, "/api/apis/streams/echo")).await;
-        assert_eq!(removed.0, 200, "{}", removed.1);
-        for node in &nodes {
-            until_answers(node, "/echo/echo", (404, None)).await;
-        }
-    })
-    .await;
-}
-
-/// A streaming API at `/{id}/` whose stream sends each record of Kafka `topic` (read in
-/// `group`) to every SSE client of `/events`.
-fn kafka_broadcast_api(id: &str, topic: &str, group: &str) -> String {
-    format!(
-        r#"openapi: 3.0.3
-info: {{title: {id}, version: '1'}}
-paths: {{}}
-x-sluice-api-gateway:
-  info: {{id: {id}, name: {id}}}
-  server: {{listenPath: {{value: /{id}/, strip: true}}}}
-x-sluice-streaming:
-  streams:
-    feed:
-      input:
-        kafka: {{addresses: ['{addr}'], topics: ['{topic}'], consumer_group: {group}}}
-      output:
-        http_server: {{stream_path: /events, delivery: broadcast}}
-"#,
-        addr = kafka_addr()
-    )
-}
-
-#[tokio::test]
-async fn a_kafka_stream_that_broadcasts_reaches_the_clients_of_every_node() {
-    let _shared = common::brokers::BROKER.read().await;
-    with_postgres("sluice_cluster", |store| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
-        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let prefix = format!("cluster-{id}:");
-        let nodes = nodes(&store, &prefix).await;
-        // One partition: a group shared by the nodes would hand all of it to one node.
-        let topic = format!("cluster-feed-{id}");
-        create_topic(&topic).await;
-        let made = send(
-            db.http
-                .post(db.url("/api/apis/streams"))
-                .header("Authorization", ADMIN_KEY)
-                .header("content-type", STREAMS)
-                .body(kafka_broadcast_api("feed", &topic, &format!("feed-{id}"))),
-        )
-        .await;
-        assert_eq!(made.0, 201, "{}", made.1);
-        let mut clients = Vec::new();
-        for node in &nodes {
-            let started = Instant::now();
-            let sse = loop {
-                match Sse::try_open(node, "/feed/events", "").await {
-                    Ok(sse) => break sse,
-                    Err(status) => assert!(
-                        started.elapsed() < Duration::from_secs(20),
-                        "node {} never served the stream: {status}",
-                        node.port
-                    ),
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            };
-            clients.push(sse);
-        }
-
-        let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", kafka_addr())
-            .create()
+/// Writes `records` to Kafka `topic`, each acknowledged.
+async fn produce(topic: &str, records: impl IntoIterator<Item = String>) {
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", kafka_addr())
+        .create()
+        .unwrap();
+    for record in records {
+        producer
+            .send(
+                rdkafka::producer::FutureRecord::<(), _>::to(topic).payload(&record),
+                Duration::from_secs(10),
+            )
+            .await
             .unwrap();
-        let sent: Vec<String> = (0..10).map(|i| format!("{{\"n\":{i}}}")).collect();
-        for record in &sent {
-            producer
-                .send(
-                    rdkafka::producer::FutureRecord::<(), _>::to(&topic).payload(record),
-                    Duration::from_secs(10),
-                )
-                .await
-                .unwrap();
-        }
-        for (node, client) in nodes.iter().zip(&mut clients) {
-            let mut got = Vec::new();
-            while got.len() < sent.len() {
-                match client.next(Duration::from_secs(30)).await {
-                    Some(event) => got.push(event),
-                    None => panic!("node {} delivered only {got:?}", node.port),
-                }
-            }
-            assert_eq!(got, sent, "node {}", node.port);
-        }
-    })
-    .await;
-}
-
-/// A streaming API at `/{id}/` whose stream writes each POST to `/publish` to Kafka
-/// `topic`, answering 200 once the broker has it.
-fn kafka_publish_api(id: &str, topic: &str) -> String {
-    format!(
-        r#"openapi: 3.0.3
-info: {{title: {id}, version: '1'}}
-paths: {{}}
-x-sluice-api-gateway:
-  info: {{id: {id}, name: {id}}}
-  server: {{listenPath: {{value: /{id}/, strip: true}}}}
-x-sluice-streaming:
-  streams:
-    publish:
-      input:
-        http_server: {{path: /publish, allowed_verbs: [POST]}}
-      output:
-        kafka: {{addresses: ['{addr}'], topic: '{topic}'}}
-"#,
-        addr = kafka_addr()
-    )
+    }
 }
 
 /// Every record of `topic`, read from its start until `want` are in or nothing more
@@ -271,221 +195,98 @@ async fn records(topic: &str, want: usize) -> Vec<String> {
     got
 }
 
-#[tokio::test]
-async fn producers_on_any_node_reach_the_broker_and_a_killed_node_loses_no_acknowledged_message() {
-    let _shared = common::brokers::BROKER.read().await;
-    with_postgres("sluice_cluster", |store| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
-        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let mut nodes = nodes(&store, &format!("cluster-{id}:")).await;
-        let topic = format!("cluster-publish-{id}");
-        create_topic(&topic).await;
-        let made = send(
-            db.http
-                .post(db.url("/api/apis/streams"))
-                .header("Authorization", ADMIN_KEY)
-                .header("content-type", STREAMS)
-                .body(kafka_publish_api("pub", &topic)),
-        )
-        .await;
-        assert_eq!(made.0, 201, "{}", made.1);
-        for node in &nodes {
-            until_answers(node, "/pub/nothing", (404, None)).await;
-        }
-        // Every node takes the stream's POSTs once it runs it.
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap();
-        let post = |port: u16, n: usize| {
-            let client = client.clone();
-            async move {
-                let resp = client
-                    .post(format!("http://127.0.0.1:{port}/pub/publish"))
-                    .body(format!("m{n}"))
-                    .send()
-                    .await;
-                matches!(resp, Ok(r) if r.status() == 200)
-            }
-        };
-        for node in &nodes {
-            let started = Instant::now();
-            while !post(node.port, usize::MAX).await {
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "node {} never took a POST",
-                    node.port
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-
-        // Producers spread over the nodes; one node is killed halfway.
-        let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
-        let mut acked = Vec::new();
-        let mut refused = 0;
-        for n in 0..300 {
-            if n == 150 {
-                nodes.remove(1).kill().await;
-            }
-            if post(ports[n % ports.len()], n).await {
-                acked.push(format!("m{n}"));
-            } else {
-                refused += 1;
-            }
-        }
-        assert!(
-            refused <= 100,
-            "{refused} refused: only the killed node's share may be"
-        );
-        assert!(acked.len() >= 200, "{} acknowledged", acked.len());
-
-        // Every acknowledged message is in the broker (the three warm-up posts too).
-        let mut got = records(&topic, acked.len() + ports.len()).await;
-        got.retain(|m| m != &format!("m{}", usize::MAX));
-        let missing: Vec<&String> = acked.iter().filter(|m| !got.contains(m)).collect();
-        assert!(
-            missing.is_empty(),
-            "acknowledged but not in the broker: {missing:?}"
-        );
-        let duplicates = got.len() - got.iter().collect::<std::collections::BTreeSet<_>>().len();
-        eprintln!(
-            "producers over 3 nodes, one killed halfway: 300 sent, {} acknowledged, \
-             {refused} refused, 0 lost, {duplicates} duplicates in the broker",
-            acked.len()
-        );
+/// A JetStream stream `name` on `subject`, new.
+async fn jetstream(name: &str, subject: &str) -> async_nats::jetstream::Context {
+    let js = async_nats::jetstream::new(async_nats::connect(NATS).await.unwrap());
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: name.to_owned(),
+        subjects: vec![subject.to_owned()],
+        ..Default::default()
     })
-    .await;
+    .await
+    .unwrap();
+    js
 }
 
 #[tokio::test]
-async fn nodes_keep_serving_without_the_store_and_catch_up_when_it_is_back() {
+async fn a_streaming_api_posted_once_runs_on_every_node_and_changes_everywhere() {
     let _shared = common::brokers::BROKER.read().await;
     with_postgres("sluice_cluster", |store| async move {
-        // The nodes reach PostgreSQL through a relay, so that cutting it takes the store
-        // away from them alone; the dashboard keeps its own connection.
-        let mut relay = common::relay::Relay::to(5432);
-        relay.resume().await;
-        let mut relayed = url::Url::parse(&store).unwrap();
-        relayed.set_port(Some(relay.port)).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
-        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let nodes = nodes(relayed.as_str(), &format!("cluster-{id}:")).await;
-        let put = |method: Method, path: &str, tag: &str| {
-            db.http
-                .request(method, db.url(path))
-                .header("Authorization", ADMIN_KEY)
-                .header("content-type", STREAMS)
-                .body(echo_api("echo", tag))
-        };
-        let made = send(put(Method::POST, "/api/apis/streams", "v1")).await;
-        assert_eq!(made.0, 201, "{}", made.1);
-        for node in &nodes {
+        let cluster = Cluster::start(&store, &store).await;
+        cluster.post(echo("v1")).await;
+        for node in &cluster.nodes {
             until_answers(node, "/echo/echo", (200, Some("v1 hello"))).await;
         }
-
-        // The store goes away: the nodes go on serving what they loaded, over many of
-        // their reloads, while the API changes in the store.
-        relay.cut();
-        let changed = send(put(Method::PUT, "/api/apis/streams/echo", "v2")).await;
+        let changed = cluster
+            .streams(Method::PUT, "/api/apis/streams/echo", echo("v2"))
+            .await;
         assert_eq!(changed.0, 200, "{}", changed.1);
-        let outage = Instant::now();
-        while outage.elapsed() < Duration::from_secs(2) {
-            for node in &nodes {
-                let resp = node
-                    .http
-                    .post(node.url("/echo/echo"))
-                    .body("hello")
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 200, "node {} without its store", node.port);
-                assert_eq!(resp.text().await.unwrap(), "v1 hello");
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-
-        // Back: every node picks up the change.
-        relay.resume().await;
-        for node in &nodes {
+        for node in &cluster.nodes {
             until_answers(node, "/echo/echo", (200, Some("v2 hello"))).await;
+        }
+        let removed = send(cluster.db.req(Method::DELETE, "/api/apis/streams/echo")).await;
+        assert_eq!(removed.0, 200, "{}", removed.1);
+        for node in &cluster.nodes {
+            until_answers(node, "/echo/echo", (404, None)).await;
         }
     })
     .await;
 }
 
-/// A streaming API at `/{id}/` whose stream sends each message of JetStream `stream`,
-/// read by the durable consumer `durable`, to one SSE client of `/events` in turn.
-fn jetstream_round_robin_api(id: &str, stream: &str, durable: &str) -> String {
-    format!(
-        r#"openapi: 3.0.3
-info: {{title: {id}, version: '1'}}
-paths: {{}}
-x-sluice-api-gateway:
-  info: {{id: {id}, name: {id}}}
-  server: {{listenPath: {{value: /{id}/, strip: true}}}}
-x-sluice-streaming:
-  streams:
-    work:
-      input:
-        nats_jetstream: {{urls: ['nats://127.0.0.1:4222'], stream: {stream}, durable: {durable}}}
-      output:
-        http_server: {{stream_path: /events}}
-"#
-    )
+#[tokio::test]
+async fn a_kafka_stream_that_broadcasts_reaches_the_clients_of_every_node() {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        let cluster = Cluster::start(&store, &store).await;
+        let id = &cluster.id;
+        // One partition: a group shared by the nodes would hand all of it to one node.
+        let topic = format!("cluster-feed-{id}");
+        create_topic(&topic, 1).await;
+        cluster
+            .post(api(
+                "feed",
+                &format!(
+                    "      input:\n        kafka: {{addresses: ['{}'], topics: ['{topic}'], consumer_group: feed-{id}}}\n      \
+                     output:\n        http_server: {{stream_path: /events, delivery: broadcast}}\n",
+                    kafka_addr()
+                ),
+            ))
+            .await;
+        let mut clients = cluster.clients("/feed/events").await;
+        let sent: Vec<String> = (0..10).map(|i| format!("{{\"n\":{i}}}")).collect();
+        produce(&topic, sent.clone()).await;
+        for (node, client) in cluster.nodes.iter().zip(&mut clients) {
+            let mut got = Vec::new();
+            while got.len() < sent.len() {
+                match client.next(Duration::from_secs(30)).await {
+                    Some(event) => got.push(event),
+                    None => panic!("node {} delivered only {got:?}", node.port),
+                }
+            }
+            assert_eq!(got, sent, "node {}", node.port);
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_shared_durable_consumer_spreads_a_round_robin_stream_over_the_nodes_once() {
     let _shared = common::brokers::BROKER.read().await;
     with_postgres("sluice_cluster", |store| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
-        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let nodes = nodes(&store, &format!("cluster-{id}:")).await;
+        let cluster = Cluster::start(&store, &store).await;
+        let id = &cluster.id;
         let (stream, subject) = (format!("WORK_{id}"), format!("work.{id}"));
-        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
-        let js = async_nats::jetstream::new(client);
-        js.create_stream(async_nats::jetstream::stream::Config {
-            name: stream.clone(),
-            subjects: vec![subject.clone()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let made = send(
-            db.http
-                .post(db.url("/api/apis/streams"))
-                .header("Authorization", ADMIN_KEY)
-                .header("content-type", STREAMS)
-                .body(jetstream_round_robin_api(
-                    "work",
-                    &stream,
-                    &format!("work-{id}"),
-                )),
-        )
-        .await;
-        assert_eq!(made.0, 201, "{}", made.1);
-        let mut clients = Vec::new();
-        for node in &nodes {
-            let started = Instant::now();
-            clients.push(loop {
-                match Sse::try_open(node, "/work/events", "").await {
-                    Ok(sse) => break sse,
-                    Err(status) => assert!(
-                        started.elapsed() < Duration::from_secs(20),
-                        "node {} never served the stream: {status}",
-                        node.port
-                    ),
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            });
-        }
+        let js = jetstream(&stream, &subject).await;
+        cluster
+            .post(api(
+                "work",
+                &format!(
+                    "      input:\n        nats_jetstream: {{urls: ['{NATS}'], stream: {stream}, durable: work-{id}}}\n      \
+                     output:\n        http_server: {{stream_path: /events}}\n"
+                ),
+            ))
+            .await;
+        let mut clients = cluster.clients("/work/events").await;
         let sent: Vec<String> = (0..60).map(|i| format!("{{\"n\":{i}}}")).collect();
         for message in &sent {
             js.publish(subject.clone(), message.clone().into())
@@ -507,13 +308,9 @@ async fn a_shared_durable_consumer_spreads_a_round_robin_stream_over_the_nodes_o
             }
         }
         eprintln!("round robin over 3 nodes: {per_node:?} of {}", sent.len());
-        let mut unique = got.clone();
-        unique.sort();
-        unique.dedup();
+        let unique: BTreeSet<&String> = got.iter().collect();
         assert_eq!(unique.len(), got.len(), "a message came twice: {got:?}");
-        let mut want = sent.clone();
-        want.sort();
-        assert_eq!(unique, want);
+        assert_eq!(unique, sent.iter().collect::<BTreeSet<_>>());
         assert!(
             per_node.iter().filter(|&&n| n > 0).count() >= 2,
             "one node took them all: {per_node:?}"
@@ -523,88 +320,156 @@ async fn a_shared_durable_consumer_spreads_a_round_robin_stream_over_the_nodes_o
     .await;
 }
 
-/// A streaming API at `/{id}/` whose stream sends every message of JetStream `stream`
-/// to every SSE client of `/events`, the message's stream sequence as its event id.
-fn jetstream_feed_api(id: &str, stream: &str, durable: &str) -> String {
-    format!(
-        r#"openapi: 3.0.3
-info: {{title: {id}, version: '1'}}
-paths: {{}}
-x-sluice-api-gateway:
-  info: {{id: {id}, name: {id}}}
-  server: {{listenPath: {{value: /{id}/, strip: true}}}}
-x-sluice-streaming:
-  streams:
-    feed:
-      input:
-        nats_jetstream: {{urls: ['nats://127.0.0.1:4222'], stream: {stream}, durable: {durable}}}
-      output:
-        http_server:
-          stream_path: /events
-          delivery: broadcast
-          id_metadata: nats_sequence_stream
-"#
-    )
-}
-
 #[tokio::test]
-async fn a_client_whose_node_is_killed_resumes_on_another_node_without_a_gap_or_a_duplicate() {
+async fn producers_on_any_node_reach_the_broker_and_a_killed_node_loses_no_acknowledged_message() {
     let _shared = common::brokers::BROKER.read().await;
     with_postgres("sluice_cluster", |store| async move {
-        let dir = tempfile::tempdir().unwrap();
-        let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
-        let db = Db::start(dir.path(), &store, &config, ADMIN_KEY).await;
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let mut nodes = nodes(&store, &format!("cluster-{id}:")).await;
-        let (stream, subject) = (format!("FEED_{id}"), format!("feed.{id}"));
-        let js =
-            async_nats::jetstream::new(async_nats::connect("nats://127.0.0.1:4222").await.unwrap());
-        js.create_stream(async_nats::jetstream::stream::Config {
-            name: stream.clone(),
-            subjects: vec![subject.clone()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-        let made = send(
-            db.http
-                .post(db.url("/api/apis/streams"))
-                .header("Authorization", ADMIN_KEY)
-                .header("content-type", STREAMS)
-                .body(jetstream_feed_api("feed", &stream, &format!("feed-{id}"))),
-        )
-        .await;
-        assert_eq!(made.0, 201, "{}", made.1);
-        // A client on every node, so that every node delivers (a broadcast waits for one).
-        let mut clients = Vec::new();
-        for node in &nodes {
-            let started = Instant::now();
-            clients.push(loop {
-                match Sse::try_open(node, "/feed/events", "").await {
-                    Ok(sse) => break sse,
-                    Err(status) => assert!(
-                        started.elapsed() < Duration::from_secs(20),
-                        "node {} never served the stream: {status}",
-                        node.port
-                    ),
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            });
-        }
-        let publish = |from: usize, to: usize| {
-            let (js, subject) = (js.clone(), subject.clone());
+        let mut cluster = Cluster::start(&store, &store).await;
+        let topic = format!("cluster-publish-{}", cluster.id);
+        create_topic(&topic, 1).await;
+        cluster
+            .post(api(
+                "pub",
+                &format!(
+                    "      input:\n        http_server: {{path: /publish, allowed_verbs: [POST]}}\n      \
+                     output:\n        kafka: {{addresses: ['{}'], topic: '{topic}'}}\n",
+                    kafka_addr()
+                ),
+            ))
+            .await;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        // Whether a POST of message `n` to the node on `port` was acknowledged.
+        let post = |port: u16, n: usize| {
+            let client = client.clone();
             async move {
-                for n in from..to {
-                    js.publish(subject.clone(), format!("m{n}").into())
-                        .await
-                        .unwrap()
-                        .await
-                        .unwrap();
+                let resp = client
+                    .post(format!("http://127.0.0.1:{port}/pub/publish"))
+                    .body(format!("m{n}"))
+                    .send()
+                    .await;
+                matches!(resp, Ok(r) if r.status() == 200)
+            }
+        };
+        // Every node takes the stream's POSTs once it runs it.
+        let warm_up = usize::MAX;
+        for node in &cluster.nodes {
+            let started = Instant::now();
+            while !post(node.port, warm_up).await {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "node {} never took a POST",
+                    node.port
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+
+        // Producers spread over the nodes; one node is killed halfway.
+        let ports: Vec<u16> = cluster.nodes.iter().map(|n| n.port).collect();
+        let mut acked = Vec::new();
+        let mut refused = 0;
+        for n in 0..300 {
+            if n == 150 {
+                cluster.nodes.remove(1).kill().await;
+            }
+            if post(ports[n % ports.len()], n).await {
+                acked.push(format!("m{n}"));
+            } else {
+                refused += 1;
+            }
+        }
+        assert!(
+            refused <= 100,
+            "{refused} refused: only the killed node's share may be"
+        );
+        assert!(acked.len() >= 200, "{} acknowledged", acked.len());
+
+        // Every acknowledged message is in the broker (the warm-up posts too).
+        let mut got = records(&topic, acked.len() + ports.len()).await;
+        got.retain(|m| m != &format!("m{warm_up}"));
+        let missing: Vec<&String> = acked.iter().filter(|m| !got.contains(m)).collect();
+        assert!(
+            missing.is_empty(),
+            "acknowledged but not in the broker: {missing:?}"
+        );
+        let duplicates = got.len() - got.iter().collect::<BTreeSet<_>>().len();
+        eprintln!(
+            "producers over 3 nodes, one killed halfway: 300 sent, {} acknowledged, \
+             {refused} refused, 0 lost, {duplicates} duplicates in the broker",
+            acked.len()
+        );
+    })
+    .await;
+}
+
+/// Where a broadcast stream's messages come from in the resume test, and the metadata
+/// that holds each one's position there.
+enum Feed {
+    JetStream,
+    Kafka,
+}
+
+/// A client reads 10 of 20 messages on the first node, the node is killed -9, 10 more
+/// come, and the client resumes on another node with the last id it saw.
+async fn resume_on_another_node(feed: Feed) {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        let mut cluster = Cluster::start(&store, &store).await;
+        let id = cluster.id.clone();
+        let (input, id_metadata) = match feed {
+            Feed::JetStream => (
+                format!("nats_jetstream: {{urls: ['{NATS}'], stream: FEED_{id}, durable: feed-{id}}}"),
+                "nats_sequence_stream",
+            ),
+            Feed::Kafka => (
+                format!(
+                    "kafka: {{addresses: ['{}'], topics: ['feed-{id}'], consumer_group: feed-{id}}}",
+                    kafka_addr()
+                ),
+                "kafka_offset",
+            ),
+        };
+        let js = match feed {
+            Feed::JetStream => Some(jetstream(&format!("FEED_{id}"), &format!("feed.{id}")).await),
+            Feed::Kafka => {
+                create_topic(&format!("feed-{id}"), 1).await;
+                None
+            }
+        };
+        let publish = |from: usize, to: usize| {
+            let (js, id) = (js.clone(), id.clone());
+            async move {
+                let messages = (from..to).map(|n| format!("m{n}"));
+                match js {
+                    Some(js) => {
+                        for m in messages {
+                            js.publish(format!("feed.{id}"), m.into())
+                                .await
+                                .unwrap()
+                                .await
+                                .unwrap();
+                        }
+                    }
+                    None => produce(&format!("feed-{id}"), messages).await,
                 }
             }
         };
+        cluster
+            .post(api(
+                "feed",
+                &format!(
+                    "      input:\n        {input}\n      output:\n        http_server:\n          \
+                     stream_path: /events\n          delivery: broadcast\n          \
+                     id_metadata: {id_metadata}\n"
+                ),
+            ))
+            .await;
+        // A client on every node, so that every node delivers (a broadcast waits for one).
+        let mut clients = cluster.clients("/feed/events").await;
         publish(0, 20).await;
-        // The first node's client reads ten, then its node dies.
         let mut seen = Vec::new();
         let mut last = None;
         while seen.len() < 10 {
@@ -617,12 +482,10 @@ async fn a_client_whose_node_is_killed_resumes_on_another_node_without_a_gap_or_
         }
         let last = last.expect("events carry ids");
         clients.remove(0);
-        nodes.remove(0).kill().await;
+        cluster.nodes.remove(0).kill().await;
         publish(20, 30).await;
         // It reconnects to another node with the last id it saw, as an EventSource does.
-        let mut resumed = Sse::try_resume(&nodes[0], "/feed/events", "", Some(&last))
-            .await
-            .expect("the other node takes the client");
+        let mut resumed = open(&cluster.nodes[0], "/feed/events", Some(&last)).await;
         while seen.len() < 30 {
             match resumed.next_event(Duration::from_secs(20)).await {
                 Some(event) => {
@@ -635,10 +498,70 @@ async fn a_client_whose_node_is_killed_resumes_on_another_node_without_a_gap_or_
         let want: Vec<String> = (0..30).map(|n| format!("m{n}")).collect();
         assert_eq!(seen, want, "every message once, in order");
         eprintln!(
-            "resume on another node after kill -9: 30 published, 30 delivered once, \
-             0 lost, 0 duplicates (last id before the kill: {last})"
+            "resume on another node after kill -9 ({id_metadata}): 30 published, 30 \
+             delivered once, 0 lost, 0 duplicates (last id before the kill: {last})"
         );
-        let _ = js.delete_stream(&stream).await;
+        if let Some(js) = js {
+            let _ = js.delete_stream(&format!("FEED_{id}")).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_client_whose_node_is_killed_resumes_on_another_node_from_jetstream_positions() {
+    resume_on_another_node(Feed::JetStream).await;
+}
+
+#[tokio::test]
+async fn a_client_whose_node_is_killed_resumes_on_another_node_from_kafka_offsets() {
+    resume_on_another_node(Feed::Kafka).await;
+}
+
+#[tokio::test]
+async fn nodes_keep_serving_without_the_store_and_catch_up_when_it_is_back() {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        // The nodes reach PostgreSQL through a relay, so that cutting it takes the store
+        // away from them alone; the dashboard keeps its own connection.
+        let mut relay = common::relay::Relay::to(5432);
+        relay.resume().await;
+        let mut relayed = url::Url::parse(&store).unwrap();
+        relayed.set_port(Some(relay.port)).unwrap();
+        let cluster = Cluster::start(&store, relayed.as_str()).await;
+        cluster.post(echo("v1")).await;
+        for node in &cluster.nodes {
+            until_answers(node, "/echo/echo", (200, Some("v1 hello"))).await;
+        }
+
+        // The store goes away: the nodes go on serving what they loaded, over many of
+        // their reloads, while the API changes in the store.
+        relay.cut();
+        let changed = cluster
+            .streams(Method::PUT, "/api/apis/streams/echo", echo("v2"))
+            .await;
+        assert_eq!(changed.0, 200, "{}", changed.1);
+        let outage = Instant::now();
+        while outage.elapsed() < Duration::from_secs(2) {
+            for node in &cluster.nodes {
+                let resp = node
+                    .http
+                    .post(node.url("/echo/echo"))
+                    .body("hello")
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 200, "node {} without its store", node.port);
+                assert_eq!(resp.text().await.unwrap(), "v1 hello");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // Back: every node picks up the change.
+        relay.resume().await;
+        for node in &cluster.nodes {
+            until_answers(node, "/echo/echo", (200, Some("v2 hello"))).await;
+        }
     })
     .await;
 }

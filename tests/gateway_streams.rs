@@ -324,8 +324,8 @@ async fn the_streaming_examples_load_and_carry_messages() {
     let up = upstream::Upstream::start().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let (topic, fan_topic) = (format!("gw-events-{id}"), format!("gw-fan-{id}"));
-    create_topic(&topic).await;
-    create_topic(&fan_topic).await;
+    create_topic(&topic, 1).await;
+    create_topic(&fan_topic, 1).await;
     let subject = format!("feed.{id}");
     let env = [
         ("KAFKA_ADDRESSES", kafka_addr()),

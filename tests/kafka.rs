@@ -3,6 +3,7 @@
 
 use crate::common::brokers as common;
 use crate::common::sink;
+use crate::common::streams::{create_topic, kafka_addr as addr};
 use crate::common::tls;
 
 use std::collections::BTreeSet;
@@ -17,31 +18,6 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, ClientContext, Message};
-
-fn addr() -> String {
-    if let Ok(a) = std::env::var("SLUICE_KAFKA_ADDR") {
-        return a;
-    }
-    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/target/brokers/kafka.addr");
-    std::fs::read_to_string(file)
-        .map(|s| s.trim().to_owned())
-        .expect("a Kafka address: run scripts/brokers.sh")
-}
-
-async fn create_topic(name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", addr())
-        .create()
-        .unwrap();
-    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    let res = admin
-        .create_topics(&[topic], &AdminOptions::new())
-        .await
-        .unwrap();
-    for r in res {
-        r.unwrap();
-    }
-}
 
 fn producer() -> FutureProducer {
     ClientConfig::new()

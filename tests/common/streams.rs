@@ -113,14 +113,14 @@ pub fn kafka_addr() -> String {
         .expect("a Kafka address: run scripts/brokers.sh")
 }
 
-/// Creates topic `name` with one partition.
-pub async fn create_topic(name: &str) {
+/// Creates topic `name` with `partitions` partitions.
+pub async fn create_topic(name: &str, partitions: i32) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", kafka_addr())
         .create()
         .unwrap();
-    let topic = NewTopic::new(name, 1, TopicReplication::Fixed(1));
+    let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
     for r in admin
         .create_topics(&[topic], &AdminOptions::new())
         .await
