@@ -14,8 +14,9 @@ use crate::http::wire::{
     visible_ascii, ConnectionTokens,
 };
 
-/// The most header lines an upstream's response head may carry.
-const MAX_HEADERS: usize = 128;
+/// The most header lines an upstream's response head may carry: hyper's client limit,
+/// so that the two refuse the same heads.
+const MAX_HEADERS: usize = 100;
 /// The largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
 /// The longest chunk-size line accepted.
