@@ -10,8 +10,6 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use super::exec::ExecError;
-
 /// How long one run of a tenant's mapping may take: one message through a `mapping`
 /// processor, one playground run.
 pub const TENANT: Duration = Duration::from_millis(250);
@@ -69,9 +67,17 @@ impl Drop for Guard {
     }
 }
 
+/// A run past its deadline.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "the mapping ran out of time: a mapping that arrives as data may run for {} ms at a time",
+    TENANT.as_millis()
+)]
+pub struct OverBudget;
+
 /// Counts one step of the run on this thread, failing once its deadline has passed.
 #[inline]
-pub fn step() -> Result<(), ExecError> {
+pub fn step() -> Result<(), OverBudget> {
     DEADLINE.with(|d| match d.get() {
         None => Ok(()),
         Some(deadline) => STEPS.with(|s| {
@@ -82,20 +88,12 @@ pub fn step() -> Result<(), ExecError> {
             }
             s.set(STEPS_PER_CHECK);
             if Instant::now() >= deadline {
-                Err(over_budget())
+                Err(OverBudget)
             } else {
                 Ok(())
             }
         }),
     })
-}
-
-#[cold]
-fn over_budget() -> ExecError {
-    ExecError::new(format!(
-        "the mapping ran out of time: a mapping that arrives as data may run for {} ms at a time",
-        TENANT.as_millis()
-    ))
 }
 
 #[cfg(test)]

@@ -69,6 +69,13 @@ pub struct ExecError {
     pub msg: String,
 }
 
+impl From<super::budget::OverBudget> for ExecError {
+    #[cold]
+    fn from(e: super::budget::OverBudget) -> Self {
+        ExecError::new(e.to_string())
+    }
+}
+
 impl ExecError {
     pub fn new(msg: impl Into<String>) -> Self {
         ExecError { msg: msg.into() }
@@ -978,7 +985,7 @@ pub fn run<'m>(
         super::budget::step().map_err(|e| StmtError {
             line: st.line(),
             what: "statement",
-            msg: e.msg,
+            msg: e.to_string(),
         })?;
         match st {
             CStmt::Assign {
