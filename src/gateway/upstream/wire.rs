@@ -19,8 +19,9 @@ use crate::http::wire::{
 const MAX_HEADERS: usize = 100;
 /// The largest response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
-/// The longest chunk-size line accepted.
-const MAX_CHUNK_LINE: usize = 4 * 1024;
+/// The longest chunk-size line accepted, and the longest chunk extension (hyper's).
+const MAX_CHUNK_LINE: usize = 20 * 1024;
+const MAX_CHUNK_EXTENSION: usize = 16 * 1024;
 /// The trailer section must be shorter than this, and hold at most `MAX_TRAILERS`
 /// lines: hyper's limits, so that the two readers refuse the same responses.
 const MAX_TRAILER_SECTION: usize = 16 * 1024;
@@ -376,21 +377,8 @@ impl Decoder {
 fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, WireError> {
     loop {
         match *state {
-            Chunk::Size => match httparse::parse_chunk_size(buf) {
-                Ok(httparse::Status::Complete((used, size))) => {
-                    // httparse reads a chunk extension up to the next CRLF, bare LFs
-                    // and all: a line break inside an extension is where two readers
-                    // part ways (one ends the line there), so the line must be one
-                    // line, ended by CRLF.
-                    // httparse also takes a line with no size digits as size 0.
-                    let line = &buf[..used];
-                    let (body, end) = line.split_at(line.len().saturating_sub(2));
-                    if end != b"\r\n"
-                        || body.iter().any(|&b| b == b'\n' || b == b'\r')
-                        || !body.first().is_some_and(u8::is_ascii_hexdigit)
-                    {
-                        return Err(WireError::Chunk);
-                    }
+            Chunk::Size => match chunk_size_line(buf)? {
+                Some((used, size)) => {
                     let _ = buf.split_to(used);
                     *state = if size == 0 {
                         Chunk::Trailers
@@ -398,11 +386,8 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
                         Chunk::Data(size)
                     };
                 }
-                Ok(httparse::Status::Partial) if buf.len() > MAX_CHUNK_LINE => {
-                    return Err(WireError::Chunk)
-                }
-                Ok(httparse::Status::Partial) => return Ok(Decoded::More),
-                Err(_) => return Err(WireError::Chunk),
+                None if buf.len() > MAX_CHUNK_LINE => return Err(WireError::Chunk),
+                None => return Ok(Decoded::More),
             },
             Chunk::Data(n) => {
                 if buf.is_empty() {
@@ -448,6 +433,46 @@ fn decode_chunked(state: &mut Chunk, buf: &mut BytesMut) -> Result<Decoded, Wire
             Chunk::Done => return Ok(Decoded::Done),
         }
     }
+}
+
+/// Reads a chunk-size line as hyper's decoder reads it, so that the two never part ways
+/// on where a chunk starts: hex digits (as many as the value fits in 64 bits, leading
+/// zeros and all), then optional spaces or tabs, an optional `;` extension up to CR (a
+/// bare LF in it is refused, and it is held to 16 KiB), then CRLF. The bytes the line
+/// took and the size, or `None` until the line is complete.
+fn chunk_size_line(buf: &[u8]) -> Result<Option<(usize, u64)>, WireError> {
+    enum At {
+        Size,
+        Space,
+        Extension(usize),
+        Lf,
+    }
+    if buf.first().is_some_and(|b| !b.is_ascii_hexdigit()) {
+        return Err(WireError::Chunk);
+    }
+    let mut size: u64 = 0;
+    let mut at = At::Size;
+    for (i, &b) in buf.iter().enumerate() {
+        at = match (at, b) {
+            (At::Size, b) if b.is_ascii_hexdigit() => {
+                let digit = (b as char).to_digit(16).unwrap_or_default();
+                size = size
+                    .checked_mul(16)
+                    .and_then(|s| s.checked_add(u64::from(digit)))
+                    .ok_or(WireError::Chunk)?;
+                At::Size
+            }
+            (At::Size | At::Space, b' ' | b'\t') => At::Space,
+            (At::Size | At::Space, b';') => At::Extension(0),
+            (At::Size | At::Space | At::Extension(_), b'\r') => At::Lf,
+            (At::Extension(_), b'\n') => return Err(WireError::Chunk),
+            (At::Extension(n), _) if n + 1 >= MAX_CHUNK_EXTENSION => return Err(WireError::Chunk),
+            (At::Extension(n), _) => At::Extension(n + 1),
+            (At::Lf, b'\n') => return Ok(Some((i + 1, size))),
+            _ => return Err(WireError::Chunk),
+        };
+    }
+    Ok(None)
 }
 
 /// The fields of a trailer section (ending in its first empty line, CRLF CRLF), as the
@@ -795,6 +820,31 @@ mod tests {
         );
         assert!(d.is_done());
         assert_eq!(&buf[..], b"HTTP/1.1");
+    }
+
+    #[test]
+    fn chunk_size_lines_are_read_as_hyper_reads_them() {
+        let body = |wire: &[u8]| decode_all(Framing::Chunked, wire, 3);
+        // Leading zeros are no limit, only the value is.
+        assert_eq!(
+            body(b"00000000000000000005\r\nhello\r\n0\r\n\r\n"),
+            Ok(b"hello".to_vec())
+        );
+        assert_eq!(body(b"10000000000000000\r\n"), Err(WireError::Chunk));
+        // Spaces before an extension; none between digits.
+        assert_eq!(
+            body(b"5 \t;a=b\r\nhello\r\n0\r\n\r\n"),
+            Ok(b"hello".to_vec())
+        );
+        assert_eq!(body(b"5 5\r\n"), Err(WireError::Chunk));
+        // A bare LF ends nothing: refused in an extension and after the size.
+        assert_eq!(body(b"5;a\nb\r\nhello\r\n0\r\n\r\n"), Err(WireError::Chunk));
+        assert_eq!(body(b"5\nhello\r\n0\r\n\r\n"), Err(WireError::Chunk));
+        // An extension is held to 16 KiB.
+        let mut long = b"5;".to_vec();
+        long.extend(std::iter::repeat_n(b'x', MAX_CHUNK_EXTENSION));
+        long.extend_from_slice(b"\r\nhello\r\n0\r\n\r\n");
+        assert_eq!(body(&long), Err(WireError::Chunk));
     }
 
     #[test]
