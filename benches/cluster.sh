@@ -7,8 +7,8 @@
 # every message gives delivered messages/s. Prints each figure, the per-node ratio
 # against one node, and the resume latency: a client reconnecting to another node with
 # `Last-Event-ID` until its first resumed event (median of BENCH_RESUMES).
-#   benches/cluster.sh                                  # 300 clients, 2000 messages
-#   BENCH_CLIENTS=600 BENCH_MESSAGES=5000 benches/cluster.sh
+#   benches/cluster.sh                                  # 300 clients, 20000 messages
+#   BENCH_CLIENTS=600 BENCH_MESSAGES=50000 benches/cluster.sh
 #   BENCH_PROFILE=release benches/cluster.sh            # the build of `cargo run --release`
 #   SLUICE_BIN=path/to/sluice benches/cluster.sh        # a binary built already
 # Needs NATS with JetStream on 4222 (scripts/brokers.sh starts it) and python3. On a
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
 clients="${BENCH_CLIENTS:-300}"
-messages="${BENCH_MESSAGES:-2000}"
+messages="${BENCH_MESSAGES:-20000}"
 resumes="${BENCH_RESUMES:-20}"
 log() { echo "cluster-bench: $*" >&2; }
 
