@@ -472,12 +472,15 @@ async fn a_dashboard_and_a_gateway_started_on_their_defaults_share_one_store() {
     let dir = tempfile::tempdir().unwrap();
     let (db_port, gw_port) = (common::free_port(), common::free_port());
     let upstream = common::receiver::Receiver::start(&[], 200).await;
+    // Each process's log goes to a file beside the store, shown when the test fails.
+    let logs = tempfile::tempdir().unwrap();
+    let log = |role: &str| logs.path().join(format!("{role}.log"));
     let spawn = |role: &str, env: &[(&str, String)]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
         cmd.arg(role)
             .current_dir(dir.path())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(log(role)).unwrap())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
@@ -539,7 +542,9 @@ async fn a_dashboard_and_a_gateway_started_on_their_defaults_share_one_store() {
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "the gateway does not serve the dashboard's API"
+            "the gateway does not serve the dashboard's API; its log:\n{}\nthe dashboard's:\n{}",
+            std::fs::read_to_string(log("gateway")).unwrap_or_default(),
+            std::fs::read_to_string(log("dashboard")).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
