@@ -17,6 +17,7 @@
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
+. benches/processes.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
 clients="${BENCH_CLIENTS:-300}"
@@ -33,26 +34,7 @@ if [ -z "$sluice" ]; then
     sluice="$CARGO_TARGET_DIR/$profile/sluice"
 fi
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-cluster-bench.XXXXXX")"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_port() {
-    for _ in $(seq 1 400); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    log "nothing listens on $1"
-    exit 1
-}
+bench_work cluster
 
 # JetStream's API is request and reply over plain NATS: enough for making a stream.
 cat >"$work/jetstream.py" <<'EOF'
@@ -182,7 +164,7 @@ EOF
         pids+=($!)
         ports+=("$port")
     done
-    for port in "${ports[@]}"; do wait_port "$port"; done
+    for port in "${ports[@]}"; do wait_port "$port" 20; done
     local list
     list="$(IFS=,; echo "${ports[*]}")"
     coproc CLIENTS { python3 "$work/clients.py" "$list" "$clients" "$messages"; }

@@ -11,6 +11,7 @@
 set -euo pipefail
 export LC_ALL=C
 cd "$(dirname "$0")/.."
+. benches/processes.sh
 . benches/median.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sluice-target}"
 
@@ -28,26 +29,7 @@ log "building (dist: the optimised build of published binaries)"
 cargo build --profile dist --locked --bin sluice >&2
 sluice="$CARGO_TARGET_DIR/dist/sluice"
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/sluice-streams-bench.XXXXXX")"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_port() {
-    for _ in $(seq 1 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    log "nothing listens on $1"
-    exit 1
-}
+bench_work streams
 
 # The SSE consumer: counts `data:` events until told to stop (SIGTERM), then prints it.
 cat >"$work/consume.py" <<'EOF'

@@ -275,18 +275,18 @@ async fn a_shared_durable_consumer_spreads_a_round_robin_stream_over_the_nodes_o
     with_postgres("sluice_cluster", |store| async move {
         let cluster = Cluster::start(&store, &store).await;
         let id = &cluster.id;
-        let (stream, subject) = (format!("WORK_{id}"), format!("work.{id}"));
+        let (stream, subject) = (format!("JOBS_{id}"), format!("jobs.{id}"));
         let js = jetstream(&stream, &subject).await;
         cluster
             .post(api(
-                "work",
+                "jobs",
                 &format!(
-                    "      input:\n        nats_jetstream: {{urls: ['{NATS}'], stream: {stream}, durable: work-{id}}}\n      \
+                    "      input:\n        nats_jetstream: {{urls: ['{NATS}'], stream: {stream}, durable: jobs-{id}}}\n      \
                      output:\n        http_server: {{stream_path: /events}}\n"
                 ),
             ))
             .await;
-        let mut clients = cluster.clients("/work/events").await;
+        let mut clients = cluster.clients("/jobs/events").await;
         let sent: Vec<String> = (0..60).map(|i| format!("{{\"n\":{i}}}")).collect();
         for message in &sent {
             js.publish(subject.clone(), message.clone().into())

@@ -401,9 +401,7 @@ impl Hub {
         st.next_conn += 1;
         let mut seen_through = None;
         if let Some(last) = last_event_id {
-            if let Some(ahead) = self.ahead(&st, last.trim()) {
-                seen_through = Some(ahead);
-            }
+            seen_through = self.ahead(&st, last.trim());
             let events = self.resume(&mut st, last.trim(), conn);
             if !events.is_empty() {
                 let replayed = events.iter().filter(|e| e.id.is_some()).count();
@@ -434,7 +432,11 @@ impl Hub {
     /// node has not reached yet (another node gave it), which is no gap.
     fn ahead(&self, st: &State, last: &str) -> Option<u64> {
         let last = last.parse::<u64>().ok()?;
-        (self.opts.id_key.is_some() && last >= st.next_id).then_some(last)
+        self.is_ahead(st, last).then_some(last)
+    }
+
+    fn is_ahead(&self, st: &State, last: u64) -> bool {
+        self.opts.id_key.is_some() && last >= st.next_id
     }
 
     /// What a client resuming after `last` missed, as events to queue first.
@@ -444,7 +446,7 @@ impl Hub {
         let Ok(last) = last.parse::<u64>() else {
             return vec![gap(last, oldest)];
         };
-        if self.ahead(st, &last.to_string()).is_some() {
+        if self.is_ahead(st, last) {
             return Vec::new();
         }
         if last >= st.next_id {
