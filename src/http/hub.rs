@@ -534,7 +534,7 @@ impl Hub {
                 // A message behind the last position (a redelivery) or without one goes
                 // without an id: the client's last id stays the furthest position.
                 Some(key) => position(msg, key)
-                    .filter(|&p| p >= st.next_id)
+                    .filter(|&p| p >= st.next_id && p < u64::MAX)
                     .inspect(|&p| st.next_id = p + 1),
             };
             let name = self
@@ -778,7 +778,8 @@ impl Hub {
     }
 }
 
-/// A message's broker position, from metadata `key`: a number, or text of one.
+/// A message's broker position, from metadata `key`: a number, or text of one. A
+/// mapping can set it to anything; the largest `u64` is no position (nothing follows it).
 fn position(msg: &crate::message::Message, key: &str) -> Option<u64> {
     match msg.meta(key)? {
         crate::value::Value::Int(n) => u64::try_from(*n).ok(),
@@ -1067,6 +1068,22 @@ mod tests {
             hub.publish(&at(pos, text)).await.unwrap();
         }
         assert_eq!(seen.await.unwrap(), ["d", "end"]);
+    }
+
+    #[tokio::test]
+    async fn the_largest_position_a_mapping_can_write_is_no_position() {
+        let hub = positioned();
+        let max = u64::MAX.to_string();
+        let mut last = Message::new("x");
+        last.set_meta("pos", max.as_str());
+        // Overflowing past it would panic the publisher and the client would wait forever.
+        let ids = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            ids_of(&hub, vec![at(1, "a"), vec![last], at(2, "b")]),
+        )
+        .await
+        .expect("every message delivered");
+        assert_eq!(ids, [Some(1), None, Some(2)]);
     }
 
     #[test]
