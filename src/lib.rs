@@ -6,6 +6,7 @@
 
 pub mod backoff;
 pub mod batching;
+pub mod bus;
 pub mod cache;
 pub mod cli;
 pub mod codec;

@@ -23,6 +23,7 @@ const STREAMS: &str = "application/vnd.sluice.streams.oas";
 /// How often each node reads the store: a change must reach all of them soon after.
 const POLL: &str = "200ms";
 const NATS: &str = "nats://127.0.0.1:4222";
+const REDIS: &str = "redis://127.0.0.1:6379";
 
 /// A dashboard and three gateways with streaming on, on one store (and one Redis).
 struct Cluster {
@@ -37,22 +38,33 @@ impl Cluster {
     /// The dashboard on `store`, the nodes on `node_store` (the same database, or the
     /// same through a relay).
     async fn start(store: &str, node_store: &str) -> Cluster {
+        Self::start_with(store, node_store, REDIS, |_| String::new()).await
+    }
+
+    /// [`Cluster::start`] with the nodes on `redis` and `node_config(id)` added to every
+    /// node's config.
+    async fn start_with(
+        store: &str,
+        node_store: &str,
+        redis: &str,
+        node_config: impl Fn(&str) -> String,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let config = format!("streaming:\n  enabled: true\nadmin:\n  key: {ADMIN_KEY}\n");
         let db = Db::start(dir.path(), store, &config, ADMIN_KEY).await;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            nodes.push(
-                Gw::start_with_env(&[
-                    ("SLUICE_GW_STORE_URL", node_store.to_owned()),
-                    ("SLUICE_GW_STREAMING_ENABLED", "true".to_owned()),
-                    ("SLUICE_GW_APPS_POLL_INTERVAL", POLL.to_owned()),
-                    ("SLUICE_GW_REDIS_URL", "redis://127.0.0.1:6379".to_owned()),
-                    ("SLUICE_GW_REDIS_PREFIX", format!("cluster-{id}:")),
-                ])
-                .await,
-            );
+            let tmp = tempfile::tempdir().unwrap();
+            let env = [
+                ("SLUICE_GW_STORE_URL", node_store.to_owned()),
+                ("SLUICE_GW_STREAMING_ENABLED", "true".to_owned()),
+                ("SLUICE_GW_APPS_POLL_INTERVAL", POLL.to_owned()),
+                ("SLUICE_GW_REDIS_URL", redis.to_owned()),
+                ("SLUICE_GW_REDIS_PREFIX", format!("cluster-{id}:")),
+            ];
+            let dir = tmp.path().to_path_buf();
+            nodes.push(Gw::start_in(dir, Some(tmp), &[], &node_config(&id), &env).await);
         }
         Cluster {
             db,
@@ -564,4 +576,275 @@ async fn nodes_keep_serving_without_the_store_and_catch_up_when_it_is_back() {
         }
     })
     .await;
+}
+
+/// Which broker carries the cluster's bus.
+#[derive(Clone, Copy)]
+enum BusKind {
+    JetStream,
+    Redis,
+}
+
+impl BusKind {
+    /// The `cluster` section of a node's config: a bus of the test's own (stream,
+    /// subjects or keys named after `id`).
+    fn config(self, id: &str) -> String {
+        match self {
+            BusKind::JetStream => format!(
+                "cluster:\n  bus:\n    nats_jetstream:\n      urls: ['{NATS}']\n      \
+                 stream: BUS_{id}\n      subject_prefix: bus.{id}\n      max_age: 10m\n"
+            ),
+            BusKind::Redis => format!(
+                "cluster:\n  bus:\n    redis_streams:\n      url: {REDIS}\n      \
+                 key_prefix: 'bus-{id}:'\n"
+            ),
+        }
+    }
+}
+
+/// POSTs `body` to `path` on `node`: the status.
+async fn say(node: &Gw, path: &str, body: String) -> u16 {
+    let resp = node
+        .http
+        .post(node.url(path))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    resp.status().as_u16()
+}
+
+/// The data of the next `n` events of `client`.
+async fn next_data(client: &mut Sse, n: usize) -> Vec<String> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        match client.next_event(Duration::from_secs(20)).await {
+            Some(event) => {
+                assert_ne!(event.name.as_deref(), Some("gap"), "{}", event.data);
+                got.push(event.data);
+            }
+            None => panic!("{} of {n} events came: {got:?}", got.len()),
+        }
+    }
+    got
+}
+
+/// HTTP-to-HTTP streams over the bus: POSTs spread over the nodes reach the broadcast
+/// clients of every node, in order; a round robin stream hands each POST to the one
+/// node that has a client; a client whose node is killed resumes on another from the
+/// bus's positions.
+async fn http_to_http_over_the_bus(kind: BusKind) {
+    let _shared = common::brokers::BROKER.read().await;
+    with_postgres("sluice_cluster", |store| async move {
+        let mut cluster = Cluster::start_with(&store, &store, REDIS, |id| kind.config(id)).await;
+        let id = cluster.id.clone();
+        cluster
+            .post(api(
+                "chat",
+                "      input:\n        http_server: {path: /say}\n      output:\n        \
+                 http_server: {stream_path: /events, delivery: broadcast}\n",
+            ))
+            .await;
+        let mut clients = cluster.clients("/chat/events").await;
+        // Every node serves the input too: each POST goes to the next node.
+        for n in 0..12 {
+            let node = &cluster.nodes[n % 3];
+            let status = say(node, "/chat/say", format!("m{n}")).await;
+            assert_eq!(status, 200, "POST m{n} to node {}", node.port);
+        }
+        let want: Vec<String> = (0..12).map(|n| format!("m{n}")).collect();
+        for (i, client) in clients.iter_mut().enumerate() {
+            assert_eq!(next_data(client, 12).await, want, "the clients of node {i}");
+        }
+
+        // Round robin: only the second node has a client, and it gets every POST.
+        cluster
+            .post(api(
+                "work",
+                "      input:\n        http_server: {path: /job}\n      output:\n        \
+                 http_server: {stream_path: /jobs}\n",
+            ))
+            .await;
+        let mut worker = open(&cluster.nodes[1], "/work/jobs", None).await;
+        for n in 0..5 {
+            until_served(&cluster.nodes[0], "/work/job", format!("j{n}")).await;
+        }
+        let jobs: Vec<String> = (0..5).map(|n| format!("j{n}")).collect();
+        assert_eq!(next_data(&mut worker, 5).await, jobs);
+
+        // Resume: a client of the first node sees m12..m14, its node is killed, and it
+        // reconnects to another with the last id it saw while more is posted.
+        for n in 12..15 {
+            assert_eq!(
+                say(&cluster.nodes[1], "/chat/say", format!("m{n}")).await,
+                200
+            );
+        }
+        let mut last = None;
+        for _ in 12..15 {
+            let event = clients[0]
+                .next_event(Duration::from_secs(20))
+                .await
+                .unwrap();
+            last = event.id.clone();
+        }
+        let last = last.expect("events over the bus carry its positions as ids");
+        clients.remove(0);
+        cluster.nodes.remove(0).kill().await;
+        for n in 15..20 {
+            assert_eq!(
+                say(&cluster.nodes[0], "/chat/say", format!("m{n}")).await,
+                200
+            );
+        }
+        let mut resumed = open(&cluster.nodes[1], "/chat/events", Some(&last)).await;
+        let rest: Vec<String> = (15..20).map(|n| format!("m{n}")).collect();
+        assert_eq!(
+            next_data(&mut resumed, 5).await,
+            rest,
+            "resumed after {last}"
+        );
+        eprintln!(
+            "HTTP to HTTP over the {} bus: 12 POSTs over 3 nodes reached the clients of all \
+             3 in order; 5 round robin jobs reached the one node with a client; after kill -9 \
+             a client resumed on another node from id {last} with 5 of 5, no gap",
+            match kind {
+                BusKind::JetStream => "nats_jetstream",
+                BusKind::Redis => "redis_streams",
+            }
+        );
+        if let BusKind::JetStream = kind {
+            let js = async_nats::jetstream::new(async_nats::connect(NATS).await.unwrap());
+            let _ = js.delete_stream(&format!("BUS_{id}")).await;
+        }
+    })
+    .await;
+}
+
+/// POSTs `body` to `path` on `node` until the node serves the path (it may start the
+/// stream after the test saw another node do so), then wants 200.
+async fn until_served(node: &Gw, path: &str, body: String) {
+    let started = Instant::now();
+    loop {
+        match say(node, path, body.clone()).await {
+            200 => return,
+            404 if started.elapsed() < Duration::from_secs(20) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            status => panic!("POST {path} to node {}: {status}", node.port),
+        }
+    }
+}
+
+#[tokio::test]
+async fn http_posts_reach_the_clients_of_every_node_over_a_jetstream_bus() {
+    http_to_http_over_the_bus(BusKind::JetStream).await;
+}
+
+#[tokio::test]
+async fn http_posts_reach_the_clients_of_every_node_over_a_redis_streams_bus() {
+    http_to_http_over_the_bus(BusKind::Redis).await;
+}
+
+#[tokio::test]
+async fn a_dry_run_warns_of_a_stream_that_stays_on_its_node_without_a_bus() {
+    with_postgres("sluice_cluster", |store| async move {
+        let cluster = Cluster::start(&store, &store).await;
+        let doc = api(
+            "chat",
+            "      input:\n        http_server: {path: /say}\n      output:\n        \
+             http_server: {stream_path: /events}\n",
+        );
+        let (status, body) = cluster
+            .streams(Method::POST, "/api/apis/streams?dry_run=true", doc)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let warning = &body["Warnings"][0];
+        assert_eq!(warning["path"], "x-sluice-streaming.streams.main", "{body}");
+        assert_eq!(warning["line"], 9, "{body}");
+        assert!(warning["message"].as_str().unwrap().contains("cluster.bus"), "{body}");
+        // A broker between them: nothing to warn of.
+        let doc = api(
+            "feed",
+            &format!(
+                "      input:\n        nats: {{urls: ['{NATS}'], subject: x}}\n      output:\n        \
+                 http_server: {{stream_path: /events}}\n"
+            ),
+        );
+        let (status, body) = cluster
+            .streams(Method::POST, "/api/apis/streams?dry_run=true", doc)
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.get("Warnings").is_none(), "{body}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_redis_every_node_refuses_limited_requests_and_serves_the_rest() {
+    with_postgres("sluice_cluster", |store| async move {
+        // The nodes reach Redis through a relay, so that cutting it takes Redis away
+        // from them alone.
+        let mut relay = common::relay::Relay::to(6379);
+        relay.resume().await;
+        let redis = format!("redis://127.0.0.1:{}", relay.port);
+        let cluster = Cluster::start_with(&store, &store, &redis, |_| String::new()).await;
+        cluster.post(echo("free")).await;
+        let limited = echo("limited")
+            .replace("id: echo, name: echo", "id: limited, name: limited")
+            .replace("/echo/", "/limited/")
+            .replace(
+                "  server:",
+                "  upstream: {rateLimit: {rate: 1000, per: 60s}}\n  server:",
+            );
+        cluster.post(limited).await;
+        for node in &cluster.nodes {
+            until_answers(node, "/limited/echo", (200, Some("limited hello"))).await;
+            until_answers(node, "/echo/echo", (200, Some("free hello"))).await;
+        }
+
+        relay.cut();
+        for node in &cluster.nodes {
+            until_answers(node, "/limited/echo", (503, None)).await;
+            until_answers(node, "/echo/echo", (200, Some("free hello"))).await;
+        }
+
+        relay.resume().await;
+        for node in &cluster.nodes {
+            until_answers(node, "/limited/echo", (200, Some("limited hello"))).await;
+        }
+        eprintln!("Redis down: 3 of 3 nodes refused limited requests with 503 and served the others; all recovered");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_post_is_not_acknowledged_when_the_bus_cannot_take_it() {
+    // A bus nobody listens on: the POST must fail, never 200.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let chat = api(
+        "chat",
+        "      input:\n        http_server: {path: /say, timeout: 2s}\n      output:\n        \
+         http_server: {stream_path: /events, delivery: broadcast}\n",
+    );
+    let node = Gw::start(
+        &[("chat.yaml", chat)],
+        &format!(
+            "streaming:\n  enabled: true\ncluster:\n  bus:\n    nats_jetstream:\n      \
+             urls: ['nats://127.0.0.1:{closed}']\n"
+        ),
+    )
+    .await;
+    let mut status = 404;
+    let started = Instant::now();
+    while status == 404 && started.elapsed() < Duration::from_secs(20) {
+        status = say(&node, "/chat/say", "lost?".into()).await;
+    }
+    assert!(
+        matches!(status, 408 | 502 | 503),
+        "a message the bus did not store is not acknowledged: {status}"
+    );
 }

@@ -22,6 +22,11 @@ fn yaml_blocks(text: &str) -> Vec<String> {
     blocks
 }
 
+/// Whether a block of the docs is (a part of) a gateway config.
+fn is_gateway_config(block: &str) -> bool {
+    block.starts_with("listen:") || block.starts_with("cluster:")
+}
+
 #[tokio::test]
 async fn every_stream_example_in_the_docs_builds() {
     let mut checked = 0;
@@ -40,7 +45,7 @@ async fn every_stream_example_in_the_docs_builds() {
                 checked += 1;
                 continue;
             }
-            if block.starts_with("listen:") {
+            if is_gateway_config(&block) {
                 sluice::gateway::config::parse(&name, &block, &[])
                     .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
                 checked += 1;
@@ -143,7 +148,7 @@ fn the_config_schema_accepts_every_example() {
     for (name, block) in docs {
         let is_stream = (block.contains("input:") || block.contains("streams:"))
             && !block.contains("x-sluice-api-gateway:")
-            && !block.starts_with("listen:");
+            && !is_gateway_config(&block);
         if !is_stream {
             continue;
         }

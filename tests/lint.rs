@@ -210,3 +210,53 @@ fn a_listen_address_run_would_refuse_is_a_lint_error() {
         assert_eq!(code, Some(0), "{good}: {out}");
     }
 }
+
+const CHAT_API: &str = "\
+openapi: 3.0.3
+info: {title: chat, version: '1'}
+paths: {}
+x-sluice-api-gateway:
+  info: {id: chat, name: chat}
+  server: {listenPath: {value: /chat/, strip: true}}
+x-sluice-streaming:
+  streams:
+    main:
+      input:
+        http_server: {path: /say}
+      output:
+        http_server: {stream_path: /events, delivery: broadcast}
+";
+
+#[test]
+fn an_api_definition_is_compiled_as_the_gateway_does_and_a_node_local_stream_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = write(dir.path(), "chat.yaml", CHAT_API);
+    let (code, out) = lint(&[&chat], &[]);
+    assert_eq!(code, Some(0), "a warning does not fail: {out}");
+    let line = out.lines().next().unwrap_or_default();
+    assert!(line.starts_with("warning: "), "{out}");
+    assert!(line.contains("chat.yaml:9:"), "placed at the stream: {out}");
+    assert!(line.contains("cluster.bus"), "{out}");
+
+    let (code, out) = lint(&[&chat], &["--format", "json"]);
+    assert_eq!(code, Some(0));
+    let items: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(items[0]["severity"], "warning");
+    assert_eq!(items[0]["path"], "x-sluice-streaming.streams.main");
+    assert_eq!(items[0]["line"], 9);
+
+    // A broken definition is an error, placed like the gateway places it.
+    let broken = write(
+        dir.path(),
+        "broken.yaml",
+        &CHAT_API.replace(
+            "stream_path: /events",
+            "stream_path: /events, max_in_flight: 0",
+        ),
+    );
+    let (code, out) = lint(&[&broken], &[]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("broken.yaml:13:"), "{out}");
+    assert!(out.contains("max_in_flight"), "{out}");
+    assert!(!out.contains("warning:"), "{out}");
+}

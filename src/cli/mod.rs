@@ -407,25 +407,48 @@ fn init_logging(logger: &LoggerConfig) {
 /// How `sluice lint` prints what it found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LintFormat {
-    /// One line per problem: `file:line:col (path): message`.
+    /// One line per problem: `file:line:col (path): message`, warnings led by `warning:`.
     #[default]
     Text,
-    /// A JSON array of `{file, path, line, column, message, suggestion}`, for editors and CI.
+    /// A JSON array of `{severity, file, path, line, column, message, suggestion}`, for
+    /// editors and CI.
     Json,
 }
 
 /// `sluice lint`: checks config files without running them, printing every problem with
-/// its position. Each file is checked on its own unless `together`. Returns the exit code.
+/// its position. Each file is checked on its own unless `together`. An API definition
+/// (a document with `x-sluice-streaming` or `x-sluice-api-gateway`) is checked as the
+/// gateway compiles it, and warned about where it would not behave the same on several
+/// gateways. Returns the exit code: 1 for errors, 0 with warnings only.
 pub fn lint(files: &[PathBuf], together: bool, format: LintFormat, out: &mut dyn Write) -> i32 {
-    let errors = config::lint_files(files, together);
+    let (apis, pipelines): (Vec<PathBuf>, Vec<PathBuf>) =
+        files.iter().cloned().partition(|f| is_api_document(f));
+    let mut errors = if pipelines.is_empty() {
+        Vec::new()
+    } else {
+        config::lint_files(&pipelines, together)
+    };
+    let mut warnings = Vec::new();
+    for file in &apis {
+        lint_api(file, &mut errors, &mut warnings);
+    }
+    let all = errors
+        .iter()
+        .map(|e| ("error", e))
+        .chain(warnings.iter().map(|w| ("warning", w)));
     let written = match format {
-        LintFormat::Text => errors.iter().try_for_each(|e| writeln!(out, "{e}")),
+        LintFormat::Text => all
+            .into_iter()
+            .try_for_each(|(severity, e)| match severity {
+                "warning" => writeln!(out, "warning: {e}"),
+                _ => writeln!(out, "{e}"),
+            }),
         LintFormat::Json => {
-            let items: Vec<_> = errors
-                .iter()
-                .map(|e| {
+            let items: Vec<_> = all
+                .map(|(severity, e)| {
                     let loc = e.location.as_ref();
                     serde_json::json!({
+                        "severity": severity,
                         "file": loc.map(|l| l.file.to_string()),
                         "path": loc.map(|l| l.path.clone()),
                         "line": loc.map(|l| l.line),
@@ -442,6 +465,53 @@ pub fn lint(files: &[PathBuf], together: bool, format: LintFormat, out: &mut dyn
         return 2;
     }
     i32::from(!errors.is_empty())
+}
+
+/// Whether `file` reads as an API definition rather than a pipeline config.
+fn is_api_document(file: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return false;
+    };
+    let Ok(serde_yaml::Value::Mapping(top)) = serde_yaml::from_str::<serde_yaml::Value>(&text)
+    else {
+        return false;
+    };
+    [
+        crate::gateway::api::streaming::STREAMING,
+        crate::gateway::api::EXTENSION,
+    ]
+    .iter()
+    .any(|key| top.contains_key(*key))
+}
+
+/// Compiles the API definition in `file` as the gateway would.
+fn lint_api(
+    file: &std::path::Path,
+    errors: &mut Vec<crate::config::ConfigError>,
+    warnings: &mut Vec<crate::config::ConfigError>,
+) {
+    use crate::config::ConfigError;
+    let name = file.display().to_string();
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push(ConfigError::new(format!("{name}: cannot read: {e}")));
+            return;
+        }
+    };
+    match crate::gateway::api::from_file(&name, &text) {
+        Err(e) => errors.extend(e.errors.0),
+        Ok(api) => {
+            let doc = crate::config::yaml::parse(&name, &text, &crate::config::process_env).ok();
+            for (path, message) in crate::gateway::streams::cluster::warnings(&api) {
+                let mut warning = ConfigError::new(message);
+                if let Some(doc) = &doc {
+                    warning = warning.at(doc.location(&path, doc.locate(&path)));
+                }
+                warnings.push(warning);
+            }
+        }
+    }
 }
 
 /// `sluice test`: runs the config tests found in `paths` and reports each test, with every

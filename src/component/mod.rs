@@ -5,6 +5,7 @@
 //! or write, and classifies its failures with [`ConnectorError`] so that the runtime can
 //! pick reconnect, retry or stop without reading error text.
 
+pub mod bus;
 pub mod registry;
 pub mod resources;
 
@@ -319,6 +320,10 @@ pub struct BuildContext {
     /// failed batch is then not sent again, so that stopping does not wait out its
     /// deadline for deliveries that cannot happen.
     pub halted: Arc<std::sync::atomic::AtomicBool>,
+    /// The cluster's bus, set while building the outputs of a stream fed by HTTP
+    /// clients on a gateway that has one (`cluster.bus`): its HTTP outputs then reach the
+    /// clients of every node.
+    pub bus: Option<Arc<dyn bus::Bus>>,
 }
 
 impl BuildContext {
@@ -337,6 +342,7 @@ impl BuildContext {
             egress: None,
             egress_targets: Default::default(),
             halted: Default::default(),
+            bus: None,
         }
     }
 

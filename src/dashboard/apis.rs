@@ -157,10 +157,16 @@ fn place(e: ApiError, text: &str) -> ApiError {
     else {
         return e;
     };
+    place_all(&mut errors, text);
+    ApiError::Invalid { message, errors }
+}
+
+/// Gives each problem its line and column in the posted text, where it can be found.
+fn place_all(problems: &mut [Problem], text: &str) {
     // Read again, this time keeping positions; `${...}` is not the host's environment
     // here, so every variable reads as empty rather than failing the parse.
     if let Ok(doc) = yaml::parse("request", text, &|_| Some(String::new())) {
-        for problem in &mut errors {
+        for problem in problems {
             let mark = doc.locate(&problem.path);
             if mark.line > 0 {
                 problem.line = Some(mark.line);
@@ -168,7 +174,6 @@ fn place(e: ApiError, text: &str) -> ApiError {
             }
         }
     }
-    ApiError::Invalid { message, errors }
 }
 
 /// Puts `over` onto `base`: objects merge member by member, anything else replaces.
@@ -216,6 +221,8 @@ struct Prepared {
     listen_path: String,
     /// The named hosts its streams connect to, for [`check_egress`] to resolve.
     egress_targets: Vec<EgressTarget>,
+    /// What a dry run warns of, placed in the posted text.
+    warnings: Vec<Problem>,
 }
 
 /// [`prepare`] on the blocking pool (compiling a definition compiles its streams'
@@ -236,7 +243,8 @@ async fn compile_posted(
     })
     .await
     .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))?;
-    let (doc, prepared) = prepared.map_err(|e| place(e, text))?;
+    let (doc, mut prepared) = prepared.map_err(|e| place(e, text))?;
+    place_all(&mut prepared.warnings, text);
     check_egress(&prepared, &ctx.state.egress)
         .await
         .map_err(|e| place(e, text))?;
@@ -354,6 +362,10 @@ fn prepare(
             .streams
             .iter()
             .flat_map(|s| s.egress_targets.iter().cloned())
+            .collect(),
+        warnings: crate::gateway::streams::cluster::warnings(&compiled)
+            .into_iter()
+            .map(|(path, message)| Problem::at(&path, &message))
             .collect(),
         id: compiled.id,
         listen_path: compiled.listen_path,
@@ -611,11 +623,11 @@ async fn dry_run_reply(ctx: &Ctx, prepared: &Prepared) -> Result<Reply, ApiError
     paths.refresh(&ctx.state.store).await?;
     paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
     drop(paths);
-    Reply::outcome(
+    Reply::outcome_warning(
         StatusCode::OK,
         "the definition is valid (dry run: nothing was saved)",
-        None,
         &prepared.id,
+        prepared.warnings.clone(),
     )
 }
 

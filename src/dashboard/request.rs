@@ -13,7 +13,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{ApiError, Problem};
 use super::State;
 use crate::store::Page;
 
@@ -52,6 +52,10 @@ pub struct Outcome {
     /// The resource's identifier.
     #[serde(rename = "ID")]
     pub id: String,
+    /// What is valid but may not do what the caller expects (a dry run), each with
+    /// where it is in the document.
+    #[serde(rename = "Warnings", skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Problem>,
 }
 
 impl Reply {
@@ -68,15 +72,29 @@ impl Reply {
         meta: Option<&str>,
         id: &str,
     ) -> Result<Reply, ApiError> {
-        Reply::json(
-            status,
-            Outcome {
-                status: "OK".into(),
-                message: message.into(),
-                meta: meta.map_or(Value::Null, |m| Value::String(m.into())),
-                id: id.into(),
-            },
-        )
+        Reply::json(status, Outcome::new(message, meta, id, Vec::new()))
+    }
+
+    /// [`Reply::outcome`] of a write that saved nothing (a dry run), with warnings.
+    pub fn outcome_warning(
+        status: StatusCode,
+        message: &str,
+        id: &str,
+        warnings: Vec<Problem>,
+    ) -> Result<Reply, ApiError> {
+        Reply::json(status, Outcome::new(message, None, id, warnings))
+    }
+}
+
+impl Outcome {
+    fn new(message: &str, meta: Option<&str>, id: &str, warnings: Vec<Problem>) -> Outcome {
+        Outcome {
+            status: "OK".into(),
+            message: message.into(),
+            meta: meta.map_or(Value::Null, |m| Value::String(m.into())),
+            id: id.into(),
+            warnings,
+        }
     }
 }
 

@@ -195,6 +195,9 @@ pub struct ClusterConfig {
     /// broadcasts to its clients reads its brokers in groups of this node's own. Unset,
     /// the host's name and the APIs' port.
     pub node_id: Option<String>,
+    /// The broker that carries streams fed by HTTP clients to the HTTP clients of every
+    /// node (`nats_jetstream` or `redis_streams`). Unset, such a stream is each node's own.
+    pub bus: crate::bus::BusConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -451,6 +454,9 @@ impl GatewayConfig {
                     .at(at("redis.url")),
                 );
             }
+        }
+        for (path, problem) in self.cluster.bus.problems() {
+            errors.push(ConfigError::new(problem).at(at(&path)));
         }
         for (i, name) in self.streaming.allow_unsafe.iter().enumerate() {
             let allowable = crate::gateway::api::streaming::allowable();

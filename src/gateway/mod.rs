@@ -72,6 +72,8 @@ pub enum StartError {
     Webhooks(#[from] crate::webhook::DeliveryError),
     #[error("{0}")]
     Listen(#[from] std::io::Error),
+    #[error("{0}")]
+    Bus(String),
 }
 
 /// A started gateway.
@@ -142,6 +144,8 @@ impl Gateway {
                 .with_own_listener(address)
                 .with_own_listener(control_address),
         );
+        let node = streams::cluster::node_id(config.cluster.node_id.as_deref(), config.listen.port);
+        let bus = config.cluster.bus.build(&node).map_err(StartError::Bus)?;
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
@@ -174,10 +178,8 @@ impl Gateway {
                     org_max_inflight_bytes: config.streaming.org_max_inflight_bytes,
                     max_connect_failures: config.streaming.max_connect_failures.max(1),
                     egress,
-                    node: streams::cluster::node_id(
-                        config.cluster.node_id.as_deref(),
-                        config.listen.port,
-                    ),
+                    node,
+                    bus,
                 },
             ),
             reload_now: tokio::sync::Notify::new(),

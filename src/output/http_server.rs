@@ -30,8 +30,8 @@ use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::websocket_server::{
-    default_event_key, default_heartbeat, default_max_in_flight, default_write_timeout, HubOutput,
-    WsMessageType, WsOptions, WsRoute,
+    default_event_key, default_heartbeat, default_max_in_flight, default_write_timeout, hub_id_key,
+    hub_writer, WsMessageType, WsOptions, WsRoute,
 };
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
@@ -193,7 +193,7 @@ impl BuildOutput for HttpServerOutputConfig {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
                 event_key: Some(self.event_metadata.clone()),
-                id_key: self.id_metadata.clone(),
+                id_key: hub_id_key(cx, self.delivery, self.id_metadata.as_ref()),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
@@ -292,7 +292,7 @@ impl BuildOutput for HttpServerOutputConfig {
             )?;
         }
         Ok(OutputBuild::Writer(Writer {
-            output: Box::new(HubOutput { hub }),
+            output: hub_writer(cx, hub),
             max_in_flight: self.max_in_flight,
             batching: self.batching.clone(),
         }))

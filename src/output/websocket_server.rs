@@ -24,7 +24,7 @@ use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
 use crate::component::registry::Spec;
 use crate::component::{
-    BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
+    bus, BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::duration::Duration;
 use crate::http::hub::{
@@ -119,7 +119,7 @@ impl BuildOutput for WebsocketServerOutputConfig {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
                 event_key: Some(self.event_metadata.clone()),
-                id_key: None,
+                id_key: hub_id_key(cx, self.delivery, None),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
@@ -148,7 +148,7 @@ impl BuildOutput for WebsocketServerOutputConfig {
             .mount(&self.path, &cx.owner(), Arc::new(serve))
             .map_err(|e| cx.error(e))?;
         Ok(OutputBuild::Writer(Writer {
-            output: Box::new(HubOutput { hub }),
+            output: hub_writer(cx, hub),
             max_in_flight: self.max_in_flight,
             batching: self.batching.clone(),
         }))
@@ -164,6 +164,79 @@ pub struct HubOutput {
 impl Output for HubOutput {
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
         Ok(self.hub.publish(batch).await?)
+    }
+}
+
+/// The writer of a hub output: its own clients, or, in a stream fed by HTTP clients on a
+/// gateway with a cluster bus, the bus, which feeds the hub of every node (see
+/// [`crate::component::bus`]).
+pub(crate) fn hub_writer(cx: &BuildContext, hub: Arc<Hub>) -> Box<dyn Output> {
+    match &cx.bus {
+        Some(bus) => Box::new(BusOutput {
+            bus: bus.clone(),
+            topic: bus::topic(&cx.stream, &cx.path),
+            hub,
+            stop: cx.shutdown.clone(),
+            feeding: std::sync::atomic::AtomicBool::new(false),
+        }),
+        None => Box::new(HubOutput { hub }),
+    }
+}
+
+/// The ids of a broadcast hub: those the output names (`id_metadata`), else the bus's
+/// positions when it has a bus, so that a client resumes on any node.
+pub(crate) fn hub_id_key(
+    cx: &BuildContext,
+    delivery: DeliveryMode,
+    own: Option<&String>,
+) -> Option<String> {
+    match (own, &cx.bus) {
+        (Some(own), _) => Some(own.clone()),
+        (None, Some(bus)) if delivery == DeliveryMode::Broadcast => {
+            bus.position_key().map(str::to_owned)
+        }
+        _ => None,
+    }
+}
+
+/// How far before a stream's start on a node its new bus reader starts: the clocks of
+/// the node and of the bus's server differ a little.
+const FEED_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Publishes to the cluster's bus; the node's hub is fed from the bus, as every node's is.
+struct BusOutput {
+    bus: Arc<dyn bus::Bus>,
+    topic: String,
+    hub: Arc<Hub>,
+    stop: CancellationToken,
+    feeding: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl Output for BusOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        // The node's reader starts with the stream and stops with it.
+        if !self.feeding.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            let hub = self.hub.clone();
+            let shared = hub.mode() == DeliveryMode::RoundRobin;
+            let ready = {
+                let hub = hub.clone();
+                Arc::new(move || !shared || hub.clients() > 0)
+            };
+            tokio::spawn(self.bus.clone().feed(bus::Feed {
+                topic: self.topic.clone(),
+                shared,
+                sink: Arc::new(HubOutput { hub }),
+                ready,
+                stop: self.stop.clone(),
+                from: std::time::SystemTime::now() - FEED_MARGIN,
+            }));
+        }
+        Ok(())
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        self.bus.publish(&self.topic, batch).await
     }
 }
 

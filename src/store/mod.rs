@@ -299,13 +299,7 @@ impl Store {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(SQLITE_BUSY_TIMEOUT)
                     .foreign_keys(true);
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(SQLITE_CONNECTIONS)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
-                    .connect_with(options)
-                    .await
-                    .map_err(open_error)?;
-                Pool::Sqlite(pool)
+                Pool::Sqlite(open_sqlite_file(options).await.map_err(open_error)?)
             }
             Location::Postgres(options) => {
                 let options = options.application_name("sluice");
@@ -406,6 +400,40 @@ impl fmt::Debug for Store {
             .field("backend", &self.backend())
             .finish_non_exhaustive()
     }
+}
+
+/// A pool on a SQLite file. Switching a new file to WAL takes its write lock, and SQLite
+/// answers a second process switching at the same moment with "database is locked" at
+/// once, without waiting out the busy timeout (two processes started side by side on a
+/// new file). Opening again then finds the file in WAL mode already.
+async fn open_sqlite_file(options: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + SQLITE_BUSY_TIMEOUT;
+    let mut wait = Duration::from_millis(20);
+    loop {
+        let opened = SqlitePoolOptions::new()
+            .max_connections(SQLITE_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.clone())
+            .await;
+        match opened {
+            Err(e) if is_busy(&e) && tokio::time::Instant::now() + wait < deadline => {
+                tracing::debug!(error = %e, "The new SQLite file is busy; opening again.");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_millis(500));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// Whether `error` is SQLite's "busy" or "locked" (primary codes 5 and 6, with any
+/// extended code).
+fn is_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
 /// Whether `error` is a unique-constraint violation, which the callers report as

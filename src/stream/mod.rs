@@ -82,6 +82,9 @@ pub struct StreamEnv {
     /// Where the streams may connect: `None` for the operator's own, the
     /// `streaming.egress` policy for streams posted by organisations.
     pub egress: Option<Arc<EgressPolicy>>,
+    /// The cluster's bus (`cluster.bus`), which carries the streams fed by HTTP clients
+    /// to the HTTP clients of every gateway node.
+    pub bus: Option<Arc<dyn crate::component::bus::Bus>>,
 }
 
 impl StreamEnv {
@@ -94,6 +97,7 @@ impl StreamEnv {
             budget: None,
             give_up: None,
             egress: None,
+            bus: None,
         }
     }
 
@@ -106,6 +110,12 @@ impl StreamEnv {
     /// The same environment with its streams' reads held to `budget`.
     pub fn with_budget(mut self, budget: Option<Arc<budget::MemoryBudget>>) -> Self {
         self.budget = budget;
+        self
+    }
+
+    /// The same environment with the cluster's bus.
+    pub fn with_bus(mut self, bus: Option<Arc<dyn crate::component::bus::Bus>>) -> Self {
+        self.bus = bus;
         self
     }
 
@@ -122,6 +132,35 @@ impl StreamEnv {
         self.resources = config.build(None, &cx, "")?;
         Ok(self)
     }
+}
+
+/// Whether every message of the stream comes from an HTTP client (`http_server`, or a
+/// `broker` of them): on a cluster such a stream reaches the HTTP clients of other nodes
+/// only over the bus.
+pub fn fed_by_http(input: &InputConfig) -> bool {
+    match &input.kind {
+        InputKind::HttpServer(_) => true,
+        InputKind::Broker(b) => !b.inputs.is_empty() && b.inputs.iter().all(fed_by_http),
+        _ => false,
+    }
+}
+
+/// Whether some output of the tree serves HTTP clients from a hub (`http_server`,
+/// `websocket_server`).
+pub fn serves_http(output: &OutputConfig) -> bool {
+    match &output.kind {
+        OutputKind::HttpServer(_) | OutputKind::WebsocketServer(_) => true,
+        OutputKind::Broker(o) => o.outputs.iter().any(serves_http),
+        OutputKind::Fallback(o) => o.0.iter().any(serves_http),
+        OutputKind::Switch(o) => o.cases.iter().any(|c| serves_http(&c.output)),
+        _ => false,
+    }
+}
+
+/// Whether, on a cluster of gateways without a bus, a message posted to one node would
+/// reach the HTTP clients of that node only.
+pub fn node_local(config: &StreamConfig) -> bool {
+    fed_by_http(&config.input) && serves_http(&config.output)
 }
 
 fn node_id(stream: &str, path: &str) -> String {
@@ -157,6 +196,7 @@ impl Stream {
             budget: None,
             give_up: None,
             egress: None,
+            bus: None,
         };
         Self::build_all(name, config, &env)
             .err()
@@ -180,6 +220,7 @@ impl Stream {
             budget: None,
             give_up: None,
             egress: Some(policy),
+            bus: None,
         };
         let cx = Self::context(name, &env);
         let errors = Self::build_in(name, config, &env, cx.clone())
@@ -224,6 +265,10 @@ impl Stream {
         for (i, p) in config.pipeline.processors.iter().enumerate() {
             let path = format!("pipeline.processors[{i}]");
             processors.extend(collect(build_processor(p, &path, &cx), &mut errors));
+        }
+        let mut cx = cx;
+        if fed_by_http(&config.input) {
+            cx.bus = env.bus.clone();
         }
         let output = build_output(&config.output, "output", &cx, env, &mut errors);
         match output {

@@ -80,6 +80,8 @@ pub struct StreamSettings {
     pub egress: Arc<EgressPolicy>,
     /// This node's name in the cluster ([`cluster::node_id`]).
     pub node: String,
+    /// The cluster's bus (`cluster.bus`), for the streams fed by HTTP clients.
+    pub bus: Option<Arc<dyn crate::component::bus::Bus>>,
 }
 
 pub struct StreamHost {
@@ -322,7 +324,8 @@ impl StreamHost {
                     });
                     let mut env = StreamEnv::standalone()
                         .with_budget(budget)
-                        .with_give_up(give_up);
+                        .with_give_up(give_up)
+                        .with_bus(self.settings.bus.clone());
                     if api.posted() {
                         env = env.posted(self.settings.egress.clone());
                     }

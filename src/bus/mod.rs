@@ -1,0 +1,289 @@
+//! The cluster bus (`cluster.bus` in the gateway config): carries the messages of streams
+//! whose producer and consumer are both HTTP clients between the gateway nodes, over a
+//! broker the operator already runs (NATS JetStream or Redis Streams). How the HTTP
+//! outputs use it is in [`crate::component::bus`].
+//!
+//! Each hub output of such a stream has a topic of its own. Its messages are published
+//! once, on the node that took the POST, and fed to every node's clients: with broadcast
+//! delivery every node reads every message; with round robin the nodes share one reader
+//! group and a node takes a message only while it has a client for it.
+
+mod jetstream;
+mod redis;
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::bus::{Bus, Feed};
+use crate::connect::nats::NatsAuth;
+use crate::connect::TlsConfig;
+use crate::duration::Duration;
+use crate::message::{Message, Metadata};
+
+pub use self::jetstream::JetStreamBus;
+pub use self::redis::RedisBus;
+
+/// `cluster.bus`: exactly one of the two.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct BusConfig {
+    pub nats_jetstream: Option<JetStreamBusConfig>,
+    pub redis_streams: Option<RedisBusConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JetStreamBusConfig {
+    /// Server URLs (`nats://host:4222`).
+    pub urls: Vec<String>,
+    /// The JetStream stream that holds the bus's messages, created when missing.
+    #[serde(default = "default_stream")]
+    pub stream: String,
+    /// The subjects of the bus are `<subject_prefix>.<topic>`.
+    #[serde(default = "default_subject_prefix")]
+    pub subject_prefix: String,
+    /// How long the stream keeps a message: how far back a node that was down, or a
+    /// client resuming, can still read.
+    #[serde(default = "default_max_age")]
+    pub max_age: Duration,
+    /// Copies of the stream kept by a NATS cluster.
+    #[serde(default = "one")]
+    pub replicas: usize,
+    #[serde(default)]
+    pub tls: TlsConfig,
+    #[serde(default)]
+    pub auth: NatsAuth,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RedisBusConfig {
+    /// `redis://host:port` (`rediss://` for TLS).
+    pub url: String,
+    /// The bus's Redis streams are `<key_prefix><topic>`.
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    /// Entries each topic's stream keeps, about (`MAXLEN ~`).
+    #[serde(default = "default_max_len")]
+    pub max_len: u64,
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+fn default_stream() -> String {
+    "SLUICE_BUS".into()
+}
+fn default_subject_prefix() -> String {
+    "sluice.bus".into()
+}
+fn default_max_age() -> Duration {
+    Duration::from_secs(3600)
+}
+fn one() -> usize {
+    1
+}
+fn default_key_prefix() -> String {
+    "sluice:bus:".into()
+}
+fn default_max_len() -> u64 {
+    100_000
+}
+
+impl BusConfig {
+    /// Whether a bus is configured.
+    pub fn is_set(&self) -> bool {
+        self.nats_jetstream.is_some() || self.redis_streams.is_some()
+    }
+
+    /// Every problem of the settings, each with its path under `cluster.bus`; nothing is
+    /// connected and no file is read.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        let mut problems = Vec::new();
+        let mut problem = |path: &str, message: String| {
+            problems.push((format!("cluster.bus{path}"), message));
+        };
+        if self.nats_jetstream.is_some() && self.redis_streams.is_some() {
+            problem(
+                "",
+                "give one of `nats_jetstream` and `redis_streams`".into(),
+            );
+        }
+        if let Some(c) = &self.nats_jetstream {
+            if let Err(e) = crate::connect::nats::validate(&c.urls, &c.tls, &c.auth) {
+                problem(".nats_jetstream", e);
+            }
+            if !is_name(&c.stream) {
+                problem(
+                    ".nats_jetstream.stream",
+                    format!(
+                        "`{}` is not a JetStream stream name (letters, digits, `-` and `_`)",
+                        c.stream
+                    ),
+                );
+            }
+            let tokens_ok = c.subject_prefix.split('.').all(|t| {
+                !t.is_empty()
+                    && !t.contains(['*', '>'])
+                    && t.is_ascii()
+                    && !t.contains(char::is_whitespace)
+            });
+            if !tokens_ok {
+                problem(
+                    ".nats_jetstream.subject_prefix",
+                    format!("`{}` is not a subject without wildcards", c.subject_prefix),
+                );
+            }
+            if c.max_age.0.is_zero() {
+                problem(".nats_jetstream.max_age", "must be above zero".into());
+            }
+            if c.replicas == 0 || c.replicas > 5 {
+                problem(".nats_jetstream.replicas", "must be from 1 to 5".into());
+            }
+        }
+        if let Some(c) = &self.redis_streams {
+            if let Err(e) = crate::connect::redis::validate(&c.url, &c.tls) {
+                problem(".redis_streams", e);
+            }
+            if c.max_len == 0 {
+                problem(".redis_streams.max_len", "must be above zero".into());
+            }
+        }
+        problems
+    }
+
+    /// The bus of node `node`, if one is configured. Nothing connects yet.
+    pub fn build(&self, node: &str) -> Result<Option<Arc<dyn Bus>>, String> {
+        if let Some(c) = &self.nats_jetstream {
+            return Ok(Some(Arc::new(JetStreamBus::new(c.clone(), node))));
+        }
+        if let Some(c) = &self.redis_streams {
+            return Ok(Some(Arc::new(RedisBus::new(c.clone(), node)?)));
+        }
+        Ok(None)
+    }
+}
+
+/// Whether `name` is safe as a stream, consumer or group name on every bus.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The metadata of a message as the bus carries it: one JSON object.
+fn encode_meta(msg: &Message) -> Option<String> {
+    let meta = msg.metadata();
+    if meta.is_empty() {
+        return None;
+    }
+    serde_json::to_string(meta).ok()
+}
+
+/// A message as it came off the bus: its payload, and the metadata it was published with.
+fn decode(payload: bytes::Bytes, meta: Option<&[u8]>) -> Message {
+    let mut msg = Message::new(payload);
+    if let Some(meta) = meta.and_then(|m| serde_json::from_slice::<Metadata>(m).ok()) {
+        msg.set_metadata(meta);
+    }
+    msg
+}
+
+/// Runs `run` until it ends (`Ok`: the feed stopped), running it again after each
+/// failure with a growing back-off.
+async fn keep_reading<F, Fut>(feed: &Feed, mut run: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), crate::component::ConnectorError>>,
+{
+    let mut backoff = crate::backoff::Backoff::exponential(
+        StdDuration::from_millis(100),
+        StdDuration::from_secs(3),
+    )
+    .with_jitter(0.2);
+    while !feed.stop.is_cancelled() {
+        match run().await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, topic = %feed.topic, "The bus's reader failed; opening it again.");
+                let wait = backoff.next_delay().unwrap_or(StdDuration::from_secs(3));
+                if pause(&feed.stop, wait).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `wait`, or less when `stop` is cancelled first; whether it was.
+async fn pause(stop: &CancellationToken, wait: StdDuration) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => true,
+        _ = tokio::time::sleep(wait) => false,
+    }
+}
+
+/// How long a node waits between checks for a client while it has none (round robin).
+const IDLE_CHECK: StdDuration = StdDuration::from_millis(50);
+/// How long one read from the bus waits for a message.
+const READ_WAIT: StdDuration = StdDuration::from_secs(1);
+/// How long a message handed to a node may go unacknowledged before the bus gives it to
+/// another (round robin).
+const ACK_WAIT: StdDuration = StdDuration::from_secs(30);
+/// A node's own readers that stay unused this long are removed by the broker, so that a
+/// node gone for good leaves nothing behind.
+const INACTIVE: StdDuration = StdDuration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> BusConfig {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn a_bus_is_one_broker_with_sound_settings() {
+        let both = parse(
+            "nats_jetstream: {urls: ['nats://127.0.0.1:4222']}\nredis_streams: {url: 'redis://127.0.0.1:6379'}\n",
+        );
+        assert_eq!(both.problems()[0].0, "cluster.bus");
+        let bad = parse(
+            "nats_jetstream: {urls: ['nats://127.0.0.1:4222'], stream: 'a.b', subject_prefix: 'x.*', max_age: 0s, replicas: 0}\n",
+        );
+        let paths: Vec<_> = bad.problems().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(
+            paths,
+            [
+                "cluster.bus.nats_jetstream.stream",
+                "cluster.bus.nats_jetstream.subject_prefix",
+                "cluster.bus.nats_jetstream.max_age",
+                "cluster.bus.nats_jetstream.replicas"
+            ]
+        );
+        let redis = parse("redis_streams: {url: 'http://x', max_len: 0}\n");
+        assert_eq!(redis.problems().len(), 2);
+        let good = parse("redis_streams: {url: 'redis://127.0.0.1:6379'}\n");
+        assert!(good.problems().is_empty() && good.is_set());
+        assert!(!BusConfig::default().is_set());
+    }
+
+    #[test]
+    fn metadata_crosses_the_bus_whole() {
+        let msg = Message::new("hi")
+            .with_meta("event", "greeting")
+            .with_meta("n", 3i64);
+        let back = decode(
+            msg.payload().clone(),
+            encode_meta(&msg).as_deref().map(str::as_bytes),
+        );
+        assert_eq!(back.payload().as_ref(), b"hi");
+        assert_eq!(back.metadata(), msg.metadata());
+        assert!(encode_meta(&Message::new("x")).is_none());
+        // Metadata that is not an object is dropped, not a failure.
+        assert!(decode("x".into(), Some(b"[1]")).metadata().is_empty());
+    }
+}
