@@ -614,19 +614,32 @@ async fn say(node: &Gw, path: &str, body: String) -> u16 {
     resp.status().as_u16()
 }
 
-/// The data of the next `n` events of `client`.
-async fn next_data(client: &mut Sse, n: usize) -> Vec<String> {
-    let mut got = Vec::new();
+/// The next `n` events of `client`, none of them a gap notice.
+async fn next_events(client: &mut Sse, n: usize) -> Vec<common::streams::SseEvent> {
+    let mut got: Vec<common::streams::SseEvent> = Vec::new();
     while got.len() < n {
         match client.next_event(Duration::from_secs(20)).await {
             Some(event) => {
                 assert_ne!(event.name.as_deref(), Some("gap"), "{}", event.data);
-                got.push(event.data);
+                got.push(event);
             }
-            None => panic!("{} of {n} events came: {got:?}", got.len()),
+            None => panic!(
+                "{} of {n} events came: {:?}",
+                got.len(),
+                got.iter().map(|e| &e.data).collect::<Vec<_>>()
+            ),
         }
     }
     got
+}
+
+/// The data of the next `n` events of `client`.
+async fn next_data(client: &mut Sse, n: usize) -> Vec<String> {
+    next_events(client, n)
+        .await
+        .into_iter()
+        .map(|e| e.data)
+        .collect()
 }
 
 /// HTTP-to-HTTP streams over the bus: POSTs spread over the nodes reach the broadcast
@@ -642,7 +655,7 @@ async fn http_to_http_over_the_bus(kind: BusKind) {
             .post(api(
                 "chat",
                 "      input:\n        http_server: {path: /say}\n      output:\n        \
-                 http_server: {stream_path: /events, delivery: broadcast}\n",
+                 http_server: {stream_path: /events, delivery: broadcast, replay_buffer: {size: 2}}\n",
             ))
             .await;
         let mut clients = cluster.clients("/chat/events").await;
@@ -653,9 +666,14 @@ async fn http_to_http_over_the_bus(kind: BusKind) {
             assert_eq!(status, 200, "POST m{n} to node {}", node.port);
         }
         let want: Vec<String> = (0..12).map(|n| format!("m{n}")).collect();
+        let mut first_id = None;
         for (i, client) in clients.iter_mut().enumerate() {
-            assert_eq!(next_data(client, 12).await, want, "the clients of node {i}");
+            let events = next_events(client, 12).await;
+            first_id = events[0].id.clone();
+            let data: Vec<String> = events.into_iter().map(|e| e.data).collect();
+            assert_eq!(data, want, "the clients of node {i}");
         }
+        let first_id = first_id.expect("events over the bus carry its positions as ids");
 
         // Round robin: only the second node has a client, and it gets every POST.
         cluster
@@ -697,17 +715,24 @@ async fn http_to_http_over_the_bus(kind: BusKind) {
                 200
             );
         }
+        // The node keeps 2 events for resuming: the other 3 are read back from the bus.
         let mut resumed = open(&cluster.nodes[1], "/chat/events", Some(&last)).await;
         let rest: Vec<String> = (15..20).map(|n| format!("m{n}")).collect();
-        assert_eq!(
-            next_data(&mut resumed, 5).await,
-            rest,
-            "resumed after {last}"
-        );
+        let got = next_data(&mut resumed, 5).await;
+        assert_eq!(got, rest, "resumed after {last}");
+        // From the very first: all of it from the bus, then the live events.
+        let mut late = open(&cluster.nodes[0], "/chat/events", Some(&first_id)).await;
+        let all: Vec<String> = (1..20).map(|n| format!("m{n}")).collect();
+        let got = next_data(&mut late, 19).await;
+        assert_eq!(got, all, "resumed after {first_id}");
+        assert_eq!(say(&cluster.nodes[1], "/chat/say", "m20".into()).await, 200);
+        assert_eq!(next_data(&mut late, 1).await, ["m20"]);
+        assert_eq!(next_data(&mut resumed, 1).await, ["m20"]);
         eprintln!(
             "HTTP to HTTP over the {} bus: 12 POSTs over 3 nodes reached the clients of all \
              3 in order; 5 round robin jobs reached the one node with a client; after kill -9 \
-             a client resumed on another node from id {last} with 5 of 5, no gap",
+             a client resumed on another node from id {last} with 5 of 5 (3 read back from \
+             the bus), another from the first id with 19 of 19, then live; no gap",
             match kind {
                 BusKind::JetStream => "nats_jetstream",
                 BusKind::Redis => "redis_streams",

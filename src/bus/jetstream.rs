@@ -14,7 +14,7 @@ use tracing::warn;
 use super::{
     decode, encode_meta, keep_reading, pause, JetStreamBusConfig, ACK_WAIT, IDLE_CHECK, INACTIVE,
 };
-use crate::component::bus::{Bus, Feed};
+use crate::component::bus::{Bus, Feed, Past};
 use crate::component::ConnectorError;
 use crate::connect::nats::NatsConn;
 use crate::egress::Egress;
@@ -182,9 +182,59 @@ impl JetStreamBus {
     }
 }
 
-/// Gives one message to the sink and acknowledges it once taken; `false` once the feed
-/// stops (the message is then left to the bus, which gives it out again).
-async fn hand_over(m: jetstream::Message, feed: &Feed) -> bool {
+impl JetStreamBus {
+    /// The messages of `topic` after stream sequence `after`, read by an ephemeral
+    /// consumer that starts there and stops at what the topic holds now.
+    async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
+        let not_read =
+            |e: String| ConnectorError::not_connected(format!("reading the bus back: {e}"));
+        let js = self.context().await?;
+        let mut stream = js
+            .get_stream(&self.config.stream)
+            .await
+            .map_err(|e| not_read(e.to_string()))?;
+        let info = stream.info().await.map_err(|e| not_read(e.to_string()))?;
+        let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+        // The retention dropped messages after `after` (perhaps of this topic).
+        let complete = after.saturating_add(1) >= first;
+        if after >= last {
+            return Ok(Past {
+                complete,
+                messages: futures::stream::empty().boxed(),
+            });
+        }
+        let mut consumer: PullConsumer = stream
+            .create_consumer(pull::Config {
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: after.saturating_add(1).max(first),
+                },
+                ack_policy: AckPolicy::None,
+                filter_subject: self.subject(topic),
+                inactive_threshold: std::time::Duration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| not_read(e.to_string()))?;
+        let pending = consumer
+            .info()
+            .await
+            .map_err(|e| not_read(e.to_string()))?
+            .num_pending;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| not_read(e.to_string()))?
+            .take(usize::try_from(pending).unwrap_or(usize::MAX))
+            .map(|m| m.map(|m| message(&m)).map_err(|e| e.to_string()));
+        Ok(Past {
+            complete,
+            messages: messages.boxed(),
+        })
+    }
+}
+
+/// The message a bus message carries, with its stream sequence as position.
+fn message(m: &jetstream::Message) -> crate::message::Message {
     let meta = m
         .headers
         .as_ref()
@@ -194,7 +244,13 @@ async fn hand_over(m: jetstream::Message, feed: &Feed) -> bool {
     if let Ok(info) = m.info() {
         msg.set_meta(POSITION_KEY, info.stream_sequence as i64);
     }
-    let batch = vec![msg];
+    msg
+}
+
+/// Gives one message to the sink and acknowledges it once taken; `false` once the feed
+/// stops (the message is then left to the bus, which gives it out again).
+async fn hand_over(m: jetstream::Message, feed: &Feed) -> bool {
+    let batch = vec![message(&m)];
     let written = tokio::select! {
         _ = feed.stop.cancelled() => return false,
         written = feed.sink.write(&batch) => written,
@@ -256,6 +312,19 @@ impl Bus for JetStreamBus {
 
     fn position_key(&self) -> Option<&'static str> {
         Some(POSITION_KEY)
+    }
+
+    fn history(
+        self: Arc<Self>,
+        topic: String,
+        after: u64,
+    ) -> BoxFuture<'static, Result<Past, String>> {
+        async move {
+            self.read_back(&topic, after)
+                .await
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
     }
 
     fn kind(&self) -> &'static str {

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::{ConnectorError, Output};
+pub use crate::http::history::Past;
 use crate::message::Batch;
 
 /// A bus carrying the messages of one topic between the nodes of a cluster.
@@ -29,6 +30,15 @@ pub trait Bus: Send + Sync {
     /// The metadata key under which fed messages carry their position on the bus, the
     /// same on every node, when the bus has positions.
     fn position_key(&self) -> Option<&'static str>;
+
+    /// The messages of `topic` after position `after`, oldest first, through the newest
+    /// there is now, each with its position: for a client that resumes from before its
+    /// node's replay buffer.
+    fn history(
+        self: Arc<Self>,
+        topic: String,
+        after: u64,
+    ) -> BoxFuture<'static, Result<Past, String>>;
 
     /// The bus's kind, for logs and errors (`nats_jetstream`, `redis_streams`).
     fn kind(&self) -> &'static str;

@@ -335,6 +335,11 @@ pub struct Hub {
     state: Mutex<State>,
     joined: Notify,
     shutdown: CancellationToken,
+    /// Where a client resuming from before the replay buffer is caught up from, when
+    /// the ids are positions in a broker that keeps what came before.
+    history: OnceLock<Arc<dyn super::history::History>>,
+    /// Clients being caught up from the history now.
+    pub(crate) catching_up: std::sync::atomic::AtomicUsize,
 }
 
 /// A connected client's end of the hub. Dropping it leaves the hub; whatever was queued
@@ -377,6 +382,62 @@ impl Hub {
             }),
             joined: Notify::new(),
             shutdown,
+            history: OnceLock::new(),
+            catching_up: Default::default(),
+        })
+    }
+
+    /// Gives the hub the history that clients resuming from before its replay buffer
+    /// catch up from. Only for a broadcast hub whose ids are broker positions.
+    pub fn set_history(&self, history: Arc<dyn super::history::History>) {
+        if self.opts.mode == DeliveryMode::Broadcast && self.opts.id_key.is_some() {
+            let _ = self.history.set(history);
+        }
+    }
+
+    pub(crate) fn history(&self) -> Option<&Arc<dyn super::history::History>> {
+        self.history.get()
+    }
+
+    /// The position a client resuming after `last` must be caught up from through the
+    /// history: it is before what the replay buffer holds and this hub has a history.
+    pub fn behind(&self, last: &str) -> Option<u64> {
+        self.history.get()?;
+        let last = last.trim().parse::<u64>().ok().filter(|&p| p < u64::MAX)?;
+        let mut st = self.state.lock();
+        self.expire(&mut st);
+        let kept_from = st
+            .replay
+            .front()
+            .and_then(|s| s.event.id)
+            .unwrap_or(st.next_id);
+        (last < st.next_id && last + 1 < kept_from).then_some(last)
+    }
+
+    /// `msg` as the event this hub makes of it, with its position as id: for a message
+    /// read from the history.
+    pub(crate) fn past_event(&self, msg: &crate::message::Message) -> Option<Arc<Event>> {
+        let id = position(msg, self.opts.id_key.as_deref()?).filter(|&p| p < u64::MAX)?;
+        Some(self.event(msg, Some(id)))
+    }
+
+    /// The event of `msg` under `id`: its name and media type from its metadata.
+    fn event(&self, msg: &crate::message::Message, id: Option<u64>) -> Arc<Event> {
+        let name = self
+            .opts
+            .event_key
+            .as_deref()
+            .and_then(|k| msg.meta_str(k))
+            .map(|n| n.replace(['\r', '\n'], " ").into_boxed_str());
+        let content_type = match msg.meta(crate::message::CONTENT_TYPE) {
+            Some(crate::value::Value::String(t)) if !t.trim().is_empty() => Some(t.as_str().into()),
+            _ => None,
+        };
+        Arc::new(Event {
+            id,
+            name,
+            data: msg.payload().clone(),
+            content_type,
         })
     }
 
@@ -537,24 +598,7 @@ impl Hub {
                     .filter(|&p| p >= st.next_id && p < u64::MAX)
                     .inspect(|&p| st.next_id = p + 1),
             };
-            let name = self
-                .opts
-                .event_key
-                .as_deref()
-                .and_then(|k| msg.meta_str(k))
-                .map(|n| n.replace(['\r', '\n'], " ").into_boxed_str());
-            let content_type = match msg.meta(crate::message::CONTENT_TYPE) {
-                Some(crate::value::Value::String(t)) if !t.trim().is_empty() => {
-                    Some(t.as_str().into())
-                }
-                _ => None,
-            };
-            let event = Arc::new(Event {
-                id,
-                name,
-                data: msg.payload().clone(),
-                content_type,
-            });
+            let event = self.event(msg, id);
             if self.opts.replay.size > 0 && id.is_some() {
                 st.replay.push_back(Stored {
                     event: event.clone(),
@@ -811,7 +855,7 @@ fn catch_up(st: &mut State, conn: u64, chunk: &Arc<Chunk>) -> Option<Arc<Chunk>>
     Some(Arc::new(Chunk::new(newer)))
 }
 
-fn gap(last: &str, oldest: Option<u64>) -> Arc<Event> {
+pub(crate) fn gap(last: &str, oldest: Option<u64>) -> Arc<Event> {
     let data = serde_json::json!({
         "last_event_id": last,
         "oldest_available": oldest.map(|id| id.to_string()),

@@ -39,6 +39,7 @@ use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Writer};
 use crate::duration::Duration;
 use crate::http::cors::CorsConfig;
+use crate::http::history::CatchUp;
 use crate::http::hub::{
     DeliveryMode, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription, Transport,
 };
@@ -387,12 +388,18 @@ impl StreamRoute {
             // Raw streams carry no ids, so there is nothing to resume from.
             StreamFormat::RawBytes => None,
         };
-        let sub = self
-            .common
-            .hub
-            .subscribe(last.as_deref(), self.metrics.clone());
+        // From before the replay buffer: read back from the broker first, then joined.
+        let hub = &self.common.hub;
+        let (sub, past) = match last.as_deref().and_then(|l| CatchUp::start(hub, l)) {
+            Some(past) => (None, Some(past)),
+            None => (
+                Some(hub.subscribe(last.as_deref(), self.metrics.clone())),
+                None,
+            ),
+        };
         let body = StreamBody::new(
             sub,
+            past,
             self.format,
             self.heartbeat,
             self.metrics.clone(),
@@ -418,7 +425,10 @@ impl StreamRoute {
 /// the connection closes, hyper drops the body, the subscription leaves the hub, and what
 /// it had not written goes to other clients.
 struct StreamBody {
-    sub: Subscription,
+    /// The client's place in the hub: from the start, or once caught up.
+    sub: Option<Subscription>,
+    /// What the client missed from before the replay buffer, sent first.
+    past: Option<CatchUp>,
     format: StreamFormat,
     heartbeat: Option<tokio::time::Interval>,
     metrics: Arc<RouteMetrics>,
@@ -430,7 +440,8 @@ struct StreamBody {
 
 impl StreamBody {
     fn new(
-        sub: Subscription,
+        sub: Option<Subscription>,
+        past: Option<CatchUp>,
         format: StreamFormat,
         heartbeat: std::time::Duration,
         metrics: Arc<RouteMetrics>,
@@ -451,6 +462,7 @@ impl StreamBody {
         };
         StreamBody {
             sub,
+            past,
             format,
             heartbeat,
             metrics,
@@ -486,8 +498,31 @@ impl http_body::Body for StreamBody {
         if this.stopping.as_mut().poll(cx).is_ready() {
             return Poll::Ready(None);
         }
+        if let Some(past) = this.past.as_mut() {
+            match past.poll_next(cx) {
+                Poll::Ready(Some(event)) => {
+                    if event.id.is_some() {
+                        this.metrics.replayed.increment(1);
+                    }
+                    if let Some(t) = this.heartbeat.as_mut() {
+                        t.reset();
+                    }
+                    let chunk = crate::http::hub::Chunk::new(vec![event]);
+                    return Poll::Ready(Some(Ok(Frame::data(chunk.sse().clone()))));
+                }
+                Poll::Ready(None) => {
+                    if let Some(past) = this.past.take() {
+                        this.sub = Some(past.join(this.metrics.clone()));
+                    }
+                }
+                Poll::Pending => return this.beat(cx),
+            }
+        }
+        let Some(sub) = this.sub.as_mut() else {
+            return Poll::Ready(None);
+        };
         loop {
-            match this.sub.rx.poll_recv(cx) {
+            match sub.rx.poll_recv(cx) {
                 Poll::Ready(Some(d)) => {
                     if d.is_withdrawn() {
                         continue;
@@ -512,7 +547,14 @@ impl http_body::Body for StreamBody {
                 Poll::Pending => break,
             }
         }
-        if let Some(t) = this.heartbeat.as_mut() {
+        this.beat(cx)
+    }
+}
+
+impl StreamBody {
+    /// A heartbeat comment when one is due, else nothing yet.
+    fn beat(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(t) = self.heartbeat.as_mut() {
             if t.poll_tick(cx).is_ready() {
                 return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
                     b": heartbeat\n\n",

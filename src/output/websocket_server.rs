@@ -27,6 +27,7 @@ use crate::component::{
     bus, BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::duration::Duration;
+use crate::http::history::{CatchUp, History, Past};
 use crate::http::hub::{
     query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
     Transport,
@@ -172,14 +173,34 @@ impl Output for HubOutput {
 /// [`crate::component::bus`]).
 pub(crate) fn hub_writer(cx: &BuildContext, hub: Arc<Hub>) -> Box<dyn Output> {
     match &cx.bus {
-        Some(bus) => Box::new(BusOutput {
-            bus: bus.clone(),
-            topic: bus::topic(&cx.stream, &cx.path),
-            hub,
-            stop: cx.shutdown.clone(),
-            feeding: std::sync::atomic::AtomicBool::new(false),
-        }),
+        Some(bus) => {
+            let topic = bus::topic(&cx.stream, &cx.path);
+            hub.set_history(Arc::new(BusHistory {
+                bus: bus.clone(),
+                topic: topic.clone(),
+            }));
+            Box::new(BusOutput {
+                bus: bus.clone(),
+                topic,
+                hub,
+                stop: cx.shutdown.clone(),
+                feeding: std::sync::atomic::AtomicBool::new(false),
+            })
+        }
         None => Box::new(HubOutput { hub }),
+    }
+}
+
+/// A topic of the bus, read back by position for clients resuming from before the
+/// replay buffer.
+struct BusHistory {
+    bus: Arc<dyn bus::Bus>,
+    topic: String,
+}
+
+impl History for BusHistory {
+    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
+        self.bus.clone().history(self.topic.clone(), after)
     }
 }
 
@@ -272,17 +293,41 @@ impl WsRoute {
             Err(resp) => return *resp,
         };
         // Subscribed before answering, so that a client that has its 101 is already in
-        // the rotation; what arrives before the upgrade completes waits in its queue.
-        let sub = self.hub.subscribe(last.as_deref(), self.metrics.clone());
+        // the rotation; what arrives before the upgrade completes waits in its queue. A
+        // client resuming from before the replay buffer (broadcast) joins once it was
+        // sent what it missed.
+        let past = last.as_deref().and_then(|l| CatchUp::start(&self.hub, l));
+        let sub = match past {
+            Some(_) => None,
+            None => Some(self.hub.subscribe(last.as_deref(), self.metrics.clone())),
+        };
         let opts = self.opts;
         let metrics = self.metrics.clone();
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            if let Some(socket) = socket.await {
-                metrics.active.increment(1.0);
+            let Some(mut socket) = socket.await else {
+                return;
+            };
+            metrics.active.increment(1.0);
+            let sub = match (sub, past) {
+                (Some(sub), _) => Some(sub),
+                (None, Some(mut past)) => {
+                    let mut sent = true;
+                    while let Some(event) = past.next().await {
+                        metrics.replayed.increment(u64::from(event.id.is_some()));
+                        if socket.send(frame(&event, opts)).await.is_err() {
+                            sent = false;
+                            break;
+                        }
+                    }
+                    sent.then(|| past.join(metrics.clone()))
+                }
+                (None, None) => None,
+            };
+            if let Some(sub) = sub {
                 serve_socket(socket, sub, opts, &metrics, shutdown).await;
-                metrics.active.decrement(1.0);
             }
+            metrics.active.decrement(1.0);
         });
         resp
     }

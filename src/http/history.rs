@@ -1,0 +1,249 @@
+//! Catching up a client that resumes from before its hub's replay buffer. Where a hub's
+//! event ids are positions in a broker that keeps what came before (the cluster's bus),
+//! the events the buffer no longer holds are read back from the broker by position; the
+//! client then joins the hub's live events from the position it reached, with no gap and
+//! nothing twice. Bounded: a few catch-ups per hub at once, each of a bounded length,
+//! read as a stream (never held whole); past either bound the client gets a `gap` notice
+//! as before.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::stream::{self, BoxStream};
+use futures::StreamExt;
+
+use super::hub::{gap, Event, Hub, RouteMetrics, Subscription};
+use crate::message::Message;
+
+/// A broker's record of a hub's messages, by position.
+pub trait History: Send + Sync {
+    /// The messages after position `after`, oldest first, through the newest there is
+    /// now, each with its position where the hub reads ids.
+    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>>;
+}
+
+/// What the broker still holds after a position.
+pub struct Past {
+    /// Whether it holds every message after the position (its retention dropped none).
+    pub complete: bool,
+    pub messages: BoxStream<'static, Result<Message, String>>,
+}
+
+/// Clients of one hub caught up at once; more resume with a `gap` notice.
+pub const MAX_AT_ONCE: usize = 16;
+/// Events one catch-up reads at most; a client further behind gets a `gap` notice for
+/// the rest.
+pub const MAX_EVENTS: usize = 100_000;
+
+/// One client's catch-up: the events it missed, then the position it reached.
+pub struct CatchUp {
+    hub: Arc<Hub>,
+    reached: u64,
+    /// Locked only through `&mut self`: the lock makes the catch-up `Sync`, as a
+    /// response body must be, around a stream that is only `Send`.
+    events: parking_lot::Mutex<BoxStream<'static, Arc<Event>>>,
+}
+
+impl CatchUp {
+    /// The catch-up of a client resuming after `last`, when its hub must read that from
+    /// its history and has room for one more.
+    pub fn start(hub: &Arc<Hub>, last: &str) -> Option<CatchUp> {
+        let after = hub.behind(last)?;
+        let history = hub.history()?.clone();
+        if hub.catching_up.fetch_add(1, Ordering::AcqRel) >= MAX_AT_ONCE {
+            hub.catching_up.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        let for_events = hub.clone();
+        let events = stream::once(history.after(after))
+            .flat_map(move |past| {
+                let hub = for_events.clone();
+                match past {
+                    Ok(past) => {
+                        let notice = (!past.complete).then(|| gap(&after.to_string(), None));
+                        let events = past
+                            .messages
+                            .take(MAX_EVENTS)
+                            // A failed read ends the catch-up; joining the live events
+                            // then tells the client of what it still misses.
+                            .take_while(|m| futures::future::ready(m.is_ok()))
+                            .filter_map(move |m| {
+                                futures::future::ready(m.ok().and_then(|m| hub.past_event(&m)))
+                            });
+                        stream::iter(notice).chain(events).boxed()
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Reading a resuming client's events back failed.");
+                        stream::empty().boxed()
+                    }
+                }
+            })
+            .boxed();
+        Some(CatchUp {
+            hub: hub.clone(),
+            reached: after,
+            events: parking_lot::Mutex::new(events),
+        })
+    }
+
+    /// The next event to send, `None` once caught up.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Arc<Event>>> {
+        let next = self.events.get_mut().poll_next_unpin(cx);
+        if let Poll::Ready(Some(event)) = &next {
+            if let Some(id) = event.id {
+                self.reached = self.reached.max(id);
+            }
+        }
+        next
+    }
+
+    pub async fn next(&mut self) -> Option<Arc<Event>> {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    /// Joins the hub's live events from the position the client reached.
+    pub fn join(self, metrics: Arc<RouteMetrics>) -> Subscription {
+        self.hub.subscribe(Some(&self.reached.to_string()), metrics)
+    }
+}
+
+impl Drop for CatchUp {
+    fn drop(&mut self) {
+        self.hub.catching_up.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::duration::Duration;
+    use crate::http::hub::{DeliveryMode, HubOptions, ReplayConfig, Transport, GAP_EVENT};
+    use tokio_util::sync::CancellationToken;
+
+    /// A broker that holds positions `first..=last`, and knows whether it dropped any.
+    struct Kept {
+        first: u64,
+        last: u64,
+        complete: bool,
+    }
+
+    impl History for Kept {
+        fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>> {
+            let messages: Vec<_> = (self.first.max(after + 1)..=self.last)
+                .map(|p| Ok(Message::new(format!("m{p}")).with_meta("pos", p as i64)))
+                .collect();
+            let complete = self.complete;
+            Box::pin(async move {
+                Ok(Past {
+                    complete,
+                    messages: stream::iter(messages).boxed(),
+                })
+            })
+        }
+    }
+
+    fn metrics() -> Arc<RouteMetrics> {
+        RouteMetrics::new(Vec::new(), "/t", Transport::Sse)
+    }
+
+    /// A broadcast hub with positions as ids, a buffer of 2, and one client, that was
+    /// given positions 10 to 20.
+    async fn hub_at_20(history: Kept) -> (Arc<Hub>, Subscription) {
+        let hub = Hub::new(
+            HubOptions {
+                mode: DeliveryMode::Broadcast,
+                id_key: Some("pos".into()),
+                replay: ReplayConfig {
+                    size: 2,
+                    max_age: Duration::from_secs(60),
+                },
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        );
+        hub.set_history(Arc::new(history));
+        let mut live = hub.subscribe(None, metrics());
+        for p in 10..=20 {
+            let publishing = {
+                let hub = hub.clone();
+                let batch = vec![Message::new(format!("m{p}")).with_meta("pos", p as i64)];
+                tokio::spawn(async move { hub.publish(&batch).await })
+            };
+            live.rx.recv().await.unwrap().written();
+            publishing.await.unwrap().unwrap();
+        }
+        (hub, live)
+    }
+
+    async fn ids(mut catch_up: CatchUp) -> (Vec<Option<u64>>, Subscription) {
+        let mut ids = Vec::new();
+        while let Some(e) = catch_up.next().await {
+            ids.push(e.id);
+        }
+        (ids, catch_up.join(metrics()))
+    }
+
+    #[tokio::test]
+    async fn a_client_behind_the_buffer_gets_the_past_from_the_history_then_the_live_events() {
+        let kept = Kept {
+            first: 1,
+            last: 20,
+            complete: true,
+        };
+        let (hub, _live) = hub_at_20(kept).await;
+        // Within the buffer (19, 20 kept): no history needed.
+        assert!(CatchUp::start(&hub, "18").is_none());
+        assert!(CatchUp::start(&hub, "not a position").is_none());
+        assert!(CatchUp::start(&hub, "25").is_none(), "ahead of this node");
+        let (got, mut sub) = ids(CatchUp::start(&hub, "5").unwrap()).await;
+        assert_eq!(got, (6..=20).map(Some).collect::<Vec<_>>());
+        assert_eq!(hub.catching_up.load(Ordering::Acquire), 0);
+        // Joined at 20: nothing again, and the next live event.
+        let publishing = {
+            let hub = hub.clone();
+            let batch = vec![Message::new("m21").with_meta("pos", 21i64)];
+            tokio::spawn(async move { hub.publish(&batch).await })
+        };
+        let d = sub.rx.recv().await.unwrap();
+        let live: Vec<_> = d.chunk.events.iter().map(|e| e.id).collect();
+        assert_eq!(live, [Some(21)]);
+        d.written();
+        drop(_live);
+        publishing.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn what_the_broker_dropped_is_a_gap_notice_first() {
+        let kept = Kept {
+            first: 8,
+            last: 20,
+            complete: false,
+        };
+        let (hub, _live) = hub_at_20(kept).await;
+        let mut catch_up = CatchUp::start(&hub, "3").unwrap();
+        let first = catch_up.next().await.unwrap();
+        assert_eq!(first.name.as_deref(), Some(GAP_EVENT));
+        assert_eq!(first.id, None);
+        let (rest, _sub) = ids(catch_up).await;
+        assert_eq!(rest, (8..=20).map(Some).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn catch_ups_at_once_are_bounded() {
+        let kept = Kept {
+            first: 1,
+            last: 20,
+            complete: true,
+        };
+        let (hub, _live) = hub_at_20(kept).await;
+        let held: Vec<_> = (0..MAX_AT_ONCE)
+            .map(|_| CatchUp::start(&hub, "1").unwrap())
+            .collect();
+        // One more resumes as before: from the buffer, with a gap notice.
+        assert!(CatchUp::start(&hub, "1").is_none());
+        drop(held);
+        assert!(CatchUp::start(&hub, "1").is_some());
+    }
+}
