@@ -190,6 +190,13 @@ pub trait Input: Send {
     fn handles_nacks(&self) -> bool {
         false
     }
+
+    /// Where what this input read before can be read again by position, the messages
+    /// made as `read` makes them: for HTTP clients resuming from before their replay
+    /// buffer. `None` for inputs without positions.
+    fn history(&self) -> Option<Arc<dyn crate::http::history::History>> {
+        None
+    }
 }
 
 /// Transforms batches. Failures are set on the messages (see [`Message::set_error`]),
@@ -324,6 +331,10 @@ pub struct BuildContext {
     /// clients on a gateway that has one (`cluster.bus`): its HTTP outputs then reach the
     /// clients of every node.
     pub bus: Option<Arc<dyn bus::Bus>>,
+    /// Set while building the output of a stream that hands on what its one input read
+    /// unchanged (no processors between them) to one hub output: the input's record by
+    /// position, which that output's resuming clients catch up from.
+    pub history: Option<Arc<dyn crate::http::history::History>>,
 }
 
 impl BuildContext {
@@ -343,6 +354,7 @@ impl BuildContext {
             egress_targets: Default::default(),
             halted: Default::default(),
             bus: None,
+            history: None,
         }
     }
 

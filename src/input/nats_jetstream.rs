@@ -25,6 +25,7 @@ use crate::component::{
 use crate::connect::nats::{headers_to_meta, validate, NatsAuth, NatsConn};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
+use crate::http::history::{History, Past};
 use crate::message::{Message, Outcome};
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -175,6 +176,70 @@ impl JetStreamInput {
     }
 }
 
+/// The stream this input reads, read again by stream sequence for resuming clients:
+/// each read is an ephemeral consumer of its own, on a connection of its own.
+#[derive(Clone)]
+struct JetStreamHistory {
+    config: NatsJetStreamInputConfig,
+    name: String,
+    egress: crate::egress::Egress,
+}
+
+impl JetStreamHistory {
+    async fn read(&self, after: u64) -> Result<Past, String> {
+        let c = &self.config;
+        let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name, &self.egress)
+            .await
+            .map_err(|e| e.to_string())?;
+        let js = async_nats::jetstream::new(conn.client);
+        let mut stream = js.get_stream(&c.stream).await.map_err(|e| e.to_string())?;
+        let info = stream.info().await.map_err(|e| e.to_string())?;
+        let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+        // The stream's retention dropped messages after `after` (perhaps of this subject).
+        let complete = after.saturating_add(1) >= first;
+        if after >= last {
+            return Ok(Past {
+                complete,
+                messages: futures::stream::empty().boxed(),
+            });
+        }
+        let mut consumer: PullConsumer = stream
+            .create_consumer(pull::Config {
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: after.saturating_add(1).max(first),
+                },
+                ack_policy: AckPolicy::None,
+                filter_subject: c.subject.clone().unwrap_or_default(),
+                inactive_threshold: StdDuration::from_secs(60),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let pending = consumer
+            .info()
+            .await
+            .map_err(|e| e.to_string())?
+            .num_pending;
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|e| e.to_string())?
+            .take(usize::try_from(pending).unwrap_or(usize::MAX))
+            .map(|m| m.map(|m| to_message(&m)).map_err(|e| e.to_string()));
+        Ok(Past {
+            complete,
+            messages: messages.boxed(),
+        })
+    }
+}
+
+impl History for JetStreamHistory {
+    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
+        let this = self.clone();
+        async move { this.read(after).await }.boxed()
+    }
+}
+
 fn to_message(m: &JsMessage) -> Message {
     let mut msg = Message::new(m.payload.clone());
     headers_to_meta(m.headers.as_ref(), &mut msg);
@@ -250,6 +315,14 @@ impl Input for JetStreamInput {
 
     fn handles_nacks(&self) -> bool {
         true
+    }
+
+    fn history(&self) -> Option<std::sync::Arc<dyn History>> {
+        Some(std::sync::Arc::new(JetStreamHistory {
+            config: self.config.clone(),
+            name: format!("{} (resume)", self.name),
+            egress: self.egress.clone(),
+        }))
     }
 
     async fn close(&mut self) {

@@ -187,7 +187,12 @@ pub(crate) fn hub_writer(cx: &BuildContext, hub: Arc<Hub>) -> Box<dyn Output> {
                 feeding: std::sync::atomic::AtomicBool::new(false),
             })
         }
-        None => Box::new(HubOutput { hub }),
+        None => {
+            if let Some(history) = &cx.history {
+                hub.set_history(history.clone());
+            }
+            Box::new(HubOutput { hub })
+        }
     }
 }
 

@@ -145,6 +145,21 @@ pub fn fed_by_http(input: &InputConfig) -> bool {
     }
 }
 
+/// Whether the stream hands what its one input reads, unchanged and whole, to one
+/// output: then the input's record of what it read is the output's too.
+fn hands_on_unchanged(config: &StreamConfig) -> bool {
+    !matches!(
+        config.input.kind,
+        InputKind::Broker(_) | InputKind::Resource(_)
+    ) && config.input.processors.is_empty()
+        && config.pipeline.processors.is_empty()
+        && config.output.processors.is_empty()
+        && matches!(
+            config.output.kind,
+            OutputKind::HttpServer(_) | OutputKind::WebsocketServer(_)
+        )
+}
+
 /// Whether some output of the tree serves HTTP clients from a hub (`http_server`,
 /// `websocket_server`).
 pub fn serves_http(output: &OutputConfig) -> bool {
@@ -269,6 +284,9 @@ impl Stream {
         let mut cx = cx;
         if fed_by_http(&config.input) {
             cx.bus = env.bus.clone();
+        }
+        if hands_on_unchanged(config) {
+            cx.history = inputs.first().and_then(|i| i.input.history());
         }
         let output = build_output(&config.output, "output", &cx, env, &mut errors);
         match output {

@@ -519,3 +519,28 @@ async fn batches_split_from_one_read_settle_it_together() {
         }
     }
 }
+
+#[test]
+fn only_what_an_input_hands_on_unchanged_to_one_hub_output_has_its_history() {
+    let stream = |yaml: &str| {
+        let root = crate::stream::config::parse_str("t.yaml", yaml).unwrap();
+        root.streams.into_values().next().unwrap()
+    };
+    let direct = "input:\n  kafka: {addresses: ['k:9092'], topics: [t], consumer_group: g}\noutput:\n  http_server: {stream_path: /e, delivery: broadcast, id_metadata: kafka_offset}\n";
+    assert!(super::hands_on_unchanged(&stream(direct)));
+    let mapped = direct.replace(
+        "output:",
+        "pipeline:\n  processors:\n    - mapping: 'root = this'\noutput:",
+    );
+    assert!(!super::hands_on_unchanged(&stream(&mapped)));
+    let routed = direct.replace(
+        "output:\n  http_server:",
+        "output:\n  broker:\n    outputs:\n      - drop: {}\n      - http_server:",
+    );
+    assert!(!super::hands_on_unchanged(&stream(&routed)));
+    let attached = direct.replace(
+        "consumer_group: g}",
+        "consumer_group: g}\n  processors:\n    - mapping: 'root = this'",
+    );
+    assert!(!super::hands_on_unchanged(&stream(&attached)));
+}

@@ -8,6 +8,7 @@
 //! `commit_period`, when partitions are revoked, and on close.
 
 mod config;
+mod history;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,6 +120,30 @@ impl BuildInput for KafkaInputConfig {
     }
 }
 
+/// The message a record carries: its payload, headers and where it is.
+fn message_of(m: &BorrowedMessage<'_>) -> Message {
+    let mut msg = Message::new(bytes::Bytes::copy_from_slice(
+        m.payload().unwrap_or_default(),
+    ));
+    if let Some(headers) = m.headers() {
+        for h in headers.iter() {
+            let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
+            msg.set_meta(h.key, v.into_owned());
+        }
+    }
+    if let Some(k) = m.key() {
+        msg.set_meta("kafka_key", String::from_utf8_lossy(k).into_owned());
+    }
+    msg.set_meta("kafka_topic", m.topic());
+    msg.set_meta("kafka_partition", m.partition() as i64);
+    msg.set_meta("kafka_offset", m.offset());
+    if let Some(ms) = m.timestamp().to_millis() {
+        msg.set_meta("kafka_timestamp_unix", ms / 1000);
+        msg.set_meta("kafka_timestamp_ms", ms);
+    }
+    msg
+}
+
 /// A message taken from the client and where it came from.
 struct Received {
     msg: Message,
@@ -168,25 +193,7 @@ impl KafkaInput {
     }
 
     fn take(&self, m: &BorrowedMessage<'_>) -> Received {
-        let mut msg = Message::new(bytes::Bytes::copy_from_slice(
-            m.payload().unwrap_or_default(),
-        ));
-        if let Some(headers) = m.headers() {
-            for h in headers.iter() {
-                let v = h.value.map(String::from_utf8_lossy).unwrap_or_default();
-                msg.set_meta(h.key, v.into_owned());
-            }
-        }
-        if let Some(k) = m.key() {
-            msg.set_meta("kafka_key", String::from_utf8_lossy(k).into_owned());
-        }
-        msg.set_meta("kafka_topic", m.topic());
-        msg.set_meta("kafka_partition", m.partition() as i64);
-        msg.set_meta("kafka_offset", m.offset());
-        if let Some(ms) = m.timestamp().to_millis() {
-            msg.set_meta("kafka_timestamp_unix", ms / 1000);
-            msg.set_meta("kafka_timestamp_ms", ms);
-        }
+        let mut msg = message_of(m);
         let high = self
             .shared
             .high
@@ -386,6 +393,17 @@ impl Input for KafkaInput {
                 settle(&shared, &consumer, acked);
             }
         }))
+    }
+
+    fn history(&self) -> Option<Arc<dyn crate::http::history::History>> {
+        match self.topics.as_slice() {
+            [topic] => Some(Arc::new(history::KafkaHistory {
+                config: self.config.clone(),
+                topic: topic.clone(),
+                egress: self.egress.clone(),
+            })),
+            _ => None,
+        }
     }
 
     async fn close(&mut self) {

@@ -1,0 +1,108 @@
+//! The partition a `kafka` input reads, read again by offset for HTTP clients that resume
+//! from before their replay buffer (`id_metadata: kafka_offset`). Offsets are positions
+//! only within one partition, so this serves an input of one topic with one partition
+//! (or one named partition); otherwise reading back fails and the client gets the `gap`
+//! notice.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{message_of, KafkaInputConfig};
+use crate::connect::kafka::{client_config, TopicSpec};
+use crate::http::history::{History, Past};
+
+#[derive(Clone)]
+pub(super) struct KafkaHistory {
+    pub config: KafkaInputConfig,
+    pub topic: TopicSpec,
+    pub egress: crate::egress::Egress,
+}
+
+impl KafkaHistory {
+    async fn read(self, after: u64) -> Result<Past, String> {
+        self.egress.check().await.map_err(|e| e.to_string())?;
+        let c = &self.config;
+        let mut cc = client_config(&c.addresses, &c.client_id, &c.tls, &c.sasl);
+        // A group of its own that commits nothing: the input's group is not moved.
+        cc.set(
+            "group.id",
+            format!(
+                "{}-resume-{}",
+                c.consumer_group,
+                uuid::Uuid::new_v4().simple()
+            ),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+        let consumer: StreamConsumer = cc.create().map_err(|e| e.to_string())?;
+        let consumer = Arc::new(consumer);
+        let topic = self.topic.topic.clone();
+        let named = self.topic.partitions.clone();
+        let probe = consumer.clone();
+        let (partition, low, high) = tokio::task::spawn_blocking(move || {
+            let wait = StdDuration::from_secs(5);
+            let partition = match named.as_deref() {
+                Some([one]) => *one,
+                Some(_) => return Err("offsets of several partitions are no positions".into()),
+                None => {
+                    let meta = probe
+                        .fetch_metadata(Some(&topic), wait)
+                        .map_err(|e| e.to_string())?;
+                    let count = meta.topics().first().map_or(0, |t| t.partitions().len());
+                    if count != 1 {
+                        return Err(format!(
+                            "`{topic}` has {count} partitions: offsets are no positions"
+                        ));
+                    }
+                    0
+                }
+            };
+            let (low, high) = probe
+                .fetch_watermarks(&topic, partition, wait)
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((partition, low, high))
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        let from = i64::try_from(after).unwrap_or(i64::MAX).saturating_add(1);
+        // The topic's retention dropped messages after `after`.
+        let complete = from >= low;
+        let from = from.max(low);
+        if from >= high {
+            return Ok(Past {
+                complete,
+                messages: futures::stream::empty().boxed(),
+            });
+        }
+        let mut assigned = TopicPartitionList::new();
+        assigned
+            .add_partition_offset(&self.topic.topic, partition, Offset::Offset(from))
+            .map_err(|e| e.to_string())?;
+        consumer.assign(&assigned).map_err(|e| e.to_string())?;
+        let count = usize::try_from(high - from).unwrap_or(usize::MAX);
+        let messages = futures::stream::unfold(consumer, |consumer| async move {
+            let next = consumer
+                .recv()
+                .await
+                .map(|m| message_of(&m))
+                .map_err(|e| e.to_string());
+            Some((next, consumer))
+        })
+        .take(count);
+        Ok(Past {
+            complete,
+            messages: messages.boxed(),
+        })
+    }
+}
+
+impl History for KafkaHistory {
+    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>> {
+        self.clone().read(after).boxed()
+    }
+}
