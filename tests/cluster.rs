@@ -419,9 +419,11 @@ async fn producers_on_any_node_reach_the_broker_and_a_killed_node_loses_no_ackno
 
 /// Where a broadcast stream's messages come from in the resume test, and the metadata
 /// that holds each one's position there.
+#[derive(Clone, Copy)]
 enum Feed {
     JetStream,
     Kafka,
+    Redis,
 }
 
 /// A client reads 10 of 20 messages on the first node, the node is killed -9, 10 more
@@ -443,6 +445,13 @@ async fn resume_on_another_node(feed: Feed) {
                 ),
                 "kafka_offset",
             ),
+            Feed::Redis => (
+                format!(
+                    "redis_streams: {{url: '{REDIS}', streams: ['feed-{id}'], consumer_group: feed-{id}, \
+                     start_from_oldest: false}}"
+                ),
+                "redis_stream_position",
+            ),
         };
         let js = match feed {
             Feed::JetStream => Some(jetstream(&format!("FEED_{id}"), &format!("feed.{id}")).await),
@@ -450,6 +459,7 @@ async fn resume_on_another_node(feed: Feed) {
                 create_topic(&format!("feed-{id}"), 1).await;
                 None
             }
+            Feed::Redis => None,
         };
         let publish = |from: usize, to: usize| {
             let (js, id) = (js.clone(), id.clone());
@@ -463,6 +473,20 @@ async fn resume_on_another_node(feed: Feed) {
                                 .unwrap()
                                 .await
                                 .unwrap();
+                        }
+                    }
+                    None if matches!(feed, Feed::Redis) => {
+                        let client = redis::Client::open(REDIS).unwrap();
+                        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+                        for m in messages {
+                            let _: String = redis::AsyncCommands::xadd(
+                                &mut conn,
+                                format!("feed-{id}"),
+                                "*",
+                                &[("body", m)],
+                            )
+                            .await
+                            .unwrap();
                         }
                     }
                     None => produce(&format!("feed-{id}"), messages).await,
@@ -518,6 +542,11 @@ async fn resume_on_another_node(feed: Feed) {
         if let Some(js) = js {
             let _ = js.delete_stream(&format!("FEED_{id}")).await;
         }
+        if let Feed::Redis = feed {
+            let client = redis::Client::open(REDIS).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let _: Result<(), _> = redis::AsyncCommands::del(&mut conn, format!("feed-{id}")).await;
+        }
     })
     .await;
 }
@@ -530,6 +559,11 @@ async fn a_client_whose_node_is_killed_resumes_on_another_node_from_jetstream_po
 #[tokio::test]
 async fn a_client_whose_node_is_killed_resumes_on_another_node_from_kafka_offsets() {
     resume_on_another_node(Feed::Kafka).await;
+}
+
+#[tokio::test]
+async fn a_client_whose_node_is_killed_resumes_on_another_node_from_redis_stream_ids() {
+    resume_on_another_node(Feed::Redis).await;
 }
 
 #[tokio::test]

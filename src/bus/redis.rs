@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use redis::aio::MultiplexedConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
@@ -20,7 +20,7 @@ use super::{
 };
 use crate::component::bus::{Bus, Feed, Past};
 use crate::component::ConnectorError;
-use crate::connect::redis::{classify, connect};
+use crate::connect::redis::{classify, connect, entries_after, entry_position};
 use crate::message::{Batch, Message};
 
 /// The entry fields of a message: its payload and its metadata (JSON).
@@ -28,8 +28,8 @@ const BODY: &str = "body";
 const META: &str = "meta";
 /// The consumer group the nodes share for round robin.
 const GROUP: &str = "sluice-bus";
-/// Where a fed message carries its position: the entry id as one number (milliseconds
-/// shifted left by 22 bits, plus the sequence), the same on every node.
+/// Where a fed message carries its position: the entry id as one number (see
+/// [`entry_position`]), the same on every node.
 const POSITION_KEY: &str = "sluice_bus_position";
 /// How often a round robin reader looks for entries a dead node left unacknowledged.
 const CLAIM_EVERY: Duration = Duration::from_secs(5);
@@ -178,89 +178,12 @@ impl RedisBus {
 }
 
 impl RedisBus {
-    /// The entries of `topic` after the one at position `after`, read in pages up to
-    /// the last entry there is now.
+    /// The entries of `topic` after the one at position `after`, up to the last there is
+    /// now.
     async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
-        let mut conn = connect(&self.client, std::time::Duration::from_secs(10)).await?;
-        let key = self.key(topic);
-        let info: redis::Value = redis::cmd("XINFO")
-            .arg("STREAM")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| classify(e, "XINFO STREAM failed"))?;
-        let field = |name: &str| stream_info_field(&info, name);
-        let after_id = entry_id(after);
-        // Trimmed (or deleted) entries after `after`: Redis 7 records the newest of them.
-        let complete = match field("max-deleted-entry-id").as_deref().and_then(id_parts) {
-            Some(deleted) => deleted <= (after >> 22, after & SEQ_MASK),
-            None => false,
-        };
-        let Some(end) = field("last-generated-id") else {
-            return Ok(Past {
-                complete,
-                messages: futures::stream::empty().boxed(),
-            });
-        };
-        let pages = futures::stream::unfold(
-            (conn, format!("({after_id}"), false),
-            move |(mut conn, from, done)| {
-                let (key, end) = (key.clone(), end.clone());
-                async move {
-                    if done {
-                        return None;
-                    }
-                    let page: Result<redis::streams::StreamRangeReply, _> =
-                        conn.xrange_count(&key, &from, &end, PAGE).await;
-                    match page {
-                        Err(e) => Some((vec![Err(e.to_string())], (conn, from, true))),
-                        Ok(page) => {
-                            let last = page.ids.last().map(|e| format!("({}", e.id));
-                            let done = page.ids.len() < PAGE || last.is_none();
-                            let messages = page.ids.iter().map(|e| Ok(message(e))).collect();
-                            Some((messages, (conn, last.unwrap_or(from), done)))
-                        }
-                    }
-                }
-            },
-        );
-        Ok(Past {
-            complete,
-            messages: pages.flat_map(futures::stream::iter).boxed(),
-        })
+        let conn = connect(&self.client, std::time::Duration::from_secs(10)).await?;
+        entries_after(conn, self.key(topic), after, message).await
     }
-}
-
-/// Entries read back at once.
-const PAGE: usize = 256;
-/// The sequence part of a position.
-const SEQ_MASK: u64 = (1 << 22) - 1;
-
-/// The entry id at `position` (see [`position`]).
-fn entry_id(position: u64) -> String {
-    format!("{}-{}", position >> 22, position & SEQ_MASK)
-}
-
-/// An entry id's milliseconds and sequence.
-fn id_parts(id: &str) -> Option<(u64, u64)> {
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// A text field of an `XINFO STREAM` reply (a flat list of names and values, or a map).
-fn stream_info_field(info: &redis::Value, name: &str) -> Option<String> {
-    let pairs: Vec<(&redis::Value, &redis::Value)> = match info {
-        redis::Value::Array(items) => items
-            .chunks(2)
-            .filter_map(|p| Some((p.first()?, p.get(1)?)))
-            .collect(),
-        redis::Value::Map(items) => items.iter().map(|(k, v)| (k, v)).collect(),
-        _ => return None,
-    };
-    pairs
-        .into_iter()
-        .find(|(k, _)| crate::connect::redis::value_text(k).as_deref() == Some(name))
-        .and_then(|(_, v)| crate::connect::redis::value_text(v))
 }
 
 /// The message an entry carries, with its position.
@@ -273,17 +196,10 @@ fn message(entry: &StreamId) -> Message {
         bytes(BODY).unwrap_or_default().into(),
         bytes(META).as_deref(),
     );
-    if let Some(position) = position(&entry.id) {
+    if let Some(position) = entry_position(&entry.id) {
         msg.set_meta(POSITION_KEY, position as i64);
     }
     msg
-}
-
-/// An entry id (`<ms>-<seq>`) as one growing number, when it fits: milliseconds below
-/// 2^41 (the year 2039) and fewer than 2^22 entries in one millisecond.
-fn position(id: &str) -> Option<u64> {
-    let (ms, seq) = id_parts(id)?;
-    (ms < 1 << 41 && seq <= SEQ_MASK).then_some((ms << 22) | seq)
 }
 
 impl Bus for RedisBus {
@@ -352,23 +268,5 @@ impl Bus for RedisBus {
 
     fn kind(&self) -> &'static str {
         "redis_streams"
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn entry_ids_become_growing_positions_where_they_fit() {
-        let a = position("1700000000000-0").unwrap();
-        let b = position("1700000000000-1").unwrap();
-        let c = position("1700000000001-0").unwrap();
-        assert!(a < b && b < c);
-        assert_eq!(position(&format!("1700000000000-{}", 1u64 << 22)), None);
-        assert_eq!(position(&format!("{}-0", 1u64 << 41)), None);
-        assert_eq!(position("nonsense"), None);
-        assert_eq!(entry_id(b), "1700000000000-1");
-        assert_eq!(position(&entry_id(c)), Some(c));
     }
 }

@@ -124,6 +124,101 @@ pub fn value_text(v: &redis::Value) -> Option<String> {
     }
 }
 
+/// The sequence part of a stream entry position.
+const SEQ_MASK: u64 = (1 << 22) - 1;
+/// Entries read back at once.
+const PAGE: usize = 256;
+
+/// A stream entry id (`<ms>-<seq>`) as one growing number, for an event id: the
+/// milliseconds shifted left by 22 bits, plus the sequence; when it fits (milliseconds
+/// below 2^41, the year 2039, and fewer than 2^22 entries in one millisecond).
+pub fn entry_position(id: &str) -> Option<u64> {
+    let (ms, seq) = id_parts(id)?;
+    (ms < 1 << 41 && seq <= SEQ_MASK).then_some((ms << 22) | seq)
+}
+
+/// The entry id at `position` (see [`entry_position`]).
+pub fn position_entry(position: u64) -> String {
+    format!("{}-{}", position >> 22, position & SEQ_MASK)
+}
+
+/// An entry id's milliseconds and sequence.
+fn id_parts(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// A text field of an `XINFO STREAM` reply (a flat list of names and values, or a map).
+fn stream_info_field(info: &redis::Value, name: &str) -> Option<String> {
+    let pairs: Vec<(&redis::Value, &redis::Value)> = match info {
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|p| Some((p.first()?, p.get(1)?)))
+            .collect(),
+        redis::Value::Map(items) => items.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    pairs
+        .into_iter()
+        .find(|(k, _)| value_text(k).as_deref() == Some(name))
+        .and_then(|(_, v)| value_text(v))
+}
+
+/// The entries of stream `key` after the one at position `after` (see
+/// [`entry_position`]), read in pages up to the last entry there is now, each made a
+/// message by `message`. Incomplete when Redis trimmed or deleted entries after it (Redis
+/// 7 records the newest it dropped; older servers do not, so they count as incomplete).
+pub async fn entries_after(
+    mut conn: MultiplexedConnection,
+    key: String,
+    after: u64,
+    message: impl Fn(&redis::streams::StreamId) -> crate::message::Message + Send + Sync + 'static,
+) -> Result<crate::http::history::Past, ConnectorError> {
+    use futures::StreamExt;
+    let info: redis::Value = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| classify(e, "XINFO STREAM failed"))?;
+    let field = |name: &str| stream_info_field(&info, name);
+    let complete = match field("max-deleted-entry-id").as_deref().and_then(id_parts) {
+        Some(deleted) => deleted <= (after >> 22, after & SEQ_MASK),
+        None => false,
+    };
+    let Some(end) = field("last-generated-id") else {
+        return Ok(crate::http::history::Past {
+            complete,
+            messages: futures::stream::empty().boxed(),
+        });
+    };
+    let first = (conn, format!("({}", position_entry(after)), false);
+    let message = std::sync::Arc::new(message);
+    let pages = futures::stream::unfold(first, move |(mut conn, from, done)| {
+        let (key, end, message) = (key.clone(), end.clone(), message.clone());
+        async move {
+            if done {
+                return None;
+            }
+            let page: Result<redis::streams::StreamRangeReply, _> =
+                redis::AsyncCommands::xrange_count(&mut conn, &key, &from, &end, PAGE).await;
+            match page {
+                Err(e) => Some((vec![Err(e.to_string())], (conn, from, true))),
+                Ok(page) => {
+                    let last = page.ids.last().map(|e| format!("({}", e.id));
+                    let done = page.ids.len() < PAGE || last.is_none();
+                    let messages = page.ids.iter().map(|e| Ok(message(e))).collect();
+                    Some((messages, (conn, last.unwrap_or(from), done)))
+                }
+            }
+        }
+    });
+    Ok(crate::http::history::Past {
+        complete,
+        messages: pages.flat_map(futures::stream::iter).boxed(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +271,21 @@ mod tests {
         };
         let e = client("rediss://h:1", &missing).unwrap_err();
         assert!(e.contains("`tls.root_cas_file`"), "{e}");
+    }
+
+    #[test]
+    fn entry_ids_become_growing_positions_where_they_fit() {
+        let a = entry_position("1700000000000-0").unwrap();
+        let b = entry_position("1700000000000-1").unwrap();
+        let c = entry_position("1700000000001-0").unwrap();
+        assert!(a < b && b < c);
+        assert_eq!(
+            entry_position(&format!("1700000000000-{}", 1u64 << 22)),
+            None
+        );
+        assert_eq!(entry_position(&format!("{}-0", 1u64 << 41)), None);
+        assert_eq!(entry_position("nonsense"), None);
+        assert_eq!(position_entry(b), "1700000000000-1");
+        assert_eq!(entry_position(&position_entry(c)), Some(c));
     }
 }

@@ -7,6 +7,7 @@
 use std::time::Duration as StdDuration;
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use redis::aio::MultiplexedConnection;
 use redis::streams::{
     StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply,
@@ -23,9 +24,12 @@ use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::connect::redis::{classify, client, connect, validate, value_text};
+use crate::connect::redis::{
+    classify, client, connect, entries_after, entry_position, validate, value_text,
+};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
+use crate::http::history::{History, Past};
 use crate::message::{Batch, Message, Outcome};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -150,19 +154,57 @@ fn entries(reply: StreamReadReply, body_key: &str) -> Entries {
 
 fn push_entries(out: &mut Entries, key: &str, ids: Vec<StreamId>, body_key: &str) {
     for entry in ids {
-        let mut msg = Message::default();
-        for (field, value) in &entry.map {
-            if field == body_key {
-                if let redis::Value::BulkString(b) = value {
-                    msg.set_payload(b.clone());
-                }
-            } else if let Some(text) = value_text(value) {
-                msg.set_meta(field.as_str(), text);
-            }
-        }
-        msg.set_meta("redis_stream", key);
-        msg.set_meta("redis_stream_id", entry.id.as_str());
+        let msg = message_of(key, &entry, body_key);
         out.push((key.to_owned(), entry.id, msg));
+    }
+}
+
+/// The message entry `entry` of stream `key` carries: the `body_key` field as payload,
+/// the other fields and where it is as metadata.
+fn message_of(key: &str, entry: &StreamId, body_key: &str) -> Message {
+    let mut msg = Message::default();
+    for (field, value) in &entry.map {
+        if field == body_key {
+            if let redis::Value::BulkString(b) = value {
+                msg.set_payload(b.clone());
+            }
+        } else if let Some(text) = value_text(value) {
+            msg.set_meta(field.as_str(), text);
+        }
+    }
+    msg.set_meta("redis_stream", key);
+    msg.set_meta("redis_stream_id", entry.id.as_str());
+    if let Some(position) = entry_position(&entry.id) {
+        msg.set_meta("redis_stream_position", position as i64);
+    }
+    msg
+}
+
+/// The one stream an input reads, read again by entry position for resuming clients.
+#[derive(Clone)]
+struct StreamHistory {
+    config: RedisStreamsInputConfig,
+    key: String,
+    egress: crate::egress::Egress,
+}
+
+impl History for StreamHistory {
+    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
+        let this = self.clone();
+        async move {
+            this.egress.check().await.map_err(|e| e.to_string())?;
+            let client = client(&this.config.url, &this.config.tls)?;
+            let conn = connect(&client, StdDuration::from_secs(10))
+                .await
+                .map_err(|e| e.to_string())?;
+            let (key, body_key) = (this.key.clone(), this.config.body_key.clone());
+            entries_after(conn, this.key, after, move |e| {
+                message_of(&key, e, &body_key)
+            })
+            .await
+            .map_err(|e| e.to_string())
+        }
+        .boxed()
     }
 }
 
@@ -349,5 +391,16 @@ impl Input for RedisStreamsInput {
                 }
             });
         }))
+    }
+
+    fn history(&self) -> Option<std::sync::Arc<dyn History>> {
+        match self.config.streams.as_slice() {
+            [key] => Some(std::sync::Arc::new(StreamHistory {
+                config: self.config.clone(),
+                key: key.clone(),
+                egress: self.egress.clone(),
+            })),
+            _ => None,
+        }
     }
 }

@@ -96,8 +96,9 @@ pub struct HttpServerOutputConfig {
     pub delivery: DeliveryMode,
     /// With `broadcast`: the metadata key holding each message's position in its broker
     /// (`nats_sequence_stream` from `nats_jetstream`, `kafka_offset` from a one-partition
-    /// Kafka topic). It becomes the event id, the same on every gateway that reads the
-    /// broker, so a client resumes on any of them.
+    /// Kafka topic, `redis_stream_position` from one Redis stream). It becomes the event
+    /// id, the same on every gateway that reads the broker, so a client resumes on any of
+    /// them, caught up from the broker past the replay buffer.
     #[serde(default)]
     pub id_metadata: Option<String>,
     /// The buffer that reconnecting clients replay from.
