@@ -75,6 +75,9 @@ fn scope(input: &mut InputKind, node: &str) -> bool {
     match input {
         InputKind::Kafka(i) => {
             i.consumer_group = own(&i.consumer_group);
+            // The group is this node's alone: a restarted node takes its partitions back
+            // at once rather than after its old session times out.
+            i.instance_id.get_or_insert_with(|| node.to_owned());
             true
         }
         InputKind::NatsJetStream(i) => match &mut i.durable {

@@ -48,6 +48,11 @@ pub struct KafkaInputConfig {
     /// SASL authentication (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512).
     #[serde(default)]
     pub sasl: SaslConfig,
+    /// Static group membership (`group.instance.id`): a member restarted under the same
+    /// id takes its partitions back at once, instead of after the dead member's session
+    /// times out and the group rebalances. Unique within the group.
+    #[serde(default)]
+    pub instance_id: Option<String>,
 }
 
 fn default_true() -> bool {

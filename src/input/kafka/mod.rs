@@ -186,6 +186,9 @@ impl KafkaInput {
             )
             .set("queued.min.messages", c.fetch_buffer_cap.to_string())
             .set("statistics.interval.ms", "5000");
+        if let Some(instance) = &c.instance_id {
+            cc.set("group.instance.id", instance);
+        }
         cc.create_with_context(Ctx {
             shared: self.shared.clone(),
         })
