@@ -9,6 +9,7 @@ mod common;
 
 mod amqp;
 mod amqp1;
+mod asyncapi;
 mod attached;
 mod cluster;
 mod console;

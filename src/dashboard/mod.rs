@@ -10,6 +10,7 @@
 
 pub mod apis;
 pub mod assets;
+pub mod asyncapi;
 pub mod auth;
 pub mod certs;
 pub mod config;

@@ -9,8 +9,8 @@ use utoipa::{Modify, OpenApi};
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
-    apis, assets, certs, deliveries, error, gateway_keys, hooks, live, mapping, orgs, portal,
-    request,
+    apis, assets, asyncapi, certs, deliveries, error, gateway_keys, hooks, live, mapping, orgs,
+    portal, request,
 };
 
 #[derive(OpenApi)]
@@ -54,6 +54,7 @@ use super::{
         apis::update_streams,
         apis::delete_streams,
         live::live,
+        asyncapi::asyncapi,
         gateway_keys::list,
         gateway_keys::create,
         gateway_keys::delete,

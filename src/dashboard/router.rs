@@ -15,8 +15,8 @@ use percent_encoding::percent_decode_str;
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
-    apis, assets, auth, certs, deliveries, gateway_keys, hooks, live, mapping, openapi, orgs,
-    portal, State,
+    apis, assets, asyncapi, auth, certs, deliveries, gateway_keys, hooks, live, mapping, openapi,
+    orgs, portal, State,
 };
 use crate::http::{self as h, HttpResponse};
 
@@ -93,6 +93,7 @@ pub fn routes() -> Vec<Route> {
         route!(PUT "/api/apis/streams/{apiId}" => apis::update_streams),
         route!(DELETE "/api/apis/streams/{apiId}" => apis::delete_streams),
         route!(GET "/api/apis/streams/{apiId}/live" => live::live),
+        route!(GET "/api/apis/streams/{apiId}/asyncapi" => asyncapi::asyncapi),
         route!(POST "/api/apis/streams/{apiId}/tail" => live::tail),
         route!(GET "/api/portal/products" => portal::list_products),
         route!(POST "/api/portal/products" => portal::create_product),

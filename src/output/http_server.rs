@@ -122,7 +122,7 @@ impl HttpServerOutputConfig {
     /// nothing), or all three defaults when none is written. So a stray GET cannot take a
     /// message meant for the SSE clients, and two outputs of one API do not collide on
     /// routes nobody asked for.
-    fn routes(&self) -> [String; 3] {
+    pub fn routes(&self) -> [String; 3] {
         let written = [&self.path, &self.stream_path, &self.ws_path];
         if written.iter().all(|r| r.is_none()) {
             return ["/get".into(), "/get/stream".into(), "/get/ws".into()];

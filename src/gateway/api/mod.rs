@@ -2,6 +2,7 @@
 //! and compiled into what the middleware chain runs. Every problem is reported with the
 //! API's id, the file and the path in the document.
 
+pub mod asyncapi;
 pub mod extension;
 pub mod handlers;
 pub mod paths;

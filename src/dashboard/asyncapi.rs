@@ -1,0 +1,104 @@
+//! `GET /api/apis/streams/{apiId}/asyncapi`: the AsyncAPI 3.0 document of a streaming
+//! API, made from its `x-sluice-streaming` (see [`crate::gateway::api::asyncapi`]), for
+//! the API's own organisation: it describes the brokers the streams reach too.
+
+use http::StatusCode;
+
+use super::apis::{find, Kind};
+use super::error::{ApiError, ErrorBody};
+use super::request::{Ctx, Reply};
+use crate::gateway::api::{self as gw_api, asyncapi};
+
+/// The longest `host` accepted.
+const MAX_HOST: usize = 255;
+
+#[utoipa::path(
+    get,
+    path = "/api/apis/streams/{apiId}/asyncapi",
+    tag = "apis",
+    params(
+        ("apiId" = String, Path, description = "The streaming API's id."),
+        ("host" = Option<String>, Query, description = "The gateway's `host[:port]` as clients reach it; by default the host of the document's first `servers` URL, else `localhost:8080`."),
+        ("tls" = Option<bool>, Query, description = "Clients reach the gateway over TLS (`https`, `wss`); by default as the first `servers` URL says."),
+    ),
+    responses(
+        (status = 200, description = "The AsyncAPI 3.0 document.", body = Object),
+        (status = 400, description = "A bad `host` or `tls`.", body = ErrorBody),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
+    let (stored, doc) = find(&ctx, Kind::Streams).await?;
+    let server = doc
+        .pointer("/servers/0/url")
+        .and_then(|u| u.as_str())
+        .and_then(|u| url::Url::parse(u).ok());
+    let host = match ctx.query("host") {
+        Some(host) => checked_host(host)?,
+        None => server
+            .as_ref()
+            .and_then(|u| Some(format!("{}{}", u.host_str()?, port_of(u))))
+            .unwrap_or_else(|| "localhost:8080".into()),
+    };
+    let tls = match ctx.query("tls") {
+        Some(_) => ctx.flag("tls")?,
+        None => server.as_ref().is_some_and(|u| u.scheme() == "https"),
+    };
+    // Compiling compiles the streams' mappings: off the serving threads, as for a write.
+    let egress = ctx.state.egress.clone();
+    let compiled = tokio::task::spawn_blocking(move || {
+        let options = gw_api::CompileOptions {
+            egress: Some(egress),
+            ..Default::default()
+        };
+        gw_api::from_json_with(&stored.id, &doc, &options)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))?
+    .map_err(|e| ApiError::Internal(format!("the stored definition does not compile: {e}")))?;
+    let target = asyncapi::Target {
+        host,
+        tls,
+        brokers: true,
+    };
+    Reply::json(StatusCode::OK, asyncapi::document(&compiled, &target))
+}
+
+/// `:port` when the URL names one.
+fn port_of(url: &url::Url) -> String {
+    url.port().map(|p| format!(":{p}")).unwrap_or_default()
+}
+
+/// `host` when it is a host name or address with an optional port, and nothing else.
+fn checked_host(host: &str) -> Result<String, ApiError> {
+    let fine = !host.is_empty()
+        && host.len() <= MAX_HOST
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
+    if fine {
+        Ok(host.to_owned())
+    } else {
+        Err(ApiError::bad_request(
+            "query parameter `host`: a host name or address with an optional port is expected",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_a_name_or_address_and_an_optional_port() {
+        for fine in ["api.example.com", "127.0.0.1:8080", "[::1]:443", "gw-1"] {
+            assert_eq!(checked_host(fine).unwrap(), fine);
+        }
+        let long = "a".repeat(MAX_HOST + 1);
+        for bad in ["", "a b", "evil.com/path", "x\"y", "h?q", long.as_str()] {
+            assert!(checked_host(bad).is_err(), "{bad}");
+        }
+    }
+}
