@@ -789,3 +789,146 @@ async fn a_dashboard_with_its_delivery_worker_takes_events() {
     assert_eq!(list.1["deliveries"].as_array().unwrap().len(), 1);
     db.stop().await;
 }
+
+/// A streaming API whose stream reads a Kafka topic (a broker the catalogue must not
+/// show) and serves it as Server-Sent Events.
+const FEED: &str = "\
+openapi: 3.0.3
+info: {title: feed, version: '1'}
+paths: {}
+x-sluice-api-gateway:
+  info: {id: feed, name: Feed}
+  server: {listenPath: {value: /feed/, strip: true}}
+x-sluice-streaming:
+  streams:
+    main:
+      input:
+        kafka: {addresses: ['kafka.internal:9092'], topics: [orders], consumer_group: g}
+      output:
+        http_server: {stream_path: /events, delivery: broadcast}
+";
+
+/// Publishing: the public catalogue shows published products only, with their APIs
+/// and a broker-free AsyncAPI document of each streaming one; unpublishing hides both.
+async fn catalogue_scenario(dir: &Path, store_url: &str) {
+    let db = start(
+        dir,
+        store_url,
+        &format!("{}streaming:\n  enabled: true\n", config()),
+    )
+    .await;
+    let made = send(
+        db.req(Method::POST, "/api/apis/streams")
+            .header("content-type", "application/vnd.sluice.streams.oas")
+            .body(FEED),
+    )
+    .await;
+    assert_outcome(&made, 201);
+    assert_outcome(
+        &send(
+            db.req(Method::POST, "/api/apis/oas")
+                .json(&plain_api("pets")),
+        )
+        .await,
+        201,
+    );
+    let product = |published: bool| {
+        json!({
+            "name": "Orders",
+            "description": "Orders as they happen.",
+            "api_ids": ["feed", "pets"],
+            "webhooks": {"enabled": true, "events": ["order.created"]},
+            "published": published,
+            "key_approval": "manual",
+        })
+    };
+    let id = assert_outcome(
+        &send(
+            db.req(Method::POST, "/api/portal/products")
+                .json(&product(true)),
+        )
+        .await,
+        201,
+    );
+    assert_outcome(
+        &send(
+            db.req(Method::POST, "/api/portal/products")
+                .json(&json!({"name": "Draft", "api_ids": ["pets"]})),
+        )
+        .await,
+        201,
+    );
+    let (_, shown) = send(db.req(Method::GET, &format!("/api/portal/products/{id}"))).await;
+    assert_eq!(shown["published"], true, "{shown}");
+    assert_eq!(shown["key_approval"], "manual", "{shown}");
+    let org = shown["org_id"].as_str().unwrap().to_owned();
+    let bad = send(
+        db.req(Method::POST, "/api/portal/products")
+            .json(&json!({"name": "X", "key_approval": "sometimes"})),
+    )
+    .await;
+    assert_eq!(bad.0, 400, "{}", bad.1);
+
+    // Anyone reads the catalogue: no key.
+    let public = |path: &str| db.http.get(db.url(path));
+    let (status, catalogue) = send(public(&format!("/portal/api/orgs/{org}/products"))).await;
+    assert_eq!(status, 200, "{catalogue}");
+    let products = catalogue["products"].as_array().unwrap();
+    assert_eq!(products.len(), 1, "the draft is not shown: {catalogue}");
+    let orders = &products[0];
+    assert_eq!(orders["name"], "Orders");
+    assert_eq!(orders["key_approval"], "manual");
+    assert_eq!(orders["events"], json!(["order.created"]));
+    assert!(orders.get("publish_secret").is_none(), "{orders}");
+    let apis = orders["apis"].as_array().unwrap();
+    assert_eq!(apis[0]["name"], "Feed");
+    assert_eq!(apis[0]["listen_path"], "/feed/");
+    assert_eq!(apis[0]["streaming"], true);
+    assert!(apis[1]["asyncapi"].is_null(), "a plain API has none");
+    let link = apis[0]["asyncapi"].as_str().unwrap().to_owned();
+    let (status, doc) = send(public(&link)).await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["asyncapi"], "3.0.0");
+    assert_eq!(doc["channels"]["main.out-sse"]["address"], "/events");
+    assert!(
+        !doc.to_string().contains("kafka.internal"),
+        "brokers stay private: {doc}"
+    );
+    for page in ["0", "-1"] {
+        let path = format!("/portal/api/orgs/{org}/products?p={page}");
+        assert_eq!(send(public(&path)).await.0, 400, "p={page}");
+    }
+    let (_, none) = send(public("/portal/api/orgs/nobody/products")).await;
+    assert_eq!(none["products"], json!([]));
+    let (status, _) = send(public(&link.replace("/feed/", "/pets/"))).await;
+    assert_eq!(status, 404, "not a streaming API");
+
+    // Unpublished: gone from the catalogue, and its document with it.
+    assert_outcome(
+        &send(
+            db.req(Method::PUT, &format!("/api/portal/products/{id}"))
+                .json(&product(false)),
+        )
+        .await,
+        200,
+    );
+    let (_, catalogue) = send(public(&format!("/portal/api/orgs/{org}/products"))).await;
+    assert_eq!(catalogue["products"], json!([]), "{catalogue}");
+    assert_eq!(send(public(&link)).await.0, 404);
+}
+
+#[tokio::test]
+async fn the_catalogue_on_sqlite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("catalogue.db").display());
+    catalogue_scenario(tmp.path(), &store).await;
+}
+
+#[tokio::test]
+async fn the_catalogue_on_postgres() {
+    common::postgres::with_postgres("sluice_catalogue", |url| async move {
+        let tmp = tempfile::tempdir().unwrap();
+        catalogue_scenario(tmp.path(), &url).await;
+    })
+    .await;
+}

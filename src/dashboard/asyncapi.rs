@@ -31,33 +31,17 @@ const MAX_HOST: usize = 255;
 )]
 pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     let (stored, doc) = find(&ctx, Kind::Streams).await?;
-    let server = doc
-        .pointer("/servers/0/url")
-        .and_then(|u| u.as_str())
-        .and_then(|u| url::Url::parse(u).ok());
     let host = match ctx.query("host") {
         Some(host) => checked_host(host)?,
-        None => server
-            .as_ref()
-            .and_then(|u| Some(format!("{}{}", u.host_str()?, port_of(u))))
-            .unwrap_or_else(|| "localhost:8080".into()),
+        None => default_host(&doc),
     };
     let tls = match ctx.query("tls") {
         Some(_) => ctx.flag("tls")?,
-        None => server.as_ref().is_some_and(|u| u.scheme() == "https"),
+        None => default_tls(&doc),
     };
-    // Compiling compiles the streams' mappings: off the serving threads, as for a write.
-    let egress = ctx.state.egress.clone();
-    let compiled = tokio::task::spawn_blocking(move || {
-        let options = gw_api::CompileOptions {
-            egress: Some(egress),
-            ..Default::default()
-        };
-        gw_api::from_json_with(&stored.id, &doc, &options)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))?
-    .map_err(|e| ApiError::Internal(format!("the stored definition does not compile: {e}")))?;
+    let compiled = compile(&ctx, stored.id, doc)
+        .await?
+        .ok_or_else(|| ApiError::Internal("the stored definition does not compile".into()))?;
     let target = asyncapi::Target {
         host,
         tls,
@@ -66,9 +50,45 @@ pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     Reply::json(StatusCode::OK, asyncapi::document(&compiled, &target))
 }
 
-/// `:port` when the URL names one.
-fn port_of(url: &url::Url) -> String {
-    url.port().map(|p| format!(":{p}")).unwrap_or_default()
+/// A stored definition compiled as the gateway compiles it; `None` when it does not.
+/// Compiling compiles the streams' mappings: off the serving threads, as for a write.
+pub(super) async fn compile(
+    ctx: &Ctx,
+    id: String,
+    doc: serde_json::Value,
+) -> Result<Option<gw_api::Api>, ApiError> {
+    let egress = ctx.state.egress.clone();
+    tokio::task::spawn_blocking(move || {
+        let options = gw_api::CompileOptions {
+            egress: Some(egress),
+            ..Default::default()
+        };
+        gw_api::from_json_with(&id, &doc, &options).ok()
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))
+}
+
+/// The first `servers` URL of an OpenAPI document.
+fn first_server(doc: &serde_json::Value) -> Option<url::Url> {
+    let url = doc.pointer("/servers/0/url")?.as_str()?;
+    url::Url::parse(url).ok()
+}
+
+/// The gateway's `host[:port]` as the document's first `servers` URL names it, else
+/// `localhost:8080`.
+pub(super) fn default_host(doc: &serde_json::Value) -> String {
+    first_server(doc)
+        .and_then(|u| {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            Some(format!("{}{port}", u.host_str()?))
+        })
+        .unwrap_or_else(|| "localhost:8080".into())
+}
+
+/// Whether the document's first `servers` URL is `https`.
+pub(super) fn default_tls(doc: &serde_json::Value) -> bool {
+    first_server(doc).is_some_and(|u| u.scheme() == "https")
 }
 
 /// `host` when it is a host name or address with an optional port, and nothing else.

@@ -12,6 +12,7 @@ pub mod apis;
 pub mod assets;
 pub mod asyncapi;
 pub mod auth;
+pub mod catalogue;
 pub mod certs;
 pub mod config;
 pub mod console;

@@ -65,8 +65,38 @@ pub struct Product {
     /// The secret the publisher signs events with (the `secret` of a stream's
     /// `portal_webhook` output); null when this dashboard's `secret` cannot open it.
     pub publish_secret: Option<String>,
+    /// Shown in the developer portal's catalogue.
+    pub published: bool,
+    pub key_approval: KeyApproval,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// When a developer who asks for access to a product gets a key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyApproval {
+    /// At once.
+    #[default]
+    Auto,
+    /// Once the publisher approved the request.
+    Manual,
+}
+
+impl KeyApproval {
+    fn as_str(self) -> &'static str {
+        match self {
+            KeyApproval::Auto => "auto",
+            KeyApproval::Manual => "manual",
+        }
+    }
+
+    pub(super) fn stored_or_auto(text: &str) -> KeyApproval {
+        match text {
+            "manual" => KeyApproval::Manual,
+            _ => KeyApproval::Auto,
+        }
+    }
 }
 
 /// The members of a product a client sends; `PUT` replaces all but the publish secret,
@@ -84,6 +114,10 @@ pub struct ProductInput {
     pub webhooks: Option<ProductWebhooks>,
     /// 16 to 256 characters; generated on `POST` when absent, kept on `PUT`.
     pub publish_secret: Option<String>,
+    /// Shown in the developer portal's catalogue; false when absent.
+    pub published: Option<bool>,
+    /// `auto` (the default) or `manual`.
+    pub key_approval: Option<KeyApproval>,
 }
 
 /// The answer to a product write: the spec's outcome and the publish secret.
@@ -298,6 +332,8 @@ fn product_view(record: ProductRecord, sealer: Option<&Sealer>) -> Product {
             events: record.events,
         },
         publish_secret,
+        published: record.published,
+        key_approval: KeyApproval::stored_or_auto(&record.key_approval),
         created_at: rfc3339(record.created_at),
         updated_at: rfc3339(record.updated_at),
     }
@@ -370,6 +406,8 @@ async fn apply_product(
     record.api_ids = api_ids;
     record.webhooks_enabled = webhooks.enabled;
     record.events = webhooks.events;
+    record.published = input.published.unwrap_or(false);
+    record.key_approval = input.key_approval.unwrap_or_default().as_str().to_owned();
     Ok(input.publish_secret)
 }
 
@@ -452,6 +490,8 @@ pub async fn create_product(ctx: Ctx) -> Result<Reply, ApiError> {
         publish_secret_sealed: String::new(),
         created_at: at,
         updated_at: at,
+        published: false,
+        key_approval: KeyApproval::Auto.as_str().to_owned(),
     };
     let given = apply_product(&ctx, input, &mut record).await?;
     let sealer = sealer(&ctx)?;

@@ -15,8 +15,8 @@ use percent_encoding::percent_decode_str;
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
-    apis, assets, asyncapi, auth, certs, deliveries, gateway_keys, hooks, live, mapping, openapi,
-    orgs, portal, State,
+    apis, assets, asyncapi, auth, catalogue, certs, deliveries, gateway_keys, hooks, live, mapping,
+    openapi, orgs, portal, State,
 };
 use crate::http::{self as h, HttpResponse};
 
@@ -102,6 +102,8 @@ pub fn routes() -> Vec<Route> {
         route!(DELETE "/api/portal/products/{productId}" => portal::delete_product),
         // Signed with the product's publish secret instead of a dashboard key.
         route!(POST "/api/portal/products/{productId}/events" => portal::publish_event, public),
+        route!(GET "/portal/api/orgs/{orgId}/products" => catalogue::products, public),
+        route!(GET "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi" => catalogue::asyncapi, public),
         route!(GET "/api/portal/apps" => portal::list_apps),
         route!(POST "/api/portal/apps" => portal::create_app),
         route!(GET "/api/portal/apps/{appId}" => portal::get_app),
@@ -278,8 +280,8 @@ mod tests {
                 r.pattern
             );
         }
-        // Only the document itself, and events signed with a product's secret, are open
-        // without a key.
+        // Only the document itself, events signed with a product's secret, and the
+        // portal's catalogue (what organisations published) are open without a key.
         let public: Vec<_> = routes
             .iter()
             .filter(|r| r.public)
@@ -289,7 +291,9 @@ mod tests {
             public,
             [
                 "/api/openapi.json",
-                "/api/portal/products/{productId}/events"
+                "/api/portal/products/{productId}/events",
+                "/portal/api/orgs/{orgId}/products",
+                "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi"
             ]
         );
     }

@@ -34,6 +34,10 @@ pub(super) const SQLITE: &[Embedded] = &[
         "0004_instance_org.sql",
         include_str!("../../migrations/sqlite/0004_instance_org.sql"),
     ),
+    (
+        "0005_portal_publishing.sql",
+        include_str!("../../migrations/sqlite/0005_portal_publishing.sql"),
+    ),
 ];
 
 /// PostgreSQL migrations, oldest first.
@@ -53,6 +57,10 @@ pub(super) const POSTGRES: &[Embedded] = &[
     (
         "0004_instance_org.sql",
         include_str!("../../migrations/postgres/0004_instance_org.sql"),
+    ),
+    (
+        "0005_portal_publishing.sql",
+        include_str!("../../migrations/postgres/0005_portal_publishing.sql"),
     ),
 ];
 

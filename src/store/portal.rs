@@ -25,6 +25,11 @@ pub struct ProductRecord {
     pub created_at: i64,
     /// Unix seconds.
     pub updated_at: i64,
+    /// Shown in the developer portal.
+    pub published: bool,
+    /// `auto`: a developer asking for access gets a key at once; `manual`: once the
+    /// publisher approved.
+    pub key_approval: String,
 }
 
 /// A developer app on one product, with its subscriptions.
@@ -72,6 +77,8 @@ type ProductRow = (
     String,
     i64,
     i64,
+    i64,
+    String,
 );
 type AppRow = (String, String, String, String, String, i64, i64);
 type SubscriptionRow = (String, String, String, String, String, String, i64, i64);
@@ -98,6 +105,8 @@ fn product(row: ProductRow) -> Result<ProductRecord, StoreError> {
         publish_secret_sealed,
         created_at,
         updated_at,
+        published,
+        key_approval,
     ) = row;
     Ok(ProductRecord {
         id,
@@ -110,6 +119,8 @@ fn product(row: ProductRow) -> Result<ProductRecord, StoreError> {
         publish_secret_sealed,
         created_at,
         updated_at,
+        published: published != 0,
+        key_approval,
     })
 }
 
@@ -157,14 +168,14 @@ fn apps(
 }
 
 const PRODUCT_COLUMNS: &str = "SELECT id, org_id, name, description, api_ids, \
-     webhooks_enabled, events, publish_secret_sealed, created_at, updated_at \
-     FROM portal_products";
+     webhooks_enabled, events, publish_secret_sealed, created_at, updated_at, published, \
+     key_approval FROM portal_products";
 const INSERT_PRODUCT: &str = "INSERT INTO portal_products (id, org_id, name, description, \
-     api_ids, webhooks_enabled, events, publish_secret_sealed, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+     api_ids, webhooks_enabled, events, publish_secret_sealed, created_at, updated_at, \
+     published, key_approval) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
 const UPDATE_PRODUCT: &str = "UPDATE portal_products SET name = $3, description = $4, \
      api_ids = $5, webhooks_enabled = $6, events = $7, publish_secret_sealed = $8, \
-     updated_at = $9 WHERE org_id = $1 AND id = $2";
+     updated_at = $9, published = $10, key_approval = $11 WHERE org_id = $1 AND id = $2";
 
 const APP_COLUMNS: &str = "SELECT id, org_id, product_id, name, developer, created_at, \
      updated_at FROM portal_apps";
@@ -220,6 +231,8 @@ impl Store {
                 .bind(p.publish_secret_sealed.as_str())
                 .bind(p.created_at)
                 .bind(p.updated_at)
+                .bind(i64::from(p.published))
+                .bind(p.key_approval.as_str())
                 .execute(pool)
                 .await
                 .map_err(|e| super::orgs::conflict_or(e, &format!("product '{}'", p.id)))?;
@@ -268,6 +281,8 @@ impl Store {
                 .bind(encode_list(&p.events))
                 .bind(p.publish_secret_sealed.as_str())
                 .bind(p.updated_at)
+                .bind(i64::from(p.published))
+                .bind(p.key_approval.as_str())
                 .execute(pool)
                 .await?
                 .rows_affected()
@@ -288,20 +303,46 @@ impl Store {
         org_id: &str,
         page: Page,
     ) -> Result<(Vec<ProductRecord>, i64), StoreError> {
-        let sql = format!(
-            "{PRODUCT_COLUMNS} WHERE org_id = $1 ORDER BY created_at, id LIMIT $2 OFFSET $3"
-        );
+        self.products_page(org_id, false, page).await
+    }
+
+    /// One page of the organisation's published products, oldest first, and how many
+    /// there are: what its developer portal shows.
+    pub async fn list_published_products(
+        &self,
+        org_id: &str,
+        page: Page,
+    ) -> Result<(Vec<ProductRecord>, i64), StoreError> {
+        self.products_page(org_id, true, page).await
+    }
+
+    async fn products_page(
+        &self,
+        org_id: &str,
+        published_only: bool,
+        page: Page,
+    ) -> Result<(Vec<ProductRecord>, i64), StoreError> {
+        // `published >= $2`: every product for 0, the published ones for 1.
+        let filter = "WHERE org_id = $1 AND published >= $2";
+        let sql = format!("{PRODUCT_COLUMNS} {filter} ORDER BY created_at, id LIMIT $3 OFFSET $4");
+        let count = format!("SELECT COUNT(*) FROM portal_products {filter}");
+        let min = i64::from(published_only);
         let rows: Vec<ProductRow> = with_pool!(self, |pool| {
             sqlx::query_as(&sql)
                 .bind(org_id)
+                .bind(min)
                 .bind(page.limit)
                 .bind(page.offset)
                 .fetch_all(pool)
                 .await?
         });
-        let total = self
-            .count_in_org(super::OrgTable::PortalProducts, org_id)
-            .await?;
+        let (total,): (i64,) = with_pool!(self, |pool| {
+            sqlx::query_as(&count)
+                .bind(org_id)
+                .bind(min)
+                .fetch_one(pool)
+                .await?
+        });
         let products = rows.into_iter().map(product).collect::<Result<_, _>>()?;
         Ok((products, total))
     }
@@ -464,6 +505,8 @@ mod tests {
             publish_secret_sealed: "sealed".into(),
             created_at: 1,
             updated_at: 1,
+            published: false,
+            key_approval: "auto".into(),
         }
     }
 

@@ -1,0 +1,178 @@
+//! The developer portal's public catalogue: what an organisation published, readable
+//! without credentials (`/portal/api/orgs/{orgId}/...`). Only published products, and of
+//! them only what a developer needs: names, descriptions, the APIs with their listen
+//! paths, the events open to webhook subscription, whether keys come at once, and each
+//! streaming API's AsyncAPI document, which leaves out the brokers behind the streams.
+
+use http::StatusCode;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::portal::KeyApproval;
+use super::request::{Ctx, Reply};
+use crate::gateway::api::{asyncapi, streaming::STREAMING, EXTENSION};
+use crate::store::ProductRecord;
+
+/// A published product as developers see it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CatalogueProduct {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    pub key_approval: KeyApproval,
+    /// The events a webhook subscription may choose; empty when the product has none.
+    pub events: Vec<String>,
+    pub apis: Vec<CatalogueApi>,
+}
+
+/// An API of a published product.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CatalogueApi {
+    pub id: String,
+    pub name: String,
+    pub listen_path: String,
+    pub streaming: bool,
+    /// Where its AsyncAPI document is, for a streaming API.
+    pub asyncapi: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Catalogue {
+    pub products: Vec<CatalogueProduct>,
+    pub pages: i64,
+}
+
+#[utoipa::path(
+    get,
+    path = "/portal/api/orgs/{orgId}/products",
+    tag = "portal",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("p" = Option<i64>, Query, description = "Page number from 1."),
+    ),
+    responses(
+        (status = 200, description = "A page of the organisation's published products.", body = Catalogue),
+        (status = 400, description = "A bad query parameter.", body = ErrorBody),
+    ),
+)]
+pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
+    let paging = ctx.page()?;
+    // No "every page at once" (a page below 0) for anonymous readers.
+    if let Some(p) = ctx.query("p").and_then(|p| p.trim().parse::<i64>().ok()) {
+        if p < 1 {
+            return Err(ApiError::bad_request(
+                "query parameter `p`: pages start at 1",
+            ));
+        }
+    }
+    let org = ctx.param(0);
+    let (records, total) = ctx
+        .state
+        .store
+        .list_published_products(org, paging.page)
+        .await?;
+    let mut products = Vec::with_capacity(records.len());
+    for record in records {
+        products.push(product(&ctx, record).await?);
+    }
+    Reply::json(
+        StatusCode::OK,
+        Catalogue {
+            products,
+            pages: paging.pages(total),
+        },
+    )
+}
+
+#[utoipa::path(
+    get,
+    path = "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi",
+    tag = "portal",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("productId" = String, Path, description = "A published product."),
+        ("apiId" = String, Path, description = "A streaming API of the product."),
+    ),
+    responses(
+        (status = 200, description = "The AsyncAPI 3.0 document, without the brokers behind the streams.", body = Object),
+        (status = 404, description = "No such published product, or no such streaming API in it.", body = ErrorBody),
+    ),
+)]
+pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
+    let missing = || ApiError::not_found("published streaming API");
+    let (org, product_id, api_id) = (ctx.param(0), ctx.param(1), ctx.param(2));
+    let product = ctx
+        .state
+        .store
+        .product(org, product_id)
+        .await?
+        .filter(|p| p.published && p.api_ids.iter().any(|a| a == api_id))
+        .ok_or_else(missing)?;
+    let stored = ctx
+        .state
+        .store
+        .api(api_id)
+        .await?
+        .filter(|a| a.org_id == product.org_id)
+        .ok_or_else(missing)?;
+    let doc: Value = serde_json::from_str(&stored.document).map_err(|_| missing())?;
+    if doc.get(STREAMING).is_none() {
+        return Err(missing());
+    }
+    let compiled = super::asyncapi::compile(&ctx, stored.id, doc)
+        .await?
+        .ok_or_else(missing)?;
+    let target = asyncapi::Target {
+        host: super::asyncapi::default_host(&compiled.document),
+        tls: super::asyncapi::default_tls(&compiled.document),
+        brokers: false,
+    };
+    Reply::json(StatusCode::OK, asyncapi::document(&compiled, &target))
+}
+
+/// `record` with its APIs as the catalogue shows them; an API gone since is left out.
+async fn product(ctx: &Ctx, record: ProductRecord) -> Result<CatalogueProduct, ApiError> {
+    let mut apis = Vec::new();
+    for id in &record.api_ids {
+        let Some(stored) = ctx.state.store.api(id).await? else {
+            continue;
+        };
+        if stored.org_id != record.org_id {
+            continue;
+        }
+        let doc: Value = serde_json::from_str(&stored.document).unwrap_or_default();
+        let ext = doc.get(EXTENSION);
+        let text = |pointer: &str| {
+            ext.and_then(|e| e.pointer(pointer))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let streaming = doc.get(STREAMING).is_some();
+        apis.push(CatalogueApi {
+            name: text("/info/name").unwrap_or_else(|| id.clone()),
+            listen_path: text("/server/listenPath/value").unwrap_or_default(),
+            streaming,
+            asyncapi: streaming.then(|| {
+                format!(
+                    "/portal/api/orgs/{}/products/{}/apis/{id}/asyncapi",
+                    record.org_id, record.id
+                )
+            }),
+            id: id.clone(),
+        });
+    }
+    Ok(CatalogueProduct {
+        events: if record.webhooks_enabled {
+            record.events
+        } else {
+            Vec::new()
+        },
+        key_approval: KeyApproval::stored_or_auto(&record.key_approval),
+        id: record.id,
+        name: record.name,
+        description: record.description,
+        apis,
+    })
+}
