@@ -57,6 +57,7 @@ impl JetStreamBus {
                     subjects: vec![format!("{}.>", c.subject_prefix)],
                     max_age: c.max_age.0,
                     num_replicas: c.replicas,
+                    max_bytes: i64::try_from(c.max_bytes).unwrap_or(i64::MAX),
                     storage: stream::StorageType::File,
                     discard: stream::DiscardPolicy::Old,
                     ..Default::default()
@@ -130,6 +131,9 @@ impl JetStreamBus {
             .messages()
             .await
             .map_err(|e| ConnectorError::not_connected("cannot read the bus").with_source(e))?;
+        // The furthest sequence handed over: a message the bus gives again (its ack wait
+        // passed while the hub waited for a client) is acknowledged, not sent twice.
+        let mut handed = 0u64;
         loop {
             let next = tokio::select! {
                 _ = feed.stop.cancelled() => return Ok(()),
@@ -144,6 +148,14 @@ impl JetStreamBus {
                 }
                 None => return Err(ConnectorError::not_connected("the bus's reader closed")),
             };
+            let sequence = m.info().map_or(0, |i| i.stream_sequence);
+            if sequence != 0 && sequence <= handed {
+                if let Err(e) = m.ack().await {
+                    warn!(error = %e, "Acknowledging a message of the bus failed.");
+                }
+                continue;
+            }
+            handed = handed.max(sequence);
             if !hand_over(m, feed).await {
                 return Ok(());
             }
@@ -210,7 +222,8 @@ impl JetStreamBus {
                 },
                 ack_policy: AckPolicy::None,
                 filter_subject: self.subject(topic),
-                inactive_threshold: std::time::Duration::from_secs(60),
+                // Gone soon after the catch-up stops reading, as nothing deletes it.
+                inactive_threshold: std::time::Duration::from_secs(10),
                 ..Default::default()
             })
             .await

@@ -52,6 +52,9 @@ pub struct JetStreamBusConfig {
     /// Copies of the stream kept by a NATS cluster.
     #[serde(default = "one")]
     pub replicas: usize,
+    /// Bytes the stream keeps at most; the oldest messages go first.
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
     #[serde(default)]
     pub tls: TlsConfig,
     #[serde(default)]
@@ -69,6 +72,9 @@ pub struct RedisBusConfig {
     /// Entries each topic's stream keeps, about (`MAXLEN ~`).
     #[serde(default = "default_max_len")]
     pub max_len: u64,
+    /// How long a topic's stream is kept after its last message.
+    #[serde(default = "default_max_age")]
+    pub max_age: Duration,
     #[serde(default)]
     pub tls: TlsConfig,
 }
@@ -84,6 +90,9 @@ fn default_max_age() -> Duration {
 }
 fn one() -> usize {
     1
+}
+fn default_max_bytes() -> u64 {
+    1 << 30
 }
 fn default_key_prefix() -> String {
     "sluice:bus:".into()
@@ -142,6 +151,9 @@ impl BusConfig {
             if c.replicas == 0 || c.replicas > 5 {
                 problem(".nats_jetstream.replicas", "must be from 1 to 5".into());
             }
+            if c.max_bytes == 0 || i64::try_from(c.max_bytes).is_err() {
+                problem(".nats_jetstream.max_bytes", "must be above zero".into());
+            }
         }
         if let Some(c) = &self.redis_streams {
             if let Err(e) = crate::connect::redis::validate(&c.url, &c.tls) {
@@ -149,6 +161,9 @@ impl BusConfig {
             }
             if c.max_len == 0 {
                 problem(".redis_streams.max_len", "must be above zero".into());
+            }
+            if c.max_age.0.as_secs() == 0 {
+                problem(".redis_streams.max_age", "must be a second or more".into());
             }
         }
         problems
@@ -174,13 +189,33 @@ fn is_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// The metadata of a message as the bus carries it: one JSON object.
+/// The metadata of a message as the bus carries it: one JSON object, without what looks
+/// like a credential (an HTTP producer's `authorization` or `cookie` header, say), which
+/// the bus would otherwise keep for its whole retention.
 fn encode_meta(msg: &Message) -> Option<String> {
-    let meta = msg.metadata();
-    if meta.is_empty() {
+    let kept: Metadata = msg
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !is_credential(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if kept.is_empty() {
         return None;
     }
-    serde_json::to_string(meta).ok()
+    serde_json::to_string(&kept).ok()
+}
+
+/// Whether a metadata key names a credential.
+fn is_credential(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    matches!(
+        key.as_str(),
+        "authorization" | "proxy-authorization" | "cookie" | "set-cookie"
+    ) || [
+        "token", "secret", "password", "api-key", "apikey", "api_key",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
 }
 
 /// A message as it came off the bus: its payload, and the metadata it was published with.
@@ -283,6 +318,21 @@ mod tests {
         assert_eq!(back.payload().as_ref(), b"hi");
         assert_eq!(back.metadata(), msg.metadata());
         assert!(encode_meta(&Message::new("x")).is_none());
+        // Credentials a producer sent stay off the bus.
+        let sent = Message::new("x")
+            .with_meta("authorization", "Bearer k")
+            .with_meta("Cookie", "s=1")
+            .with_meta("x-api-token", "t")
+            .with_meta("event", "e");
+        let carried = encode_meta(&sent).unwrap();
+        assert!(
+            !carried.contains("Bearer") && !carried.contains("s=1"),
+            "{carried}"
+        );
+        assert!(
+            !carried.contains("\"t\"") && carried.contains("event"),
+            "{carried}"
+        );
         // Metadata that is not an object is dropped, not a failure.
         assert!(decode("x".into(), Some(b"[1]")).metadata().is_empty());
     }

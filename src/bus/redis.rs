@@ -229,6 +229,11 @@ impl Bus for RedisBus {
                     cmd.arg(META).arg(meta);
                 }
             }
+            // A topic no longer written (its API gone) does not stay in Redis for good.
+            pipe.cmd("EXPIRE")
+                .arg(&key)
+                .arg(self.config.max_age.0.as_secs().max(1))
+                .ignore();
             pipe.query_async::<()>(&mut conn.clone())
                 .await
                 .map_err(|e| classify(e, "publishing to the bus failed"))

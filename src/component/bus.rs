@@ -78,6 +78,60 @@ pub fn topic(stream: &str, path: &str) -> String {
     hex::encode(&digest[..12])
 }
 
+/// A bus whose topics are those of one scope (an organisation): the same stream and
+/// output of another scope has another topic, so an API id used again by another
+/// organisation never reads what the first one's stream left on the bus.
+pub struct Scoped {
+    inner: Arc<dyn Bus>,
+    scope: String,
+}
+
+impl Scoped {
+    pub fn wrap(inner: Arc<dyn Bus>, scope: &str) -> Arc<dyn Bus> {
+        Arc::new(Scoped {
+            inner,
+            scope: scope.to_owned(),
+        })
+    }
+
+    fn topic(&self, topic: &str) -> String {
+        self::topic(&self.scope, topic)
+    }
+}
+
+impl Bus for Scoped {
+    fn publish<'a>(
+        &'a self,
+        topic: &'a str,
+        batch: &'a Batch,
+    ) -> BoxFuture<'a, Result<(), ConnectorError>> {
+        let topic = self.topic(topic);
+        Box::pin(async move { self.inner.publish(&topic, batch).await })
+    }
+
+    fn feed(self: Arc<Self>, mut feed: Feed) -> BoxFuture<'static, ()> {
+        feed.topic = self.topic(&feed.topic);
+        self.inner.clone().feed(feed)
+    }
+
+    fn position_key(&self) -> Option<&'static str> {
+        self.inner.position_key()
+    }
+
+    fn history(
+        self: Arc<Self>,
+        topic: String,
+        after: u64,
+    ) -> BoxFuture<'static, Result<Past, String>> {
+        let topic = self.topic(&topic);
+        self.inner.clone().history(topic, after)
+    }
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +145,7 @@ mod tests {
         assert_ne!(topic("a.b", "c"), topic("a", ".bc"));
         assert_eq!(a.len(), 24);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        // An organisation's scope keeps its topics apart from another's.
+        assert_ne!(topic("org-a", &a), topic("org-b", &a));
     }
 }

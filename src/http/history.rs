@@ -20,8 +20,12 @@ use crate::message::Message;
 /// A broker's record of a hub's messages, by position.
 pub trait History: Send + Sync {
     /// The messages after position `after`, oldest first, through the newest there is
-    /// now, each with its position where the hub reads ids.
+    /// now, each with its position under [`History::position_key`].
     fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>>;
+
+    /// The metadata key of the positions it reads by: a hub takes the history only when
+    /// its ids come from the same key.
+    fn position_key(&self) -> &str;
 }
 
 /// What the broker still holds after a position.
@@ -33,6 +37,8 @@ pub struct Past {
 
 /// Clients of one hub caught up at once; more resume with a `gap` notice.
 pub const MAX_AT_ONCE: usize = 16;
+/// Catch-ups one hub starts in a second at most; more resume with a `gap` notice.
+pub const MAX_STARTS_PER_SECOND: usize = 32;
 /// Events one catch-up reads at most; a client further behind gets a `gap` notice for
 /// the rest.
 pub const MAX_EVENTS: usize = 100_000;
@@ -52,6 +58,16 @@ impl CatchUp {
     pub fn start(hub: &Arc<Hub>, last: &str) -> Option<CatchUp> {
         let after = hub.behind(last)?;
         let history = hub.history()?.clone();
+        {
+            let mut starts = hub.catch_up_starts.lock();
+            if starts.0.elapsed() >= std::time::Duration::from_secs(1) {
+                *starts = (std::time::Instant::now(), 0);
+            }
+            if starts.1 >= MAX_STARTS_PER_SECOND {
+                return None;
+            }
+            starts.1 += 1;
+        }
         if hub.catching_up.fetch_add(1, Ordering::AcqRel) >= MAX_AT_ONCE {
             hub.catching_up.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -142,6 +158,10 @@ mod tests {
                 })
             })
         }
+
+        fn position_key(&self) -> &str {
+            "pos"
+        }
     }
 
     fn metrics() -> Arc<RouteMetrics> {
@@ -196,7 +216,9 @@ mod tests {
         // Within the buffer (19, 20 kept): no history needed.
         assert!(CatchUp::start(&hub, "18").is_none());
         assert!(CatchUp::start(&hub, "not a position").is_none());
-        assert!(CatchUp::start(&hub, "25").is_none(), "ahead of this node");
+        // Ahead of this node: what the broker has after it (nothing here), then live.
+        let (ahead, _sub) = ids(CatchUp::start(&hub, "25").unwrap()).await;
+        assert!(ahead.is_empty());
         let (got, mut sub) = ids(CatchUp::start(&hub, "5").unwrap()).await;
         assert_eq!(got, (6..=20).map(Some).collect::<Vec<_>>());
         assert_eq!(hub.catching_up.load(Ordering::Acquire), 0);

@@ -340,6 +340,10 @@ pub struct Hub {
     history: OnceLock<Arc<dyn super::history::History>>,
     /// Clients being caught up from the history now.
     pub(crate) catching_up: std::sync::atomic::AtomicUsize,
+    /// Catch-ups started in the current second (its start, and how many): each one
+    /// opens a reader on the broker, so clients that connect and leave at once are
+    /// held to a rate, not only to how many read at the same time.
+    pub(crate) catch_up_starts: Mutex<(Instant, usize)>,
 }
 
 /// A connected client's end of the hub. Dropping it leaves the hub; whatever was queued
@@ -384,13 +388,15 @@ impl Hub {
             shutdown,
             history: OnceLock::new(),
             catching_up: Default::default(),
+            catch_up_starts: Mutex::new((Instant::now(), 0)),
         })
     }
 
     /// Gives the hub the history that clients resuming from before its replay buffer
     /// catch up from. Only for a broadcast hub whose ids are broker positions.
     pub fn set_history(&self, history: Arc<dyn super::history::History>) {
-        if self.opts.mode == DeliveryMode::Broadcast && self.opts.id_key.is_some() {
+        let same_key = self.opts.id_key.as_deref() == Some(history.position_key());
+        if self.opts.mode == DeliveryMode::Broadcast && same_key {
             let _ = self.history.set(history);
         }
     }
@@ -400,7 +406,9 @@ impl Hub {
     }
 
     /// The position a client resuming after `last` must be caught up from through the
-    /// history: it is before what the replay buffer holds and this hub has a history.
+    /// history, when this hub has one: `last` is before what the replay buffer holds,
+    /// or past what this hub was given yet (a node that just started, or lags behind
+    /// the one the client came from: the broker has what came after `last`).
     pub fn behind(&self, last: &str) -> Option<u64> {
         self.history.get()?;
         let last = last.trim().parse::<u64>().ok().filter(|&p| p < u64::MAX)?;
@@ -411,7 +419,7 @@ impl Hub {
             .front()
             .and_then(|s| s.event.id)
             .unwrap_or(st.next_id);
-        (last < st.next_id && last + 1 < kept_from).then_some(last)
+        (last + 1 < kept_from || last >= st.next_id).then_some(last)
     }
 
     /// `msg` as the event this hub makes of it, with its position as id: for a message

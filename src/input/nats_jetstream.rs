@@ -210,7 +210,8 @@ impl JetStreamHistory {
                 },
                 ack_policy: AckPolicy::None,
                 filter_subject: c.subject.clone().unwrap_or_default(),
-                inactive_threshold: StdDuration::from_secs(60),
+                // Gone soon after the catch-up stops reading, as nothing deletes it.
+                inactive_threshold: StdDuration::from_secs(10),
                 ..Default::default()
             })
             .await
@@ -237,6 +238,10 @@ impl History for JetStreamHistory {
     fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
         let this = self.clone();
         async move { this.read(after).await }.boxed()
+    }
+
+    fn position_key(&self) -> &str {
+        "nats_sequence_stream"
     }
 }
 

@@ -206,6 +206,10 @@ impl History for StreamHistory {
         }
         .boxed()
     }
+
+    fn position_key(&self) -> &str {
+        "redis_stream_position"
+    }
 }
 
 /// Claims, for this consumer, every entry of `key` that has been pending with another

@@ -207,6 +207,10 @@ impl History for BusHistory {
     fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
         self.bus.clone().history(self.topic.clone(), after)
     }
+
+    fn position_key(&self) -> &str {
+        self.bus.position_key().unwrap_or_default()
+    }
 }
 
 /// The ids of a broadcast hub: those the output names (`id_metadata`), else the bus's
@@ -317,14 +321,26 @@ impl WsRoute {
             let sub = match (sub, past) {
                 (Some(sub), _) => Some(sub),
                 (None, Some(mut past)) => {
-                    let mut sent = true;
-                    while let Some(event) = past.next().await {
+                    let sent = loop {
+                        let next = tokio::select! {
+                            _ = shutdown.cancelled() => None,
+                            next = past.next() => next,
+                        };
+                        let Some(event) = next else {
+                            break !shutdown.is_cancelled();
+                        };
                         metrics.replayed.increment(u64::from(event.id.is_some()));
-                        if socket.send(frame(&event, opts)).await.is_err() {
-                            sent = false;
-                            break;
+                        // A client that stops reading gives its place back, as a live
+                        // one that stalls past the write timeout does.
+                        let wrote = tokio::time::timeout(
+                            default_write_timeout().0,
+                            socket.send(frame(&event, opts)),
+                        )
+                        .await;
+                        if !matches!(wrote, Ok(Ok(()))) {
+                            break false;
                         }
-                    }
+                    };
                     sent.then(|| past.join(metrics.clone()))
                 }
                 (None, None) => None,

@@ -42,14 +42,14 @@ pub fn warnings(api: &Api) -> Vec<(String, String)> {
         .collect()
 }
 
-/// `config` as this node runs it: with its broker groups made the node's own when an
-/// output broadcasts to HTTP clients, else as it is.
-pub fn for_node<'a>(config: &'a StreamConfig, node: &str) -> Cow<'a, StreamConfig> {
+/// `config` (of stream `stream`) as this node runs it: with its broker groups made the
+/// node's own when an output broadcasts to HTTP clients, else as it is.
+pub fn for_node<'a>(config: &'a StreamConfig, node: &str, stream: &str) -> Cow<'a, StreamConfig> {
     if !broadcasts(&config.output) {
         return Cow::Borrowed(config);
     }
     let mut own = config.clone();
-    if scope(&mut own.input.kind, node) {
+    if scope(&mut own.input.kind, node, &format!("{stream}/input")) {
         Cow::Owned(own)
     } else {
         Cow::Borrowed(config)
@@ -70,14 +70,17 @@ fn broadcasts(output: &OutputConfig) -> bool {
 
 /// Makes the groups of `input` (and of a `broker` input's inputs) the node's own;
 /// whether there was one.
-fn scope(input: &mut InputKind, node: &str) -> bool {
+fn scope(input: &mut InputKind, node: &str, path: &str) -> bool {
     let own = |group: &str| format!("{group}-{node}");
     match input {
         InputKind::Kafka(i) => {
             i.consumer_group = own(&i.consumer_group);
             // The group is this node's alone: a restarted node takes its partitions back
-            // at once rather than after its old session times out.
-            i.instance_id.get_or_insert_with(|| node.to_owned());
+            // at once rather than after its old session times out. Unique per input, as
+            // two inputs (of two streams, or of one `broker`) may name the same group.
+            i.instance_id.get_or_insert_with(|| {
+                format!("{node}-{}", crate::component::bus::topic(path, "kafka"))
+            });
             true
         }
         InputKind::NatsJetStream(i) => match &mut i.durable {
@@ -99,10 +102,9 @@ fn scope(input: &mut InputKind, node: &str) -> bool {
             i.consumer_group = own(&i.consumer_group);
             true
         }
-        InputKind::Broker(b) => b
-            .inputs
-            .iter_mut()
-            .fold(false, |any, i| scope(&mut i.kind, node) | any),
+        InputKind::Broker(b) => b.inputs.iter_mut().enumerate().fold(false, |any, (n, i)| {
+            scope(&mut i.kind, node, &format!("{path}.inputs[{n}]")) | any
+        }),
         _ => false,
     }
 }
@@ -157,12 +159,12 @@ mod tests {
         let s = stream(&format!(
             "{KAFKA}output:\n  http_server: {{path: /e, delivery: broadcast}}\n"
         ));
-        assert_eq!(group(&for_node(&s, "a-8080")), "g-a-8080");
+        assert_eq!(group(&for_node(&s, "a-8080", "api.s")), "g-a-8080");
         // Inside a broker, a switch or a fallback too.
         let s = stream(&format!(
             "{KAFKA}output:\n  broker:\n    outputs:\n      - drop: {{}}\n      - switch:\n          cases:\n            - output:\n                websocket_server: {{path: /w, delivery: broadcast}}\n"
         ));
-        assert_eq!(group(&for_node(&s, "b")), "g-b");
+        assert_eq!(group(&for_node(&s, "b", "api.s")), "g-b");
         for input in [
             "nats_jetstream: {urls: ['nats://n:4222'], stream: s, durable: d}",
             "nats: {urls: ['nats://n:4222'], subject: s, queue: q}",
@@ -171,16 +173,55 @@ mod tests {
             let s = stream(&format!(
                 "input:\n  {input}\noutput:\n  http_server: {{path: /e, delivery: broadcast}}\n"
             ));
-            assert!(group(&for_node(&s, "n1")).ends_with("-n1"), "{input}");
+            assert!(
+                group(&for_node(&s, "n1", "api.s")).ends_with("-n1"),
+                "{input}"
+            );
         }
+    }
+
+    #[test]
+    fn every_kafka_input_of_a_node_is_a_static_member_of_its_own() {
+        let instance = |s: &StreamConfig| match &s.input.kind {
+            InputKind::Kafka(i) => i.instance_id.clone().unwrap(),
+            InputKind::Broker(b) => match (&b.inputs[0].kind, &b.inputs[1].kind) {
+                (InputKind::Kafka(a), InputKind::Kafka(b)) => {
+                    assert_ne!(a.instance_id, b.instance_id, "two inputs of one broker");
+                    a.instance_id.clone().unwrap()
+                }
+                _ => unreachable!(),
+            },
+            _ => unreachable!(),
+        };
+        let s = stream(&format!(
+            "{KAFKA}output:\n  http_server: {{path: /e, delivery: broadcast}}\n"
+        ));
+        let (a, b) = (
+            instance(&for_node(&s, "n1", "api.s")),
+            instance(&for_node(&s, "n1", "api.t")),
+        );
+        assert!(a.starts_with("n1-") && b.starts_with("n1-"));
+        assert_ne!(a, b, "two streams on one node, one group name");
+        assert_eq!(
+            a,
+            instance(&for_node(&s, "n1", "api.s")),
+            "kept across restarts"
+        );
+        let both = stream(
+            "input:\n  broker:\n    inputs:\n      - kafka: {addresses: [k:9092], topics: [t], consumer_group: g}\n      - kafka: {addresses: [k:9092], topics: [u], consumer_group: g}\noutput:\n  http_server: {path: /e, delivery: broadcast}\n",
+        );
+        instance(&for_node(&both, "n1", "api.s"));
     }
 
     #[test]
     fn round_robin_and_other_outputs_share_the_group() {
         for output in ["http_server: {path: /e}", "drop: {}"] {
             let s = stream(&format!("{KAFKA}output:\n  {output}\n"));
-            assert!(matches!(for_node(&s, "a"), Cow::Borrowed(_)), "{output}");
-            assert_eq!(group(&for_node(&s, "a")), "g");
+            assert!(
+                matches!(for_node(&s, "a", "api.s"), Cow::Borrowed(_)),
+                "{output}"
+            );
+            assert_eq!(group(&for_node(&s, "a", "api.s")), "g");
         }
     }
 

@@ -313,35 +313,38 @@ impl StreamHost {
                 old.stop(&api.id, self.settings.drain).await;
             }
             let budget = api.posted().then(|| self.budget(&api.org_id));
-            let streams = self
-                .apis
-                .write()
-                .entry(api.id.clone())
-                .or_insert_with(|| {
-                    let give_up = api.posted().then(|| GiveUp {
-                        after: self.settings.max_connect_failures,
-                        failures: Arc::default(),
-                    });
-                    let mut env = StreamEnv::standalone()
-                        .with_budget(budget)
-                        .with_give_up(give_up)
-                        .with_bus(self.settings.bus.clone());
-                    if api.posted() {
-                        env = env.posted(self.settings.egress.clone());
-                    }
-                    Arc::new(ApiStreams {
-                        org: api.org_id.clone(),
-                        running: tokio::sync::Mutex::new((
-                            Manager::new(env.clone()),
-                            BTreeMap::new(),
-                        )),
-                        env,
-                        clients: clients::Clients::default(),
-                        templates: parking_lot::Mutex::new(BTreeMap::new()),
-                        homes: RwLock::new(HashMap::new()),
+            let streams =
+                self.apis
+                    .write()
+                    .entry(api.id.clone())
+                    .or_insert_with(|| {
+                        let give_up = api.posted().then(|| GiveUp {
+                            after: self.settings.max_connect_failures,
+                            failures: Arc::default(),
+                        });
+                        let mut env =
+                            StreamEnv::standalone()
+                                .with_budget(budget)
+                                .with_give_up(give_up)
+                                .with_bus(self.settings.bus.clone().map(|bus| {
+                                    crate::component::bus::Scoped::wrap(bus, &api.org_id)
+                                }));
+                        if api.posted() {
+                            env = env.posted(self.settings.egress.clone());
+                        }
+                        Arc::new(ApiStreams {
+                            org: api.org_id.clone(),
+                            running: tokio::sync::Mutex::new((
+                                Manager::new(env.clone()),
+                                BTreeMap::new(),
+                            )),
+                            env,
+                            clients: clients::Clients::default(),
+                            templates: parking_lot::Mutex::new(BTreeMap::new()),
+                            homes: RwLock::new(HashMap::new()),
+                        })
                     })
-                })
-                .clone();
+                    .clone();
             sync_api(api, &streams, &self.settings, &self.events, || {
                 self.runtime()
             })
@@ -431,7 +434,8 @@ async fn sync_api(
         let home = runtime();
         let started = {
             let _entered = home.as_ref().map(|(_, h)| h.enter());
-            let config = cluster::for_node(&stream.config, &settings.node);
+            let config =
+                cluster::for_node(&stream.config, &settings.node, &stream_name(&api.id, name));
             manager.start(&stream_name(&api.id, name), &config)
         };
         match started {

@@ -10,11 +10,14 @@ use std::time::Duration as StdDuration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use super::{message_of, KafkaInputConfig};
 use crate::connect::kafka::{client_config, TopicSpec};
 use crate::http::history::{History, Past};
+
+/// How long one read back may wait for the next record before the catch-up ends there.
+const READ_WAIT: StdDuration = StdDuration::from_secs(10);
 
 #[derive(Clone)]
 pub(super) struct KafkaHistory {
@@ -38,7 +41,11 @@ impl KafkaHistory {
             ),
         )
         .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false");
+        .set("enable.auto.offset.store", "false")
+        // One reader per resuming client: a small prefetch, not librdkafka's 64 MB.
+        .set("queued.max.messages.kbytes", "1024")
+        .set("queued.min.messages", "1000")
+        .set("enable.partition.eof", "true");
         let consumer: StreamConsumer = cc.create().map_err(|e| e.to_string())?;
         let consumer = Arc::new(consumer);
         let topic = self.topic.topic.clone();
@@ -84,16 +91,24 @@ impl KafkaHistory {
             .add_partition_offset(&self.topic.topic, partition, Offset::Offset(from))
             .map_err(|e| e.to_string())?;
         consumer.assign(&assigned).map_err(|e| e.to_string())?;
-        let count = usize::try_from(high - from).unwrap_or(usize::MAX);
-        let messages = futures::stream::unfold(consumer, |consumer| async move {
-            let next = consumer
-                .recv()
-                .await
-                .map(|m| message_of(&m))
-                .map_err(|e| e.to_string());
-            Some((next, consumer))
-        })
-        .take(count);
+        // Up to the last offset there was when it started. Offsets have holes (compacted
+        // topics, transaction markers), so the end is that offset, the partition's end,
+        // or a read that waits too long; never a count.
+        let last = high - 1;
+        let messages =
+            futures::stream::unfold((consumer, false), move |(consumer, done)| async move {
+                if done {
+                    return None;
+                }
+                match tokio::time::timeout(READ_WAIT, consumer.recv()).await {
+                    Ok(Ok(m)) => {
+                        let reached = m.offset() >= last;
+                        Some((Ok(message_of(&m)), (consumer, reached)))
+                    }
+                    Ok(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | Err(_) => None,
+                    Ok(Err(e)) => Some((Err(e.to_string()), (consumer, true))),
+                }
+            });
         Ok(Past {
             complete,
             messages: messages.boxed(),
@@ -104,5 +119,9 @@ impl KafkaHistory {
 impl History for KafkaHistory {
     fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>> {
         self.clone().read(after).boxed()
+    }
+
+    fn position_key(&self) -> &str {
+        "kafka_offset"
     }
 }
