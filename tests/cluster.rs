@@ -752,14 +752,14 @@ async fn http_to_http_over_the_bus(kind: BusKind) {
         // Round robin: only the second node has a client, and it gets every POST.
         cluster
             .post(api(
-                "work",
+                "queue",
                 "      input:\n        http_server: {path: /job}\n      output:\n        \
                  http_server: {stream_path: /jobs}\n",
             ))
             .await;
-        let mut worker = open(&cluster.nodes[1], "/work/jobs", None).await;
+        let mut worker = open(&cluster.nodes[1], "/queue/jobs", None).await;
         for n in 0..5 {
-            until_served(&cluster.nodes[0], "/work/job", format!("j{n}")).await;
+            until_served(&cluster.nodes[0], "/queue/job", format!("j{n}")).await;
         }
         let jobs: Vec<String> = (0..5).map(|n| format!("j{n}")).collect();
         assert_eq!(next_data(&mut worker, 5).await, jobs);
