@@ -2,12 +2,16 @@
 //! API, made from its `x-sluice-streaming` (see [`crate::gateway::api::asyncapi`]), for
 //! the API's own organisation: it describes the brokers the streams reach too.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use http::StatusCode;
 
 use super::apis::{find, Kind};
 use super::error::{ApiError, ErrorBody};
 use super::request::{Ctx, Reply};
 use crate::gateway::api::{self as gw_api, asyncapi};
+use crate::store::StoredApi;
 
 /// The longest `host` accepted.
 const MAX_HOST: usize = 255;
@@ -39,7 +43,7 @@ pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
         Some(_) => ctx.flag("tls")?,
         None => default_tls(&doc),
     };
-    let compiled = compile(&ctx, stored.id, doc)
+    let compiled = compile(&ctx, &stored)
         .await?
         .ok_or_else(|| ApiError::Internal("the stored definition does not compile".into()))?;
     let target = asyncapi::Target {
@@ -50,15 +54,33 @@ pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     Reply::json(StatusCode::OK, asyncapi::document(&compiled, &target))
 }
 
+/// Compiled definitions, by API id and a hash of the stored text.
+#[derive(Default)]
+pub struct Compiled(parking_lot::Mutex<HashMap<(String, u64), Arc<gw_api::Api>>>);
+
+/// Definitions kept compiled at most; past it the cache starts again.
+const MAX_COMPILED: usize = 256;
+
 /// A stored definition compiled as the gateway compiles it; `None` when it does not.
-/// Compiling compiles the streams' mappings: off the serving threads, as for a write.
+/// Compiling compiles the streams' mappings: off the serving threads, as for a write,
+/// and once per stored text.
 pub(super) async fn compile(
     ctx: &Ctx,
-    id: String,
-    doc: serde_json::Value,
-) -> Result<Option<gw_api::Api>, ApiError> {
+    stored: &StoredApi,
+) -> Result<Option<Arc<gw_api::Api>>, ApiError> {
+    let key = (
+        stored.id.clone(),
+        xxhash_rust::xxh64::xxh64(stored.document.as_bytes(), 0),
+    );
+    if let Some(api) = ctx.state.compiled.0.lock().get(&key) {
+        return Ok(Some(api.clone()));
+    }
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(&stored.document) else {
+        return Ok(None);
+    };
     let egress = ctx.state.egress.clone();
-    tokio::task::spawn_blocking(move || {
+    let id = stored.id.clone();
+    let compiled = tokio::task::spawn_blocking(move || {
         let options = gw_api::CompileOptions {
             egress: Some(egress),
             ..Default::default()
@@ -66,7 +88,16 @@ pub(super) async fn compile(
         gw_api::from_json_with(&id, &doc, &options).ok()
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))
+    .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))?;
+    let Some(api) = compiled.map(Arc::new) else {
+        return Ok(None);
+    };
+    let mut cache = ctx.state.compiled.0.lock();
+    if cache.len() >= MAX_COMPILED {
+        cache.clear();
+    }
+    cache.insert(key, api.clone());
+    Ok(Some(api))
 }
 
 /// The first `servers` URL of an OpenAPI document.

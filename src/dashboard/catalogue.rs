@@ -121,7 +121,7 @@ pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     if doc.get(STREAMING).is_none() {
         return Err(missing());
     }
-    let compiled = super::asyncapi::compile(&ctx, stored.id, doc)
+    let compiled = super::asyncapi::compile(&ctx, &stored)
         .await?
         .ok_or_else(missing)?;
     let target = asyncapi::Target {

@@ -68,6 +68,10 @@ pub struct State {
     /// Where posted streams may connect (`streaming.egress`, this dashboard's listener
     /// refused too).
     pub egress: Arc<crate::egress::EgressPolicy>,
+    /// Stored definitions compiled for their AsyncAPI documents, by id and a hash of
+    /// the stored text, so that the public catalogue's readers do not compile one at
+    /// every request.
+    pub compiled: asyncapi::Compiled,
 }
 
 /// Why the dashboard could not start.
@@ -144,6 +148,7 @@ impl Dashboard {
             deliveries_queued: deliverer
                 .as_ref()
                 .map_or_else(Default::default, Deliverer::waker),
+            compiled: Default::default(),
         });
         Ok(Dashboard {
             state,
