@@ -16,7 +16,7 @@ use super::{
 };
 use crate::component::bus::{Bus, Feed, Past};
 use crate::component::ConnectorError;
-use crate::connect::nats::NatsConn;
+use crate::connect::nats::{messages_after, NatsConn};
 use crate::egress::Egress;
 use crate::message::Batch;
 
@@ -195,54 +195,12 @@ impl JetStreamBus {
 }
 
 impl JetStreamBus {
-    /// The messages of `topic` after stream sequence `after`, read by an ephemeral
-    /// consumer that starts there and stops at what the topic holds now.
+    /// The messages of `topic` after stream sequence `after`, through what it holds now.
     async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
-        let not_read =
-            |e: String| ConnectorError::not_connected(format!("reading the bus back: {e}"));
         let js = self.context().await?;
-        let mut stream = js
-            .get_stream(&self.config.stream)
+        messages_after(js, &self.config.stream, self.subject(topic), after, message)
             .await
-            .map_err(|e| not_read(e.to_string()))?;
-        let info = stream.info().await.map_err(|e| not_read(e.to_string()))?;
-        let (first, last) = (info.state.first_sequence, info.state.last_sequence);
-        // The retention dropped messages after `after` (perhaps of this topic).
-        let complete = after.saturating_add(1) >= first;
-        if after >= last {
-            return Ok(Past {
-                complete,
-                messages: futures::stream::empty().boxed(),
-            });
-        }
-        let mut consumer: PullConsumer = stream
-            .create_consumer(pull::Config {
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: after.saturating_add(1).max(first),
-                },
-                ack_policy: AckPolicy::None,
-                filter_subject: self.subject(topic),
-                // Gone soon after the catch-up stops reading, as nothing deletes it.
-                inactive_threshold: std::time::Duration::from_secs(10),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| not_read(e.to_string()))?;
-        let pending = consumer
-            .info()
-            .await
-            .map_err(|e| not_read(e.to_string()))?
-            .num_pending;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| not_read(e.to_string()))?
-            .take(usize::try_from(pending).unwrap_or(usize::MAX))
-            .map(|m| m.map(|m| message(&m)).map_err(|e| e.to_string()));
-        Ok(Past {
-            complete,
-            messages: messages.boxed(),
-        })
+            .map_err(|e| ConnectorError::not_connected(format!("reading the bus back: {e}")))
     }
 }
 

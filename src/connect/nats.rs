@@ -188,3 +188,57 @@ pub fn meta_to_headers(
     }
     Some(h)
 }
+
+/// The messages of stream `stream` (only `subject`'s, when not empty) after stream
+/// sequence `after`, through the last there is now, each made a message by `message`:
+/// read by an ephemeral consumer that starts there and acknowledges nothing. Incomplete
+/// when the stream's retention dropped messages after `after` (perhaps of another
+/// subject: sequences are the stream's).
+pub async fn messages_after(
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+    subject: String,
+    after: u64,
+    message: fn(&async_nats::jetstream::Message) -> Message,
+) -> Result<crate::http::history::Past, String> {
+    use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
+    use futures::StreamExt;
+    let mut stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
+    let info = stream.info().await.map_err(|e| e.to_string())?;
+    let (first, last) = (info.state.first_sequence, info.state.last_sequence);
+    let complete = after.saturating_add(1) >= first;
+    if after >= last {
+        return Ok(crate::http::history::Past {
+            complete,
+            messages: futures::stream::empty().boxed(),
+        });
+    }
+    let mut consumer: PullConsumer = stream
+        .create_consumer(pull::Config {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: after.saturating_add(1).max(first),
+            },
+            ack_policy: AckPolicy::None,
+            filter_subject: subject,
+            // Gone soon after the catch-up stops reading, as nothing deletes it.
+            inactive_threshold: StdDuration::from_secs(10),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let pending = consumer
+        .info()
+        .await
+        .map_err(|e| e.to_string())?
+        .num_pending;
+    let messages = consumer
+        .messages()
+        .await
+        .map_err(|e| e.to_string())?
+        .take(usize::try_from(pending).unwrap_or(usize::MAX))
+        .map(move |m| m.map(|m| message(&m)).map_err(|e| e.to_string()));
+    Ok(crate::http::history::Past {
+        complete,
+        messages: messages.boxed(),
+    })
+}

@@ -22,7 +22,7 @@ use crate::component::registry::Spec;
 use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
-use crate::connect::nats::{headers_to_meta, validate, NatsAuth, NatsConn};
+use crate::connect::nats::{headers_to_meta, messages_after, validate, NatsAuth, NatsConn};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
 use crate::http::history::{History, Past};
@@ -192,45 +192,8 @@ impl JetStreamHistory {
             .await
             .map_err(|e| e.to_string())?;
         let js = async_nats::jetstream::new(conn.client);
-        let mut stream = js.get_stream(&c.stream).await.map_err(|e| e.to_string())?;
-        let info = stream.info().await.map_err(|e| e.to_string())?;
-        let (first, last) = (info.state.first_sequence, info.state.last_sequence);
-        // The stream's retention dropped messages after `after` (perhaps of this subject).
-        let complete = after.saturating_add(1) >= first;
-        if after >= last {
-            return Ok(Past {
-                complete,
-                messages: futures::stream::empty().boxed(),
-            });
-        }
-        let mut consumer: PullConsumer = stream
-            .create_consumer(pull::Config {
-                deliver_policy: DeliverPolicy::ByStartSequence {
-                    start_sequence: after.saturating_add(1).max(first),
-                },
-                ack_policy: AckPolicy::None,
-                filter_subject: c.subject.clone().unwrap_or_default(),
-                // Gone soon after the catch-up stops reading, as nothing deletes it.
-                inactive_threshold: StdDuration::from_secs(10),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        let pending = consumer
-            .info()
-            .await
-            .map_err(|e| e.to_string())?
-            .num_pending;
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|e| e.to_string())?
-            .take(usize::try_from(pending).unwrap_or(usize::MAX))
-            .map(|m| m.map(|m| to_message(&m)).map_err(|e| e.to_string()));
-        Ok(Past {
-            complete,
-            messages: messages.boxed(),
-        })
+        let subject = c.subject.clone().unwrap_or_default();
+        messages_after(&js, &c.stream, subject, after, to_message).await
     }
 }
 

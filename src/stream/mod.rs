@@ -163,12 +163,22 @@ fn hands_on_unchanged(config: &StreamConfig) -> bool {
 /// Whether some output of the tree serves HTTP clients from a hub (`http_server`,
 /// `websocket_server`).
 pub fn serves_http(output: &OutputConfig) -> bool {
+    any_output(output, &|kind| {
+        matches!(
+            kind,
+            OutputKind::HttpServer(_) | OutputKind::WebsocketServer(_)
+        )
+    })
+}
+
+/// Whether `leaf` holds for some output of the tree (below `broker`, `fallback` and
+/// `switch`).
+pub fn any_output(output: &OutputConfig, leaf: &dyn Fn(&OutputKind) -> bool) -> bool {
     match &output.kind {
-        OutputKind::HttpServer(_) | OutputKind::WebsocketServer(_) => true,
-        OutputKind::Broker(o) => o.outputs.iter().any(serves_http),
-        OutputKind::Fallback(o) => o.0.iter().any(serves_http),
-        OutputKind::Switch(o) => o.cases.iter().any(|c| serves_http(&c.output)),
-        _ => false,
+        OutputKind::Broker(o) => o.outputs.iter().any(|o| any_output(o, leaf)),
+        OutputKind::Fallback(o) => o.0.iter().any(|o| any_output(o, leaf)),
+        OutputKind::Switch(o) => o.cases.iter().any(|c| any_output(&c.output, leaf)),
+        kind => leaf(kind),
     }
 }
 

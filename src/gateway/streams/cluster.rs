@@ -58,14 +58,11 @@ pub fn for_node<'a>(config: &'a StreamConfig, node: &str, stream: &str) -> Cow<'
 
 /// Whether some output of the tree hands every message to every HTTP client.
 fn broadcasts(output: &OutputConfig) -> bool {
-    match &output.kind {
+    crate::stream::any_output(output, &|kind| match kind {
         OutputKind::HttpServer(o) => o.delivery == DeliveryMode::Broadcast,
         OutputKind::WebsocketServer(o) => o.delivery == DeliveryMode::Broadcast,
-        OutputKind::Broker(o) => o.outputs.iter().any(broadcasts),
-        OutputKind::Fallback(o) => o.0.iter().any(broadcasts),
-        OutputKind::Switch(o) => o.cases.iter().any(|c| broadcasts(&c.output)),
         _ => false,
-    }
+    })
 }
 
 /// Makes the groups of `input` (and of a `broker` input's inputs) the node's own;
