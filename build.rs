@@ -1,23 +1,25 @@
-//! Embeds the web console: every file under `console/` becomes one entry of
-//! `$OUT_DIR/console_assets.rs` (its path and `include_bytes!`), so that an asset is added
-//! by adding the file, never by keeping a list by hand.
+//! Embeds the web console and the developer portal's pages: every file under `console/`
+//! and `portal/` becomes one entry of `$OUT_DIR/console_assets.rs` (its path from the
+//! crate's root and `include_bytes!`), so that an asset is added by adding the file, never
+//! by keeping a list by hand.
 
 use std::path::{Path, PathBuf};
 use std::{env, fs};
 
 fn main() {
     let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"));
-    let root = manifest.join("console");
-    // Cargo scans a directory named here for any change below it.
-    println!("cargo:rerun-if-changed=console");
     let mut files = Vec::new();
-    collect(&root, &mut files);
+    for dir in ["console", "portal"] {
+        // Cargo scans a directory named here for any change below it.
+        println!("cargo:rerun-if-changed={dir}");
+        collect(&manifest.join(dir), &mut files);
+    }
     files.sort();
     let mut out = String::from("&[\n");
     for file in files {
         let rel = file
-            .strip_prefix(&root)
-            .expect("a file under console/")
+            .strip_prefix(&manifest)
+            .expect("a file of the crate")
             .components()
             .map(|c| c.as_os_str().to_string_lossy().into_owned())
             .collect::<Vec<_>>()
@@ -26,7 +28,7 @@ fn main() {
         // shared by several clones may reuse this file after the clone that made it is gone.
         out.push_str(&format!(
             "    ({rel:?}, include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {:?})) as &[u8]),\n",
-            format!("/console/{rel}")
+            format!("/{rel}")
         ));
     }
     out.push_str("]\n");

@@ -20,6 +20,7 @@ const ROUTES = [
   { path: /^\/keys$/, section: 'keys', page: () => import('./pages/keys.js'), show: (m, view) => m.render(view) },
   { path: /^\/live\/([^/]+)$/, section: 'apis', page: () => import('./pages/live.js'), show: (m, view, [id]) => m.render(view, decodeURIComponent(id)) },
   { path: /^\/mapping$/, section: 'mapping', page: () => import('./pages/mapping.js'), show: (m, view) => m.render(view) },
+  { path: /^\/portal$/, section: 'portal', page: () => import('./pages/portal.js'), show: (m, view) => m.render(view) },
 ];
 const HOME = '#/apis';
 

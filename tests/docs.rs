@@ -45,6 +45,13 @@ async fn every_stream_example_in_the_docs_builds() {
                 checked += 1;
                 continue;
             }
+            // Sections of the dashboard's config.
+            if block.starts_with("portal:") {
+                sluice::dashboard::config::parse(&name, &block, &[])
+                    .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));
+                checked += 1;
+                continue;
+            }
             if is_gateway_config(&block) {
                 sluice::gateway::config::parse(&name, &block, &[])
                     .unwrap_or_else(|e| panic!("{name}: {e}\n{block}"));

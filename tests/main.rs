@@ -31,6 +31,8 @@ mod mqtt;
 mod nats;
 mod pipelines;
 mod portal;
+mod portal_browser;
+mod portal_developers;
 mod redis;
 mod resources;
 mod serve;

@@ -744,10 +744,7 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
 
 async fn get(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     let (_, doc) = find(&ctx, kind).await?;
-    Ok(Reply {
-        status: StatusCode::OK,
-        body: doc,
-    })
+    Ok(Reply::value(StatusCode::OK, doc))
 }
 
 async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {

@@ -36,6 +36,71 @@ pub struct CatalogueApi {
     pub streaming: bool,
     /// Where its AsyncAPI document is, for a streaming API.
     pub asyncapi: Option<String>,
+    /// The operations of its OpenAPI document (at most 100).
+    pub endpoints: Vec<Endpoint>,
+}
+
+/// One operation of an API's OpenAPI document.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Endpoint {
+    /// Upper case.
+    pub method: String,
+    /// As the document writes it, below the API's listen path.
+    pub path: String,
+    pub summary: String,
+}
+
+/// The most operations the catalogue shows of one API.
+const MAX_ENDPOINTS: usize = 100;
+
+/// The operations of an OpenAPI document, in its order.
+fn endpoints(doc: &Value) -> Vec<Endpoint> {
+    const METHODS: [&str; 8] = [
+        "get", "put", "post", "delete", "options", "head", "patch", "trace",
+    ];
+    let Some(paths) = doc.get("paths").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    paths
+        .iter()
+        .filter_map(|(path, item)| Some((path, item.as_object()?)))
+        .flat_map(|(path, item)| {
+            item.iter()
+                .filter(|(m, _)| METHODS.contains(&m.as_str()))
+                .map(move |(method, op)| Endpoint {
+                    method: method.to_ascii_uppercase(),
+                    path: path.clone(),
+                    summary: op
+                        .get("summary")
+                        .or_else(|| op.get("description"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .chars()
+                        .take(300)
+                        .collect(),
+                })
+        })
+        .take(MAX_ENDPOINTS)
+        .collect()
+}
+
+#[utoipa::path(
+    get,
+    path = "/portal/api/instance",
+    tag = "portal",
+    responses(
+        (status = 200, description = "The organisation whose portal `/portal/` shows when no `?org=` names one: the instance's first.", body = Object),
+        (status = 404, description = "The store has no organisation yet.", body = ErrorBody),
+    ),
+)]
+pub async fn instance(ctx: Ctx) -> Result<Reply, ApiError> {
+    let org = ctx
+        .state
+        .store
+        .instance_org()
+        .await?
+        .ok_or_else(|| ApiError::not_found("portal"))?;
+    Reply::json(StatusCode::OK, serde_json::json!({"org_id": org}))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -55,9 +120,11 @@ pub struct Catalogue {
     responses(
         (status = 200, description = "A page of the organisation's published products.", body = Catalogue),
         (status = 400, description = "A bad query parameter.", body = ErrorBody),
+        (status = 429, description = "Too many reads from this address (`portal.reads_per_address` a minute).", body = ErrorBody),
     ),
 )]
 pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
+    super::developers::address_read(&ctx)?;
     let paging = ctx.page()?;
     // No "every page at once" (a page below 0) for anonymous readers.
     if let Some(p) = ctx.query("p").and_then(|p| p.trim().parse::<i64>().ok()) {
@@ -98,9 +165,11 @@ pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
     responses(
         (status = 200, description = "The AsyncAPI 3.0 document, without the brokers behind the streams.", body = Object),
         (status = 404, description = "No such published product, or no such streaming API in it.", body = ErrorBody),
+        (status = 429, description = "Too many reads from this address (`portal.reads_per_address` a minute).", body = ErrorBody),
     ),
 )]
 pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
+    super::developers::address_read(&ctx)?;
     let missing = || ApiError::not_found("published streaming API");
     let (org, product_id, api_id) = (ctx.param(0), ctx.param(1), ctx.param(2));
     let product = ctx
@@ -160,6 +229,7 @@ async fn product(ctx: &Ctx, record: ProductRecord) -> Result<CatalogueProduct, A
                     record.org_id, record.id
                 )
             }),
+            endpoints: endpoints(&doc),
             id: id.clone(),
         });
     }

@@ -47,6 +47,53 @@ pub struct DashboardConfig {
     pub logger: LoggerConfig,
     /// What one organisation's streaming APIs may hold.
     pub quotas: QuotasConfig,
+    /// The developer portal's accounts: sessions, tokens and the bounds on what
+    /// anonymous callers may do.
+    pub portal: PortalConfig,
+}
+
+/// The developer portal's accounts. Anyone on the internet may call the sign-up and
+/// sign-in endpoints, so each has a bound here.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PortalConfig {
+    /// How long a signed-in session lasts.
+    pub session_ttl: Duration,
+    /// How long a password-reset token works.
+    pub reset_ttl: Duration,
+    /// How long an invitation to sign up works.
+    pub invite_ttl: Duration,
+    /// Sign-in attempts one account gets per 15 minutes, and password resets it may ask
+    /// for per hour.
+    pub attempts_per_account: u64,
+    /// Sign-up, sign-in and reset attempts one client address gets per minute.
+    pub attempts_per_address: u64,
+    /// Catalogue reads (product lists, AsyncAPI documents) one client address gets per
+    /// minute: each reads and parses the products' API documents.
+    pub reads_per_address: u64,
+    /// Developers one organisation's portal may have.
+    pub max_developers: usize,
+    /// Apps one developer may have.
+    pub max_apps_per_developer: usize,
+    /// Mark session cookies `Secure` even when the request did not come over TLS (set it
+    /// when a TLS proxy in front does not send `X-Forwarded-Proto: https`).
+    pub secure_cookies: bool,
+}
+
+impl Default for PortalConfig {
+    fn default() -> Self {
+        PortalConfig {
+            session_ttl: Duration::from_secs(12 * 3600),
+            reset_ttl: Duration::from_secs(3600),
+            invite_ttl: Duration::from_secs(7 * 24 * 3600),
+            attempts_per_account: 10,
+            attempts_per_address: 30,
+            reads_per_address: 300,
+            max_developers: 10_000,
+            max_apps_per_developer: 20,
+            secure_cookies: false,
+        }
+    }
 }
 
 /// Per-organisation quotas on streaming APIs. Every organisation gets the same; each is
@@ -219,6 +266,20 @@ const OVERRIDABLE: Overridable = Overridable {
                 "max_inflight_bytes",
             ],
         ),
+        (
+            "portal",
+            &[
+                "session_ttl",
+                "reset_ttl",
+                "invite_ttl",
+                "attempts_per_account",
+                "attempts_per_address",
+                "reads_per_address",
+                "max_developers",
+                "max_apps_per_developer",
+                "secure_cookies",
+            ],
+        ),
     ],
     top_level: &["secret"],
 };
@@ -300,8 +361,34 @@ impl DashboardConfig {
             ("quotas.max_streams", self.quotas.max_streams),
             ("quotas.max_client_streams", self.quotas.max_client_streams),
             ("quotas.max_inflight_bytes", self.quotas.max_inflight_bytes),
+            ("portal.max_developers", self.portal.max_developers),
+            (
+                "portal.max_apps_per_developer",
+                self.portal.max_apps_per_developer,
+            ),
+            (
+                "portal.attempts_per_account",
+                self.portal.attempts_per_account as usize,
+            ),
+            (
+                "portal.attempts_per_address",
+                self.portal.attempts_per_address as usize,
+            ),
+            (
+                "portal.reads_per_address",
+                self.portal.reads_per_address as usize,
+            ),
         ] {
             if value == 0 {
+                errors.push(ConfigError::new("must be above zero").at(at(key)));
+            }
+        }
+        for (key, value) in [
+            ("portal.session_ttl", self.portal.session_ttl),
+            ("portal.reset_ttl", self.portal.reset_ttl),
+            ("portal.invite_ttl", self.portal.invite_ttl),
+        ] {
+            if value.0.is_zero() {
                 errors.push(ConfigError::new("must be above zero").at(at(key)));
             }
         }

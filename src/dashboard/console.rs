@@ -1,8 +1,9 @@
-//! The web console: the files under `console/`, embedded in the binary at build time
-//! (`build.rs` lists them), served at `/` (the page) and `/console/<file>` (its modules,
-//! styles and icon). The console is a client of the public management API and nothing
-//! more: it keeps no session on the server, so its files need no credentials, while every
-//! `/api` path still does.
+//! The web console and the developer portal's pages: the files under `console/` and
+//! `portal/`, embedded in the binary at build time (`build.rs` lists them). The console is
+//! served at `/` (the page) and `/console/<file>` (its modules, styles and icon); the
+//! portal at `/portal/` and `/portal/<file>`, beside its API under `/portal/api/`. Both
+//! are clients of the dashboard's API and nothing more, so their files need no
+//! credentials, while every API path still does.
 //!
 //! Every answer carries a strict Content-Security-Policy (no inline script, calls to this
 //! origin only, no framing) and an ETag from the file's hash; files are revalidated
@@ -18,12 +19,15 @@ use sha2::{Digest, Sha256};
 use super::error::ApiError;
 use crate::http::{self as h, HttpResponse};
 
-/// Every embedded file: its path under `console/` and its bytes.
+/// Every embedded file: its path from the crate's root (`console/app.js`) and its bytes.
 const FILES: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
 
-/// Where the files are served, but for the page itself, which is `/`.
+/// Where the console's files are served, but for the page itself, which is `/`.
 pub const PREFIX: &str = "/console/";
-const INDEX: &str = "index.html";
+const INDEX: &str = "console/index.html";
+/// Where the portal's pages are served; its API is under `/portal/api/`.
+pub const PORTAL_PREFIX: &str = "/portal/";
+const PORTAL_INDEX: &str = "portal/index.html";
 
 /// Scripts, styles, images and calls from this origin only; no inline script or style
 /// attribute, no plugins, no framing, no form posting elsewhere.
@@ -78,15 +82,19 @@ impl Console {
         Console { assets }
     }
 
-    /// The answer if `path` is the console's (`/` or under [`PREFIX`]); `None` for any
-    /// other path, which is the API's.
+    /// The answer if `path` is a page's (`/` or under [`PREFIX`], `/portal/` or a file
+    /// under it); `None` for any other path, which is the API's.
     pub fn answer(&self, method: &Method, path: &str, headers: &HeaderMap) -> Option<HttpResponse> {
-        let name = if path == "/" {
-            INDEX
-        } else {
-            path.strip_prefix(PREFIX)?
+        let name = match path {
+            "/" => INDEX.to_owned(),
+            "/portal" | "/portal/" => PORTAL_INDEX.to_owned(),
+            _ => match path.strip_prefix(PORTAL_PREFIX) {
+                Some(rest) if rest == "api" || rest.starts_with("api/") => return None,
+                Some(rest) => format!("portal/{rest}"),
+                None => format!("console/{}", path.strip_prefix(PREFIX)?),
+            },
         };
-        let mut resp = self.file(method, name, headers);
+        let mut resp = self.file(method, &name, headers);
         secure(resp.headers_mut());
         Some(resp)
     }
@@ -99,7 +107,7 @@ impl Console {
             .into_response();
         }
         let Some(asset) = self.assets.get(name) else {
-            return ApiError::NotFound(format!("no such console file: {name}")).into_response();
+            return ApiError::NotFound(format!("no such file: {name}")).into_response();
         };
         let (body, etag, gzipped) = match &asset.gzipped {
             Some((z, etag)) if accepts_gzip(headers) => (z, etag, true),
@@ -261,6 +269,17 @@ mod tests {
                 "{path}"
             );
         }
+        for path in ["/portal/api", "/portal/api/orgs/o/session"] {
+            assert!(
+                console.answer(&Method::GET, path, &none).is_none(),
+                "{path}"
+            );
+        }
+        let resp = get(&console, "/portal/", &[]);
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[header::CONTENT_SECURITY_POLICY], CSP);
+        let resp = get(&console, "/portal/../console/app.js", &[]);
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
         let resp = get(&console, "/console/../api/keys", &[]);
         assert_eq!(resp.status(), StatusCode::NOT_FOUND);
         assert_eq!(resp.headers()[header::X_FRAME_OPTIONS], "DENY");
@@ -326,13 +345,15 @@ mod tests {
     #[test]
     fn the_console_stays_small_and_has_no_inline_script() {
         let total: usize = FILES.iter().map(|(_, b)| b.len()).sum();
-        assert!(total < 300 * 1024, "{total} bytes");
-        let index = FILES.iter().find(|(p, _)| *p == INDEX).expect("index.html");
-        let html = std::str::from_utf8(index.1).unwrap();
-        for tag in html.split("<script").skip(1) {
-            let open = tag.split('>').next().unwrap_or_default();
-            assert!(open.contains("src="), "an inline script: <script{open}>");
+        assert!(total < 400 * 1024, "{total} bytes");
+        for page in [INDEX, PORTAL_INDEX] {
+            let index = FILES.iter().find(|(p, _)| *p == page).expect(page);
+            let html = std::str::from_utf8(index.1).unwrap();
+            for tag in html.split("<script").skip(1) {
+                let open = tag.split('>').next().unwrap_or_default();
+                assert!(open.contains("src="), "an inline script: <script{open}>");
+            }
+            assert!(!html.contains(" style="), "an inline style attribute");
         }
-        assert!(!html.contains(" style="), "an inline style attribute");
     }
 }

@@ -70,6 +70,14 @@ fn rfc3339_ms(ms: i64) -> String {
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// A delivery with its attempts as the API shows them.
+pub(super) fn detail(d: DeliveryRecord, attempts: Vec<AttemptRecord>) -> DeliveryDetail {
+    DeliveryDetail {
+        delivery: view(d),
+        attempts: attempts.into_iter().map(attempt_view).collect(),
+    }
+}
+
 fn view(d: DeliveryRecord) -> Delivery {
     Delivery {
         next_attempt_at: (d.status == PENDING).then(|| rfc3339_ms(d.next_attempt_at)),
@@ -158,13 +166,7 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
         .delivery(&ctx.caller.org_id, ctx.param(0))
         .await?
         .ok_or_else(|| ApiError::not_found("delivery"))?;
-    Reply::json(
-        StatusCode::OK,
-        DeliveryDetail {
-            delivery: view(delivery),
-            attempts: attempts.into_iter().map(attempt_view).collect(),
-        },
-    )
+    Reply::json(StatusCode::OK, detail(delivery, attempts))
 }
 
 #[utoipa::path(
@@ -182,26 +184,34 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn replay(ctx: Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param(0);
-    let store = &ctx.state.store;
-    let Some((delivery, _)) = store.delivery(&ctx.caller.org_id, id).await? else {
+    let Some((delivery, _)) = ctx.state.store.delivery(&ctx.caller.org_id, id).await? else {
         return Err(ApiError::not_found("delivery"));
     };
+    replay_dead(&ctx, &delivery).await?;
+    Reply::outcome(StatusCode::OK, "delivery queued again", Some(id), id)
+}
+
+/// Queues a dead delivery again, due now, with `webhooks.max_attempts` more attempts;
+/// 409 when it is not dead.
+pub(super) async fn replay_dead(ctx: &Ctx, delivery: &DeliveryRecord) -> Result<(), ApiError> {
     let more = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
     let now_ms = chrono::Utc::now().timestamp_millis();
     // The store re-checks `dead` in the update itself, so a replay that races another
     // is refused rather than doubled.
     if delivery.status != DEAD
-        || !store
-            .replay_delivery(&ctx.caller.org_id, id, more, now_ms)
+        || !ctx
+            .state
+            .store
+            .replay_delivery(&delivery.org_id, &delivery.id, more, now_ms)
             .await?
     {
         return Err(ApiError::Conflict(format!(
-            "delivery `{id}` is {}: only a dead delivery is replayed",
-            delivery.status
+            "delivery `{}` is {}: only a dead delivery is replayed",
+            delivery.id, delivery.status
         )));
     }
     ctx.state.deliveries_queued.notify_one();
-    Reply::outcome(StatusCode::OK, "delivery queued again", Some(id), id)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -33,6 +33,10 @@ pub enum ApiError {
     TooLarge(usize),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// Too many attempts from this client or at this account; `retry_after` is in
+    /// seconds.
+    #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u64 },
     /// A definition that does not compile, with every problem and where it is.
     #[error("{message}")]
     Invalid {
@@ -115,6 +119,7 @@ impl ApiError {
             }
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Store(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -126,6 +131,10 @@ impl ApiError {
         let status = self.status();
         let allow = match &self {
             ApiError::MethodNotAllowed { allow } => HeaderValue::from_str(allow).ok(),
+            _ => None,
+        };
+        let retry_after = match &self {
+            ApiError::TooManyRequests { retry_after, .. } => Some(HeaderValue::from(*retry_after)),
             _ => None,
         };
         let (message, errors) = match self {
@@ -147,6 +156,9 @@ impl ApiError {
         let mut resp = h::json(status, &value);
         if let Some(allow) = allow {
             resp.headers_mut().insert(header::ALLOW, allow);
+        }
+        if let Some(after) = retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, after);
         }
         if status == StatusCode::UNAUTHORIZED {
             resp.headers_mut().insert(

@@ -17,6 +17,8 @@ pub mod certs;
 pub mod config;
 pub mod console;
 pub mod deliveries;
+pub mod devapps;
+pub mod developers;
 pub mod error;
 pub mod gateway_keys;
 pub mod hooks;
@@ -72,6 +74,8 @@ pub struct State {
     /// the stored text, so that the public catalogue's readers do not compile one at
     /// every request.
     pub compiled: asyncapi::Compiled,
+    /// The portal's attempt limits and password hashing.
+    pub accounts: developers::Accounts,
 }
 
 /// Why the dashboard could not start.
@@ -149,6 +153,7 @@ impl Dashboard {
                 .as_ref()
                 .map_or_else(Default::default, Deliverer::waker),
             compiled: Default::default(),
+            accounts: Default::default(),
         });
         Ok(Dashboard {
             state,
@@ -168,9 +173,9 @@ impl Dashboard {
             body: self.state.config.http.body_read_timeout.0,
         };
         let state = self.state.clone();
-        let service: Service = Arc::new(move |req, _peer| {
+        let service: Service = Arc::new(move |req, peer: SocketAddr| {
             let state = state.clone();
-            async move { router::handle(state, req).await }.boxed()
+            async move { router::handle(state, req, peer.ip()).await }.boxed()
         });
         info!(address = %self.address, "Dashboard listening.");
         let limit = server::ConnLimit::from_descriptors();

@@ -9,8 +9,8 @@ use utoipa::{Modify, OpenApi};
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
-    apis, assets, asyncapi, catalogue, certs, deliveries, error, gateway_keys, hooks, live,
-    mapping, orgs, portal, request,
+    apis, assets, asyncapi, catalogue, certs, deliveries, devapps, developers, error, gateway_keys,
+    hooks, live, mapping, orgs, portal, request,
 };
 
 #[derive(OpenApi)]
@@ -55,6 +55,7 @@ use super::{
         apis::delete_streams,
         live::live,
         asyncapi::asyncapi,
+        catalogue::instance,
         catalogue::products,
         catalogue::asyncapi,
         gateway_keys::list,
@@ -73,6 +74,30 @@ use super::{
         portal::get_app,
         portal::update_app,
         portal::delete_app,
+        portal::approve_app,
+        portal::reject_app,
+        developers::get_settings,
+        developers::put_settings,
+        developers::invite,
+        developers::list_developers,
+        developers::delete_developer,
+        developers::get_session,
+        developers::signup,
+        developers::signin,
+        developers::signout,
+        developers::reset_request,
+        developers::reset_confirm,
+        devapps::list,
+        devapps::create,
+        devapps::get,
+        devapps::delete,
+        devapps::rotate_key,
+        devapps::revoke_key,
+        devapps::subscribe,
+        devapps::unsubscribe,
+        devapps::test_event,
+        devapps::log,
+        devapps::redeliver,
         deliveries::list,
         deliveries::get,
         deliveries::replay,
@@ -126,6 +151,7 @@ use super::{
         catalogue::Catalogue,
         catalogue::CatalogueProduct,
         catalogue::CatalogueApi,
+        catalogue::Endpoint,
         portal::Subscription,
         portal::SubscriptionInput,
         portal::App,
@@ -136,6 +162,25 @@ use super::{
         deliveries::Attempt,
         deliveries::DeliveryDetail,
         deliveries::DeliveryList,
+        developers::Signup,
+        developers::Developer,
+        developers::Session,
+        developers::SignUp,
+        developers::SignIn,
+        developers::ResetRequest,
+        developers::ResetConfirm,
+        developers::Settings,
+        developers::InvitationInput,
+        developers::Invitation,
+        developers::DeveloperList,
+        devapps::DeveloperApp,
+        devapps::DeveloperAppList,
+        devapps::AppWithKey,
+        devapps::DeveloperAppInput,
+        devapps::DeveloperSubscriptionInput,
+        devapps::NewSubscription,
+        devapps::NewKey,
+        devapps::DeveloperDeliveries,
     )),
     modifiers(&Security),
     tags(
@@ -145,6 +190,7 @@ use super::{
         (name = "apis", description = "API definitions served by the gateways."),
         (name = "orgs", description = "Organisations, users and keys."),
         (name = "portal", description = "Developer portal: products, apps, their webhook subscriptions, and published events."),
+        (name = "portal-developers", description = "The developer portal's own API, called by its developers with their session cookie (`sluice_portal`) and an `X-CSRF-Token` on every write: sign-up, sign-in, password reset, their apps, keys, subscriptions and delivery log."),
         (name = "deliveries", description = "The webhook delivery log and replays."),
         (name = "gateway-keys", description = "The gateway's keys: access rights, rate limits, quotas."),
         (name = "mapping", description = "The mapping playground: a mapping run on one message."),
@@ -166,6 +212,13 @@ impl Modify for Security {
                 "A dashboard key, as `Bearer <key>` or bare.",
             ))),
         );
+        components.add_security_scheme(
+            "portal_session",
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+                "sluice_portal",
+                "A portal developer's session, set by sign-up or sign-in.",
+            ))),
+        );
     }
 }
 
@@ -181,10 +234,7 @@ pub fn document() -> serde_json::Value {
     responses((status = 200, description = "This OpenAPI document.", body = Object))
 )]
 pub async fn serve(_ctx: Ctx) -> Result<Reply, ApiError> {
-    Ok(Reply {
-        status: StatusCode::OK,
-        body: document(),
-    })
+    Ok(Reply::value(StatusCode::OK, document()))
 }
 
 #[cfg(test)]
@@ -223,8 +273,9 @@ mod tests {
                     continue;
                 }
                 if public.contains(&(method.to_ascii_uppercase(), path.as_str())) {
-                    // Signed rather than keyed: no key scheme, but still a 401.
-                    assert!(op.get("security").is_none(), "{method} {path}");
+                    // Signed, anonymous or a developer's session: no key scheme.
+                    let schemes = op["security"].to_string();
+                    assert!(!schemes.contains("api_key"), "{method} {path}");
                 } else {
                     assert!(op["security"].is_array(), "{method} {path}");
                 }

@@ -17,7 +17,9 @@ use super::error::{ApiError, ErrorBody};
 use super::ids::{new_id, now, rfc3339};
 use super::request::{Ctx, Outcome, Reply};
 use crate::store::seal::Sealer;
-use crate::store::{AppRecord, DeliveryRecord, ProductRecord, SubscriptionRecord, PENDING};
+use crate::store::{
+    AppRecord, DeliveryRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING, REJECTED,
+};
 use crate::webhook::sign;
 
 /// The shortest publish or subscription secret: it is an HMAC key, so a short one would
@@ -168,6 +170,13 @@ pub struct App {
     pub webhooks: Vec<Subscription>,
     pub created_at: String,
     pub updated_at: String,
+    /// The portal developer who made it; null for an app made through this API.
+    pub developer_id: Option<String>,
+    /// Its access to the product: `approved`, `pending` (waiting for approval) or
+    /// `rejected`.
+    pub status: String,
+    /// The gateway key it holds, if any.
+    pub key_id: Option<String>,
 }
 
 /// A subscription a client sends.
@@ -226,17 +235,22 @@ fn no_sealer() -> ApiError {
     )
 }
 
-fn sealer(ctx: &Ctx) -> Result<&Sealer, ApiError> {
+pub(super) fn sealer(ctx: &Ctx) -> Result<&Sealer, ApiError> {
     ctx.state.sealer.as_ref().ok_or_else(no_sealer)
 }
 
-fn seal(sealer: &Sealer, secret: &str) -> Result<String, ApiError> {
+pub(super) fn seal(sealer: &Sealer, secret: &str) -> Result<String, ApiError> {
     sealer
         .seal(secret.as_bytes())
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-fn check_text(field: &str, text: &str, required: bool, max: usize) -> Result<(), ApiError> {
+pub(super) fn check_text(
+    field: &str,
+    text: &str,
+    required: bool,
+    max: usize,
+) -> Result<(), ApiError> {
     if required && text.trim().is_empty() {
         return Err(invalid(field, "must not be empty"));
     }
@@ -250,7 +264,7 @@ fn check_text(field: &str, text: &str, required: bool, max: usize) -> Result<(),
     Ok(())
 }
 
-fn check_secret(field: &str, secret: &str) -> Result<(), ApiError> {
+pub(super) fn check_secret(field: &str, secret: &str) -> Result<(), ApiError> {
     let n = secret.chars().count();
     if !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&n) {
         return Err(invalid(
@@ -294,7 +308,7 @@ fn check_events(events: &[String]) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_url(field: &str, text: &str) -> Result<String, ApiError> {
+pub(super) fn check_url(field: &str, text: &str) -> Result<String, ApiError> {
     let bad = |why: &str| invalid(field, format!("`{text}` {why}"));
     if text.len() > MAX_URL_LEN {
         return Err(invalid(field, format!("at most {MAX_URL_LEN} bytes")));
@@ -313,7 +327,7 @@ fn check_url(field: &str, text: &str) -> Result<String, ApiError> {
 }
 
 /// A new random publish secret: 32 bytes, hex.
-fn generate_secret() -> String {
+pub(super) fn generate_secret() -> String {
     hex::encode(rand::random::<[u8; 32]>())
 }
 
@@ -339,6 +353,18 @@ fn product_view(record: ProductRecord, sealer: Option<&Sealer>) -> Product {
     }
 }
 
+/// A subscription as the API shows it: never its secret.
+pub(super) fn subscription_view(s: SubscriptionRecord) -> Subscription {
+    Subscription {
+        id: s.id,
+        url: s.url,
+        events: s.events,
+        secret_set: true,
+        created_at: rfc3339(s.created_at),
+        updated_at: rfc3339(s.updated_at),
+    }
+}
+
 fn app_view(record: AppRecord) -> App {
     App {
         id: record.id,
@@ -349,17 +375,13 @@ fn app_view(record: AppRecord) -> App {
         webhooks: record
             .subscriptions
             .into_iter()
-            .map(|s| Subscription {
-                id: s.id,
-                url: s.url,
-                events: s.events,
-                secret_set: true,
-                created_at: rfc3339(s.created_at),
-                updated_at: rfc3339(s.updated_at),
-            })
+            .map(subscription_view)
             .collect(),
         created_at: rfc3339(record.created_at),
         updated_at: rfc3339(record.updated_at),
+        developer_id: record.developer_id,
+        status: record.status,
+        key_id: record.key_id,
     }
 }
 
@@ -592,6 +614,11 @@ fn open_publish_secret(sealer: &Sealer, record: &ProductRecord) -> Result<String
 )]
 pub async fn delete_product(ctx: Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param(0);
+    let keys = ctx
+        .state
+        .store
+        .app_keys(&ctx.caller.org_id, Some(id), None)
+        .await?;
     if !ctx
         .state
         .store
@@ -600,6 +627,7 @@ pub async fn delete_product(ctx: Ctx) -> Result<Reply, ApiError> {
     {
         return Err(ApiError::not_found("product"));
     }
+    super::devapps::revoke_keys(&ctx, &keys).await;
     Reply::outcome(StatusCode::OK, "product deleted", Some(id), id)
 }
 
@@ -772,6 +800,9 @@ pub async fn create_app(ctx: Ctx) -> Result<Reply, ApiError> {
         subscriptions: Vec::new(),
         created_at: at,
         updated_at: at,
+        developer_id: None,
+        status: APPROVED.into(),
+        key_id: None,
     };
     apply_app(&ctx, input, &mut record).await?;
     if !ctx.state.store.insert_app(&record).await? {
@@ -864,10 +895,55 @@ pub async fn update_app(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn delete_app(ctx: Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param(0);
+    let app = find_app(&ctx).await?;
     if !ctx.state.store.delete_app(&ctx.caller.org_id, id).await? {
         return Err(ApiError::not_found("app"));
     }
+    super::devapps::revoke_keys(&ctx, app.key_id.as_slice()).await;
     Reply::outcome(StatusCode::OK, "app deleted", Some(id), id)
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/portal/apps/{appId}/approve",
+    tag = "portal",
+    params(("appId" = String, Path, description = "The app's id.")),
+    responses(
+        (status = 200, description = "Approved: its developer can now get a key in the portal.", body = Outcome),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn approve_app(ctx: Ctx) -> Result<Reply, ApiError> {
+    let app = find_app(&ctx).await?;
+    ctx.state
+        .store
+        .set_app_access(&app.org_id, &app.id, APPROVED, app.key_id.as_deref(), now())
+        .await?;
+    Reply::outcome(StatusCode::OK, "app approved", Some(&app.id), &app.id)
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/portal/apps/{appId}/reject",
+    tag = "portal",
+    params(("appId" = String, Path, description = "The app's id.")),
+    responses(
+        (status = 200, description = "Refused: its key, if it had one, is revoked.", body = Outcome),
+        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn reject_app(ctx: Ctx) -> Result<Reply, ApiError> {
+    let app = find_app(&ctx).await?;
+    ctx.state
+        .store
+        .set_app_access(&app.org_id, &app.id, REJECTED, None, now())
+        .await?;
+    super::devapps::revoke_keys(&ctx, app.key_id.as_slice()).await;
+    Reply::outcome(StatusCode::OK, "app rejected", Some(&app.id), &app.id)
 }
 
 /// A header's text, `None` when absent; a value that is not text is a `bad` error.

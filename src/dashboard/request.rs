@@ -21,6 +21,8 @@ use crate::store::Page;
 pub struct Ctx {
     pub state: Arc<State>,
     pub caller: Caller,
+    /// The client's address (the TCP peer).
+    pub peer: std::net::IpAddr,
     /// The path's parameters, in the order of the route's pattern, percent-decoded.
     pub params: Vec<String>,
     pub query: Vec<(String, String)>,
@@ -28,11 +30,13 @@ pub struct Ctx {
     pub body: Bytes,
 }
 
-/// A successful answer: a status and a JSON body.
+/// A successful answer: a status, a JSON body and any headers of its own (a portal
+/// session's cookies).
 #[derive(Debug)]
 pub struct Reply {
     pub status: StatusCode,
     pub body: Value,
+    pub headers: HeaderMap,
 }
 
 /// The spec's answer to a write: `Status`, `Message`, `Meta` (the record identifier) and
@@ -62,7 +66,16 @@ impl Reply {
     pub fn json(status: StatusCode, body: impl Serialize) -> Result<Reply, ApiError> {
         let body = serde_json::to_value(body)
             .map_err(|e| ApiError::Internal(format!("cannot serialise a reply: {e}")))?;
-        Ok(Reply { status, body })
+        Ok(Reply::value(status, body))
+    }
+
+    /// A reply of a JSON value already made.
+    pub fn value(status: StatusCode, body: Value) -> Reply {
+        Reply {
+            status,
+            body,
+            headers: HeaderMap::new(),
+        }
     }
 
     /// The spec's write answer.

@@ -15,8 +15,8 @@ use percent_encoding::percent_decode_str;
 use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
-    apis, assets, asyncapi, auth, catalogue, certs, deliveries, gateway_keys, hooks, live, mapping,
-    openapi, orgs, portal, State,
+    apis, assets, asyncapi, auth, catalogue, certs, deliveries, devapps, developers, gateway_keys,
+    hooks, live, mapping, openapi, orgs, portal, State,
 };
 use crate::http::{self as h, HttpResponse};
 
@@ -102,13 +102,39 @@ pub fn routes() -> Vec<Route> {
         route!(DELETE "/api/portal/products/{productId}" => portal::delete_product),
         // Signed with the product's publish secret instead of a dashboard key.
         route!(POST "/api/portal/products/{productId}/events" => portal::publish_event, public),
+        route!(GET "/portal/api/instance" => catalogue::instance, public),
         route!(GET "/portal/api/orgs/{orgId}/products" => catalogue::products, public),
         route!(GET "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi" => catalogue::asyncapi, public),
+        // The portal's developers: their session cookie instead of a dashboard key.
+        route!(GET "/portal/api/orgs/{orgId}/session" => developers::get_session, public),
+        route!(POST "/portal/api/orgs/{orgId}/signup" => developers::signup, public),
+        route!(POST "/portal/api/orgs/{orgId}/signin" => developers::signin, public),
+        route!(POST "/portal/api/orgs/{orgId}/signout" => developers::signout, public),
+        route!(POST "/portal/api/orgs/{orgId}/password-reset" => developers::reset_request, public),
+        route!(POST "/portal/api/orgs/{orgId}/password-reset/confirm" => developers::reset_confirm, public),
+        route!(GET "/portal/api/orgs/{orgId}/apps" => devapps::list, public),
+        route!(POST "/portal/api/orgs/{orgId}/apps" => devapps::create, public),
+        route!(GET "/portal/api/orgs/{orgId}/apps/{appId}" => devapps::get, public),
+        route!(DELETE "/portal/api/orgs/{orgId}/apps/{appId}" => devapps::delete, public),
+        route!(POST "/portal/api/orgs/{orgId}/apps/{appId}/key" => devapps::rotate_key, public),
+        route!(DELETE "/portal/api/orgs/{orgId}/apps/{appId}/key" => devapps::revoke_key, public),
+        route!(POST "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions" => devapps::subscribe, public),
+        route!(DELETE "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions/{subscriptionId}" => devapps::unsubscribe, public),
+        route!(POST "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions/{subscriptionId}/test" => devapps::test_event, public),
+        route!(GET "/portal/api/orgs/{orgId}/apps/{appId}/deliveries" => devapps::log, public),
+        route!(POST "/portal/api/orgs/{orgId}/apps/{appId}/deliveries/{deliveryId}/redeliver" => devapps::redeliver, public),
+        route!(GET "/api/portal/settings" => developers::get_settings),
+        route!(PUT "/api/portal/settings" => developers::put_settings),
+        route!(POST "/api/portal/invitations" => developers::invite),
+        route!(GET "/api/portal/developers" => developers::list_developers),
+        route!(DELETE "/api/portal/developers/{developerId}" => developers::delete_developer),
         route!(GET "/api/portal/apps" => portal::list_apps),
         route!(POST "/api/portal/apps" => portal::create_app),
         route!(GET "/api/portal/apps/{appId}" => portal::get_app),
         route!(PUT "/api/portal/apps/{appId}" => portal::update_app),
         route!(DELETE "/api/portal/apps/{appId}" => portal::delete_app),
+        route!(POST "/api/portal/apps/{appId}/approve" => portal::approve_app),
+        route!(POST "/api/portal/apps/{appId}/reject" => portal::reject_app),
         route!(GET "/api/deliveries" => deliveries::list),
         route!(GET "/api/deliveries/{deliveryId}" => deliveries::get),
         route!(POST "/api/deliveries/{deliveryId}/replay" => deliveries::replay),
@@ -142,20 +168,32 @@ fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
 }
 
 /// Answers one request.
-pub async fn handle(state: Arc<State>, req: http::Request<h::Body>) -> HttpResponse {
+pub async fn handle(
+    state: Arc<State>,
+    req: http::Request<h::Body>,
+    peer: std::net::IpAddr,
+) -> HttpResponse {
     if let Some(resp) = state
         .console
         .answer(req.method(), req.uri().path(), req.headers())
     {
         return resp;
     }
-    match dispatch(state, req).await {
-        Ok(reply) => h::json(reply.status, &reply.body),
+    match dispatch(state, req, peer).await {
+        Ok(reply) => {
+            let mut resp = h::json(reply.status, &reply.body);
+            resp.headers_mut().extend(reply.headers);
+            resp
+        }
         Err(e) => e.into_response(),
     }
 }
 
-async fn dispatch(state: Arc<State>, req: http::Request<h::Body>) -> Result<Reply, ApiError> {
+async fn dispatch(
+    state: Arc<State>,
+    req: http::Request<h::Body>,
+    peer: std::net::IpAddr,
+) -> Result<Reply, ApiError> {
     let raw_path = req.uri().path();
     // `/api/assets/` is `/api/assets`.
     let path = match raw_path.trim_end_matches('/') {
@@ -163,10 +201,10 @@ async fn dispatch(state: Arc<State>, req: http::Request<h::Body>) -> Result<Repl
         p => p,
     };
     if path == "/ping" && req.method() == Method::GET {
-        return Ok(Reply {
-            status: StatusCode::OK,
-            body: serde_json::json!({"Status": "OK", "Message": "pong"}),
-        });
+        return Ok(Reply::value(
+            StatusCode::OK,
+            serde_json::json!({"Status": "OK", "Message": "pong"}),
+        ));
     }
     let mut allowed: Vec<String> = Vec::new();
     let mut found = None;
@@ -213,6 +251,7 @@ async fn dispatch(state: Arc<State>, req: http::Request<h::Body>) -> Result<Repl
     let ctx = Ctx {
         state: state.clone(),
         caller,
+        peer,
         params,
         query,
         headers: parts.headers,
@@ -280,11 +319,12 @@ mod tests {
                 r.pattern
             );
         }
-        // Only the document itself, events signed with a product's secret, and the
-        // portal's catalogue (what organisations published) are open without a key.
+        // Only the document itself and events signed with a product's secret are open
+        // without a key under `/api`; the portal's paths (its catalogue, and what its
+        // developers do with their own session) never take one.
         let public: Vec<_> = routes
             .iter()
-            .filter(|r| r.public)
+            .filter(|r| r.public && !r.pattern.starts_with("/portal/api/"))
             .map(|r| r.pattern)
             .collect();
         assert_eq!(
@@ -292,10 +332,16 @@ mod tests {
             [
                 "/api/openapi.json",
                 "/api/portal/products/{productId}/events",
-                "/portal/api/orgs/{orgId}/products",
-                "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi"
             ]
         );
+        for r in &routes {
+            assert_eq!(
+                r.public,
+                !r.pattern.starts_with("/api/") || public.contains(&r.pattern),
+                "{}",
+                r.pattern
+            );
+        }
     }
 
     /// The console's files need no key: none of them may shadow an API path.

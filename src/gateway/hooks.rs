@@ -294,33 +294,7 @@ impl Dispatcher {
                 serde_json::to_vec(&context).unwrap_or_default()
             }
         };
-        // A sealed webhook's secrets stay sealed in its deliveries: the URL's credentials
-        // travel as the basic authorization they stand for, in the sealed headers.
-        let (url, headers) = match self.sealer.as_ref().filter(|_| secret) {
-            Some(sealer) => {
-                let (bare, basic) = sealed::split_credentials(&hook.url);
-                let mut headers = hook.headers.clone();
-                if let Some(basic) = basic {
-                    if !headers
-                        .keys()
-                        .any(|k| k.eq_ignore_ascii_case("authorization"))
-                    {
-                        headers.insert("Authorization".into(), basic);
-                    }
-                }
-                match sealed::store_delivery_headers(Some(sealer), &headers, true) {
-                    Ok(headers) => (bare, headers),
-                    Err(e) => {
-                        failed.get_or_insert(e.to_string());
-                        (bare, "{}".into())
-                    }
-                }
-            }
-            None => (
-                hook.url.clone(),
-                serde_json::to_string(&hook.headers).unwrap_or_else(|_| "{}".into()),
-            ),
-        };
+        let (url, headers) = target(hook, self.sealer.as_ref().filter(|_| secret), &mut failed);
         DeliveryRecord {
             id: uuid::Uuid::now_v7().to_string(),
             org_id: api.org_id.clone(),
@@ -360,6 +334,75 @@ impl Dispatcher {
         };
         Templates::render(name, &source, context).map(String::into_bytes)
     }
+}
+
+/// Where a delivery through `hook` goes: its URL and its headers as a delivery stores
+/// them. A sealed webhook's secrets stay sealed in its deliveries (`sealer` given): the
+/// URL's credentials travel as the basic authorization they stand for, in the sealed
+/// headers. A failure to seal is put in `failed`.
+fn target(hook: &Hook, sealer: Option<&Sealer>, failed: &mut Option<String>) -> (String, String) {
+    match sealer {
+        Some(sealer) => {
+            let (bare, basic) = sealed::split_credentials(&hook.url);
+            let mut headers = hook.headers.clone();
+            if let Some(basic) = basic {
+                if !headers
+                    .keys()
+                    .any(|k| k.eq_ignore_ascii_case("authorization"))
+                {
+                    headers.insert("Authorization".into(), basic);
+                }
+            }
+            match sealed::store_delivery_headers(Some(sealer), &headers, true) {
+                Ok(headers) => (bare, headers),
+                Err(e) => {
+                    failed.get_or_insert(e.to_string());
+                    (bare, "{}".into())
+                }
+            }
+        }
+        None => (
+            hook.url.clone(),
+            serde_json::to_string(&hook.headers).unwrap_or_else(|_| "{}".into()),
+        ),
+    }
+}
+
+/// One delivery of `event` with `body` (JSON, no template) through the organisation's
+/// stored webhook `record`: what the dashboard sends through a webhook of its own (a
+/// portal's password-reset tokens).
+pub fn stored_delivery(
+    record: HookRecord,
+    sealer: Option<&Sealer>,
+    event: &str,
+    body: Vec<u8>,
+    max_attempts: i64,
+) -> Result<DeliveryRecord, sealed::SealedError> {
+    let source = format!("hook:{}", record.webhook_id);
+    let org_id = record.org_id.clone();
+    let (hook, secret) = stored_hook(record, sealer)?;
+    let mut failed = None;
+    let (url, headers) = target(&hook, sealer.filter(|_| secret), &mut failed);
+    Ok(DeliveryRecord {
+        id: uuid::Uuid::now_v7().to_string(),
+        org_id,
+        source,
+        event: event.to_owned(),
+        method: hook.method,
+        url,
+        headers,
+        body,
+        secret_sealed: None,
+        status: if failed.is_some() { DEAD } else { PENDING }.into(),
+        attempts: 0,
+        max_attempts,
+        next_attempt_at: 0,
+        lease_until: 0,
+        last_status: None,
+        last_error: failed,
+        created_at: 0,
+        updated_at: 0,
+    })
 }
 
 /// A dashboard webhook as a handler's call, its sealed parts opened; and whether it had

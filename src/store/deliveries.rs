@@ -251,6 +251,47 @@ impl Store {
         Ok((rows, total))
     }
 
+    /// One page of the organisation's deliveries made by any of `sources` (at most a
+    /// few dozen: one app's subscriptions), newest first, and how many there are.
+    pub async fn list_deliveries_from(
+        &self,
+        org_id: &str,
+        sources: &[String],
+        page: Page,
+    ) -> Result<(Vec<DeliveryRecord>, i64), StoreError> {
+        if sources.is_empty() {
+            return Ok((Vec::new(), 0));
+        }
+        // `org_id = $1 AND source IN ($<from>, ...)`.
+        let filter = |from: usize| {
+            let marks: Vec<String> = (0..sources.len())
+                .map(|i| format!("${}", i + from))
+                .collect();
+            format!("org_id = $1 AND source IN ({})", marks.join(", "))
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM deliveries WHERE {} \
+             ORDER BY created_at DESC, id LIMIT $2 OFFSET $3",
+            filter(4)
+        );
+        let count = format!("SELECT COUNT(*) FROM deliveries WHERE {}", filter(2));
+        let (rows, (total,)) = with_pool!(self, |pool| {
+            let mut q = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(page.limit)
+                .bind(page.offset);
+            let mut c = sqlx::query_as(&count).bind(org_id);
+            for s in sources {
+                q = q.bind(s.as_str());
+                c = c.bind(s.as_str());
+            }
+            let rows: Vec<DeliveryRecord> = q.fetch_all(pool).await?;
+            let total: (i64,) = c.fetch_one(pool).await?;
+            (rows, total)
+        });
+        Ok((rows, total))
+    }
+
     /// The organisation's delivery `id` with its attempts, oldest first.
     pub async fn delivery(
         &self,

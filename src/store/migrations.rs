@@ -38,6 +38,10 @@ pub(super) const SQLITE: &[Embedded] = &[
         "0005_portal_publishing.sql",
         include_str!("../../migrations/sqlite/0005_portal_publishing.sql"),
     ),
+    (
+        "0006_portal_developers.sql",
+        include_str!("../../migrations/sqlite/0006_portal_developers.sql"),
+    ),
 ];
 
 /// PostgreSQL migrations, oldest first.
@@ -61,6 +65,10 @@ pub(super) const POSTGRES: &[Embedded] = &[
     (
         "0005_portal_publishing.sql",
         include_str!("../../migrations/postgres/0005_portal_publishing.sql"),
+    ),
+    (
+        "0006_portal_developers.sql",
+        include_str!("../../migrations/postgres/0006_portal_developers.sql"),
     ),
 ];
 

@@ -42,6 +42,7 @@ mod apis;
 mod assets;
 mod certs;
 mod deliveries;
+mod developers;
 mod hooks;
 mod keys;
 mod location;
@@ -56,10 +57,13 @@ pub use certs::{CertRecord, KeyFilter};
 pub use deliveries::{
     AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, DEAD, DELIVERED, PENDING,
 };
+pub use developers::{DeveloperRecord, PortalSettings, TokenKind};
 pub use hooks::HookRecord;
 pub use keys::KeyRecord;
 pub use orgs::{DashboardKeyRecord, OrgRecord, UserRecord};
-pub use portal::{AppRecord, ProductRecord, SubscriptionRecord};
+pub use portal::{
+    AppRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING_APPROVAL, REJECTED,
+};
 
 use location::Location;
 

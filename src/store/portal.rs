@@ -46,7 +46,20 @@ pub struct AppRecord {
     pub created_at: i64,
     /// Unix seconds.
     pub updated_at: i64,
+    /// The portal developer who made it; `None` for an app an organisation member made.
+    pub developer_id: Option<String>,
+    /// Its access to the product: [`APPROVED`], [`PENDING_APPROVAL`] or [`REJECTED`].
+    pub status: String,
+    /// The gateway key it holds, once one was issued.
+    pub key_id: Option<String>,
 }
+
+/// An app whose access to its product is granted.
+pub const APPROVED: &str = "approved";
+/// An app waiting for the publisher to grant access.
+pub const PENDING_APPROVAL: &str = "pending";
+/// An app the publisher refused access.
+pub const REJECTED: &str = "rejected";
 
 /// Where an app wants some of its product's events sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +93,18 @@ type ProductRow = (
     i64,
     String,
 );
-type AppRow = (String, String, String, String, String, i64, i64);
+type AppRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    String,
+    Option<String>,
+);
 type SubscriptionRow = (String, String, String, String, String, String, i64, i64);
 
 /// A stored list of names. Only this file writes these columns, so text that is not a
@@ -146,7 +170,18 @@ fn apps(
     let mut out: Vec<AppRecord> = rows
         .into_iter()
         .map(
-            |(id, org_id, product_id, name, developer, created_at, updated_at)| AppRecord {
+            |(
+                id,
+                org_id,
+                product_id,
+                name,
+                developer,
+                created_at,
+                updated_at,
+                developer_id,
+                status,
+                key_id,
+            )| AppRecord {
                 id,
                 org_id,
                 product_id,
@@ -155,6 +190,9 @@ fn apps(
                 subscriptions: Vec::new(),
                 created_at,
                 updated_at,
+                developer_id,
+                status,
+                key_id,
             },
         )
         .collect();
@@ -178,11 +216,12 @@ const UPDATE_PRODUCT: &str = "UPDATE portal_products SET name = $3, description 
      updated_at = $9, published = $10, key_approval = $11 WHERE org_id = $1 AND id = $2";
 
 const APP_COLUMNS: &str = "SELECT id, org_id, product_id, name, developer, created_at, \
-     updated_at FROM portal_apps";
+     updated_at, developer_id, status, key_id FROM portal_apps";
 /// Inserts only when the product is the organisation's, so an app never points across
 /// organisations whatever the caller checked before.
 const INSERT_APP: &str = "INSERT INTO portal_apps (id, org_id, product_id, name, developer, \
-     created_at, updated_at) SELECT $1, $2, $3, $4, $5, $6, $7 WHERE EXISTS \
+     created_at, updated_at, developer_id, status, key_id) \
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS \
      (SELECT 1 FROM portal_products WHERE id = $3 AND org_id = $2)";
 const UPDATE_APP: &str = "UPDATE portal_apps SET product_id = $3, name = $4, developer = $5, \
      updated_at = $6 WHERE org_id = $1 AND id = $2 AND EXISTS \
@@ -360,6 +399,9 @@ impl Store {
                 .bind(app.developer.as_str())
                 .bind(app.created_at)
                 .bind(app.updated_at)
+                .bind(app.developer_id.as_deref())
+                .bind(app.status.as_str())
+                .bind(app.key_id.as_deref())
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| super::orgs::conflict_or(e, &format!("app '{}'", app.id)))?
@@ -459,6 +501,85 @@ impl Store {
         Ok((apps(rows, subscriptions)?, total))
     }
 
+    /// The apps developer `developer_id` made in the organisation's portal, oldest
+    /// first, with their subscriptions. A developer has few (the dashboard caps them).
+    pub async fn developer_apps(
+        &self,
+        org_id: &str,
+        developer_id: &str,
+    ) -> Result<Vec<AppRecord>, StoreError> {
+        let sql = format!(
+            "{APP_COLUMNS} WHERE org_id = $1 AND developer_id = $2 ORDER BY created_at, id"
+        );
+        let subs = format!(
+            "{SUBSCRIPTION_COLUMNS} JOIN portal_apps a ON a.id = s.app_id \
+             WHERE a.org_id = $1 AND a.developer_id = $2 ORDER BY s.created_at, s.id"
+        );
+        let (rows, subscriptions): (Vec<AppRow>, Vec<SubscriptionRow>) = with_pool!(self, |pool| {
+            let rows = sqlx::query_as(&sql)
+                .bind(org_id)
+                .bind(developer_id)
+                .fetch_all(pool)
+                .await?;
+            let subscriptions = sqlx::query_as(&subs)
+                .bind(org_id)
+                .bind(developer_id)
+                .fetch_all(pool)
+                .await?;
+            (rows, subscriptions)
+        });
+        apps(rows, subscriptions)
+    }
+
+    /// Sets app `id`'s access to its product and the key it holds. `false` when the
+    /// organisation has no such app.
+    pub async fn set_app_access(
+        &self,
+        org_id: &str,
+        id: &str,
+        status: &str,
+        key_id: Option<&str>,
+        updated_at: i64,
+    ) -> Result<bool, StoreError> {
+        let n = with_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE portal_apps SET status = $3, key_id = $4, updated_at = $5 \
+                 WHERE org_id = $1 AND id = $2",
+            )
+            .bind(org_id)
+            .bind(id)
+            .bind(status)
+            .bind(key_id)
+            .bind(updated_at)
+            .execute(pool)
+            .await?
+            .rows_affected()
+        });
+        Ok(n > 0)
+    }
+
+    /// The gateway keys held by the apps on product `product_id` (to revoke with it), or
+    /// by developer `developer_id`'s apps when that is given instead.
+    pub async fn app_keys(
+        &self,
+        org_id: &str,
+        product_id: Option<&str>,
+        developer_id: Option<&str>,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String,)> = with_pool!(self, |pool| {
+            sqlx::query_as(
+                "SELECT key_id FROM portal_apps WHERE org_id = $1 AND key_id IS NOT NULL \
+                 AND (product_id = $2 OR developer_id = $3)",
+            )
+            .bind(org_id)
+            .bind(product_id)
+            .bind(developer_id)
+            .fetch_all(pool)
+            .await?
+        });
+        Ok(rows.into_iter().map(|(k,)| k).collect())
+    }
+
     /// The subscriptions of the product's apps that chose `event`, oldest first.
     pub async fn subscriptions_for_event(
         &self,
@@ -533,6 +654,9 @@ mod tests {
             subscriptions: subs,
             created_at: 1,
             updated_at: 1,
+            developer_id: None,
+            status: APPROVED.into(),
+            key_id: None,
         }
     }
 

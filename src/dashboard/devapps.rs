@@ -1,0 +1,727 @@
+//! A signed-in developer's apps in an organisation's portal
+//! (`/portal/api/orgs/{orgId}/apps/...`): an app asks for access to one published
+//! product; it gets a gateway key scoped to the product's APIs at once, or once the
+//! publisher approved (by the product's `key_approval`). Keys are shown once and can be
+//! rotated and revoked. An approved app subscribes URLs (checked against the egress
+//! policy) to the product's events, sends itself a test event, and reads and redelivers
+//! its subscriptions' deliveries.
+//!
+//! A developer sees their own apps only: any other app is "not found".
+
+use std::collections::BTreeMap;
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::ToSchema;
+
+use super::deliveries::{self, DeliveryDetail};
+use super::developers::{check_csrf, signed_in, SignedIn};
+use super::error::{ApiError, ErrorBody};
+use super::gateway_keys::{key_error, keys};
+use super::ids::{new_id, now, rfc3339};
+use super::portal::{self as products, Subscription};
+use super::request::{Ctx, Reply};
+use crate::gateway::keys::{AccessRight, KeyRequest};
+use crate::store::{
+    AppRecord, DeliveryRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING,
+    PENDING_APPROVAL,
+};
+
+/// The event a test delivery carries.
+pub const TEST_EVENT: &str = "sluice.test";
+/// Test events one subscription may send per minute.
+const TESTS_PER_MINUTE: u64 = 10;
+/// Deliveries on one page of an app's log.
+const LOG_PAGE: i64 = 20;
+
+/// An app as its developer sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeveloperApp {
+    pub id: String,
+    pub name: String,
+    pub product_id: String,
+    pub product_name: String,
+    /// `approved`, `pending` (the publisher has not approved yet) or `rejected`.
+    pub status: String,
+    /// The id of the gateway key the app holds; null before one is issued or after it
+    /// was revoked.
+    pub key_id: Option<String>,
+    /// The events of the product open to subscription.
+    pub events: Vec<String>,
+    pub webhooks: Vec<Subscription>,
+    pub created_at: String,
+}
+
+/// The developer's apps.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeveloperAppList {
+    pub apps: Vec<DeveloperApp>,
+}
+
+/// An app and, when one was issued, its key: shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AppWithKey {
+    pub app: DeveloperApp,
+    /// Send it as the gateway's `Authorization` (or the API's key header).
+    pub key: Option<String>,
+}
+
+/// What a developer sends to make an app.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeveloperAppInput {
+    /// 1 to 200 characters.
+    pub name: String,
+    /// A product published in this portal.
+    pub product_id: String,
+}
+
+/// What a developer sends to subscribe.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeveloperSubscriptionInput {
+    /// An absolute http or https URL the egress policy lets the dashboard reach.
+    pub url: String,
+    /// 16 to 256 characters; generated when absent. Shown this once.
+    pub secret: Option<String>,
+    /// At least one; each an event the product opens.
+    pub events: Vec<String>,
+}
+
+/// A new subscription with its secret, shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewSubscription {
+    pub subscription: Subscription,
+    /// The HMAC secret deliveries are signed with.
+    pub secret: String,
+}
+
+/// A new gateway key, shown this once.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewKey {
+    pub key_id: String,
+    pub key: String,
+}
+
+/// A page of an app's delivery log.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeveloperDeliveries {
+    pub deliveries: Vec<DeliveryDetail>,
+    pub pages: i64,
+}
+
+fn view(app: AppRecord, product: Option<&ProductRecord>) -> DeveloperApp {
+    DeveloperApp {
+        product_name: product.map(|p| p.name.clone()).unwrap_or_default(),
+        events: product
+            .filter(|p| p.webhooks_enabled)
+            .map(|p| p.events.clone())
+            .unwrap_or_default(),
+        id: app.id,
+        name: app.name,
+        product_id: app.product_id,
+        status: app.status,
+        key_id: app.key_id,
+        webhooks: app
+            .subscriptions
+            .into_iter()
+            .map(products::subscription_view)
+            .collect(),
+        created_at: rfc3339(app.created_at),
+    }
+}
+
+/// The signed-in developer's app named by path parameter 1, with its product.
+async fn own_app(ctx: &Ctx, signed: &SignedIn) -> Result<(AppRecord, ProductRecord), ApiError> {
+    let org = &signed.developer.org_id;
+    let app = ctx
+        .state
+        .store
+        .app(org, ctx.param(1))
+        .await?
+        .filter(|a| a.developer_id.as_deref() == Some(signed.developer.id.as_str()))
+        .ok_or_else(|| ApiError::not_found("app"))?;
+    let product = ctx
+        .state
+        .store
+        .product(org, &app.product_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("app"))?;
+    Ok((app, product))
+}
+
+/// A write by the signed-in developer: the session and a good CSRF token.
+async fn writer(ctx: &Ctx) -> Result<SignedIn, ApiError> {
+    let signed = signed_in(ctx).await?;
+    check_csrf(ctx, Some(&signed))?;
+    Ok(signed)
+}
+
+/// A new gateway key for `app`, reaching the product's APIs that still exist.
+async fn issue_key(
+    ctx: &Ctx,
+    app: &AppRecord,
+    product: &ProductRecord,
+) -> Result<(String, String), ApiError> {
+    let org = &app.org_id;
+    let apis: Vec<String> = ctx
+        .state
+        .store
+        .list_apis_of_org(org)
+        .await?
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    let access_rights: BTreeMap<String, AccessRight> = product
+        .api_ids
+        .iter()
+        .filter(|id| apis.contains(id))
+        .map(|id| (id.clone(), AccessRight::default()))
+        .collect();
+    let mut meta = serde_json::Map::new();
+    meta.insert("portal_app".into(), app.id.clone().into());
+    meta.insert("portal_product".into(), product.id.clone().into());
+    if let Some(developer) = &app.developer_id {
+        meta.insert("portal_developer".into(), developer.clone().into());
+    }
+    let request = KeyRequest {
+        org_id: Some(org.clone()),
+        access_rights,
+        meta,
+        ..KeyRequest::default()
+    };
+    let known = move |id: &str| apis.iter().any(|a| a == id);
+    let (token, _, session) = keys(ctx).create(request, &known).await.map_err(key_error)?;
+    Ok((session.id, token))
+}
+
+/// Revokes gateway keys; one that fails is logged and the rest go on.
+pub(super) async fn revoke_keys(ctx: &Ctx, ids: &[String]) {
+    let keys = keys(ctx);
+    for id in ids {
+        if let Err(e) = keys.delete(id).await {
+            super::developers::revoke_failed(id, e);
+        }
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/portal/api/orgs/{orgId}/apps",
+    tag = "portal-developers",
+    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    responses(
+        (status = 200, description = "The signed-in developer's apps.", body = DeveloperAppList),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = signed_in(&ctx).await?;
+    let d = &signed.developer;
+    let store = &ctx.state.store;
+    let records = store.developer_apps(&d.org_id, &d.id).await?;
+    let mut apps = Vec::with_capacity(records.len());
+    for app in records {
+        let product = store.product(&d.org_id, &app.product_id).await?;
+        apps.push(view(app, product.as_ref()));
+    }
+    Reply::json(StatusCode::OK, DeveloperAppList { apps })
+}
+
+#[utoipa::path(
+    post,
+    path = "/portal/api/orgs/{orgId}/apps",
+    tag = "portal-developers",
+    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    request_body(content = DeveloperAppInput, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Made. With the product's `key_approval` `auto` the app is approved and `key` is its gateway key, shown this once; with `manual` it waits for the publisher.", body = AppWithKey),
+        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 409, description = "The developer has their most apps.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let input: DeveloperAppInput = ctx.json()?;
+    products::check_text("name", &input.name, true, 200)?;
+    let d = &signed.developer;
+    let store = &ctx.state.store;
+    let product = if input.product_id.contains('\0') {
+        None
+    } else {
+        store.product(&d.org_id, &input.product_id).await?
+    }
+    .filter(|p| p.published)
+    .ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "invalid field `product_id`: `{}` is not a product published in this portal",
+            input.product_id
+        ))
+    })?;
+    let max = ctx.state.config.portal.max_apps_per_developer;
+    if store.developer_apps(&d.org_id, &d.id).await?.len() >= max {
+        return Err(ApiError::Conflict(format!(
+            "a developer has at most {max} apps: delete one first"
+        )));
+    }
+    let auto =
+        products::KeyApproval::stored_or_auto(&product.key_approval) == products::KeyApproval::Auto;
+    let at = now();
+    let mut app = AppRecord {
+        id: new_id(),
+        org_id: d.org_id.clone(),
+        product_id: product.id.clone(),
+        name: input.name.trim().to_owned(),
+        developer: d.email.clone(),
+        subscriptions: Vec::new(),
+        created_at: at,
+        updated_at: at,
+        developer_id: Some(d.id.clone()),
+        status: if auto { APPROVED } else { PENDING_APPROVAL }.into(),
+        key_id: None,
+    };
+    if !store.insert_app(&app).await? {
+        return Err(ApiError::bad_request(
+            "invalid field `product_id`: the product is gone",
+        ));
+    }
+    let mut key = None;
+    if auto {
+        let (key_id, token) = issue_key(&ctx, &app, &product).await?;
+        store
+            .set_app_access(&app.org_id, &app.id, APPROVED, Some(&key_id), now())
+            .await?;
+        app.key_id = Some(key_id);
+        key = Some(token);
+    }
+    Reply::json(
+        StatusCode::CREATED,
+        AppWithKey {
+            app: view(app, Some(&product)),
+            key,
+        },
+    )
+}
+
+#[utoipa::path(
+    get,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+    ),
+    responses(
+        (status = 200, description = "The app with its subscriptions (never their secrets).", body = DeveloperApp),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = signed_in(&ctx).await?;
+    let (app, product) = own_app(&ctx, &signed).await?;
+    Reply::json(StatusCode::OK, view(app, Some(&product)))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+    ),
+    responses(
+        (status = 200, description = "Deleted with its subscriptions; its key is revoked.", body = Object),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let (app, _) = own_app(&ctx, &signed).await?;
+    ctx.state.store.delete_app(&app.org_id, &app.id).await?;
+    revoke_keys(&ctx, app.key_id.as_slice()).await;
+    Reply::outcome(StatusCode::OK, "app deleted", Some(&app.id), &app.id)
+}
+
+#[utoipa::path(
+    post,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/key",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+    ),
+    responses(
+        (status = 201, description = "A new key, shown this once; the app's earlier key, if any, is revoked.", body = NewKey),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        (status = 409, description = "The app's access is pending or was refused.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn rotate_key(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let (app, product) = own_app(&ctx, &signed).await?;
+    approved(&app)?;
+    let (key_id, key) = issue_key(&ctx, &app, &product).await?;
+    ctx.state
+        .store
+        .set_app_access(&app.org_id, &app.id, APPROVED, Some(&key_id), now())
+        .await?;
+    revoke_keys(&ctx, app.key_id.as_slice()).await;
+    Reply::json(StatusCode::CREATED, NewKey { key_id, key })
+}
+
+#[utoipa::path(
+    delete,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/key",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+    ),
+    responses(
+        (status = 200, description = "Revoked: gateways refuse it within their key cache time.", body = Object),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "The developer has no such app, or it holds no key.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn revoke_key(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let (app, _) = own_app(&ctx, &signed).await?;
+    let Some(key_id) = app.key_id.clone() else {
+        return Err(ApiError::not_found("key"));
+    };
+    ctx.state
+        .store
+        .set_app_access(&app.org_id, &app.id, &app.status, None, now())
+        .await?;
+    revoke_keys(&ctx, std::slice::from_ref(&key_id)).await;
+    Reply::outcome(StatusCode::OK, "key revoked", Some(&key_id), &app.id)
+}
+
+fn approved(app: &AppRecord) -> Result<(), ApiError> {
+    if app.status == APPROVED {
+        return Ok(());
+    }
+    Err(ApiError::Conflict(format!(
+        "the app's access to its product is {}: it gets a key once the publisher approves it",
+        app.status
+    )))
+}
+
+#[utoipa::path(
+    post,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+    ),
+    request_body(content = DeveloperSubscriptionInput, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Subscribed; `secret` is shown this once.", body = NewSubscription),
+        (status = 400, description = "Bad JSON or an invalid field (named): an event the product does not open, or a URL the egress policy refuses.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        (status = 409, description = "The app is not approved, has its most subscriptions, or the dashboard has no `secret`.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn subscribe(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let input: DeveloperSubscriptionInput = ctx.json()?;
+    let (mut app, product) = own_app(&ctx, &signed).await?;
+    approved(&app)?;
+    if app.subscriptions.len() >= products::MAX_SUBSCRIPTIONS {
+        return Err(ApiError::Conflict(format!(
+            "an app has at most {} subscriptions",
+            products::MAX_SUBSCRIPTIONS
+        )));
+    }
+    let url = products::check_url("url", &input.url)?;
+    reachable(&ctx, &url).await?;
+    if input.events.is_empty() {
+        return Err(ApiError::bad_request(
+            "invalid field `events`: choose at least one event",
+        ));
+    }
+    if input.events.len() > products::MAX_LIST_LEN {
+        return Err(ApiError::bad_request(format!(
+            "invalid field `events`: at most {} events",
+            products::MAX_LIST_LEN
+        )));
+    }
+    for (i, event) in input.events.iter().enumerate() {
+        let field = format!("events[{i}]");
+        if input.events[..i].contains(event) {
+            return Err(ApiError::bad_request(format!(
+                "invalid field `{field}`: `{event}` is listed twice"
+            )));
+        }
+        if !product.webhooks_enabled || !product.events.contains(event) {
+            return Err(ApiError::bad_request(format!(
+                "invalid field `{field}`: `{event}` is not an event product `{}` opens to subscription",
+                product.name
+            )));
+        }
+    }
+    let secret = match input.secret {
+        Some(secret) => {
+            products::check_secret("secret", &secret)?;
+            secret
+        }
+        None => products::generate_secret(),
+    };
+    let sealed = products::seal(products::sealer(&ctx)?, &secret)?;
+    let at = now();
+    let subscription = SubscriptionRecord {
+        id: new_id(),
+        org_id: app.org_id.clone(),
+        app_id: app.id.clone(),
+        url,
+        secret_sealed: sealed,
+        events: input.events,
+        created_at: at,
+        updated_at: at,
+    };
+    app.subscriptions.push(subscription.clone());
+    app.updated_at = at;
+    if !ctx.state.store.update_app(&app).await? {
+        return Err(ApiError::not_found("app"));
+    }
+    Reply::json(
+        StatusCode::CREATED,
+        NewSubscription {
+            subscription: products::subscription_view(subscription),
+            secret,
+        },
+    )
+}
+
+/// Refuses a URL whose host the egress policy keeps the dashboard from reaching (the
+/// delivery worker checks again at each attempt).
+async fn reachable(ctx: &Ctx, url: &str) -> Result<(), ApiError> {
+    let parsed = url::Url::parse(url)
+        .map_err(|_| ApiError::bad_request(format!("invalid field `url`: `{url}` is not a URL")))?;
+    let host = parsed.host_str().unwrap_or_default();
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    ctx.state
+        .egress
+        .resolve(host, port)
+        .await
+        .map(|_| ())
+        .map_err(|e| ApiError::bad_request(format!("invalid field `url`: {e}")))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions/{subscriptionId}",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+        ("subscriptionId" = String, Path, description = "One of the app's subscriptions."),
+    ),
+    responses(
+        (status = 200, description = "Unsubscribed.", body = Object),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "No such app or subscription.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn unsubscribe(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let (mut app, _) = own_app(&ctx, &signed).await?;
+    let id = ctx.param(2).to_owned();
+    let before = app.subscriptions.len();
+    app.subscriptions.retain(|s| s.id != id);
+    if app.subscriptions.len() == before {
+        return Err(ApiError::not_found("subscription"));
+    }
+    app.updated_at = now();
+    if !ctx.state.store.update_app(&app).await? {
+        return Err(ApiError::not_found("app"));
+    }
+    Reply::outcome(StatusCode::OK, "unsubscribed", Some(&id), &id)
+}
+
+#[utoipa::path(
+    post,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions/{subscriptionId}/test",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+        ("subscriptionId" = String, Path, description = "One of the app's subscriptions."),
+    ),
+    responses(
+        (status = 202, description = "A `sluice.test` event is queued for the subscription, signed with its secret.", body = Object),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "No such app or subscription.", body = ErrorBody),
+        (status = 429, description = "Too many test events for the subscription.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let (app, product) = own_app(&ctx, &signed).await?;
+    let sub = app
+        .subscriptions
+        .iter()
+        .find(|s| s.id == ctx.param(2))
+        .ok_or_else(|| ApiError::not_found("subscription"))?;
+    ctx.state.accounts.attempt(
+        &format!("portal:test:{}", sub.id),
+        TESTS_PER_MINUTE,
+        std::time::Duration::from_secs(60),
+    )?;
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    let body = json!({
+        "id": id,
+        "event": TEST_EVENT,
+        "product_id": product.id,
+        "created_at": rfc3339(now()),
+        "data": {"test": true, "app_id": app.id, "subscription_id": sub.id},
+    });
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let delivery = DeliveryRecord {
+        id: products::delivery_id(&sub.id, &id),
+        org_id: app.org_id.clone(),
+        source: format!("subscription:{}", sub.id),
+        event: TEST_EVENT.into(),
+        method: "POST".into(),
+        url: sub.url.clone(),
+        headers: json!({"content-type": "application/json"}).to_string(),
+        body: body.to_string().into_bytes(),
+        secret_sealed: Some(sub.secret_sealed.clone()),
+        status: PENDING.into(),
+        attempts: 0,
+        max_attempts: i64::from(ctx.state.config.webhooks.max_attempts.max(1)),
+        next_attempt_at: now_ms,
+        lease_until: 0,
+        last_status: None,
+        last_error: None,
+        created_at: now_ms,
+        updated_at: now_ms,
+    };
+    ctx.state
+        .store
+        .enqueue_deliveries(std::slice::from_ref(&delivery), now_ms)
+        .await?;
+    ctx.state.deliveries_queued.notify_one();
+    Reply::json(
+        StatusCode::ACCEPTED,
+        json!({"Status": "OK", "Message": "test event queued", "delivery_id": delivery.id}),
+    )
+}
+
+/// The delivery sources of an app's subscriptions.
+fn sources(app: &AppRecord) -> Vec<String> {
+    app.subscriptions
+        .iter()
+        .map(|s| format!("subscription:{}", s.id))
+        .collect()
+}
+
+#[utoipa::path(
+    get,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/deliveries",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+        ("p" = Option<i64>, Query, description = "Page number from 1 (20 a page)."),
+    ),
+    responses(
+        (status = 200, description = "A page of the deliveries to the app's subscriptions, newest first, each with its attempts (status, error, latency).", body = DeveloperDeliveries),
+        (status = 400, description = "A bad query parameter.", body = ErrorBody),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn log(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = signed_in(&ctx).await?;
+    let (app, _) = own_app(&ctx, &signed).await?;
+    let p = match ctx.query("p") {
+        None => 1,
+        Some(text) => text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|p| *p >= 1)
+            .ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "query parameter `p`: `{text}` is not a page number from 1"
+                ))
+            })?,
+    };
+    let page = crate::store::Page::new(LOG_PAGE, p - 1);
+    let store = &ctx.state.store;
+    let (records, total) = store
+        .list_deliveries_from(&app.org_id, &sources(&app), page)
+        .await?;
+    let mut out = Vec::with_capacity(records.len());
+    for record in records {
+        let attempts = match store.delivery(&app.org_id, &record.id).await? {
+            Some((_, attempts)) => attempts,
+            None => Vec::new(),
+        };
+        out.push(deliveries::detail(record, attempts));
+    }
+    Reply::json(
+        StatusCode::OK,
+        DeveloperDeliveries {
+            deliveries: out,
+            pages: (total + LOG_PAGE - 1) / LOG_PAGE,
+        },
+    )
+}
+
+#[utoipa::path(
+    post,
+    path = "/portal/api/orgs/{orgId}/apps/{appId}/deliveries/{deliveryId}/redeliver",
+    tag = "portal-developers",
+    params(
+        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        ("appId" = String, Path, description = "One of the developer's apps."),
+        ("deliveryId" = String, Path, description = "A dead delivery to one of the app's subscriptions."),
+    ),
+    responses(
+        (status = 200, description = "Queued again, due now.", body = Object),
+        (status = 401, description = "Not signed in.", body = ErrorBody),
+        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        (status = 404, description = "No such app, or no such delivery to its subscriptions.", body = ErrorBody),
+        (status = 409, description = "The delivery is not dead.", body = ErrorBody),
+    ),
+    security(("portal_session" = []))
+)]
+pub async fn redeliver(ctx: Ctx) -> Result<Reply, ApiError> {
+    let signed = writer(&ctx).await?;
+    let (app, _) = own_app(&ctx, &signed).await?;
+    let id = ctx.param(2);
+    let found = ctx.state.store.delivery(&app.org_id, id).await?;
+    let delivery = found
+        .map(|(d, _)| d)
+        .filter(|d| sources(&app).contains(&d.source))
+        .ok_or_else(|| ApiError::not_found("delivery"))?;
+    deliveries::replay_dead(&ctx, &delivery).await?;
+    Reply::outcome(StatusCode::OK, "delivery queued again", Some(id), id)
+}
