@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 
 use common::dashboard::{assert_error, send, Db};
 use sluice::store::{AfterAttempt, AttemptRecord, AttemptResult, Store};
+use sluice::webhook::sign;
 
 const ADMIN_KEY: &str = "developers-admin-key-0123456789";
 const SECRET: &str = "a-test-secret-for-sealing";
@@ -160,6 +161,7 @@ async fn scenario(dir: &Path, store_url: &str) {
     )))
     .await;
     let pets = made.1["ID"].as_str().unwrap().to_owned();
+    let pets_secret = made.1["publish_secret"].as_str().unwrap().to_owned();
     let made = send(db.req(Method::POST, "/api/portal/products").json(&product(
         "Orders",
         &["orders"],
@@ -762,6 +764,63 @@ async fn scenario(dir: &Path, store_url: &str) {
     assert_eq!(removed.0, 200, "{}", removed.1);
     assert!(gateway_key(&db, &bobs_key).await.is_none());
     assert_eq!(bob.get("/apps").await.0, 401);
+
+    // A product's keys follow its APIs; an unpublished product issues no new keys.
+    let (status, issued) = forgot.post(&format!("/apps/{shop}/key"), json!({})).await;
+    assert_eq!(status, 201, "{issued}");
+    let shop_key = issued["key_id"].as_str().unwrap().to_owned();
+    let put = |apis: &[&str], published: bool| {
+        let mut body = product("Pets", apis, "auto");
+        body["published"] = published.into();
+        db.req(Method::PUT, &format!("/api/portal/products/{pets}"))
+            .json(&body)
+    };
+    assert_eq!(send(put(&["pets", "orders"], true)).await.0, 200);
+    let policy = gateway_key(&db, &shop_key).await.unwrap();
+    let rights: Vec<&String> = policy["access_rights"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(rights, ["orders", "pets"], "{policy}");
+    assert_eq!(send(put(&["orders"], false)).await.0, 200);
+    let policy = gateway_key(&db, &shop_key).await.unwrap();
+    let rights: Vec<&String> = policy["access_rights"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
+    assert_eq!(rights, ["orders"], "{policy}");
+    assert_error(
+        &forgot.post(&format!("/apps/{shop}/key"), json!({})).await,
+        409,
+        "no longer published",
+    );
+    assert_eq!(send(put(&["pets"], true)).await.0, 200);
+
+    // A refused app's subscriptions get no more events, and its key is gone.
+    let publish = |key: &str| {
+        let body = r#"{"order": 1}"#;
+        let t = chrono::Utc::now().timestamp();
+        db.http
+            .post(db.url(&format!("/api/portal/products/{pets}/events")))
+            .header(
+                "Sluice-Signature",
+                sign::sign(pets_secret.as_bytes(), t, body.as_bytes()),
+            )
+            .header("Sluice-Event", "order.paid")
+            .header("Idempotency-Key", key.to_owned())
+            .header("Content-Type", "application/json")
+            .body(body)
+    };
+    let (status, accepted) = send(publish("before")).await;
+    assert_eq!(status, 202, "{accepted}");
+    assert_eq!(accepted["deliveries"], 1, "{accepted}");
+    let refused = send(db.req(Method::POST, &format!("/api/portal/apps/{shop}/reject"))).await;
+    assert_eq!(refused.0, 200, "{}", refused.1);
+    let (_, accepted) = send(publish("after")).await;
+    assert_eq!(accepted["deliveries"], 0, "{accepted}");
+    assert!(gateway_key(&db, &shop_key).await.is_none());
 
     // An app's deletion revokes its key; so does its product's.
     let (_, made) = forgot

@@ -18,6 +18,16 @@ function snippet(label, text) {
   return h('div', { class: 'snippet' }, h('pre', { 'aria-label': label }, h('code', {}, text)), copy);
 }
 
+/** `text` as one single-quoted shell word, whatever it holds. */
+function shellWord(text) {
+  return `'${text.replace(/'/g, "'\\''")}'`;
+}
+
+/** `text` as a JavaScript string literal. */
+function jsString(text) {
+  return JSON.stringify(text);
+}
+
 /** The full URL of a channel of the AsyncAPI document. */
 function channelUrl(doc, channel) {
   const ref = (channel.servers && channel.servers[0] && channel.servers[0].$ref) || '';
@@ -36,15 +46,15 @@ function operation(doc, id, op) {
   if (channel.description) parts.push(h('p', {}, channel.description));
   if (ws) {
     parts.push(snippet(`WebSocket example for ${channel.address}`,
-      `const socket = new WebSocket('${url}');\nsocket.onmessage = (event) => console.log(event.data);\nsocket.onopen = () => socket.send(JSON.stringify({ hello: 'world' }));`));
+      `const socket = new WebSocket(${jsString(url)});\nsocket.onmessage = (event) => console.log(event.data);\nsocket.onopen = () => socket.send(JSON.stringify({ hello: 'world' }));`));
   } else if (op.action === 'receive' && method) {
     parts.push(snippet(`curl example for ${channel.address}`,
-      `curl -X ${method} '${url}' \\\n  -H "Authorization: $SLUICE_KEY" \\\n  -H 'Content-Type: application/json' \\\n  -d '{"hello": "world"}'`));
+      `curl -X ${method} ${shellWord(url)} \\\n  -H "Authorization: $SLUICE_KEY" \\\n  -H 'Content-Type: application/json' \\\n  -d '{"hello": "world"}'`));
   } else if (op.action === 'send' && method === 'GET') {
     parts.push(snippet(`curl example for ${channel.address}`,
-      `curl -N '${url}' \\\n  -H "Authorization: $SLUICE_KEY" \\\n  -H 'Accept: text/event-stream'`));
+      `curl -N ${shellWord(url)} \\\n  -H "Authorization: $SLUICE_KEY" \\\n  -H 'Accept: text/event-stream'`));
     parts.push(snippet(`EventSource example for ${channel.address}`,
-      `// EventSource sends no headers: the API must take the key another way\n// (a query parameter or a cookie), or read the stream with fetch.\nconst events = new EventSource('${url}');\nevents.onmessage = (event) => console.log(JSON.parse(event.data));`));
+      `// EventSource sends no headers: the API must take the key another way\n// (a query parameter or a cookie), or read the stream with fetch.\nconst events = new EventSource(${jsString(url)});\nevents.onmessage = (event) => console.log(JSON.parse(event.data));`));
   }
   return h('div', { class: 'channel', 'data-operation': id }, parts);
 }

@@ -78,6 +78,32 @@ pub struct PortalConfig {
     /// Mark session cookies `Secure` even when the request did not come over TLS (set it
     /// when a TLS proxy in front does not send `X-Forwarded-Proto: https`).
     pub secure_cookies: bool,
+    /// Proxies in front (addresses or ranges, `10.0.0.0/8`): from them the client's
+    /// address, which the limits count, is read from `X-Forwarded-For`.
+    pub trusted_proxies: Vec<String>,
+}
+
+impl PortalConfig {
+    /// `trusted_proxies` as ranges; the index and text of each entry that is not one.
+    pub fn proxies(&self) -> Result<Vec<ipnet::IpNet>, Vec<(usize, String)>> {
+        let mut nets = Vec::new();
+        let mut bad = Vec::new();
+        for (i, entry) in self.trusted_proxies.iter().enumerate() {
+            let text = entry.trim();
+            match text
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            {
+                Ok(net) => nets.push(net),
+                Err(_) => bad.push((i, entry.clone())),
+            }
+        }
+        if bad.is_empty() {
+            Ok(nets)
+        } else {
+            Err(bad)
+        }
+    }
 }
 
 impl Default for PortalConfig {
@@ -92,6 +118,7 @@ impl Default for PortalConfig {
             max_developers: 10_000,
             max_apps_per_developer: 20,
             secure_cookies: false,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -278,6 +305,7 @@ const OVERRIDABLE: Overridable = Overridable {
                 "max_developers",
                 "max_apps_per_developer",
                 "secure_cookies",
+                "trusted_proxies",
             ],
         ),
     ],
@@ -392,6 +420,17 @@ impl DashboardConfig {
                 errors.push(ConfigError::new("must be above zero").at(at(key)));
             }
         }
+        if let Err(bad) = self.portal.proxies() {
+            for (i, entry) in bad {
+                let path = format!("portal.trusted_proxies[{i}]");
+                errors.push(
+                    ConfigError::new(format!(
+                        "`{entry}` is not an address or a range (10.0.0.0/8)"
+                    ))
+                    .at(at(&path)),
+                );
+            }
+        }
         if self.store.url.trim().is_empty() {
             errors.push(ConfigError::new("must not be empty").at(at("store.url")));
         }
@@ -475,6 +514,19 @@ mod tests {
         assert_eq!(c.console.redact, ["x-trace-token"]);
         let e = parse("db.yaml", "console:\n  redcat: []\n", &[]).unwrap_err();
         assert!(e.to_string().contains("db.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn the_portal_trusts_the_proxies_it_is_told() {
+        let c = parse(
+            "db.yaml",
+            "portal:\n  trusted_proxies: [10.0.0.0/8, '::1']\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.portal.proxies().unwrap().len(), 2);
+        let e = parse("db.yaml", "portal:\n  trusted_proxies: [nope]\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("portal.trusted_proxies[0]"), "{e}");
     }
 
     #[test]

@@ -30,8 +30,12 @@ use crate::store::{
 
 /// The event a test delivery carries.
 pub const TEST_EVENT: &str = "sluice.test";
-/// Test events one subscription may send per minute.
+/// Test events one developer may send per minute.
 const TESTS_PER_MINUTE: u64 = 10;
+/// Redeliveries one developer may ask for per minute.
+const REDELIVERIES_PER_MINUTE: u64 = 30;
+/// Keys one app may be issued per minute.
+const KEYS_PER_MINUTE: u64 = 10;
 /// Deliveries on one page of an app's log.
 const LOG_PAGE: i64 = 20;
 
@@ -165,20 +169,8 @@ async fn issue_key(
     product: &ProductRecord,
 ) -> Result<(String, String), ApiError> {
     let org = &app.org_id;
-    let apis: Vec<String> = ctx
-        .state
-        .store
-        .list_apis_of_org(org)
-        .await?
-        .into_iter()
-        .map(|a| a.id)
-        .collect();
-    let access_rights: BTreeMap<String, AccessRight> = product
-        .api_ids
-        .iter()
-        .filter(|id| apis.contains(id))
-        .map(|id| (id.clone(), AccessRight::default()))
-        .collect();
+    let apis = api_ids_of(ctx, org).await?;
+    let access_rights = access_rights(product, &apis);
     let mut meta = serde_json::Map::new();
     meta.insert("portal_app".into(), app.id.clone().into());
     meta.insert("portal_product".into(), product.id.clone().into());
@@ -196,14 +188,115 @@ async fn issue_key(
     Ok((session.id, token))
 }
 
-/// Revokes gateway keys; one that fails is logged and the rest go on.
-pub(super) async fn revoke_keys(ctx: &Ctx, ids: &[String]) {
-    let keys = keys(ctx);
-    for id in ids {
-        if let Err(e) = keys.delete(id).await {
-            super::developers::revoke_failed(id, e);
-        }
+/// Whose gateway keys to revoke. Every key the portal makes names its app, product and
+/// developer in its `meta`.
+pub(super) enum KeyOf<'a> {
+    App(&'a str),
+    Product(&'a str),
+    Developer(&'a str),
+}
+
+impl KeyOf<'_> {
+    fn matches(&self, meta: &serde_json::Map<String, serde_json::Value>) -> bool {
+        let (name, id) = match self {
+            KeyOf::App(id) => ("portal_app", id),
+            KeyOf::Product(id) => ("portal_product", id),
+            KeyOf::Developer(id) => ("portal_developer", id),
+        };
+        meta.get(name).and_then(serde_json::Value::as_str) == Some(*id)
     }
+}
+
+/// Revokes every gateway key of the organisation that `of` names. Keys are found by
+/// what their `meta` says rather than by the `key_id` an app holds, so that a key made
+/// by a request that raced this one goes too. One that cannot be deleted is logged.
+pub(super) async fn revoke_keys(ctx: &Ctx, org: &str, of: KeyOf<'_>) -> Result<(), ApiError> {
+    let keys = keys(ctx);
+    let sessions = keys.list_of(Some(org)).await.map_err(key_error)?;
+    for s in sessions.iter().filter(|s| of.matches(&s.policy.meta)) {
+        revoke_key_id(ctx, &s.id).await;
+    }
+    Ok(())
+}
+
+/// Sets the access rights of every key of `product`'s apps to the product's APIs as they
+/// are now: an API taken out of a product is closed to its keys at once.
+pub(super) async fn rescope_keys(ctx: &Ctx, product: &ProductRecord) -> Result<(), ApiError> {
+    let keys = keys(ctx);
+    let org = &product.org_id;
+    let apis = api_ids_of(ctx, org).await?;
+    let rights = access_rights(product, &apis);
+    let known = move |id: &str| apis.iter().any(|a| a == id);
+    let sessions = keys.list_of(Some(org)).await.map_err(key_error)?;
+    for s in sessions
+        .iter()
+        .filter(|s| KeyOf::Product(&product.id).matches(&s.policy.meta))
+    {
+        if s.policy.access_rights == rights {
+            continue;
+        }
+        let request = KeyRequest {
+            org_id: Some(org.clone()),
+            access_rights: rights.clone(),
+            meta: s.policy.meta.clone(),
+            ..KeyRequest::default()
+        };
+        keys.update(&s.id, request, &known)
+            .await
+            .map_err(key_error)?;
+    }
+    Ok(())
+}
+
+async fn api_ids_of(ctx: &Ctx, org: &str) -> Result<Vec<String>, ApiError> {
+    Ok(ctx
+        .state
+        .store
+        .list_apis_of_org(org)
+        .await?
+        .into_iter()
+        .map(|a| a.id)
+        .collect())
+}
+
+/// What a key of `product`'s apps may reach: its APIs that exist.
+fn access_rights(product: &ProductRecord, apis: &[String]) -> BTreeMap<String, AccessRight> {
+    product
+        .api_ids
+        .iter()
+        .filter(|id| apis.contains(id))
+        .map(|id| (id.clone(), AccessRight::default()))
+        .collect()
+}
+
+/// Revokes one gateway key; a failure is logged.
+async fn revoke_key_id(ctx: &Ctx, id: &str) {
+    if let Err(e) = keys(ctx).delete(id).await {
+        super::developers::revoke_failed(id, e);
+    }
+}
+
+/// Gives `app` the new key `new` in place of `old`, or revokes `new` when the app
+/// changed meanwhile (another rotation, a refusal, a deletion): 409 then.
+async fn swap_key(
+    ctx: &Ctx,
+    app: &AppRecord,
+    old: Option<&str>,
+    new: &str,
+) -> Result<(), ApiError> {
+    let swapped = ctx
+        .state
+        .store
+        .swap_app_key(&app.org_id, &app.id, old, Some(new), now())
+        .await;
+    if !matches!(swapped, Ok(true)) {
+        revoke_key_id(ctx, new).await;
+        swapped?;
+        return Err(ApiError::Conflict(
+            "the app changed meanwhile (its key was rotated or revoked, or its access refused): read it again".into(),
+        ));
+    }
+    Ok(())
 }
 
 #[utoipa::path(
@@ -285,17 +378,16 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
         status: if auto { APPROVED } else { PENDING_APPROVAL }.into(),
         key_id: None,
     };
-    if !store.insert_app(&app).await? {
-        return Err(ApiError::bad_request(
-            "invalid field `product_id`: the product is gone",
-        ));
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    if !store.insert_app(&app, max).await? {
+        return Err(ApiError::Conflict(format!(
+            "a developer has at most {max} apps, and the product must still be there"
+        )));
     }
     let mut key = None;
     if auto {
         let (key_id, token) = issue_key(&ctx, &app, &product).await?;
-        store
-            .set_app_access(&app.org_id, &app.id, APPROVED, Some(&key_id), now())
-            .await?;
+        swap_key(&ctx, &app, None, &key_id).await?;
         app.key_id = Some(key_id);
         key = Some(token);
     }
@@ -349,7 +441,7 @@ pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, _) = own_app(&ctx, &signed).await?;
     ctx.state.store.delete_app(&app.org_id, &app.id).await?;
-    revoke_keys(&ctx, app.key_id.as_slice()).await;
+    revoke_keys(&ctx, &app.org_id, KeyOf::App(&app.id)).await?;
     Reply::outcome(StatusCode::OK, "app deleted", Some(&app.id), &app.id)
 }
 
@@ -374,12 +466,22 @@ pub async fn rotate_key(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, product) = own_app(&ctx, &signed).await?;
     approved(&app)?;
+    if !product.published {
+        return Err(ApiError::Conflict(format!(
+            "product `{}` is no longer published: it issues no new keys",
+            product.name
+        )));
+    }
+    ctx.state.accounts.attempt(
+        &format!("portal:keys:{}", app.id),
+        KEYS_PER_MINUTE,
+        std::time::Duration::from_secs(60),
+    )?;
     let (key_id, key) = issue_key(&ctx, &app, &product).await?;
-    ctx.state
-        .store
-        .set_app_access(&app.org_id, &app.id, APPROVED, Some(&key_id), now())
-        .await?;
-    revoke_keys(&ctx, app.key_id.as_slice()).await;
+    swap_key(&ctx, &app, app.key_id.as_deref(), &key_id).await?;
+    if let Some(old) = &app.key_id {
+        revoke_key_id(&ctx, old).await;
+    }
     Reply::json(StatusCode::CREATED, NewKey { key_id, key })
 }
 
@@ -405,11 +507,12 @@ pub async fn revoke_key(ctx: Ctx) -> Result<Reply, ApiError> {
     let Some(key_id) = app.key_id.clone() else {
         return Err(ApiError::not_found("key"));
     };
+    // Whatever the app holds now, this key goes.
     ctx.state
         .store
-        .set_app_access(&app.org_id, &app.id, &app.status, None, now())
+        .swap_app_key(&app.org_id, &app.id, Some(&key_id), None, now())
         .await?;
-    revoke_keys(&ctx, std::slice::from_ref(&key_id)).await;
+    revoke_key_id(&ctx, &key_id).await;
     Reply::outcome(StatusCode::OK, "key revoked", Some(&key_id), &app.id)
 }
 
@@ -587,8 +690,9 @@ pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
         .iter()
         .find(|s| s.id == ctx.param(2))
         .ok_or_else(|| ApiError::not_found("subscription"))?;
+    // Per developer: a new subscription must not bring a fresh allowance.
     ctx.state.accounts.attempt(
-        &format!("portal:test:{}", sub.id),
+        &format!("portal:test:{}", signed.developer.id),
         TESTS_PER_MINUTE,
         std::time::Duration::from_secs(60),
     )?;
@@ -716,6 +820,11 @@ pub async fn log(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn redeliver(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, _) = own_app(&ctx, &signed).await?;
+    ctx.state.accounts.attempt(
+        &format!("portal:redeliver:{}", signed.developer.id),
+        REDELIVERIES_PER_MINUTE,
+        std::time::Duration::from_secs(60),
+    )?;
     let id = ctx.param(2);
     let found = ctx.state.store.delivery(&app.org_id, id).await?;
     let delivery = found

@@ -51,6 +51,8 @@ pub const MAX_PASSWORD_LEN: usize = 128;
 const MAX_EMAIL_LEN: usize = 254;
 /// Argon2 runs at once: each holds 19 MiB and a core for tens of milliseconds.
 const HASHING_AT_ONCE: usize = 2;
+/// How long a request waits for a turn at Argon2 before it is told to come back.
+const HASHING_WAIT: Duration = Duration::from_secs(5);
 /// The event a reset token is delivered as through a webhook.
 pub const RESET_EVENT: &str = "portal.password_reset";
 
@@ -88,24 +90,46 @@ impl Signup {
 pub struct Accounts {
     limits: LocalLimiter,
     hashing: Semaphore,
+    /// `portal.trusted_proxies`: peers whose `X-Forwarded-For` names the client.
+    proxies: Vec<ipnet::IpNet>,
 }
 
 impl Default for Accounts {
     fn default() -> Self {
-        Accounts {
-            limits: LocalLimiter::new(),
-            hashing: Semaphore::new(HASHING_AT_ONCE),
-        }
+        Accounts::new(Vec::new())
     }
 }
 
 impl Accounts {
+    pub fn new(proxies: Vec<ipnet::IpNet>) -> Self {
+        Accounts {
+            limits: LocalLimiter::new(),
+            hashing: Semaphore::new(HASHING_AT_ONCE),
+            proxies,
+        }
+    }
+
     /// One attempt against `bucket`'s `rate` per `per`; 429 when it is used up.
     pub(super) fn attempt(&self, bucket: &str, rate: u64, per: Duration) -> Result<(), ApiError> {
+        self.limit(bucket, rate, per, true)
+    }
+
+    /// Whether `bucket` has an attempt left, consuming nothing: failures are counted
+    /// after the fact with [`attempt`](Self::attempt).
+    fn left(&self, bucket: &str, rate: u64, per: Duration) -> Result<(), ApiError> {
+        self.limit(bucket, rate, per, false)
+    }
+
+    fn limit(&self, bucket: &str, rate: u64, per: Duration, consume: bool) -> Result<(), ApiError> {
         let Ok(rate) = Rate::new(rate.max(1), per) else {
             return Ok(());
         };
-        match self.limits.check_rate(bucket, rate) {
+        let decision = if consume {
+            self.limits.check_rate(bucket, rate)
+        } else {
+            self.limits.peek_rate(bucket, rate)
+        };
+        match decision {
             Ok(d) if !d.allowed => Err(ApiError::TooManyRequests {
                 message: "too many attempts: wait and try again".into(),
                 retry_after: d.retry_after.map_or(1, |t| t.as_secs() + 1),
@@ -114,13 +138,22 @@ impl Accounts {
         }
     }
 
+    /// A turn at Argon2; refused after a short wait when the portal is busy hashing, so
+    /// that waiters cannot pile up without end.
+    async fn hashing_turn(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+        match tokio::time::timeout(HASHING_WAIT, self.hashing.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(e)) => Err(ApiError::Internal(e.to_string())),
+            Err(_) => Err(ApiError::TooManyRequests {
+                message: "the portal is busy: try again in a moment".into(),
+                retry_after: 1,
+            }),
+        }
+    }
+
     /// The Argon2id hash of `password`, made off the request threads.
     async fn hash(&self, password: String) -> Result<String, ApiError> {
-        let _turn = self
-            .hashing
-            .acquire()
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let _turn = self.hashing_turn().await?;
         let hash = tokio::task::spawn_blocking(move || hash_password(&password))
             .await
             .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -135,11 +168,7 @@ impl Accounts {
     /// Whether `password` is the one behind `phc`; with no account (`None`) a hash of
     /// its own is checked, so that an unknown address takes as long as a wrong password.
     async fn verify(&self, password: String, phc: Option<String>) -> Result<bool, ApiError> {
-        let _turn = self
-            .hashing
-            .acquire()
-            .await
-            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let _turn = self.hashing_turn().await?;
         tokio::task::spawn_blocking(move || match phc {
             Some(phc) => verify_password(&password, &phc),
             None => {
@@ -340,14 +369,56 @@ fn account_bucket(kind: &str, org: &str, email: &str) -> String {
     format!("portal:{kind}:{org}:{}", hex::encode(&digest[..12]))
 }
 
+/// The client's address as the limits count it: the TCP peer, or, when the peer is one
+/// of `portal.trusted_proxies`, the nearest address in `X-Forwarded-For` that is not.
+/// An IPv6 client counts by its /64, which one host usually holds whole.
+pub(super) fn client(ctx: &Ctx) -> String {
+    let trusted = &ctx.state.accounts.proxies;
+    let is_proxy = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
+    let mut ip: IpAddr = ctx.peer;
+    if is_proxy(&ip) {
+        let forwarded = ctx
+            .headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+            .collect::<Vec<_>>();
+        if let Some(found) = forwarded.into_iter().rev().find(|a| !is_proxy(a)) {
+            ip = found;
+        }
+    }
+    match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
 /// One more attempt from the caller's address.
 fn address_attempt(ctx: &Ctx) -> Result<(), ApiError> {
-    let ip: IpAddr = ctx.peer;
     ctx.state.accounts.attempt(
-        &format!("portal:addr:{ip}"),
+        &format!("portal:addr:{}", client(ctx)),
         ctx.state.config.portal.attempts_per_address,
         Duration::from_secs(60),
     )
+}
+
+/// Failures one account may have from all addresses together, per attempts it may have
+/// from one: an attacker with many addresses cannot lock a developer out cheaply.
+const ACCOUNT_CEILING: u64 = 10;
+
+/// The two limits on an account's failures: from this client, and from everywhere.
+fn account_limits(ctx: &Ctx, kind: &str, org: &str, email: &str) -> [(String, u64); 2] {
+    let per = ctx.state.config.portal.attempts_per_account;
+    let account = account_bucket(kind, org, email);
+    [
+        (format!("{account}:{}", client(ctx)), per),
+        (account, per.saturating_mul(ACCOUNT_CEILING)),
+    ]
 }
 
 /// The checks of a write to the account endpoints (sign-up, sign-in, resets), which
@@ -503,10 +574,10 @@ pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
         ));
     }
     let max = ctx.state.config.portal.max_developers;
-    if store.count_developers(&org).await? >= i64::try_from(max).unwrap_or(i64::MAX) {
-        return Err(ApiError::Conflict(format!(
-            "this portal has its most developers ({max})"
-        )));
+    let full = || ApiError::Conflict(format!("this portal has its most developers ({max})"));
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    if store.count_developers(&org).await? >= max {
+        return Err(full());
     }
     if store.developer_by_email(&org, &email).await?.is_some() {
         return Err(ApiError::Conflict(
@@ -543,8 +614,8 @@ pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
         created_at: at,
         updated_at: at,
     };
-    store
-        .insert_developer(&developer)
+    let added = store
+        .insert_developer(&developer, max)
         .await
         .map_err(|e| match e {
             crate::store::StoreError::Conflict(_) => ApiError::Conflict(
@@ -552,6 +623,9 @@ pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
             ),
             e => e.into(),
         })?;
+    if !added {
+        return Err(full());
+    }
     info!(org_id = %developer.org_id, developer_id = %developer.id, "Portal: a developer signed up.");
     start_session(&ctx, &developer, StatusCode::CREATED).await
 }
@@ -589,17 +663,22 @@ pub async fn signin(ctx: Ctx) -> Result<Reply, ApiError> {
             format!("at most {MAX_PASSWORD_LEN} characters"),
         ));
     }
-    ctx.state.accounts.attempt(
-        &account_bucket("signin", &org, &email),
-        ctx.state.config.portal.attempts_per_account,
-        Duration::from_secs(15 * 60),
-    )?;
+    // Only failures count against the account, from this client and from all.
+    let window = Duration::from_secs(15 * 60);
+    let limits = account_limits(&ctx, "signin", &org, &email);
+    for (bucket, rate) in &limits {
+        ctx.state.accounts.left(bucket, *rate, window)?;
+    }
     let found = ctx.state.store.developer_by_email(&org, &email).await?;
     let phc = found.as_ref().map(|d| d.password_hash.clone());
     let ok = ctx.state.accounts.verify(input.password, phc).await?;
     match found {
         Some(developer) if ok => start_session(&ctx, &developer, StatusCode::OK).await,
         _ => {
+            for (bucket, rate) in &limits {
+                // Counted; the next attempt is the one refused.
+                let _ = ctx.state.accounts.attempt(bucket, *rate, window);
+            }
             info!(org_id = %org, "Portal: a sign-in failed.");
             Err(ApiError::Unauthorized(
                 "wrong e-mail address or password".into(),
@@ -673,11 +752,11 @@ pub async fn reset_request(ctx: Ctx) -> Result<Reply, ApiError> {
     let org = account_write(&ctx).await?;
     let input: ResetRequest = ctx.json()?;
     let email = check_email("email", &input.email)?;
-    ctx.state.accounts.attempt(
-        &account_bucket("reset", &org, &email),
-        ctx.state.config.portal.attempts_per_account,
-        Duration::from_secs(3600),
-    )?;
+    for (bucket, rate) in account_limits(&ctx, "reset", &org, &email) {
+        ctx.state
+            .accounts
+            .attempt(&bucket, rate, Duration::from_secs(3600))?;
+    }
     if let Some(developer) = ctx.state.store.developer_by_email(&org, &email).await? {
         let token = generate_key();
         let at = now();
@@ -1016,11 +1095,10 @@ pub async fn list_developers(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn delete_developer(ctx: Ctx) -> Result<Reply, ApiError> {
     let org = ctx.caller.org_id.clone();
     let id = ctx.param(0).to_owned();
-    let keys = ctx.state.store.app_keys(&org, None, Some(&id)).await?;
     if !ctx.state.store.delete_developer(&org, &id).await? {
         return Err(ApiError::not_found("developer"));
     }
-    super::devapps::revoke_keys(&ctx, &keys).await;
+    super::devapps::revoke_keys(&ctx, &org, super::devapps::KeyOf::Developer(&id)).await?;
     Reply::outcome(StatusCode::OK, "developer deleted", Some(&id), &id)
 }
 

@@ -140,6 +140,8 @@ impl Dashboard {
         } else {
             None
         };
+        // Checked when the config was read.
+        let accounts = developers::Accounts::new(config.portal.proxies().unwrap_or_default());
         let state = Arc::new(State {
             egress,
             sealer,
@@ -153,7 +155,7 @@ impl Dashboard {
                 .as_ref()
                 .map_or_else(Default::default, Deliverer::waker),
             compiled: Default::default(),
-            accounts: Default::default(),
+            accounts,
         });
         Ok(Dashboard {
             state,

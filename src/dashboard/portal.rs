@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 
+use super::devapps::KeyOf;
 use super::error::{ApiError, ErrorBody};
 use super::ids::{new_id, now, rfc3339};
 use super::request::{Ctx, Outcome, Reply};
@@ -584,6 +585,8 @@ pub async fn update_product(ctx: Ctx) -> Result<Reply, ApiError> {
     if !ctx.state.store.update_product(&record).await? {
         return Err(ApiError::not_found("product"));
     }
+    // Its apps' keys follow the APIs it offers now.
+    super::devapps::rescope_keys(&ctx, &record).await?;
     product_outcome(StatusCode::OK, "product updated", &record, secret)
 }
 
@@ -614,11 +617,6 @@ fn open_publish_secret(sealer: &Sealer, record: &ProductRecord) -> Result<String
 )]
 pub async fn delete_product(ctx: Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param(0);
-    let keys = ctx
-        .state
-        .store
-        .app_keys(&ctx.caller.org_id, Some(id), None)
-        .await?;
     if !ctx
         .state
         .store
@@ -627,7 +625,7 @@ pub async fn delete_product(ctx: Ctx) -> Result<Reply, ApiError> {
     {
         return Err(ApiError::not_found("product"));
     }
-    super::devapps::revoke_keys(&ctx, &keys).await;
+    super::devapps::revoke_keys(&ctx, &ctx.caller.org_id, KeyOf::Product(id)).await?;
     Reply::outcome(StatusCode::OK, "product deleted", Some(id), id)
 }
 
@@ -805,7 +803,7 @@ pub async fn create_app(ctx: Ctx) -> Result<Reply, ApiError> {
         key_id: None,
     };
     apply_app(&ctx, input, &mut record).await?;
-    if !ctx.state.store.insert_app(&record).await? {
+    if !ctx.state.store.insert_app(&record, i64::MAX).await? {
         return Err(product_gone(&record));
     }
     Reply::outcome(
@@ -895,11 +893,10 @@ pub async fn update_app(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn delete_app(ctx: Ctx) -> Result<Reply, ApiError> {
     let id = ctx.param(0);
-    let app = find_app(&ctx).await?;
     if !ctx.state.store.delete_app(&ctx.caller.org_id, id).await? {
         return Err(ApiError::not_found("app"));
     }
-    super::devapps::revoke_keys(&ctx, app.key_id.as_slice()).await;
+    super::devapps::revoke_keys(&ctx, &ctx.caller.org_id, KeyOf::App(id)).await?;
     Reply::outcome(StatusCode::OK, "app deleted", Some(id), id)
 }
 
@@ -919,7 +916,7 @@ pub async fn approve_app(ctx: Ctx) -> Result<Reply, ApiError> {
     let app = find_app(&ctx).await?;
     ctx.state
         .store
-        .set_app_access(&app.org_id, &app.id, APPROVED, app.key_id.as_deref(), now())
+        .set_app_status(&app.org_id, &app.id, APPROVED, now())
         .await?;
     Reply::outcome(StatusCode::OK, "app approved", Some(&app.id), &app.id)
 }
@@ -930,7 +927,7 @@ pub async fn approve_app(ctx: Ctx) -> Result<Reply, ApiError> {
     tag = "portal",
     params(("appId" = String, Path, description = "The app's id.")),
     responses(
-        (status = 200, description = "Refused: its key, if it had one, is revoked.", body = Outcome),
+        (status = 200, description = "Refused: its keys are revoked and its subscriptions get no more events.", body = Outcome),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
         (status = 404, description = "No such app in the organisation.", body = ErrorBody),
     ),
@@ -940,9 +937,10 @@ pub async fn reject_app(ctx: Ctx) -> Result<Reply, ApiError> {
     let app = find_app(&ctx).await?;
     ctx.state
         .store
-        .set_app_access(&app.org_id, &app.id, REJECTED, None, now())
+        .set_app_status(&app.org_id, &app.id, REJECTED, now())
         .await?;
-    super::devapps::revoke_keys(&ctx, app.key_id.as_slice()).await;
+    // After the status: a key a rotation makes from now on is refused its place.
+    super::devapps::revoke_keys(&ctx, &app.org_id, KeyOf::App(&app.id)).await?;
     Reply::outcome(StatusCode::OK, "app rejected", Some(&app.id), &app.id)
 }
 

@@ -193,6 +193,16 @@ impl LocalLimiter {
 
     /// One request against the bucket's rate. Allowed requests consume; refused ones do not.
     pub fn check_rate(&self, bucket: &str, rate: Rate) -> Result<Decision, LimitError> {
+        self.rate(bucket, rate, true)
+    }
+
+    /// What [`check_rate`](Self::check_rate) would answer, consuming nothing: for limits
+    /// that count only some outcomes (failed sign-ins), checked before and counted after.
+    pub fn peek_rate(&self, bucket: &str, rate: Rate) -> Result<Decision, LimitError> {
+        self.rate(bucket, rate, false)
+    }
+
+    fn rate(&self, bucket: &str, rate: Rate, consume: bool) -> Result<Decision, LimitError> {
         rate.validate()?;
         let g = Gcra::new(rate, NANO);
         let now = self.now();
@@ -221,7 +231,7 @@ impl LocalLimiter {
                     reset: Duration::from_nanos(ahead),
                     retry_after: None,
                 };
-                (allowed, Some(new_tat))
+                (allowed, consume.then_some(new_tat))
             }))
     }
 
@@ -469,6 +479,19 @@ mod tests {
             }
         }
         assert!(l.len() < 100 + SHARDS * 8 * 2, "{} entries held", l.len());
+    }
+
+    #[tokio::test]
+    async fn a_peek_consumes_nothing() {
+        let l = LocalLimiter::new();
+        let rate = Rate::new(2, Duration::from_secs(60)).unwrap();
+        for _ in 0..5 {
+            assert!(l.peek_rate("b", rate).unwrap().allowed);
+        }
+        assert!(l.check_rate("b", rate).unwrap().allowed);
+        assert!(l.check_rate("b", rate).unwrap().allowed);
+        assert!(!l.peek_rate("b", rate).unwrap().allowed);
+        assert!(!l.check_rate("b", rate).unwrap().allowed);
     }
 
     #[test]

@@ -92,13 +92,19 @@ impl Store {
         Ok(())
     }
 
-    /// Adds a developer; [`StoreError::Conflict`] when the address has an account in
-    /// the organisation's portal already.
-    pub async fn insert_developer(&self, d: &DeveloperRecord) -> Result<(), StoreError> {
-        with_pool!(self, |pool| {
+    /// Adds a developer while the portal has fewer than `max` (checked in the same
+    /// statement, so sign-ups at once cannot pass it together); `false` when it has
+    /// them. [`StoreError::Conflict`] when the address has an account already.
+    pub async fn insert_developer(
+        &self,
+        d: &DeveloperRecord,
+        max: i64,
+    ) -> Result<bool, StoreError> {
+        let n = with_pool!(self, |pool| {
             sqlx::query(
                 "INSERT INTO portal_developers (id, org_id, email, password_hash, created_at, \
-                 updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                 updated_at) SELECT $1, $2, $3, $4, $5, $6 \
+                 WHERE (SELECT COUNT(*) FROM portal_developers WHERE org_id = $2) < $7",
             )
             .bind(d.id.as_str())
             .bind(d.org_id.as_str())
@@ -106,11 +112,13 @@ impl Store {
             .bind(d.password_hash.as_str())
             .bind(d.created_at)
             .bind(d.updated_at)
+            .bind(max)
             .execute(pool)
             .await
-            .map_err(|e| super::orgs::conflict_or(e, "a developer with this e-mail address"))?;
+            .map_err(|e| super::orgs::conflict_or(e, "a developer with this e-mail address"))?
+            .rows_affected()
         });
-        Ok(())
+        Ok(n > 0)
     }
 
     /// The organisation's developer with address `email`.
@@ -367,18 +375,23 @@ mod tests {
     async fn one_account_per_address_and_portal() {
         let store = store_with_orgs(&["o1", "o2"]).await;
         store
-            .insert_developer(&developer("d1", "o1", "a@x.io"))
+            .insert_developer(&developer("d1", "o1", "a@x.io"), 10)
             .await
             .unwrap();
         let again = store
-            .insert_developer(&developer("d2", "o1", "a@x.io"))
+            .insert_developer(&developer("d2", "o1", "a@x.io"), 10)
             .await;
         assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
         // Another organisation's portal is another set of accounts.
         store
-            .insert_developer(&developer("d3", "o2", "a@x.io"))
+            .insert_developer(&developer("d3", "o2", "a@x.io"), 1)
             .await
             .unwrap();
+        // A full portal takes no more.
+        assert!(!store
+            .insert_developer(&developer("d4", "o2", "b@x.io"), 1)
+            .await
+            .unwrap());
         let found = store.developer_by_email("o1", "a@x.io").await.unwrap();
         assert_eq!(found.unwrap().id, "d1");
         assert_eq!(store.count_developers("o2").await.unwrap(), 1);
@@ -388,7 +401,7 @@ mod tests {
     async fn sessions_last_until_they_expire_or_the_password_changes() {
         let store = store_with_orgs(&["o1"]).await;
         let d = developer("d1", "o1", "a@x.io");
-        store.insert_developer(&d).await.unwrap();
+        store.insert_developer(&d, 10).await.unwrap();
         store.insert_session("s1", &d, 100, 200).await.unwrap();
         store.insert_session("s2", &d, 100, 300).await.unwrap();
         assert!(store.session_developer("s1", 150).await.unwrap().is_some());

@@ -219,10 +219,13 @@ const APP_COLUMNS: &str = "SELECT id, org_id, product_id, name, developer, creat
      updated_at, developer_id, status, key_id FROM portal_apps";
 /// Inserts only when the product is the organisation's, so an app never points across
 /// organisations whatever the caller checked before.
+/// A developer's app is inserted only while they have fewer than `$11` apps, checked in
+/// the same statement, so that requests at once cannot pass the cap together.
 const INSERT_APP: &str = "INSERT INTO portal_apps (id, org_id, product_id, name, developer, \
      created_at, updated_at, developer_id, status, key_id) \
      SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS \
-     (SELECT 1 FROM portal_products WHERE id = $3 AND org_id = $2)";
+     (SELECT 1 FROM portal_products WHERE id = $3 AND org_id = $2) \
+     AND (SELECT COUNT(*) FROM portal_apps WHERE developer_id = $8) < $11";
 const UPDATE_APP: &str = "UPDATE portal_apps SET product_id = $3, name = $4, developer = $5, \
      updated_at = $6 WHERE org_id = $1 AND id = $2 AND EXISTS \
      (SELECT 1 FROM portal_products WHERE id = $3 AND org_id = $1)";
@@ -387,8 +390,13 @@ impl Store {
     }
 
     /// Adds an app with its subscriptions, all or nothing. `false` (and nothing written)
-    /// when its product is not one of the organisation's.
-    pub async fn insert_app(&self, app: &AppRecord) -> Result<bool, StoreError> {
+    /// when its product is not one of the organisation's, or its developer has
+    /// `max_per_developer` apps already.
+    pub async fn insert_app(
+        &self,
+        app: &AppRecord,
+        max_per_developer: i64,
+    ) -> Result<bool, StoreError> {
         let added = with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
             let n = sqlx::query(INSERT_APP)
@@ -402,6 +410,7 @@ impl Store {
                 .bind(app.developer_id.as_deref())
                 .bind(app.status.as_str())
                 .bind(app.key_id.as_deref())
+                .bind(max_per_developer)
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| super::orgs::conflict_or(e, &format!("app '{}'", app.id)))?
@@ -531,25 +540,24 @@ impl Store {
         apps(rows, subscriptions)
     }
 
-    /// Sets app `id`'s access to its product and the key it holds. `false` when the
-    /// organisation has no such app.
-    pub async fn set_app_access(
+    /// Sets app `id`'s access to its product (and forgets its key when it is not
+    /// approved). `false` when the organisation has no such app.
+    pub async fn set_app_status(
         &self,
         org_id: &str,
         id: &str,
         status: &str,
-        key_id: Option<&str>,
         updated_at: i64,
     ) -> Result<bool, StoreError> {
         let n = with_pool!(self, |pool| {
             sqlx::query(
-                "UPDATE portal_apps SET status = $3, key_id = $4, updated_at = $5 \
+                "UPDATE portal_apps SET status = $3, updated_at = $4, \
+                 key_id = CASE WHEN $3 = 'approved' THEN key_id ELSE NULL END \
                  WHERE org_id = $1 AND id = $2",
             )
             .bind(org_id)
             .bind(id)
             .bind(status)
-            .bind(key_id)
             .bind(updated_at)
             .execute(pool)
             .await?
@@ -558,26 +566,33 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// The gateway keys held by the apps on product `product_id` (to revoke with it), or
-    /// by developer `developer_id`'s apps when that is given instead.
-    pub async fn app_keys(
+    /// Replaces app `id`'s key `old` with `new`, only while the app is approved and still
+    /// holds `old`: a rotation that raced another, a refusal or a deletion writes nothing
+    /// (`false`), and its caller revokes the key it made.
+    pub async fn swap_app_key(
         &self,
         org_id: &str,
-        product_id: Option<&str>,
-        developer_id: Option<&str>,
-    ) -> Result<Vec<String>, StoreError> {
-        let rows: Vec<(String,)> = with_pool!(self, |pool| {
-            sqlx::query_as(
-                "SELECT key_id FROM portal_apps WHERE org_id = $1 AND key_id IS NOT NULL \
-                 AND (product_id = $2 OR developer_id = $3)",
+        id: &str,
+        old: Option<&str>,
+        new: Option<&str>,
+        updated_at: i64,
+    ) -> Result<bool, StoreError> {
+        let n = with_pool!(self, |pool| {
+            sqlx::query(
+                "UPDATE portal_apps SET key_id = $4, updated_at = $5 \
+                 WHERE org_id = $1 AND id = $2 AND status = 'approved' \
+                 AND (key_id = $3 OR (key_id IS NULL AND $3 IS NULL))",
             )
             .bind(org_id)
-            .bind(product_id)
-            .bind(developer_id)
-            .fetch_all(pool)
+            .bind(id)
+            .bind(old)
+            .bind(new)
+            .bind(updated_at)
+            .execute(pool)
             .await?
+            .rows_affected()
         });
-        Ok(rows.into_iter().map(|(k,)| k).collect())
+        Ok(n > 0)
     }
 
     /// The subscriptions of the product's apps that chose `event`, oldest first.
@@ -587,10 +602,11 @@ impl Store {
         event: &str,
     ) -> Result<Vec<SubscriptionRecord>, StoreError> {
         // Events are a JSON array in text; the few subscriptions of one product are
-        // filtered here rather than with SQL that would differ between the backends.
+        // filtered here rather than with SQL that would differ between the backends. An
+        // app waiting for approval, or refused, gets no events.
         let sql = format!(
             "{SUBSCRIPTION_COLUMNS} JOIN portal_apps a ON a.id = s.app_id \
-             WHERE a.product_id = $1 ORDER BY s.created_at, s.id"
+             WHERE a.product_id = $1 AND a.status = 'approved' ORDER BY s.created_at, s.id"
         );
         let rows: Vec<SubscriptionRow> = with_pool!(self, |pool| {
             sqlx::query_as(&sql)
@@ -720,7 +736,7 @@ mod tests {
                 subscription("s2", "o1", "a1", &["e1", "e2"]),
             ],
         );
-        assert!(store.insert_app(&a1).await.unwrap());
+        assert!(store.insert_app(&a1, i64::MAX).await.unwrap());
         // Another organisation's product is refused, and nothing is written.
         let stray = app(
             "a2",
@@ -728,7 +744,7 @@ mod tests {
             "p2",
             vec![subscription("s3", "o1", "a2", &["e1"])],
         );
-        assert!(!store.insert_app(&stray).await.unwrap());
+        assert!(!store.insert_app(&stray, i64::MAX).await.unwrap());
         assert!(store.app("o1", "a2").await.unwrap().is_none());
 
         assert_eq!(store.app("o1", "a1").await.unwrap().unwrap(), a1);
@@ -799,7 +815,7 @@ mod tests {
             "p1",
             vec![subscription("s1", "o1", "a1", &["e1"])],
         );
-        assert!(store.insert_app(&a1).await.unwrap());
+        assert!(store.insert_app(&a1, i64::MAX).await.unwrap());
         assert!(!store.delete_app("o2", "a1").await.unwrap());
         assert!(store.delete_app("o1", "a1").await.unwrap());
         assert!(store

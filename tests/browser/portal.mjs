@@ -138,7 +138,7 @@ await step('the product page documents the streams, with examples and the AsyncA
   const post = page.getByLabel('curl example for /publish', { exact: true });
   assert.match(await post.textContent(), /curl -X POST '.*\/orders\/publish'/);
   const sse = page.getByLabel('EventSource example for /events', { exact: true });
-  assert.match(await sse.textContent(), /new EventSource\('.*\/orders\/events'\)/);
+  assert.match(await sse.textContent(), /new EventSource\(".*\/orders\/events"\)/);
   const [download] = await Promise.all([
     page.waitForEvent('download'),
     page.getByRole('link', { name: 'Download the AsyncAPI document' }).click(),
