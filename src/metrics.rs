@@ -23,6 +23,8 @@ pub const CONNECTION_ATTEMPTS: &str = "sluice_output_connection_attempts_total";
 pub const CONNECTION_ERRORS: &str = "sluice_output_connection_errors_total";
 pub const RETRIES: &str = "sluice_component_retries_total";
 pub const STREAM_ACTIVE: &str = "sluice_stream_active";
+pub const STREAM_STATE: &str = "sluice_stream_state";
+pub const STREAM_RECOVERIES: &str = "sluice_stream_recoveries_total";
 /// Streams stopped for good because an input gave up connecting (label `stream`).
 pub const STREAM_FAILURES: &str = "sluice_stream_failures_total";
 
@@ -194,6 +196,15 @@ fn describe() {
         "Batches sent again after a failed delivery."
     );
     describe_gauge!(STREAM_ACTIVE, "1 while a stream runs.");
+    describe_gauge!(
+        STREAM_STATE,
+        "1 for a stream's state (starting, running, failing, stopped), 0 for the others."
+    );
+    describe_counter!(
+        STREAM_RECOVERIES,
+        Unit::Count,
+        "Times a stream went from failing back to running."
+    );
     describe_counter!(
         STREAM_FAILURES,
         Unit::Count,

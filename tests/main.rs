@@ -38,6 +38,7 @@ mod resources;
 mod serve;
 mod server;
 mod store;
+mod stream_health;
 mod tenant_programs;
 mod tenants;
 mod webhooks;

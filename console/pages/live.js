@@ -37,6 +37,12 @@ export async function render(view, id) {
       first = false;
     }
     for (const stream of live.streams) update(streams, stream, live.at, history);
+    try {
+      const health = await call('GET', `/api/apis/streams/${encodeURIComponent(id)}/status`);
+      for (const s of health.streams) showHealth(streams, s);
+    } catch {
+      // The counters still show; the states come back at the next tick.
+    }
     return true;
   };
   await tick();
@@ -62,7 +68,8 @@ function streamCard(stream, apiId, running) {
       chart()));
   });
   return h('section', { class: 'card live-stream', 'data-stream': stream.name, 'aria-labelledby': `stream-${stream.name}` },
-    h('h2', { id: `stream-${stream.name}` }, stream.name),
+    h('h2', { id: `stream-${stream.name}` }, stream.name, ' ', h('span', { class: 'badge off stream-state' }, '\u2026')),
+    h('p', { class: 'stream-error', hidden: true }),
     graph,
     h('h3', {}, 'Connected clients'),
     h('ul', { class: 'clients' }),
@@ -129,6 +136,22 @@ function chart() {
   line.setAttribute('fill', 'none');
   svg.append(line);
   return svg;
+}
+
+const STATE_BADGE = { running: 'ok', starting: 'info', failing: 'bad', stopped: 'warn' };
+
+/** A stream's state by its name, and its last error while it is failing or stopped. */
+function showHealth(root, status) {
+  const card = [...root.querySelectorAll('.live-stream')].find((c) => c.dataset.stream === status.name);
+  if (!card) return;
+  const badge = card.querySelector('.stream-state');
+  badge.textContent = status.state.replace('_', ' ');
+  badge.className = `badge ${STATE_BADGE[status.state] || 'off'} stream-state`;
+  const error = card.querySelector('.stream-error');
+  const health = status.health;
+  const failed = health && health.last_error && (status.state === 'failing' || status.state === 'stopped');
+  error.hidden = !failed;
+  error.textContent = failed ? `${health.last_error} (failures: ${health.failures}, recoveries: ${health.recoveries})` : '';
 }
 
 function update(root, stream, at, history) {

@@ -30,6 +30,7 @@ pub mod orgs;
 pub mod portal;
 pub mod request;
 pub mod router;
+pub mod status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
     apis, assets, asyncapi, catalogue, certs, deliveries, devapps, developers, error, gateway_keys,
-    hooks, live, mapping, orgs, portal, request,
+    hooks, live, mapping, orgs, portal, request, status,
 };
 
 #[derive(OpenApi)]
@@ -55,6 +55,7 @@ use super::{
         apis::delete_streams,
         live::live,
         asyncapi::asyncapi,
+        status::status,
         catalogue::instance,
         catalogue::products,
         catalogue::asyncapi,
@@ -162,6 +163,11 @@ use super::{
         deliveries::Attempt,
         deliveries::DeliveryDetail,
         deliveries::DeliveryList,
+        status::ApiStatus,
+        status::StreamStatus,
+        crate::stream::health::StreamHealth,
+        crate::stream::health::Component,
+        crate::stream::health::State,
         developers::Signup,
         developers::Developer,
         developers::Session,

@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::request::{Ctx, Reply};
 use super::{
     apis, assets, asyncapi, auth, catalogue, certs, deliveries, devapps, developers, gateway_keys,
-    hooks, live, mapping, openapi, orgs, portal, State,
+    hooks, live, mapping, openapi, orgs, portal, status, State,
 };
 use crate::http::{self as h, HttpResponse};
 
@@ -94,6 +94,7 @@ pub fn routes() -> Vec<Route> {
         route!(DELETE "/api/apis/streams/{apiId}" => apis::delete_streams),
         route!(GET "/api/apis/streams/{apiId}/live" => live::live),
         route!(GET "/api/apis/streams/{apiId}/asyncapi" => asyncapi::asyncapi),
+        route!(GET "/api/apis/streams/{apiId}/status" => status::status),
         route!(POST "/api/apis/streams/{apiId}/tail" => live::tail),
         route!(GET "/api/portal/products" => portal::list_products),
         route!(POST "/api/portal/products" => portal::create_product),

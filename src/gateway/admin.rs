@@ -233,6 +233,7 @@ fn list_apis(gw: &Shared) -> HttpResponse {
                 "streams": a.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
                 "client_streams": gw.streams.client_streams(&a.id),
                 "failed_streams": gw.streams.failed_streams(&a.id),
+                "stream_states": gw.streams.states(&a.id, a.streams.iter().map(|s| s.name.as_str())),
             })
         })
         .collect();

@@ -241,6 +241,7 @@ impl Gateway {
     pub async fn serve(mut self, stop: CancellationToken) {
         let shared = self.shared.clone();
         let reloader = tokio::spawn(reload_loop(shared.clone(), stop.clone()));
+        let health = tokio::spawn(streams::watch_health(shared.clone(), stop.clone()));
         let webhooks = self.start_webhooks(&stop);
 
         let timeouts = Timeouts {
@@ -344,6 +345,7 @@ impl Gateway {
         self.shared.ready.store(true, Ordering::Release);
         stop.cancelled().await;
         reloader.abort();
+        health.abort();
         for task in webhooks {
             let _ = task.await;
         }

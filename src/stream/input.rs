@@ -114,6 +114,8 @@ pub struct InputNode {
     pub give_up: Option<GiveUp>,
     /// The stream's name, under which a give-up is recorded.
     pub stream: Arc<str>,
+    /// Where the stream's health is kept.
+    pub health: Arc<super::health::Health>,
     /// Set when an output of the stream stopped for good: failed batches are then
     /// settled as failed instead of being sent again.
     pub halted: Arc<AtomicBool>,
@@ -302,6 +304,7 @@ impl InputNode {
             match self.input.connect().await {
                 Ok(()) => {
                     readiness.set(&self.id, true);
+                    self.health.up(&self.stream, &self.id);
                     self.metrics.connected.set(1.0);
                     info!("Input connected.");
                     return true;
@@ -309,6 +312,7 @@ impl InputNode {
                 Err(e) if e.kind == ErrorKind::EndOfInput => return false,
                 Err(e) => {
                     self.metrics.error(Stage::Connect);
+                    self.health.down(&self.stream, &self.id, e.to_string());
                     if let Some(give_up) = &self.give_up {
                         if backoff.attempts() + 1 >= give_up.after {
                             let reason = format!(
@@ -321,6 +325,7 @@ impl InputNode {
                                 "stream" => self.stream.to_string()
                             )
                             .increment(1);
+                            self.health.stopped(&self.stream, Some(reason.clone()));
                             give_up.failures.record(&self.stream, reason);
                             return false;
                         }

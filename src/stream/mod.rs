@@ -6,6 +6,7 @@ pub mod bounds;
 pub mod budget;
 pub mod config;
 pub mod failures;
+pub mod health;
 mod input;
 pub mod manager;
 mod output;
@@ -52,6 +53,7 @@ pub struct Stream {
     output: OutputTree,
     capacity: usize,
     readiness: Arc<Readiness>,
+    health: Arc<health::Health>,
     cancel: CancellationToken,
 }
 
@@ -85,6 +87,8 @@ pub struct StreamEnv {
     /// The cluster's bus (`cluster.bus`), which carries the streams fed by HTTP clients
     /// to the HTTP clients of every gateway node.
     pub bus: Option<Arc<dyn crate::component::bus::Bus>>,
+    /// Where the streams' health is kept: the process's registry.
+    pub health: Arc<health::Health>,
 }
 
 impl StreamEnv {
@@ -98,7 +102,15 @@ impl StreamEnv {
             give_up: None,
             egress: None,
             bus: None,
+            health: health::Health::global(),
         }
+    }
+
+    /// The same environment keeping its streams' health in `health` instead of the
+    /// process's registry.
+    pub fn with_health(mut self, health: Arc<health::Health>) -> Self {
+        self.health = health;
+        self
     }
 
     /// The same environment with inputs that give up connecting as `give_up` says.
@@ -222,6 +234,8 @@ impl Stream {
             give_up: None,
             egress: None,
             bus: None,
+            // Nothing built here runs: its health is nobody's.
+            health: Arc::default(),
         };
         Self::build_all(name, config, &env)
             .err()
@@ -246,6 +260,7 @@ impl Stream {
             give_up: None,
             egress: Some(policy),
             bus: None,
+            health: Arc::default(),
         };
         let cx = Self::context(name, &env);
         let errors = Self::build_in(name, config, &env, cx.clone())
@@ -308,6 +323,7 @@ impl Stream {
                 output,
                 capacity: config.channel_capacity.max(1),
                 readiness: env.readiness.clone(),
+                health: env.health.clone(),
                 cancel,
             }),
             _ => {
@@ -337,6 +353,8 @@ impl Stream {
 
     /// Spawns the stream's tasks.
     pub fn start(self) -> RunningStream {
+        self.health
+            .starting(&self.name, self.readiness.ids(&format!("{}/", self.name)));
         let mut tasks = JoinSet::new();
         let span = info_span!("stream", stream = %self.name);
         // Messages reach the one writer as the input read them: a failed write can hand
@@ -397,6 +415,7 @@ impl Stream {
             tasks,
             inflight,
             cancel: self.cancel,
+            health: self.health,
         }
     }
 }
@@ -466,6 +485,7 @@ fn build_inputs(
                 give_up: env.give_up.clone(),
                 stream: cx.stream.clone(),
                 halted: cx.halted.clone(),
+                health: env.health.clone(),
             });
         }
         InputBuild::Merge(children) => {
@@ -600,6 +620,8 @@ fn build_output(
                 metrics,
                 tap: tap::of(&cx.stream),
                 halted: cx.halted.clone(),
+                stream: cx.stream.clone(),
+                health: env.health.clone(),
             }))
         }
         OutputBuild::Router(router, children) => {
@@ -670,6 +692,7 @@ pub struct RunningStream {
     tasks: JoinSet<()>,
     inflight: Vec<Arc<InFlight>>,
     cancel: CancellationToken,
+    health: Arc<health::Health>,
 }
 
 /// How a stream ended.
@@ -707,6 +730,7 @@ impl RunningStream {
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
         crate::metrics::stream_active(&self.name).set(0.0);
+        self.health.stopped(&self.name, None);
         StopReport { abandoned }
     }
 

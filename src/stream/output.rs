@@ -29,6 +29,9 @@ pub struct WriterNode {
     pub tap: Arc<Tap>,
     /// Set when the output stopped for good, for the inputs not to send batches again.
     pub halted: Arc<AtomicBool>,
+    /// The stream's name, and where its health is kept.
+    pub stream: Arc<str>,
+    pub health: Arc<super::health::Health>,
 }
 
 /// A batch being written and the acks it settles: one per transaction in it, with the
@@ -56,6 +59,8 @@ impl WriterNode {
             metrics,
             tap,
             halted,
+            stream,
+            health,
         } = self;
         let output = writer.output;
         let policy = writer.batching;
@@ -97,11 +102,13 @@ impl WriterNode {
                             connected = true;
                             backoff.reset();
                             readiness.set(&id, true);
+                            health.up(&stream, &id);
                             metrics.connected.set(1.0);
                             info!("Output connected.");
                         }
                         Err(e) => {
                             metrics.error(Stage::Connect);
+                            health.down(&stream, &id, e.to_string());
                             let delay = backoff.next_delay().unwrap_or_default();
                             warn!(error = %e, retry_in = ?delay, "Output failed to connect.");
                             next_wait = Some(delay);
@@ -145,6 +152,7 @@ impl WriterNode {
                     if lost && connected {
                         connected = false;
                         readiness.set(&id, false);
+                        health.down(&stream, &id, "the connection was lost".into());
                         metrics.connected.set(0.0);
                     }
                 }

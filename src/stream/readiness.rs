@@ -27,6 +27,16 @@ impl Readiness {
             .retain(|k, _| !k.starts_with(prefix));
     }
 
+    /// The components whose ids start with `prefix` (a stream's: `<stream>/`).
+    pub fn ids(&self, prefix: &str) -> Vec<String> {
+        self.components
+            .read()
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect()
+    }
+
     /// The components not connected yet; empty means ready.
     pub fn not_ready(&self) -> Vec<String> {
         self.components

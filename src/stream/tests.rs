@@ -129,6 +129,8 @@ fn writer_node(output: impl Output + 'static, max_in_flight: usize) -> WriterNod
         metrics: NodeMetrics::new(labels("output", Kind::Output)),
         tap: Default::default(),
         halted: Default::default(),
+        stream: "t".into(),
+        health: Default::default(),
     }
 }
 
@@ -160,12 +162,14 @@ fn stream(
             give_up: None,
             stream: "t".into(),
             halted: writer.halted.clone(),
+            health: Default::default(),
         }],
         processors,
         threads,
         output: OutputTree::Writer(writer),
         capacity,
         readiness,
+        health: Default::default(),
         cancel: CancellationToken::new(),
     }
 }

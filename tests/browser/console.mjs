@@ -261,6 +261,8 @@ await step('a running stream shows its rates move and its tail', async () => {
   const kinds = await page.locator('.graph .node .node-kind').allTextContents();
   assert.deepEqual(kinds, ['input', 'processor', 'output']);
   assert.equal(await page.locator('#live-status .notice').count(), 0, 'the streams run in this process');
+  // Its state, from the API's status.
+  await page.locator('.stream-state', { hasText: 'running' }).first().waitFor();
   await page.getByRole('button', { name: 'Tail of stream main' }).click();
   // Messages posted to the gateway, as a producer would, for a few seconds.
   let posted = 0;

@@ -114,9 +114,12 @@ impl Clients {
             read()
         }
         .map_err(|e| error(StatusCode::BAD_REQUEST, &e.to_string()))?;
+        // Instances share their stream's name: their health is each one's own, not the
+        // process's (the API's status counts them).
         let mut env = StreamEnv::standalone()
             .with_budget(limits.budget.clone())
-            .with_give_up(limits.give_up.clone());
+            .with_give_up(limits.give_up.clone())
+            .with_health(Arc::default());
         if api.posted() {
             env = env.posted(limits.egress.clone());
         }

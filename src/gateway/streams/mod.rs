@@ -209,6 +209,47 @@ impl StreamHost {
             .collect()
     }
 
+    /// The API and stream a health change is about, with the event's message; `None` for
+    /// a stream of no API here, or a change that raises no event.
+    fn health_event(
+        &self,
+        change: &crate::stream::health::Change,
+    ) -> Option<(String, String, String)> {
+        let apis = self.apis.read();
+        // The longest API id the name starts with: ids may hold dots.
+        let api_id = apis
+            .keys()
+            .filter(|id| {
+                change
+                    .stream
+                    .strip_prefix(id.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'))
+            })
+            .max_by_key(|id| id.len())?
+            .clone();
+        let stream = change.stream[api_id.len() + 1..].to_owned();
+        let message = health_message(&stream, change)?;
+        Some((api_id, stream, message))
+    }
+
+    /// The state of each of `api_id`'s streams `names` that runs on this gateway.
+    pub fn states<'a>(
+        &self,
+        api_id: &str,
+        names: impl Iterator<Item = &'a str>,
+    ) -> BTreeMap<String, &'static str> {
+        let Some(streams) = self.apis.read().get(api_id).cloned() else {
+            return BTreeMap::new();
+        };
+        let health = &streams.env.health;
+        names
+            .filter_map(|name| {
+                let state = health.get(&stream_name(api_id, name))?.state;
+                Some((name.to_owned(), state.as_str()))
+            })
+            .collect()
+    }
+
     /// The per-client instances running for `api_id`.
     pub fn client_streams(&self, api_id: &str) -> usize {
         self.apis.read().get(api_id).map_or(0, |s| s.clients.len())
@@ -369,7 +410,9 @@ impl ApiStreams {
         let mut running = self.running.lock().await;
         let (manager, configs) = &mut *running;
         for name in std::mem::take(configs).into_keys() {
-            manager.stop(&stream_name(api_id, &name), drain).await;
+            let full = stream_name(api_id, &name);
+            manager.stop(&full, drain).await;
+            manager.env().health.forget(&full);
         }
     }
 }
@@ -422,6 +465,7 @@ async fn sync_api(
         if let Some(give_up) = &streams.env.give_up {
             give_up.failures.clear(&stream_name(&api.id, &name));
         }
+        manager.env().health.forget(&stream_name(&api.id, &name));
         configs.remove(&name);
         streams.homes.write().remove(&name);
         info!(api_id = %api.id, stream = %name, "Stream stopped.");
@@ -457,6 +501,56 @@ async fn sync_api(
                 );
             }
         }
+    }
+}
+
+/// Raises a `stream_error` event each time one of the APIs' streams changes state for the
+/// worse (failing, or stopped after failing) or recovers, until `stop`.
+pub async fn watch_health(
+    shared: Arc<crate::gateway::shared::Shared>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut changes = crate::stream::health::Health::global().subscribe();
+    loop {
+        let change = tokio::select! {
+            c = changes.recv() => c,
+            _ = stop.cancelled() => return,
+        };
+        let change = match change {
+            Ok(c) => c,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if let Some((api_id, stream, message)) = shared.streams.health_event(&change) {
+            shared.events.publish(
+                crate::gateway::events::EventKind::StreamError,
+                &api_id,
+                None,
+                &stream,
+                message,
+            );
+        }
+    }
+}
+
+/// What a `stream_error` event says of a change, if it says anything.
+fn health_message(stream: &str, change: &crate::stream::health::Change) -> Option<String> {
+    use crate::stream::health::State;
+    let why = change
+        .health
+        .last_error
+        .as_deref()
+        .unwrap_or("no error recorded");
+    match (change.from, change.health.state) {
+        (_, State::Failing) => Some(format!("stream `{stream}` is failing: {why}")),
+        (State::Failing, State::Stopped) => {
+            Some(format!("stream `{stream}` stopped after failing: {why}"))
+        }
+        (State::Failing, State::Running) => Some(format!(
+            "stream `{stream}` recovered ({} recoveries so far)",
+            change.health.recoveries
+        )),
+        _ => None,
     }
 }
 
