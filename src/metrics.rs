@@ -323,6 +323,31 @@ impl NodeMetrics {
     }
 }
 
-pub fn stream_active(stream: &str) -> Gauge {
-    gauge!(STREAM_ACTIVE, "stream" => stream.to_owned())
+pub fn stream_active(labels: &[(&'static str, String)]) -> Gauge {
+    gauge!(STREAM_ACTIVE, labels)
+}
+
+/// Whose a stream of a gateway's API is: the gateway names it `<api_id>.<stream>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOwner {
+    pub api_id: String,
+    pub org_id: String,
+}
+
+/// The labels naming a stream in every metric of it: for a stream of a gateway's API,
+/// `api_id`, `org_id` and `stream` (its name in the API), each bounded by what the
+/// organisations defined; otherwise `stream` alone.
+pub fn stream_labels(stream: &str, owner: Option<&StreamOwner>) -> Vec<(&'static str, String)> {
+    let own = owner.and_then(|o| {
+        let rest = stream.strip_prefix(o.api_id.as_str())?.strip_prefix('.')?;
+        Some((o, rest))
+    });
+    match own {
+        Some((o, rest)) => vec![
+            ("api_id", o.api_id.clone()),
+            ("org_id", o.org_id.clone()),
+            ("stream", rest.to_owned()),
+        ],
+        None => vec![("stream", stream.to_owned())],
+    }
 }

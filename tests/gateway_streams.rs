@@ -536,7 +536,9 @@ x-sluice-streaming:
     assert!(
         metrics
             .lines()
-            .any(|l| l.starts_with("sluice_stream_failures_total") && l.contains("dead.main")),
+            .any(|l| l.starts_with("sluice_stream_failures_total")
+                && l.contains("api_id=\"dead\"")
+                && l.contains("stream=\"main\"")),
         "{metrics}"
     );
 }

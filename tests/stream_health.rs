@@ -161,7 +161,11 @@ async fn a_failing_stream_says_why_everywhere_until_it_gives_up() {
     assert_eq!(api["stream_states"]["good"], "running", "{api}");
     let text = metrics(&serve).await;
     assert!(
-        text.contains("sluice_stream_state{stream=\"health.good\",state=\"running\"} 1"),
+        text.lines().any(|l| l.starts_with("sluice_stream_state{")
+            && l.contains("api_id=\"health\"")
+            && l.contains("stream=\"good\"")
+            && l.contains("state=\"running\"")
+            && l.ends_with(" 1")),
         "{text}"
     );
 

@@ -335,6 +335,8 @@ pub struct BuildContext {
     /// unchanged (no processors between them) to one hub output: the input's record by
     /// position, which that output's resuming clients catch up from.
     pub history: Option<Arc<dyn crate::http::history::History>>,
+    /// The API and organisation of a stream a gateway runs for an API, for its labels.
+    pub owner: Option<Arc<crate::metrics::StreamOwner>>,
 }
 
 impl BuildContext {
@@ -355,7 +357,20 @@ impl BuildContext {
             halted: Default::default(),
             bus: None,
             history: None,
+            owner: None,
         }
+    }
+
+    /// The same context for a stream of a gateway's API: its metrics are labelled with
+    /// the API and its organisation.
+    pub fn with_owner(mut self, owner: Option<Arc<crate::metrics::StreamOwner>>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// The labels naming the stream in its metrics.
+    pub fn stream_labels(&self) -> Vec<(&'static str, String)> {
+        crate::metrics::stream_labels(&self.stream, self.owner.as_deref())
     }
 
     /// The same context for a stream posted by an organisation, held to `policy`.
@@ -467,12 +482,13 @@ impl BuildContext {
 
     /// The standard labels of this component's metrics.
     pub fn metric_labels(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("stream", self.stream.to_string()),
+        let mut labels = self.stream_labels();
+        labels.extend([
             ("component", self.component.clone()),
             ("kind", self.kind.as_str().to_owned()),
             ("type", self.type_name.to_owned()),
-        ]
+        ]);
+        labels
     }
 
     /// Who owns what this component mounts: `stream/path`.

@@ -82,8 +82,8 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
         .map(streaming::streams_of)
         .unwrap_or_default();
     for (name, config) in defined {
-        let label = format!("{}.{name}", api.id);
-        let mut nodes = nodes_of(&series, &label);
+        let stream = (api.id.as_str(), name);
+        let mut nodes = nodes_of(&series, stream);
         if nodes.is_empty() {
             nodes = nodes_from_definition(config);
         } else {
@@ -92,7 +92,7 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
         streams.push(LiveStream {
             name: name.to_owned(),
             nodes,
-            clients: routes_of(&series, &label),
+            clients: routes_of(&series, stream),
         });
     }
     Reply::json(
@@ -358,11 +358,17 @@ fn parse_line(line: &str) -> Option<Sample> {
     })
 }
 
-/// The nodes of stream `label` in the samples, in message order.
-fn nodes_of(series: &[Sample], label: &str) -> Vec<LiveNode> {
+/// Whether sample `s` is of stream `name` of API `api_id`.
+fn of_stream(s: &Sample, (api_id, name): (&str, &str)) -> bool {
+    s.labels.get("api_id").map(String::as_str) == Some(api_id)
+        && s.labels.get("stream").map(String::as_str) == Some(name)
+}
+
+/// The nodes of the API's stream in the samples, in message order.
+fn nodes_of(series: &[Sample], stream: (&str, &str)) -> Vec<LiveNode> {
     let mut nodes: BTreeMap<(u8, usize, String), LiveNode> = BTreeMap::new();
     for s in series {
-        if s.labels.get("stream").map(String::as_str) != Some(label) {
+        if !of_stream(s, stream) {
             continue;
         }
         let field = match s.name.as_str() {
@@ -412,13 +418,10 @@ fn position(component: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn routes_of(series: &[Sample], label: &str) -> Vec<LiveRoute> {
+fn routes_of(series: &[Sample], stream: (&str, &str)) -> Vec<LiveRoute> {
     series
         .iter()
-        .filter(|s| {
-            s.name == m::HTTP_STREAM_ACTIVE_CONNECTIONS
-                && s.labels.get("stream").map(String::as_str) == Some(label)
-        })
+        .filter(|s| s.name == m::HTTP_STREAM_ACTIVE_CONNECTIONS && of_stream(s, stream))
         .map(|s| LiveRoute {
             route: s.labels.get("route").cloned().unwrap_or_default(),
             transport: s.labels.get("transport").cloned().unwrap_or_default(),
@@ -470,14 +473,14 @@ mod tests {
     use super::*;
 
     const TEXT: &str = r#"# TYPE sluice_component_received_messages_total counter
-sluice_component_received_messages_total{stream="pets.events",component="input.http_server",kind="input",type="http_server"} 12
-sluice_component_sent_messages_total{stream="pets.events",component="input.http_server",kind="input",type="http_server"} 12
-sluice_component_received_messages_total{stream="pets.events",component="pipeline.processors[10].mapping",kind="processor",type="mapping"} 3
-sluice_component_received_messages_total{stream="pets.events",component="pipeline.processors[2].mapping",kind="processor",type="mapping"} 12
-sluice_component_errors_total{stream="pets.events",component="out \"x\"",kind="output",type="websocket_server",stage="write"} 1
-sluice_component_errors_total{stream="pets.events",component="out \"x\"",kind="output",type="websocket_server",stage="connect"} 2
-sluice_component_received_messages_total{stream="other.s",component="input.x",kind="input",type="x"} 99
-sluice_http_stream_active_connections{stream="pets.events",component="o",kind="output",type="websocket_server",route="/ws",transport="websocket"} 4
+sluice_component_received_messages_total{api_id="pets",org_id="o1",stream="events",component="input.http_server",kind="input",type="http_server"} 12
+sluice_component_sent_messages_total{api_id="pets",org_id="o1",stream="events",component="input.http_server",kind="input",type="http_server"} 12
+sluice_component_received_messages_total{api_id="pets",org_id="o1",stream="events",component="pipeline.processors[10].mapping",kind="processor",type="mapping"} 3
+sluice_component_received_messages_total{api_id="pets",org_id="o1",stream="events",component="pipeline.processors[2].mapping",kind="processor",type="mapping"} 12
+sluice_component_errors_total{api_id="pets",org_id="o1",stream="events",component="out \"x\"",kind="output",type="websocket_server",stage="write"} 1
+sluice_component_errors_total{api_id="pets",org_id="o1",stream="events",component="out \"x\"",kind="output",type="websocket_server",stage="connect"} 2
+sluice_component_received_messages_total{api_id="other",org_id="o1",stream="s",component="input.x",kind="input",type="x"} 99
+sluice_http_stream_active_connections{api_id="pets",org_id="o1",stream="events",component="o",kind="output",type="websocket_server",route="/ws",transport="websocket"} 4
 sluice_gateway_events_total 7
 not a sample {
 "#;
@@ -485,7 +488,7 @@ not a sample {
     #[test]
     fn reads_a_stream_from_prometheus_text() {
         let series = parse(TEXT);
-        let nodes = nodes_of(&series, "pets.events");
+        let nodes = nodes_of(&series, ("pets", "events"));
         let names: Vec<&str> = nodes.iter().map(|n| n.component.as_str()).collect();
         assert_eq!(
             names,
@@ -499,14 +502,14 @@ not a sample {
         assert_eq!((nodes[0].received, nodes[0].sent), (12.0, 12.0));
         assert_eq!(nodes[3].errors, 3.0);
         assert_eq!(
-            routes_of(&series, "pets.events"),
+            routes_of(&series, ("pets", "events")),
             [LiveRoute {
                 route: "/ws".into(),
                 transport: "websocket".into(),
                 connections: 4.0
             }]
         );
-        assert!(nodes_of(&series, "pets.none").is_empty());
+        assert!(nodes_of(&series, ("pets", "none")).is_empty());
     }
 
     #[test]

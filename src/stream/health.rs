@@ -78,8 +78,14 @@ pub struct Change {
 
 /// The health of the streams of this process.
 pub struct Health {
-    streams: Mutex<BTreeMap<String, StreamHealth>>,
+    streams: Mutex<BTreeMap<String, Entry>>,
     changes: broadcast::Sender<Change>,
+}
+
+/// A stream's health and the labels naming it in the metrics.
+struct Entry {
+    health: StreamHealth,
+    labels: Vec<(&'static str, String)>,
 }
 
 impl Default for Health {
@@ -108,8 +114,14 @@ impl Health {
         self.changes.subscribe()
     }
 
-    /// A stream starts with these inputs and outputs, none connected yet.
-    pub fn starting(&self, stream: &str, components: Vec<String>) {
+    /// A stream starts with these inputs and outputs, none connected yet; `labels` name
+    /// it in the metrics.
+    pub fn starting(
+        &self,
+        stream: &str,
+        components: Vec<String>,
+        labels: Vec<(&'static str, String)>,
+    ) {
         let health = StreamHealth {
             state: State::Starting,
             last_error: None,
@@ -128,9 +140,15 @@ impl Health {
         let from = self
             .streams
             .lock()
-            .insert(stream.to_owned(), health.clone())
-            .map_or(State::Stopped, |old| old.state);
-        self.announce(stream, from, health);
+            .insert(
+                stream.to_owned(),
+                Entry {
+                    health: health.clone(),
+                    labels: labels.clone(),
+                },
+            )
+            .map_or(State::Stopped, |old| old.health.state);
+        self.announce(stream, &labels, from, health);
     }
 
     /// Component `id` of `stream` connected.
@@ -165,23 +183,24 @@ impl Health {
 
     /// Forgets `stream` (its API went).
     pub fn forget(&self, stream: &str) {
-        if let Some(old) = self.streams.lock().remove(stream) {
-            set_state_gauges(stream, None);
-            drop(old);
+        let gone = self.streams.lock().remove(stream);
+        if let Some(old) = gone {
+            set_state_gauges(&old.labels, None);
         }
     }
 
     /// The health of `stream`.
     pub fn get(&self, stream: &str) -> Option<StreamHealth> {
-        self.streams.lock().get(stream).cloned()
+        self.streams.lock().get(stream).map(|e| e.health.clone())
     }
 
     fn update(&self, stream: &str, change: impl FnOnce(&mut StreamHealth)) {
-        let (from, health) = {
+        let (from, health, labels) = {
             let mut streams = self.streams.lock();
-            let Some(h) = streams.get_mut(stream) else {
+            let Some(entry) = streams.get_mut(stream) else {
                 return;
             };
+            let h = &mut entry.health;
             let from = h.state;
             change(h);
             if h.state != State::Stopped {
@@ -193,16 +212,21 @@ impl Health {
             h.since = now_ms();
             if from == State::Failing && h.state == State::Running {
                 h.recoveries += 1;
-                metrics::counter!(crate::metrics::STREAM_RECOVERIES, "stream" => stream.to_owned())
-                    .increment(1);
+                metrics::counter!(crate::metrics::STREAM_RECOVERIES, &entry.labels).increment(1);
             }
-            (from, h.clone())
+            (from, h.clone(), entry.labels.clone())
         };
-        self.announce(stream, from, health);
+        self.announce(stream, &labels, from, health);
     }
 
-    fn announce(&self, stream: &str, from: State, health: StreamHealth) {
-        set_state_gauges(stream, Some(health.state));
+    fn announce(
+        &self,
+        stream: &str,
+        labels: &[(&'static str, String)],
+        from: State,
+        health: StreamHealth,
+    ) {
+        set_state_gauges(labels, Some(health.state));
         // No subscriber is no error: nobody listens.
         let _ = self.changes.send(Change {
             stream: stream.to_owned(),
@@ -241,10 +265,15 @@ fn component<'a>(h: &'a mut StreamHealth, id: &str) -> &'a mut Component {
 
 /// `sluice_stream_state{stream, state}`: 1 for the stream's state, 0 for the others;
 /// all 0 once it is forgotten.
-fn set_state_gauges(stream: &str, state: Option<State>) {
+fn set_state_gauges(labels: &[(&'static str, String)], state: Option<State>) {
     for s in State::ALL {
-        metrics::gauge!(crate::metrics::STREAM_STATE, "stream" => stream.to_owned(), "state" => s.as_str())
-            .set(if Some(s) == state { 1.0 } else { 0.0 });
+        let mut labels = labels.to_vec();
+        labels.push(("state", s.as_str().to_owned()));
+        metrics::gauge!(crate::metrics::STREAM_STATE, &labels).set(if Some(s) == state {
+            1.0
+        } else {
+            0.0
+        });
     }
 }
 
@@ -256,7 +285,11 @@ mod tests {
     async fn states_follow_the_components_and_every_change_is_announced() {
         let health = Health::default();
         let mut changes = health.subscribe();
-        health.starting("s", vec!["s/in".into(), "s/out".into()]);
+        health.starting(
+            "s",
+            vec!["s/in".into(), "s/out".into()],
+            vec![("stream", "s".into())],
+        );
         assert_eq!(health.get("s").unwrap().state, State::Starting);
         health.up("s", "s/in");
         assert_eq!(health.get("s").unwrap().state, State::Starting);

@@ -116,6 +116,8 @@ pub struct InputNode {
     pub stream: Arc<str>,
     /// Where the stream's health is kept.
     pub health: Arc<super::health::Health>,
+    /// The labels naming the stream in its metrics.
+    pub stream_labels: Vec<(&'static str, String)>,
     /// Set when an output of the stream stopped for good: failed batches are then
     /// settled as failed instead of being sent again.
     pub halted: Arc<AtomicBool>,
@@ -320,11 +322,8 @@ impl InputNode {
                                 give_up.after
                             );
                             error!(stream = %self.stream, error = %e, attempts = give_up.after, "Input gave up connecting; the stream is stopped.");
-                            metrics::counter!(
-                                crate::metrics::STREAM_FAILURES,
-                                "stream" => self.stream.to_string()
-                            )
-                            .increment(1);
+                            metrics::counter!(crate::metrics::STREAM_FAILURES, &self.stream_labels)
+                                .increment(1);
                             self.health.stopped(&self.stream, Some(reason.clone()));
                             give_up.failures.record(&self.stream, reason);
                             return false;

@@ -54,6 +54,8 @@ pub struct Stream {
     capacity: usize,
     readiness: Arc<Readiness>,
     health: Arc<health::Health>,
+    /// The labels naming the stream in its metrics.
+    labels: Vec<(&'static str, String)>,
     cancel: CancellationToken,
 }
 
@@ -89,6 +91,8 @@ pub struct StreamEnv {
     pub bus: Option<Arc<dyn crate::component::bus::Bus>>,
     /// Where the streams' health is kept: the process's registry.
     pub health: Arc<health::Health>,
+    /// The API and organisation, for streams a gateway runs for an API.
+    pub owner: Option<Arc<crate::metrics::StreamOwner>>,
 }
 
 impl StreamEnv {
@@ -103,7 +107,18 @@ impl StreamEnv {
             egress: None,
             bus: None,
             health: health::Health::global(),
+            owner: None,
         }
+    }
+
+    /// The same environment for the streams of the gateway's API `api_id`: their
+    /// metrics name the API and organisation apart from the stream.
+    pub fn with_owner(mut self, api_id: &str, org_id: &str) -> Self {
+        self.owner = Some(Arc::new(crate::metrics::StreamOwner {
+            api_id: api_id.to_owned(),
+            org_id: org_id.to_owned(),
+        }));
+        self
     }
 
     /// The same environment keeping its streams' health in `health` instead of the
@@ -236,6 +251,7 @@ impl Stream {
             bus: None,
             // Nothing built here runs: its health is nobody's.
             health: Arc::default(),
+            owner: None,
         };
         Self::build_all(name, config, &env)
             .err()
@@ -261,6 +277,7 @@ impl Stream {
             egress: Some(policy),
             bus: None,
             health: Arc::default(),
+            owner: None,
         };
         let cx = Self::context(name, &env);
         let errors = Self::build_in(name, config, &env, cx.clone())
@@ -274,6 +291,7 @@ impl Stream {
     fn context(name: &str, env: &StreamEnv) -> BuildContext {
         BuildContext::new(name, env.routes.clone(), env.shutdown.child_token())
             .with_egress(env.egress.clone())
+            .with_owner(env.owner.clone())
     }
 
     fn build_all(
@@ -324,6 +342,7 @@ impl Stream {
                 capacity: config.channel_capacity.max(1),
                 readiness: env.readiness.clone(),
                 health: env.health.clone(),
+                labels: cx.stream_labels(),
                 cancel,
             }),
             _ => {
@@ -353,8 +372,11 @@ impl Stream {
 
     /// Spawns the stream's tasks.
     pub fn start(self) -> RunningStream {
-        self.health
-            .starting(&self.name, self.readiness.ids(&format!("{}/", self.name)));
+        self.health.starting(
+            &self.name,
+            self.readiness.ids(&format!("{}/", self.name)),
+            self.labels.clone(),
+        );
         let mut tasks = JoinSet::new();
         let span = info_span!("stream", stream = %self.name);
         // Messages reach the one writer as the input read them: a failed write can hand
@@ -408,7 +430,7 @@ impl Stream {
                 }
             }
         }
-        let active = crate::metrics::stream_active(&self.name);
+        let active = crate::metrics::stream_active(&self.labels);
         active.set(1.0);
         RunningStream {
             name: self.name,
@@ -416,6 +438,7 @@ impl Stream {
             inflight,
             cancel: self.cancel,
             health: self.health,
+            labels: self.labels,
         }
     }
 }
@@ -486,6 +509,7 @@ fn build_inputs(
                 stream: cx.stream.clone(),
                 halted: cx.halted.clone(),
                 health: env.health.clone(),
+                stream_labels: cx.stream_labels(),
             });
         }
         InputBuild::Merge(children) => {
@@ -693,6 +717,7 @@ pub struct RunningStream {
     inflight: Vec<Arc<InFlight>>,
     cancel: CancellationToken,
     health: Arc<health::Health>,
+    labels: Vec<(&'static str, String)>,
 }
 
 /// How a stream ended.
@@ -729,7 +754,7 @@ impl RunningStream {
         let abandoned = if drained { 0 } else { self.in_flight() };
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
-        crate::metrics::stream_active(&self.name).set(0.0);
+        crate::metrics::stream_active(&self.labels).set(0.0);
         self.health.stopped(&self.name, None);
         StopReport { abandoned }
     }

@@ -163,6 +163,7 @@ fn stream(
             stream: "t".into(),
             halted: writer.halted.clone(),
             health: Default::default(),
+            stream_labels: vec![("stream", "t".to_owned())],
         }],
         processors,
         threads,
@@ -170,6 +171,7 @@ fn stream(
         capacity,
         readiness,
         health: Default::default(),
+        labels: vec![("stream", "t".to_owned())],
         cancel: CancellationToken::new(),
     }
 }

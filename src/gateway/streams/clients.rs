@@ -117,6 +117,7 @@ impl Clients {
         // Instances share their stream's name: their health is each one's own, not the
         // process's (the API's status counts them).
         let mut env = StreamEnv::standalone()
+            .with_owner(&api.id, &api.org_id)
             .with_budget(limits.budget.clone())
             .with_give_up(limits.give_up.clone())
             .with_health(Arc::default());

@@ -365,6 +365,7 @@ impl StreamHost {
                         });
                         let mut env =
                             StreamEnv::standalone()
+                                .with_owner(&api.id, &api.org_id)
                                 .with_budget(budget)
                                 .with_give_up(give_up)
                                 .with_bus(self.settings.bus.clone().map(|bus| {
