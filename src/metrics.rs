@@ -48,6 +48,40 @@ pub const GATEWAY_WEBHOOKS_HELD: &str = "sluice_gateway_webhooks_held_total";
 pub const WEBHOOK_ATTEMPTS: &str = "sluice_webhook_attempts_total";
 pub const WEBHOOK_ATTEMPT_DURATION: &str = "sluice_webhook_attempt_seconds";
 
+/// Every metric above: `docs/metrics.md` documents each, and the Grafana dashboard in
+/// `docs/` queries no other.
+pub const ALL: &[&str] = &[
+    RECEIVED_MESSAGES,
+    RECEIVED_BYTES,
+    SENT_MESSAGES,
+    SENT_BYTES,
+    ERRORS,
+    DISCARDED,
+    BATCH_SIZE,
+    LATENCY,
+    CONNECTED,
+    CONNECTION_ATTEMPTS,
+    CONNECTION_ERRORS,
+    RETRIES,
+    STREAM_ACTIVE,
+    STREAM_STATE,
+    STREAM_RECOVERIES,
+    STREAM_FAILURES,
+    HTTP_STREAM_CONNECTION_ATTEMPTS,
+    HTTP_STREAM_ACTIVE_CONNECTIONS,
+    HTTP_STREAM_DELIVERED_MESSAGES,
+    HTTP_STREAM_DELIVERED_BYTES,
+    HTTP_STREAM_WRITE_ERRORS,
+    HTTP_STREAM_REPLAYED_EVENTS,
+    GATEWAY_REQUESTS,
+    GATEWAY_REQUEST_DURATION,
+    GATEWAY_EVENTS,
+    GATEWAY_WEBHOOKS_FIRED,
+    GATEWAY_WEBHOOKS_HELD,
+    WEBHOOK_ATTEMPTS,
+    WEBHOOK_ATTEMPT_DURATION,
+];
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// The handle of this process's recorder, when one was installed.

@@ -169,3 +169,80 @@ fn the_config_schema_accepts_every_example() {
     }
     assert!(checked > 50, "only {checked} configs checked");
 }
+
+/// `docs/metrics.md` lists every metric a Sluice process exports.
+#[test]
+fn every_metric_is_documented() {
+    let text = std::fs::read_to_string("docs/metrics.md").unwrap();
+    let missing: Vec<&str> = sluice::metrics::ALL
+        .iter()
+        .copied()
+        .filter(|name| !text.contains(&format!("`{name}`")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
+}
+
+/// The metric names a PromQL expression reads, histogram series folded into their
+/// metric (`_bucket`, `_sum`, `_count`).
+fn metrics_in(expr: &str) -> Vec<String> {
+    let names = regex::Regex::new(r"sluice_[a-z_]+").unwrap();
+    names
+        .find_iter(expr)
+        .map(|m| {
+            let name = m.as_str();
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|base| sluice::metrics::ALL.contains(base))
+                })
+                .unwrap_or(name)
+                .to_owned()
+        })
+        .collect()
+}
+
+/// The Grafana dashboard queries only metrics Sluice exports, and every panel queries
+/// something.
+#[test]
+fn the_grafana_dashboard_queries_exported_metrics() {
+    let text = std::fs::read_to_string("docs/grafana/sluice.json").unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut queried = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        if panel["type"] == "row" {
+            continue;
+        }
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{} queries nothing", panel["title"]);
+        for target in targets {
+            let expr = target["expr"].as_str().unwrap();
+            let names = metrics_in(expr);
+            assert!(!names.is_empty(), "{expr}");
+            queried.extend(names);
+        }
+    }
+    for var in dashboard["templating"]["list"].as_array().unwrap() {
+        if let Some(q) = var["definition"].as_str() {
+            queried.extend(metrics_in(q));
+        }
+    }
+    let unknown: Vec<&String> = queried
+        .iter()
+        .filter(|name| !sluice::metrics::ALL.contains(&name.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries what Sluice does not export: {unknown:?}"
+    );
+    // The dashboard covers the gateway, the streams, their HTTP clients and webhooks.
+    for name in [
+        sluice::metrics::GATEWAY_REQUESTS,
+        sluice::metrics::STREAM_STATE,
+        sluice::metrics::SENT_MESSAGES,
+        sluice::metrics::HTTP_STREAM_ACTIVE_CONNECTIONS,
+        sluice::metrics::WEBHOOK_ATTEMPTS,
+    ] {
+        assert!(queried.contains(name), "the dashboard does not show {name}");
+    }
+}

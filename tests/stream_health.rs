@@ -169,6 +169,48 @@ async fn a_failing_stream_says_why_everywhere_until_it_gives_up() {
         "{text}"
     );
 
+    // What the Grafana dashboard filters on is there: the API, the organisation and the
+    // stream apart, on the gateway's and the streams' metrics.
+    let sent = serve
+        .http
+        .post(format!("http://127.0.0.1:{}/health/in", serve.gw))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert!(sent.status().is_success(), "{}", sent.status());
+    let text = metrics(&serve).await;
+    for (name, labels) in [
+        ("sluice_gateway_requests_total{", vec!["api_id=\"health\""]),
+        (
+            "sluice_gateway_request_duration_seconds_bucket{",
+            vec!["api_id=\"health\""],
+        ),
+        (
+            "sluice_component_received_messages_total{",
+            vec![
+                "api_id=\"health\"",
+                "org_id=",
+                "stream=\"good\"",
+                "kind=\"input\"",
+            ],
+        ),
+        (
+            "sluice_component_connected{",
+            vec!["api_id=\"health\"", "stream=\"bad\""],
+        ),
+        (
+            "sluice_stream_active{",
+            vec!["api_id=\"health\"", "org_id=", "stream=\"good\""],
+        ),
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want))),
+            "no {name} with {labels:?}:\n{text}"
+        );
+    }
+
     // It gives up after its failures: stopped, with why, and a stream_error event for
     // each change (failing, then stopped).
     let status = status_until(&serve, &[("good", "running"), ("bad", "stopped")]).await;
