@@ -1658,3 +1658,60 @@ async fn an_upstream_may_stream_its_answer_while_it_reads_the_body() {
         .enumerate()
         .all(|(i, piece)| piece.iter().all(|&b| b == (i % 251) as u8)));
 }
+
+/// Access log lines join up with the client's and the upstream's: each carries the
+/// client's `X-Request-Id` (or one of its own) and the trace id of its `traceparent`, in
+/// JSON when the logger says so.
+#[tokio::test]
+async fn access_log_lines_carry_the_request_and_trace_ids() {
+    use tokio::io::AsyncBufReadExt;
+    let up = Upstream::start().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut gw = Gw::start_in(
+        tmp.path().to_owned(),
+        Some(tmp),
+        &[("a.yaml", api("logged", "/logged", &up.url(), ""))],
+        "",
+        &[
+            ("SLUICE_GW_LOGGER_LEVEL", "info".into()),
+            ("SLUICE_GW_LOGGER_FORMAT", "json".into()),
+        ],
+    )
+    .await;
+    let mut lines = tokio::io::BufReader::new(gw.stderr()).lines();
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let resp = gw
+        .http
+        .get(gw.url("/logged/x"))
+        .header("x-request-id", "req-42")
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let unnamed = gw.http.get(gw.url("/logged/y")).send().await.unwrap();
+    assert_eq!(unnamed.status(), 200);
+    let mut found = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while found.len() < 2 {
+        let line = tokio::time::timeout_at(deadline.into(), lines.next_line())
+            .await
+            .expect("two access lines in time")
+            .unwrap()
+            .expect("the log goes on");
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if v["target"] == "sluice::access" {
+            found.push(v);
+        }
+    }
+    let fields = &found[0]["fields"];
+    assert_eq!(fields["request_id"], "req-42", "{}", found[0]);
+    assert_eq!(fields["trace_id"], trace, "{}", found[0]);
+    assert_eq!(fields["api_id"], "logged");
+    // Without ids of the client's, the line has a request id of its own.
+    let own = found[1]["fields"]["request_id"].as_str().unwrap();
+    assert_eq!(own.len(), 32, "{}", found[1]);
+    assert_eq!(found[1]["fields"]["trace_id"], "");
+}

@@ -510,7 +510,7 @@ impl Shared {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> HttpResponse {
-        let seen = Received::of(&req, peer);
+        let seen = Received::of(&req, peer, self.config.access_log);
         let api = table.at(at);
         let rest = api.below(seen.uri.path()).unwrap_or("");
         let op = api.operation(&seen.method, if rest.is_empty() { "/" } else { rest });
@@ -540,7 +540,7 @@ impl Shared {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> HttpResponse {
-        let seen = Received::of(&req, peer);
+        let seen = Received::of(&req, peer, self.config.access_log);
         let api = table.at(at);
         let rest = api.below(seen.uri.path()).unwrap_or("");
         let resp = match self.proxy.forward(api, req, rest, &self.origin(peer)).await {
@@ -565,14 +565,7 @@ impl Shared {
             .get_or_init(|| api::ApiMetrics::new(&api.id))
             .record(status, took);
         if self.config.access_log {
-            access_log(
-                &api.id,
-                &seen.method,
-                seen.uri.path(),
-                status,
-                took,
-                seen.peer,
-            );
+            access_log(&api.id, seen, status, took);
         }
     }
 }
@@ -586,30 +579,45 @@ struct Received {
     /// rather than being copied for every request.
     uri: http::Uri,
     peer: SocketAddr,
+    /// The client's `X-Request-Id` and its `traceparent`'s trace id, for the access log
+    /// line (read only when lines are written).
+    request_id: Option<Box<str>>,
+    trace_id: Option<Box<str>>,
 }
 
 impl Received {
-    fn of(req: &http::Request<h::Body>, peer: SocketAddr) -> Self {
+    fn of(req: &http::Request<h::Body>, peer: SocketAddr, ids: bool) -> Self {
+        let headers = req.headers();
         Received {
             started: Instant::now(),
             method: req.method().clone(),
             uri: req.uri().clone(),
             peer,
+            request_id: ids
+                .then(|| h::trace::request_id(headers))
+                .flatten()
+                .map(Into::into),
+            trace_id: ids
+                .then(|| h::trace::trace_id(headers))
+                .flatten()
+                .map(Into::into),
         }
     }
 }
 
-fn access_log(
-    api_id: &str,
-    method: &http::Method,
-    path: &str,
-    status: StatusCode,
-    took: Duration,
-    peer: SocketAddr,
-) {
+/// A request's access log line: the API, method, path, status, time and client, and the
+/// ids that join it to the client's and the upstream's lines (`request_id`, the client's
+/// `X-Request-Id` or one made here; `trace_id`, from its `traceparent`).
+fn access_log(api_id: &str, seen: &Received, status: StatusCode, took: Duration) {
+    let (method, path, peer) = (&seen.method, seen.uri.path(), seen.peer);
+    let request_id = match &seen.request_id {
+        Some(id) => id.to_string(),
+        None => uuid::Uuid::now_v7().simple().to_string(),
+    };
+    let trace_id = seen.trace_id.as_deref().unwrap_or_default();
     if status.is_server_error() {
-        error!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, "Request failed.");
+        error!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request failed.");
     } else {
-        tracing::info!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, "Request.");
+        tracing::info!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request.");
     }
 }

@@ -10,6 +10,7 @@ pub mod cors;
 pub mod history;
 pub mod hub;
 pub mod rewind;
+pub mod trace;
 pub mod wire;
 pub mod ws;
 

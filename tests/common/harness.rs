@@ -149,6 +149,14 @@ impl Gw {
         gw
     }
 
+    /// What the gateway writes on standard error (its log), from now on; once.
+    pub fn stderr(&mut self) -> tokio::process::ChildStderr {
+        self._child
+            .stderr
+            .take()
+            .expect("standard error, taken once")
+    }
+
     /// The gateway's process id.
     pub fn pid(&self) -> u32 {
         self._child.id().expect("a running gateway")
