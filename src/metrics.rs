@@ -22,6 +22,8 @@ pub const CONNECTED: &str = "sluice_component_connected";
 pub const CONNECTION_ATTEMPTS: &str = "sluice_output_connection_attempts_total";
 pub const CONNECTION_ERRORS: &str = "sluice_output_connection_errors_total";
 pub const RETRIES: &str = "sluice_component_retries_total";
+/// Messages a consumer is behind, by `topic` (or queue, or stream) and `partition`.
+pub const INPUT_LAG: &str = "sluice_input_lag_messages";
 pub const STREAM_ACTIVE: &str = "sluice_stream_active";
 pub const STREAM_STATE: &str = "sluice_stream_state";
 pub const STREAM_RECOVERIES: &str = "sluice_stream_recoveries_total";
@@ -63,6 +65,7 @@ pub const ALL: &[&str] = &[
     CONNECTION_ATTEMPTS,
     CONNECTION_ERRORS,
     RETRIES,
+    INPUT_LAG,
     STREAM_ACTIVE,
     STREAM_STATE,
     STREAM_RECOVERIES,
@@ -230,6 +233,10 @@ fn describe() {
         "Batches sent again after a failed delivery."
     );
     describe_gauge!(STREAM_ACTIVE, "1 while a stream runs.");
+    describe_gauge!(
+        INPUT_LAG,
+        "Messages an input's consumer is behind: Kafka's high watermark minus the committed offset, JetStream's pending count, an AMQP queue's depth."
+    );
     describe_gauge!(
         STREAM_STATE,
         "1 for a stream's state (starting, running, failing, stopped), 0 for the others."

@@ -294,3 +294,50 @@ async fn tls_with_a_client_certificate() {
     let (_, untrusted) = pair(&url, &untrusted);
     tls::refused(&untrusted, "UnknownIssuer").await;
 }
+
+/// The depth of `queue` as the lag metric shows it, once it is there.
+fn queue_lag(queue: &str) -> Option<f64> {
+    let text = sluice::metrics::install().render();
+    text.lines()
+        .find(|l| {
+            l.starts_with("sluice_input_lag_messages{") && l.contains(&format!("topic=\"{queue}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn the_queue_depth_is_the_consumer_lag() {
+    let _shared = BROKER.read().await;
+    sluice::metrics::install();
+    let queue = unique("lag");
+    let ch = channel().await;
+    ch.queue_declare(&queue, Default::default(), FieldTable::default())
+        .await
+        .unwrap();
+    for i in 0..7 {
+        ch.basic_publish(
+            "",
+            &queue,
+            Default::default(),
+            format!("m{i}").as_bytes(),
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    // The output takes nothing: with one message in hand, six or seven wait.
+    let stream = start(&format!(
+        "input:\n  amqp_0_9:\n    urls: ['{URL}']\n    queue: {queue}\n    prefetch_count: 1\n    nack_delay: 1s\noutput:\n  http_client:\n    url: http://127.0.0.1:1/\n    retries: 0\n"
+    ));
+    wait_for(
+        "the queue's depth",
+        Duration::from_secs(30),
+        || matches!(queue_lag(&queue), Some(n) if n == 6.0 || n == 7.0),
+    )
+    .await;
+    stream.stop(Duration::from_secs(5)).await;
+    let _ = ch.queue_delete(&queue, Default::default()).await;
+}

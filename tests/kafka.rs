@@ -791,3 +791,56 @@ async fn sasl_scram_reaches_the_user_check() {
         .await;
     }
 }
+
+/// The lag of partition 0 of `topic` in the process's metrics, once it is there.
+fn kafka_lag(topic: &str) -> Option<f64> {
+    let text = sluice::metrics::install().render();
+    text.lines()
+        .find(|l| {
+            l.starts_with("sluice_input_lag_messages{")
+                && l.contains(&format!("topic=\"{topic}\""))
+                && l.contains("partition=\"0\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn consumer_lag_is_the_high_watermark_minus_the_committed_offset() {
+    let _shared = BROKER.read().await;
+    sluice::metrics::install();
+    let topic = unique("lag");
+    create_topic(&topic, 1).await;
+    let group = unique("g");
+    produce(&topic, &payloads("a", 20), None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.txt");
+    let input = format!(
+        "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {group}\n    commit_period: 100ms\n    start_from_oldest: true\n",
+        addr()
+    );
+    // Read, delivered and committed: nothing behind.
+    let s1 = start(&format!(
+        "{input}output:\n  file:\n    path: {}\n",
+        out.display()
+    ));
+    wait_for("the records", Duration::from_secs(60), || {
+        read_lines(&out).len() == 20
+    })
+    .await;
+    wait_for("no lag", Duration::from_secs(30), || {
+        kafka_lag(&topic) == Some(0.0)
+    })
+    .await;
+    s1.stop(Duration::from_secs(10)).await;
+    // Thirty more, read by a stream whose output never takes them: none is committed.
+    produce(&topic, &payloads("b", 30), None).await;
+    let s2 = start(&format!(
+        "{input}output:\n  http_client:\n    url: http://127.0.0.1:1/\n    retries: 0\n"
+    ));
+    wait_for("a lag of thirty", Duration::from_secs(30), || {
+        kafka_lag(&topic) == Some(30.0)
+    })
+    .await;
+    s2.stop(Duration::from_secs(1)).await;
+}

@@ -529,3 +529,43 @@ async fn user_and_password() {
     );
     tls::refused(&wrong, "authorization violation").await;
 }
+
+/// The JetStream stream `stream`'s consumer lag in the process's metrics, once there.
+fn jetstream_lag(stream: &str) -> Option<f64> {
+    let text = sluice::metrics::install().render();
+    text.lines()
+        .find(|l| {
+            l.starts_with("sluice_input_lag_messages{")
+                && l.contains(&format!("topic=\"{stream}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn a_jetstream_consumers_pending_messages_are_its_lag() {
+    let _shared = BROKER.read().await;
+    sluice::metrics::install();
+    let name = unique("L").replace('-', "_");
+    let subject = format!("{name}.in");
+    let js = create_stream(&name, &format!("{name}.>")).await;
+    for i in 0..40 {
+        js.publish(subject.clone(), format!("m{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // One batch in hand and unacknowledged (the output takes nothing): the rest pending.
+    let consumer = start(&format!(
+        "input:\n  nats_jetstream:\n    urls: [{URL}]\n    stream: {name}\n    subject: {subject}\n    durable: lag\n    max_ack_pending: 5\noutput:\n  http_client:\n    url: http://127.0.0.1:1/\n    retries: 0\n"
+    ));
+    wait_for(
+        "the pending count",
+        Duration::from_secs(30),
+        || matches!(jetstream_lag(&name), Some(n) if (35.0..40.0).contains(&n)),
+    )
+    .await;
+    consumer.stop(Duration::from_secs(5)).await;
+    let _ = js.delete_stream(&name).await;
+}

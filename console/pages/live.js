@@ -64,7 +64,8 @@ function streamCard(stream, apiId, running) {
       h('dl', {},
         h('dt', {}, 'in/s'), h('dd', { class: 'rate-in' }, '\u2013'),
         h('dt', {}, 'out/s'), h('dd', { class: 'rate-out' }, '\u2013'),
-        h('dt', {}, 'errors'), h('dd', { class: 'errors' }, String(node.errors))),
+        h('dt', {}, 'errors'), h('dd', { class: 'errors' }, String(node.errors)),
+        node.kind === 'input' ? [h('dt', {}, 'lag'), h('dd', { class: 'lag' }, node.lag == null ? '\u2013' : String(node.lag))] : null),
       chart()));
   });
   return h('section', { class: 'card live-stream', 'data-stream': stream.name, 'aria-labelledby': `stream-${stream.name}` },
@@ -176,6 +177,8 @@ function update(root, stream, at, history) {
     box.querySelector('.rate-in').textContent = rateIn === null ? '\u2013' : format(rateIn);
     box.querySelector('.rate-out').textContent = rateOut === null ? '\u2013' : format(rateOut);
     box.querySelector('.errors').textContent = String(node.errors);
+    const lag = box.querySelector('.lag');
+    if (lag) lag.textContent = node.lag == null ? '\u2013' : String(node.lag);
     box.classList.toggle('failing', node.errors > 0);
     draw(box.querySelector('polyline'), past.out);
   }

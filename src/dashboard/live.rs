@@ -50,6 +50,9 @@ pub struct LiveNode {
     pub received: f64,
     pub sent: f64,
     pub errors: f64,
+    /// For an input of a broker that says: messages its consumer is behind, all
+    /// partitions together. Null otherwise.
+    pub lag: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
@@ -375,6 +378,7 @@ fn nodes_of(series: &[Sample], stream: (&str, &str)) -> Vec<LiveNode> {
             m::RECEIVED_MESSAGES => 0,
             m::SENT_MESSAGES => 1,
             m::ERRORS => 2,
+            m::INPUT_LAG => 3,
             _ => continue,
         };
         let (Some(component), Some(kind), Some(type_name)) = (
@@ -398,12 +402,14 @@ fn nodes_of(series: &[Sample], stream: (&str, &str)) -> Vec<LiveNode> {
                 received: 0.0,
                 sent: 0.0,
                 errors: 0.0,
+                lag: None,
             });
-        // Errors come by stage: they add up.
+        // Errors come by stage, and lag by partition: they add up.
         match field {
             0 => node.received = s.value,
             1 => node.sent = s.value,
-            _ => node.errors += s.value,
+            2 => node.errors += s.value,
+            _ => *node.lag.get_or_insert(0.0) += s.value,
         }
     }
     nodes.into_values().collect()
@@ -449,6 +455,7 @@ fn nodes_from_definition(config: &Value) -> Vec<LiveNode> {
             received: 0.0,
             sent: 0.0,
             errors: 0.0,
+            lag: None,
         }
     };
     let mut nodes = Vec::new();
@@ -479,6 +486,8 @@ sluice_component_received_messages_total{api_id="pets",org_id="o1",stream="event
 sluice_component_received_messages_total{api_id="pets",org_id="o1",stream="events",component="pipeline.processors[2].mapping",kind="processor",type="mapping"} 12
 sluice_component_errors_total{api_id="pets",org_id="o1",stream="events",component="out \"x\"",kind="output",type="websocket_server",stage="write"} 1
 sluice_component_errors_total{api_id="pets",org_id="o1",stream="events",component="out \"x\"",kind="output",type="websocket_server",stage="connect"} 2
+sluice_input_lag_messages{api_id="pets",org_id="o1",stream="events",component="input.http_server",kind="input",type="http_server",topic="t",partition="0"} 5
+sluice_input_lag_messages{api_id="pets",org_id="o1",stream="events",component="input.http_server",kind="input",type="http_server",topic="t",partition="1"} 2
 sluice_component_received_messages_total{api_id="other",org_id="o1",stream="s",component="input.x",kind="input",type="x"} 99
 sluice_http_stream_active_connections{api_id="pets",org_id="o1",stream="events",component="o",kind="output",type="websocket_server",route="/ws",transport="websocket"} 4
 sluice_gateway_events_total 7
@@ -500,6 +509,8 @@ not a sample {
             ]
         );
         assert_eq!((nodes[0].received, nodes[0].sent), (12.0, 12.0));
+        assert_eq!(nodes[0].lag, Some(7.0), "partitions add up");
+        assert_eq!(nodes[1].lag, None);
         assert_eq!(nodes[3].errors, 3.0);
         assert_eq!(
             routes_of(&series, ("pets", "events")),

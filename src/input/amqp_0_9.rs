@@ -112,6 +112,7 @@ impl BuildInput for AmqpInputConfig {
             config: self.clone(),
             egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 5672)?,
             session: None,
+            labels: cx.metric_labels(),
         })))
     }
 }
@@ -120,6 +121,45 @@ struct Session {
     conn: Connection,
     consumer: Consumer,
     spawner: AckSpawner,
+    /// Reads the queue's depth for the lag metric while the session lasts.
+    lag: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.lag.abort();
+    }
+}
+
+/// How often the queue's depth is read for the lag metric.
+const LAG_PERIOD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the depth of `queue` (its messages ready for delivery) into
+/// `sluice_input_lag_messages` every [`LAG_PERIOD`], on a channel of its own, until
+/// aborted or the channel fails.
+async fn watch_lag(channel: lapin::Channel, queue: String, labels: Vec<(&'static str, String)>) {
+    let mut labels = labels;
+    labels.push(("topic", queue.clone()));
+    labels.push(("partition", String::new()));
+    let gauge = metrics::gauge!(crate::metrics::INPUT_LAG, &labels);
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    loop {
+        match channel
+            .queue_declare(&queue, passive, FieldTable::default())
+            .await
+        {
+            Ok(q) => gauge.set(f64::from(q.message_count())),
+            // A failed passive declare closes the channel: nothing more to read.
+            Err(e) => {
+                tracing::debug!(error = %e, "AMQP queue depth unavailable.");
+                return;
+            }
+        }
+        tokio::time::sleep(LAG_PERIOD).await;
+    }
 }
 
 pub struct AmqpInput {
@@ -127,6 +167,8 @@ pub struct AmqpInput {
     egress: crate::egress::Egress,
     config: AmqpInputConfig,
     session: Option<Session>,
+    /// The input's metric labels, for its queue's depth.
+    labels: Vec<(&'static str, String)>,
 }
 
 fn to_message(d: &Delivery) -> Message {
@@ -192,10 +234,16 @@ impl Input for AmqpInput {
             )
             .await
             .map_err(|e| classify(e, "cannot consume"))?;
+        let depth = conn
+            .create_channel()
+            .await
+            .map_err(|e| classify(e, "cannot open channel"))?;
+        let lag = tokio::spawn(watch_lag(depth, c.queue.clone(), self.labels.clone()));
         self.session = Some(Session {
             conn,
             consumer,
             spawner: AckSpawner::current(),
+            lag,
         });
         Ok(())
     }

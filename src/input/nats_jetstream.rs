@@ -15,7 +15,7 @@ use futures::{FutureExt, StreamExt};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio_util::task::TaskTracker;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{BuildInput, InputBuild};
 use crate::component::registry::Spec;
@@ -120,7 +120,28 @@ impl BuildInput for NatsJetStreamInputConfig {
             conn: None,
             messages: None,
             acks: TaskTracker::new(),
+            labels: cx.metric_labels(),
+            lag: None,
         })))
+    }
+}
+
+/// How often the consumer's pending count is read for the lag metric.
+const LAG_PERIOD: StdDuration = StdDuration::from_secs(5);
+
+/// Reads the consumer's pending count into `sluice_input_lag_messages` every
+/// [`LAG_PERIOD`], until aborted.
+async fn watch_lag(consumer: PullConsumer, stream: String, labels: Vec<(&'static str, String)>) {
+    let mut labels = labels;
+    labels.push(("topic", stream));
+    labels.push(("partition", String::new()));
+    let gauge = metrics::gauge!(crate::metrics::INPUT_LAG, &labels);
+    loop {
+        match consumer.get_info().await {
+            Ok(info) => gauge.set(info.num_pending as f64),
+            Err(e) => debug!(error = %e, "JetStream consumer info unavailable."),
+        }
+        tokio::time::sleep(LAG_PERIOD).await;
     }
 }
 
@@ -133,6 +154,9 @@ pub struct JetStreamInput {
     messages: Option<(pull::Stream, AckSpawner)>,
     /// Acks spawned and not yet handed to the client: `close` waits for them.
     acks: TaskTracker,
+    /// The input's metric labels, and the task that reads its consumer's lag.
+    labels: Vec<(&'static str, String)>,
+    lag: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl JetStreamInput {
@@ -169,6 +193,14 @@ impl JetStreamInput {
             None => stream.create_consumer(config).await,
         }
         .map_err(|e| ConnectorError::not_connected("cannot create consumer").with_source(e))?;
+        if let Some(old) = self.lag.take() {
+            old.abort();
+        }
+        self.lag = Some(tokio::spawn(watch_lag(
+            consumer.clone(),
+            c.stream.clone(),
+            self.labels.clone(),
+        )));
         consumer
             .messages()
             .await
@@ -295,6 +327,9 @@ impl Input for JetStreamInput {
 
     async fn close(&mut self) {
         self.messages = None;
+        if let Some(lag) = self.lag.take() {
+            lag.abort();
+        }
         // The acks of delivered messages run as tasks of their own: the flush below carries
         // only those already handed to the client, and a process that exits after `close`
         // loses the rest (the server then delivers those messages again).

@@ -63,6 +63,8 @@ struct Shared {
     epochs: AtomicU64,
     /// The high watermark of each partition by topic, from the client's statistics.
     high: Mutex<HashMap<String, HashMap<i32, i64>>>,
+    /// The input's metric labels, for its consumer lag.
+    labels: Vec<(&'static str, String)>,
 }
 
 pub struct Ctx {
@@ -73,11 +75,23 @@ impl ClientContext for Ctx {
     fn stats(&self, stats: Statistics) {
         let mut high = self.shared.high.lock();
         for (topic, t) in stats.topics {
-            let parts = high.entry(topic).or_default();
-            for (p, part) in t.partitions {
-                if p >= 0 && part.hi_offset >= 0 {
-                    parts.insert(p, part.hi_offset);
+            for (p, part) in &t.partitions {
+                // Partition -1 is librdkafka's own (unassigned messages).
+                if *p < 0 {
+                    continue;
                 }
+                if part.hi_offset >= 0 {
+                    high.entry(topic.clone())
+                        .or_default()
+                        .insert(*p, part.hi_offset);
+                }
+                // The high watermark minus the group's committed offset; -1 (unknown, or
+                // the partition is another member's) reads as no lag of this consumer's.
+                let mut labels = self.shared.labels.clone();
+                labels.push(("topic", topic.clone()));
+                labels.push(("partition", p.to_string()));
+                metrics::gauge!(crate::metrics::INPUT_LAG, &labels)
+                    .set(part.consumer_lag.max(0) as f64);
             }
         }
     }
@@ -114,7 +128,10 @@ impl BuildInput for KafkaInputConfig {
             egress: cx.egress_addresses(&crate::connect::split_addresses(&self.addresses), 9092)?,
             topics,
             consumer: None,
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(Shared {
+                labels: cx.metric_labels(),
+                ..Shared::default()
+            }),
             held: None,
         })))
     }
