@@ -23,10 +23,7 @@ use super::ids::{new_id, now, rfc3339};
 use super::portal::{self as products, Subscription};
 use super::request::{Ctx, Reply};
 use crate::gateway::keys::{AccessRight, KeyRequest};
-use crate::store::{
-    AppRecord, DeliveryRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING,
-    PENDING_APPROVAL,
-};
+use crate::store::{AppRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING_APPROVAL};
 
 /// The event a test delivery carries.
 pub const TEST_EVENT: &str = "sluice.test";
@@ -697,34 +694,12 @@ pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
         std::time::Duration::from_secs(60),
     )?;
     let id = uuid::Uuid::now_v7().simple().to_string();
-    let body = json!({
-        "id": id,
-        "event": TEST_EVENT,
-        "product_id": product.id,
-        "created_at": rfc3339(now()),
-        "data": {"test": true, "app_id": app.id, "subscription_id": sub.id},
-    });
+    let data = json!({"test": true, "app_id": app.id, "subscription_id": sub.id});
+    let body = products::envelope(&id, TEST_EVENT, &product.id, data);
     let now_ms = chrono::Utc::now().timestamp_millis();
-    let delivery = DeliveryRecord {
-        id: products::delivery_id(&sub.id, &id),
-        org_id: app.org_id.clone(),
-        source: format!("subscription:{}", sub.id),
-        event: TEST_EVENT.into(),
-        method: "POST".into(),
-        url: sub.url.clone(),
-        headers: json!({"content-type": "application/json"}).to_string(),
-        body: body.to_string().into_bytes(),
-        secret_sealed: Some(sub.secret_sealed.clone()),
-        status: PENDING.into(),
-        attempts: 0,
-        max_attempts: i64::from(ctx.state.config.webhooks.max_attempts.max(1)),
-        next_attempt_at: now_ms,
-        lease_until: 0,
-        last_status: None,
-        last_error: None,
-        created_at: now_ms,
-        updated_at: now_ms,
-    };
+    let max_attempts = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
+    let delivery =
+        products::subscription_delivery(sub, &id, TEST_EVENT, body, max_attempts, now_ms);
     ctx.state
         .store
         .enqueue_deliveries(std::slice::from_ref(&delivery), now_ms)

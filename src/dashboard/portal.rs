@@ -956,6 +956,51 @@ fn header<'a>(
     }
 }
 
+/// What a subscriber receives of an event: its id, name, product, time and data.
+pub(super) fn envelope(id: &str, event: &str, product_id: &str, data: Value) -> Vec<u8> {
+    json!({
+        "id": id,
+        "event": event,
+        "product_id": product_id,
+        "created_at": rfc3339(now()),
+        "data": data,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The delivery of event `key` (its `body` made by [`envelope`]) to subscription `s`,
+/// signed with the subscription's secret, due at `now_ms`.
+pub(super) fn subscription_delivery(
+    s: &SubscriptionRecord,
+    key: &str,
+    event: &str,
+    body: Vec<u8>,
+    max_attempts: i64,
+    now_ms: i64,
+) -> DeliveryRecord {
+    DeliveryRecord {
+        id: delivery_id(&s.id, key),
+        org_id: s.org_id.clone(),
+        source: format!("subscription:{}", s.id),
+        event: event.to_owned(),
+        method: "POST".into(),
+        url: s.url.clone(),
+        headers: json!({"content-type": "application/json"}).to_string(),
+        body,
+        secret_sealed: Some(s.secret_sealed.clone()),
+        status: PENDING.into(),
+        attempts: 0,
+        max_attempts,
+        next_attempt_at: now_ms,
+        lease_until: 0,
+        last_status: None,
+        last_error: None,
+        created_at: now_ms,
+        updated_at: now_ms,
+    }
+}
+
 /// The delivery id of `key`'s event for `subscription`: the same for the same pair.
 pub fn delivery_id(subscription: &str, key: &str) -> String {
     // Subscription ids have no `:`, so the pair is unambiguous.
@@ -1050,39 +1095,12 @@ pub async fn publish_event(ctx: Ctx) -> Result<Reply, ApiError> {
         .await?;
     let data = serde_json::from_slice::<Value>(&ctx.body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&ctx.body).into_owned()));
-    let envelope = json!({
-        "id": key,
-        "event": event,
-        "product_id": product.id,
-        "created_at": rfc3339(now()),
-        "data": data,
-    });
-    let body = envelope.to_string().into_bytes();
-    let headers = json!({"content-type": "application/json"}).to_string();
+    let body = envelope(&key, event, &product.id, data);
     let now_ms = chrono::Utc::now().timestamp_millis();
     let max_attempts = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
     let deliveries: Vec<DeliveryRecord> = subscriptions
         .iter()
-        .map(|s| DeliveryRecord {
-            id: delivery_id(&s.id, &key),
-            org_id: product.org_id.clone(),
-            source: format!("subscription:{}", s.id),
-            event: event.to_owned(),
-            method: "POST".into(),
-            url: s.url.clone(),
-            headers: headers.clone(),
-            body: body.clone(),
-            secret_sealed: Some(s.secret_sealed.clone()),
-            status: PENDING.into(),
-            attempts: 0,
-            max_attempts,
-            next_attempt_at: now_ms,
-            lease_until: 0,
-            last_status: None,
-            last_error: None,
-            created_at: now_ms,
-            updated_at: now_ms,
-        })
+        .map(|s| subscription_delivery(s, &key, event, body.clone(), max_attempts, now_ms))
         .collect();
     if !deliveries.is_empty() {
         // One transaction: the event is stored for every subscriber, or for none, before

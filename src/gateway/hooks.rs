@@ -294,27 +294,15 @@ impl Dispatcher {
                 serde_json::to_vec(&context).unwrap_or_default()
             }
         };
-        let (url, headers) = target(hook, self.sealer.as_ref().filter(|_| secret), &mut failed);
-        DeliveryRecord {
-            id: uuid::Uuid::now_v7().to_string(),
-            org_id: api.org_id.clone(),
-            source,
-            event: event.kind.as_str().to_owned(),
-            method: hook.method.clone(),
-            url,
-            headers,
+        hook_delivery(
+            hook,
+            self.sealer.as_ref().filter(|_| secret),
+            (api.org_id.clone(), source),
+            event.kind.as_str(),
             body,
-            secret_sealed: None,
-            status: if failed.is_some() { DEAD } else { PENDING }.into(),
-            attempts: 0,
-            max_attempts: self.max_attempts,
-            next_attempt_at: 0,
-            lease_until: 0,
-            last_status: None,
-            last_error: failed,
-            created_at: 0,
-            updated_at: 0,
-        }
+            self.max_attempts,
+            failed,
+        )
     }
 
     fn render(
@@ -381,14 +369,36 @@ pub fn stored_delivery(
     let source = format!("hook:{}", record.webhook_id);
     let org_id = record.org_id.clone();
     let (hook, secret) = stored_hook(record, sealer)?;
-    let mut failed = None;
-    let (url, headers) = target(&hook, sealer.filter(|_| secret), &mut failed);
-    Ok(DeliveryRecord {
+    Ok(hook_delivery(
+        &hook,
+        sealer.filter(|_| secret),
+        (org_id, source),
+        event,
+        body,
+        max_attempts,
+        None,
+    ))
+}
+
+/// A delivery of `event` with `body` through `hook`, made for `(org_id, source)`, its
+/// secrets sealed with `sealer` when given; dead from the start, with why, when it
+/// `failed` to be made (or its headers cannot be sealed).
+fn hook_delivery(
+    hook: &Hook,
+    sealer: Option<&Sealer>,
+    (org_id, source): (String, String),
+    event: &str,
+    body: Vec<u8>,
+    max_attempts: i64,
+    mut failed: Option<String>,
+) -> DeliveryRecord {
+    let (url, headers) = target(hook, sealer, &mut failed);
+    DeliveryRecord {
         id: uuid::Uuid::now_v7().to_string(),
         org_id,
         source,
         event: event.to_owned(),
-        method: hook.method,
+        method: hook.method.clone(),
         url,
         headers,
         body,
@@ -402,7 +412,7 @@ pub fn stored_delivery(
         last_error: failed,
         created_at: 0,
         updated_at: 0,
-    })
+    }
 }
 
 /// A dashboard webhook as a handler's call, its sealed parts opened; and whether it had
