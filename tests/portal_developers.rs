@@ -872,3 +872,32 @@ async fn developers_on_postgres() {
     })
     .await;
 }
+
+/// Anyone may call the account endpoints and read the catalogue: one address gets only
+/// so many of each a minute, and is told when to come back.
+#[tokio::test]
+async fn one_address_is_held_to_its_attempts_and_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("limits.db").display());
+    let config = format!(
+        "admin:\n  key: {ADMIN_KEY}\nsecret: {SECRET}\nwebhooks:\n  enabled: false\nportal:\n  attempts_per_address: 3\n  reads_per_address: 4\n"
+    );
+    let db = Db::start(tmp.path(), &store, &config, ADMIN_KEY).await;
+    let org = send(db.http.get(db.url("/portal/api/instance"))).await.1["org_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut caller = Browser::new(&db, &org);
+    caller.get("/session").await;
+    let body = json!({"email": "x@example.com", "password": PASSWORD});
+    for _ in 0..3 {
+        assert_eq!(caller.post("/signin", body.clone()).await.0, 401);
+    }
+    let refused = caller.post("/signup", body.clone()).await;
+    assert_error(&refused, 429, "too many attempts");
+    for _ in 0..4 {
+        assert_eq!(caller.get("/products").await.0, 200);
+    }
+    assert_error(&caller.get("/products").await, 429, "too many attempts");
+    db.stop().await;
+}
