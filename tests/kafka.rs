@@ -844,3 +844,46 @@ async fn consumer_lag_is_the_high_watermark_minus_the_committed_offset() {
     .await;
     s2.stop(Duration::from_secs(1)).await;
 }
+
+/// A message's W3C trace context travels as record headers even when no metadata
+/// pattern names it, and comes back as metadata on the consuming side, so that a
+/// consumer on another gateway continues the producer's trace.
+#[tokio::test]
+async fn the_trace_context_travels_through_kafka() {
+    let _shared = BROKER.read().await;
+    let topic = unique("trace");
+    create_topic(&topic, 1).await;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut producer = start(&format!(
+        "input:\n  generate:\n    count: 1\n    mapping: |\n      root = \"hello\"\n      meta traceparent = \"{parent}\"\n      meta tracestate = \"vendor=1\"\n      meta secret = \"not sent\"\noutput:\n  kafka:\n    addresses: ['{}']\n    topic: {topic}\n",
+        addr()
+    ));
+    producer.finished().await;
+    let c = consumer(&topic);
+    let record = next_record(&c, || "the traced record".into()).await;
+    let headers: Vec<(String, String)> = record
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| {
+                    (
+                        h.key.to_owned(),
+                        String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        headers.contains(&("traceparent".into(), parent.into())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("tracestate".into(), "vendor=1".into())),
+        "{headers:?}"
+    );
+    assert!(
+        !headers.iter().any(|(k, _)| k == "secret"),
+        "only the trace context: {headers:?}"
+    );
+}

@@ -569,3 +569,25 @@ async fn a_jetstream_consumers_pending_messages_are_its_lag() {
     consumer.stop(Duration::from_secs(5)).await;
     let _ = js.delete_stream(&name).await;
 }
+
+/// The W3C trace context travels as NATS headers even when no metadata pattern names it.
+#[tokio::test]
+async fn the_trace_context_travels_as_nats_headers() {
+    let _shared = BROKER.read().await;
+    let subject = unique("trace").replace('-', "_");
+    let client = client().await;
+    let mut sub = client.subscribe(subject.clone()).await.unwrap();
+    client.flush().await.unwrap();
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let mut producer = start(&format!(
+        "input:\n  generate:\n    count: 1\n    mapping: |\n      root = \"hello\"\n      meta traceparent = \"{parent}\"\n      meta other = \"kept back\"\noutput:\n  nats:\n    urls: [{URL}]\n    subject: {subject}\n"
+    ));
+    producer.finished().await;
+    let msg = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut sub))
+        .await
+        .expect("the message in time")
+        .expect("a message");
+    let headers = msg.headers.expect("headers");
+    assert_eq!(headers.get("traceparent").map(|v| v.as_str()), Some(parent));
+    assert!(headers.get("other").is_none());
+}

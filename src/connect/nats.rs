@@ -179,7 +179,7 @@ pub fn meta_to_headers(
     filter: &super::MetadataFilter,
     msg: &Message,
 ) -> Option<async_nats::HeaderMap> {
-    if filter.is_empty() {
+    if !filter.carries(msg) {
         return None;
     }
     let mut h = async_nats::HeaderMap::new();

@@ -201,7 +201,7 @@ impl Output for AmqpOutput {
             if let Some(ct) = &c.content_type {
                 props = props.with_content_type(ShortString::from(ct.clone()));
             }
-            if !self.headers.is_empty() {
+            if self.headers.carries(msg) {
                 props = props.with_headers(header_table(self.headers.pairs(msg)));
             }
             let confirm = channel

@@ -396,7 +396,7 @@ impl KafkaOutput {
         if let Some(p) = self.partition {
             r = r.partition(p);
         }
-        if !self.headers.is_empty() {
+        if self.headers.carries(msg) {
             let mut h = OwnedHeaders::new();
             for (k, v) in self.headers.pairs(msg) {
                 h = h.insert(rdkafka::message::Header {
@@ -510,7 +510,12 @@ impl Output for KafkaOutput {
 
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
         let Client { producer, batched } = self.client()?;
-        if let Some(topic) = batched {
+        // Records of a batch that carries a trace context need their headers: they take
+        // the path of one record at a time.
+        if let Some(topic) = batched
+            .as_ref()
+            .filter(|_| !batch.iter().any(|m| self.headers.carries(m)))
+        {
             return self.write_batched(producer, topic, batch).await;
         }
         let topics = self.topic.fields(batch, "topic")?;
