@@ -8,7 +8,12 @@ use http::HeaderMap;
 /// Version `00` must have exactly four fields; a later version may have more (the spec
 /// asks readers to take the first four).
 pub fn trace_id(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get("traceparent")?.to_str().ok()?.trim();
+    trace_id_of(headers.get("traceparent")?.to_str().ok()?)
+}
+
+/// The trace id of a `traceparent` value, when it is valid (see [`trace_id`]).
+pub fn trace_id_of(value: &str) -> Option<&str> {
+    let value = value.trim();
     let mut fields = value.split('-');
     let version = fields.next()?;
     let trace = fields.next()?;
@@ -36,7 +41,12 @@ const MAX_REQUEST_ID: usize = 128;
 /// The client's `X-Request-Id`, when it is 1 to 128 visible ASCII characters (anything
 /// else could break a log line or grow it without bound).
 pub fn request_id(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get("x-request-id")?.to_str().ok()?.trim();
+    request_id_of(headers.get("x-request-id")?.to_str().ok()?)
+}
+
+/// A request id value, when it is one (see [`request_id`]).
+pub fn request_id_of(value: &str) -> Option<&str> {
+    let value = value.trim();
     (!value.is_empty()
         && value.len() <= MAX_REQUEST_ID
         && value.bytes().all(|b| b.is_ascii_graphic()))

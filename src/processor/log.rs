@@ -67,9 +67,15 @@ impl Processor for Log {
                 (String::new(), String::new())
             };
             let error = msg.error().unwrap_or_default();
+            // A message that came over HTTP names its request and trace: the line joins
+            // the gateway's access line and the client's.
+            let text_meta = |key: &str| msg.meta(key).map(|v| v.to_text()).unwrap_or_default();
+            let (request, traceparent) = (text_meta("x-request-id"), text_meta("traceparent"));
+            let request_id = crate::http::trace::request_id_of(&request).unwrap_or_default();
+            let trace_id = crate::http::trace::trace_id_of(&traceparent).unwrap_or_default();
             macro_rules! emit {
                 ($m:ident) => {
-                    tracing::$m!(target: "sluice::log", content = %content, metadata = %meta, error = %error, "{text}")
+                    tracing::$m!(target: "sluice::log", content = %content, metadata = %meta, error = %error, request_id, trace_id, "{text}")
                 };
             }
             match self.0.level {
@@ -99,6 +105,52 @@ mod tests {
         let out = p.process(vec![Message::new("a"), Message::new("b")]).await;
         assert_eq!(out.len(), 1);
         assert_eq!(&out[0][1].payload()[..], b"b");
+    }
+
+    /// A writer that keeps what is written, for the test to read.
+    #[derive(Clone, Default)]
+    struct Kept(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Kept {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_name_the_request_and_the_trace_of_a_message_from_http() {
+        let kept = Kept::default();
+        let writer = kept.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let cfg: LogConfig = serde_yaml::from_str("{message: seen}").unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default());
+        let p = cfg.build(&cx).unwrap();
+        let traced = Message::new("a")
+            .with_meta("x-request-id", "req-7")
+            .with_meta(
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            );
+        p.process(vec![traced, Message::new("b")]).await;
+        let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines[0]["fields"]["request_id"], "req-7", "{text}");
+        assert_eq!(
+            lines[0]["fields"]["trace_id"],
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
+        assert_eq!(lines[1]["fields"]["request_id"], "", "{text}");
     }
 
     #[test]
