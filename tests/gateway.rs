@@ -1670,7 +1670,11 @@ async fn access_log_lines_carry_the_request_and_trace_ids() {
     let mut gw = Gw::start_in(
         tmp.path().to_owned(),
         Some(tmp),
-        &[("a.yaml", api("logged", "/logged", &up.url(), ""))],
+        &[
+            ("a.yaml", api("logged", "/logged", &up.url(), "")),
+            // Nothing listens there: every request is answered 502.
+            ("b.yaml", api("down", "/down", "http://127.0.0.1:9", "")),
+        ],
         "",
         &[
             ("SLUICE_GW_LOGGER_LEVEL", "info".into()),
@@ -1691,9 +1695,12 @@ async fn access_log_lines_carry_the_request_and_trace_ids() {
     assert_eq!(resp.status(), 200);
     let unnamed = gw.http.get(gw.url("/logged/y")).send().await.unwrap();
     assert_eq!(unnamed.status(), 200);
+    let failed = gw.http.get(gw.url("/down/z")).send().await.unwrap();
+    assert_eq!(failed.status(), 502);
+    let told: Value = failed.json().await.unwrap();
     let mut found = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while found.len() < 2 {
+    while found.len() < 3 {
         let line = tokio::time::timeout_at(deadline.into(), lines.next_line())
             .await
             .expect("two access lines in time")
@@ -1714,4 +1721,10 @@ async fn access_log_lines_carry_the_request_and_trace_ids() {
     let own = found[1]["fields"]["request_id"].as_str().unwrap();
     assert_eq!(own.len(), 32, "{}", found[1]);
     assert_eq!(found[1]["fields"]["trace_id"], "");
+    // A 502's line names the request id its body told the client.
+    assert_eq!(
+        found[2]["fields"]["request_id"], told["request_id"],
+        "{}",
+        found[2]
+    );
 }

@@ -527,7 +527,7 @@ impl Shared {
             limit: None,
         })
         .await;
-        self.record(api, &seen, resp.status());
+        self.record(api, &seen, &resp);
         resp
     }
 
@@ -547,7 +547,7 @@ impl Shared {
             Ok(resp) => resp,
             Err(e) => middleware::proxy_failed(self, api, None, rest, e),
         };
-        self.record(api, &seen, resp.status());
+        self.record(api, &seen, &resp);
         resp
     }
 
@@ -559,13 +559,16 @@ impl Shared {
     }
 
     /// A request's metrics and access log line.
-    fn record(&self, api: &api::Api, seen: &Received, status: StatusCode) {
-        let took = seen.started.elapsed();
+    fn record(&self, api: &api::Api, seen: &Received, resp: &HttpResponse) {
+        let (status, took) = (resp.status(), seen.started.elapsed());
         api.metrics
             .get_or_init(|| api::ApiMetrics::new(&api.id))
             .record(status, took);
         if self.config.access_log {
-            access_log(&api.id, seen, status, took);
+            // Without the client's, the answer's request id (the upstream's, or the one
+            // a 502 names in its body) joins the line to what the client was told.
+            let answered = h::trace::request_id(resp.headers());
+            access_log(&api.id, seen, answered, status, took);
         }
     }
 }
@@ -607,12 +610,20 @@ impl Received {
 
 /// A request's access log line: the API, method, path, status, time and client, and the
 /// ids that join it to the client's and the upstream's lines (`request_id`, the client's
-/// `X-Request-Id` or one made here; `trace_id`, from its `traceparent`).
-fn access_log(api_id: &str, seen: &Received, status: StatusCode, took: Duration) {
+/// `X-Request-Id`, else the answer's, else one made here; `trace_id`, from its
+/// `traceparent`).
+fn access_log(
+    api_id: &str,
+    seen: &Received,
+    answered: Option<&str>,
+    status: StatusCode,
+    took: Duration,
+) {
     let (method, path, peer) = (&seen.method, seen.uri.path(), seen.peer);
-    let request_id = match &seen.request_id {
-        Some(id) => id.to_string(),
-        None => uuid::Uuid::now_v7().simple().to_string(),
+    let request_id = match (&seen.request_id, answered) {
+        (Some(id), _) => id.to_string(),
+        (None, Some(id)) => id.to_owned(),
+        (None, None) => uuid::Uuid::now_v7().simple().to_string(),
     };
     let trace_id = seen.trace_id.as_deref().unwrap_or_default();
     if status.is_server_error() {
