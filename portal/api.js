@@ -55,6 +55,17 @@ export function call(method, rest, json) {
   return request(method, path(rest), json);
 }
 
+/** The published products, the catalogue's pages read in turn (ten at the most). */
+export async function catalogue() {
+  let products = [];
+  for (let p = 1; p <= 10; p += 1) {
+    const page = await call('GET', `/products?p=${p}`);
+    products = products.concat(page.products);
+    if (p >= page.pages) break;
+  }
+  return products;
+}
+
 /** Who is signed in (`developer` null when nobody), and whether sign-up is open. */
 export function session() {
   return call('GET', '/session');

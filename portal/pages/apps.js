@@ -2,7 +2,7 @@
 // URLs to the product's events, send a test event, read the deliveries and send dead
 // ones again. Keys and secrets are shown once, when made.
 
-import { call } from '../api.js';
+import { call, catalogue as products } from '../api.js';
 import { announce, button, field, h, heading, notice, show, table, time } from '/console/ui.js';
 
 const STATUS = { approved: 'ok', pending: 'warn', rejected: 'bad' };
@@ -17,16 +17,6 @@ function once(title, label, value) {
     h('h3', {}, title),
     h('p', {}, `${label} It is shown this once: copy it now.`),
     h('p', {}, h('code', { class: 'secret', 'data-secret': 'true' }, value)));
-}
-
-async function products() {
-  let all = [];
-  for (let p = 1; p <= 10; p += 1) {
-    const page = await call('GET', `/products?p=${p}`);
-    all = all.concat(page.products);
-    if (p >= page.pages) break;
-  }
-  return all;
 }
 
 export async function list(view) {

@@ -1,6 +1,6 @@
 // The catalogue: the products this portal publishes, one card each.
 
-import { call } from '../api.js';
+import { catalogue } from '../api.js';
 import { h, heading, notice } from '/console/ui.js';
 
 export async function render(view) {
@@ -11,12 +11,7 @@ export async function render(view) {
     list);
   let products = [];
   try {
-    // Pages of the catalogue, up to ten of them.
-    for (let p = 1; p <= 10; p += 1) {
-      const page = await call('GET', `/products?p=${p}`);
-      products = products.concat(page.products);
-      if (p >= page.pages) break;
-    }
+    products = await catalogue();
   } catch (e) {
     list.replaceChildren(notice('error', `The catalogue could not be read: ${e.message}`));
     return;

@@ -1,7 +1,7 @@
 // One product: its APIs with their endpoints and, for a streaming API, its channels with
 // copyable curl and EventSource examples and its AsyncAPI document to download.
 
-import { call, path } from '../api.js';
+import { call, catalogue, path } from '../api.js';
 import { state } from '../app.js';
 import { announce, button, h, heading, notice } from '/console/ui.js';
 
@@ -90,13 +90,7 @@ function plainApi(api) {
 }
 
 export async function render(view, id) {
-  let products = [];
-  for (let p = 1; p <= 10; p += 1) {
-    const page = await call('GET', `/products?p=${p}`);
-    products = products.concat(page.products);
-    if (p >= page.pages) break;
-  }
-  const product = products.find((p) => p.id === id);
+  const product = (await catalogue()).find((p) => p.id === id);
   if (!product) {
     view.replaceChildren(heading('Not found'), notice('error', 'No such product is published here.'), h('p', {}, h('a', { href: '#/' }, 'Back to the APIs')));
     return;

@@ -353,12 +353,6 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
             input.product_id
         ))
     })?;
-    let max = ctx.state.config.portal.max_apps_per_developer;
-    if store.developer_apps(&d.org_id, &d.id).await?.len() >= max {
-        return Err(ApiError::Conflict(format!(
-            "a developer has at most {max} apps: delete one first"
-        )));
-    }
     let auto =
         products::KeyApproval::stored_or_auto(&product.key_approval) == products::KeyApproval::Auto;
     let at = now();
@@ -375,10 +369,15 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
         status: if auto { APPROVED } else { PENDING_APPROVAL }.into(),
         key_id: None,
     };
-    let max = i64::try_from(max).unwrap_or(i64::MAX);
-    if !store.insert_app(&app, max).await? {
+    // The cap is checked by the insert itself, so that requests at once cannot pass it
+    // together; the product was found just above.
+    let max = ctx.state.config.portal.max_apps_per_developer;
+    if !store
+        .insert_app(&app, i64::try_from(max).unwrap_or(i64::MAX))
+        .await?
+    {
         return Err(ApiError::Conflict(format!(
-            "a developer has at most {max} apps, and the product must still be there"
+            "a developer has at most {max} apps: delete one first"
         )));
     }
     let mut key = None;

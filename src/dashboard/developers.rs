@@ -19,7 +19,7 @@ use std::net::IpAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{header, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -32,6 +32,7 @@ use super::error::{ApiError, ErrorBody};
 use super::ids::{new_id, now, rfc3339};
 use super::request::{Ctx, Reply};
 use crate::gateway::auth::basic::{hash_password, verify_password};
+use crate::http::cookie;
 use crate::limit::{LocalLimiter, Rate};
 use crate::store::{DeveloperRecord, PortalSettings, TokenKind};
 
@@ -217,18 +218,6 @@ pub struct Session {
 pub struct SignedIn {
     pub developer: DeveloperRecord,
     token: String,
-}
-
-/// The value of cookie `name` in the request.
-fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.trim())
 }
 
 /// Whether the client reached us over TLS: a proxy in front says so.
@@ -1110,19 +1099,6 @@ pub(super) fn revoke_failed(key_id: &str, e: impl std::fmt::Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cookies_are_found_by_name() {
-        let mut headers = HeaderMap::new();
-        headers.append(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; sluice_portal=x"),
-        );
-        headers.append(header::COOKIE, HeaderValue::from_static("b=2"));
-        assert_eq!(cookie(&headers, SESSION_COOKIE), Some("x"));
-        assert_eq!(cookie(&headers, "b"), Some("2"));
-        assert_eq!(cookie(&headers, "sluice"), None);
-    }
 
     #[test]
     fn addresses_and_passwords_are_checked() {

@@ -59,7 +59,7 @@ pub async fn status(ctx: Ctx) -> Result<Reply, ApiError> {
         let found = health.get(&format!("{}.{name}", api.id));
         let state = match &found {
             Some(h) => h.state.as_str().to_owned(),
-            None if config.to_string().contains(streaming::CONTEXT) => "per_client".into(),
+            None if streaming::per_client(config) => "per_client".into(),
             None => "unknown".into(),
         };
         streams.push(StreamStatus {

@@ -619,14 +619,27 @@ fn access_log(
     status: StatusCode,
     took: Duration,
 ) {
+    let failed = status.is_server_error();
+    // Nothing is made for a line the logger drops (`info` lines under `logger.level: warn`).
+    let wanted = if failed {
+        tracing::enabled!(target: "sluice::access", tracing::Level::ERROR)
+    } else {
+        tracing::enabled!(target: "sluice::access", tracing::Level::INFO)
+    };
+    if !wanted {
+        return;
+    }
     let (method, path, peer) = (&seen.method, seen.uri.path(), seen.peer);
-    let request_id = match (&seen.request_id, answered) {
-        (Some(id), _) => id.to_string(),
-        (None, Some(id)) => id.to_owned(),
-        (None, None) => uuid::Uuid::now_v7().simple().to_string(),
+    let made;
+    let request_id = match (seen.request_id.as_deref(), answered) {
+        (Some(id), _) | (None, Some(id)) => id,
+        (None, None) => {
+            made = uuid::Uuid::now_v7().simple().to_string();
+            made.as_str()
+        }
     };
     let trace_id = seen.trace_id.as_deref().unwrap_or_default();
-    if status.is_server_error() {
+    if failed {
         error!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request failed.");
     } else {
         tracing::info!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request.");

@@ -237,6 +237,25 @@ pub async fn read_body(mut body: Body, max: usize) -> Result<Bytes, BodyError> {
 }
 
 /// An HTTP method as written in a config (any case), or an error naming it.
+/// The value of cookie `name` in a request's headers, unquoted. HTTP/2 clients may
+/// split cookies over several `Cookie` headers (RFC 9113 8.2.3), so every one of them
+/// is searched.
+pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| k.trim() == name)
+        .map(|(_, v)| {
+            let v = v.trim();
+            v.strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .unwrap_or(v)
+        })
+}
+
 pub fn parse_method(verb: &str) -> Result<http::Method, String> {
     http::Method::from_bytes(verb.to_ascii_uppercase().as_bytes())
         .map_err(|_| format!("`{verb}` is not an HTTP method"))
@@ -302,6 +321,19 @@ pub fn json(status: StatusCode, value: &serde_json::Value) -> HttpResponse {
 mod tests {
     use super::*;
     use futures::FutureExt;
+
+    #[test]
+    fn cookies_are_found_by_name() {
+        let mut headers = http::HeaderMap::new();
+        headers.append(
+            header::COOKIE,
+            http::HeaderValue::from_static("a=1; sluice_portal=x"),
+        );
+        headers.append(header::COOKIE, http::HeaderValue::from_static("b=2"));
+        assert_eq!(cookie(&headers, "sluice_portal"), Some("x"));
+        assert_eq!(cookie(&headers, "b"), Some("2"));
+        assert_eq!(cookie(&headers, "sluice"), None);
+    }
 
     fn ok_handler() -> Arc<dyn Handler> {
         Arc::new(|_req: HttpRequest| async { text(StatusCode::OK, "ok") }.boxed())

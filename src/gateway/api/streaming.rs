@@ -104,6 +104,12 @@ pub fn streams_of(ext: &Value) -> Vec<(&str, &Value)> {
         .unwrap_or_default()
 }
 
+/// Whether a stream's definition is run once per client: it has `$sluice_context.`
+/// placeholders.
+pub fn per_client(raw: &Value) -> bool {
+    raw.to_string().contains(CONTEXT)
+}
+
 /// The streams of a document and the paths their HTTP components serve.
 pub fn parse(
     doc: &Document,
@@ -198,7 +204,7 @@ pub fn parse(
             format!("/{STREAMING}/streams/{name}")
         };
         let raw = whole.pointer(&pointer).cloned().unwrap_or(Value::Null);
-        let per_client = raw.to_string().contains(CONTEXT);
+        let per_client = per_client(&raw);
         let paths = routes.paths_owned_by(&format!("{stream_id}/"));
         streams.push(ApiStream {
             name,

@@ -67,24 +67,7 @@ fn from_query(parts: &http::request::Parts, name: &str) -> Option<String> {
 }
 
 fn from_cookie(parts: &http::request::Parts, name: &str) -> Option<String> {
-    // HTTP/2 clients may split cookies over several `Cookie` headers (RFC 9113 8.2.3),
-    // so every one of them is searched.
-    parts
-        .headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| k.trim() == name)
-        .map(|(_, v)| {
-            let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(v);
-            v.to_owned()
-        })
+    crate::http::cookie(&parts.headers, name).map(str::to_owned)
 }
 
 #[cfg(test)]
