@@ -901,3 +901,115 @@ async fn one_address_is_held_to_its_attempts_and_reads() {
     assert_error(&caller.get("/products").await, 429, "too many attempts");
     db.stop().await;
 }
+
+/// A developer's apps and subscriptions each look hosts up and write the store: making
+/// and deleting them in a loop is held to a rate, bad requests included.
+#[tokio::test]
+async fn a_developer_is_held_to_their_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("writes.db").display());
+    let config = format!(
+        "admin:\n  key: {ADMIN_KEY}\nsecret: {SECRET}\nwebhooks:\n  enabled: false\nportal:\n  attempts_per_address: 100\n"
+    );
+    let db = Db::start(tmp.path(), &store, &config, ADMIN_KEY).await;
+    let made = send(db.req(Method::POST, "/api/portal/products").json(&json!({
+        "name": "P", "published": true, "webhooks": {"enabled": true, "events": ["e"]}
+    })))
+    .await;
+    let product = made.1["ID"].as_str().unwrap().to_owned();
+    let opened = send(
+        db.req(Method::PUT, "/api/portal/settings")
+            .json(&json!({"signup": "open"})),
+    )
+    .await;
+    assert_eq!(opened.0, 200);
+    let org = send(db.http.get(db.url("/portal/api/instance"))).await.1["org_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut dev = Browser::new(&db, &org);
+    assert_eq!(dev.sign_up("w@example.com", json!({})).await.0, 201);
+    let (status, app) = dev
+        .post("/apps", json!({"name": "A", "product_id": product}))
+        .await;
+    assert_eq!(status, 201, "{app}");
+    let id = app["app"]["id"].as_str().unwrap().to_owned();
+    let path = format!("/apps/{id}/subscriptions");
+    let bad = json!({"url": "http://127.0.0.1:9/h", "events": []});
+    for _ in 0..20 {
+        assert_eq!(dev.post(&path, bad.clone()).await.0, 400);
+    }
+    assert_error(&dev.post(&path, bad).await, 429, "too many attempts");
+    for _ in 0..19 {
+        assert_eq!(dev.post("/apps", json!({"name": ""})).await.0, 400);
+    }
+    assert_error(
+        &dev.post("/apps", json!({"name": "B", "product_id": product}))
+            .await,
+        429,
+        "too many attempts",
+    );
+    db.stop().await;
+}
+
+/// A product of webhooks only: its apps get no key (one would reach nothing), and its
+/// keys go when its last API leaves it, instead of the write failing half done.
+#[tokio::test]
+async fn a_product_without_apis_issues_no_key_and_takes_its_keys_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("nokey.db").display());
+    let config =
+        format!("admin:\n  key: {ADMIN_KEY}\nsecret: {SECRET}\nwebhooks:\n  enabled: false\n");
+    let db = Db::start(tmp.path(), &store, &config, ADMIN_KEY).await;
+    assert_eq!(
+        send(
+            db.req(Method::POST, "/api/apis/oas")
+                .json(&plain_api("pets"))
+        )
+        .await
+        .0,
+        201
+    );
+    let product = |apis: &[&str]| json!({"name": "P", "published": true, "api_ids": apis});
+    let made = send(
+        db.req(Method::POST, "/api/portal/products")
+            .json(&product(&[])),
+    )
+    .await;
+    let id = made.1["ID"].as_str().unwrap().to_owned();
+    send(
+        db.req(Method::PUT, "/api/portal/settings")
+            .json(&json!({"signup": "open"})),
+    )
+    .await;
+    let org = send(db.http.get(db.url("/portal/api/instance"))).await.1["org_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut dev = Browser::new(&db, &org);
+    assert_eq!(dev.sign_up("n@example.com", json!({})).await.0, 201);
+    let (status, app) = dev
+        .post("/apps", json!({"name": "A", "product_id": id}))
+        .await;
+    assert_eq!(status, 201, "{app}");
+    assert_eq!(app["key"], Value::Null, "{app}");
+    let app_id = app["app"]["id"].as_str().unwrap().to_owned();
+    assert_error(
+        &dev.post(&format!("/apps/{app_id}/key"), json!({})).await,
+        409,
+        "no API",
+    );
+    // With an API it issues one; without it again, the key goes and the write succeeds.
+    let put = |apis: &[&str]| {
+        db.req(Method::PUT, &format!("/api/portal/products/{id}"))
+            .json(&product(apis))
+    };
+    assert_eq!(send(put(&["pets"])).await.0, 200);
+    let (status, key) = dev.post(&format!("/apps/{app_id}/key"), json!({})).await;
+    assert_eq!(status, 201, "{key}");
+    let key_id = key["key_id"].as_str().unwrap().to_owned();
+    assert!(gateway_key(&db, &key_id).await.is_some());
+    assert_eq!(send(put(&[])).await.0, 200);
+    assert!(gateway_key(&db, &key_id).await.is_none());
+    db.stop().await;
+}

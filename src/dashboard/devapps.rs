@@ -33,6 +33,10 @@ const TESTS_PER_MINUTE: u64 = 10;
 const REDELIVERIES_PER_MINUTE: u64 = 30;
 /// Keys one app may be issued per minute.
 const KEYS_PER_MINUTE: u64 = 10;
+/// Apps one developer may make, and subscriptions, per minute each.
+const WRITES_PER_MINUTE: u64 = 20;
+/// How long a subscription's host may take to resolve.
+const RESOLVE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Deliveries on one page of an app's log.
 const LOG_PAGE: i64 = 20;
 
@@ -160,14 +164,19 @@ async fn writer(ctx: &Ctx) -> Result<SignedIn, ApiError> {
 }
 
 /// A new gateway key for `app`, reaching the product's APIs that still exist.
+/// `None` when the product offers no API that exists (a product of webhooks only): a
+/// key would reach nothing.
 async fn issue_key(
     ctx: &Ctx,
     app: &AppRecord,
     product: &ProductRecord,
-) -> Result<(String, String), ApiError> {
+) -> Result<Option<(String, String)>, ApiError> {
     let org = &app.org_id;
     let apis = api_ids_of(ctx, org).await?;
     let access_rights = access_rights(product, &apis);
+    if access_rights.is_empty() {
+        return Ok(None);
+    }
     let mut meta = serde_json::Map::new();
     meta.insert("portal_app".into(), app.id.clone().into());
     meta.insert("portal_product".into(), product.id.clone().into());
@@ -182,7 +191,7 @@ async fn issue_key(
     };
     let known = move |id: &str| apis.iter().any(|a| a == id);
     let (token, _, session) = keys(ctx).create(request, &known).await.map_err(key_error)?;
-    Ok((session.id, token))
+    Ok(Some((session.id, token)))
 }
 
 /// Whose gateway keys to revoke. Every key the portal makes names its app, product and
@@ -230,6 +239,11 @@ pub(super) async fn rescope_keys(ctx: &Ctx, product: &ProductRecord) -> Result<(
         .filter(|s| KeyOf::Product(&product.id).matches(&s.policy.meta))
     {
         if s.policy.access_rights == rights {
+            continue;
+        }
+        // A key must name an API: with none left, it reaches nothing and goes.
+        if rights.is_empty() {
+            revoke_key_id(ctx, &s.id).await;
             continue;
         }
         let request = KeyRequest {
@@ -332,11 +346,14 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
         (status = 401, description = "Not signed in.", body = ErrorBody),
         (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
         (status = 409, description = "The developer has their most apps.", body = ErrorBody),
+        (status = 429, description = "The developer made 20 apps in the last minute.", body = ErrorBody),
     ),
     security(("portal_session" = []))
 )]
 pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
+    // Each one may make a gateway key: deleting and making apps in a loop must not.
+    per_developer(&ctx, &signed, "apps", WRITES_PER_MINUTE)?;
     let input: DeveloperAppInput = ctx.json()?;
     products::check_text("name", &input.name, true, 200)?;
     let d = &signed.developer;
@@ -382,10 +399,11 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     }
     let mut key = None;
     if auto {
-        let (key_id, token) = issue_key(&ctx, &app, &product).await?;
-        swap_key(&ctx, &app, None, &key_id).await?;
-        app.key_id = Some(key_id);
-        key = Some(token);
+        if let Some((key_id, token)) = issue_key(&ctx, &app, &product).await? {
+            swap_key(&ctx, &app, None, &key_id).await?;
+            app.key_id = Some(key_id);
+            key = Some(token);
+        }
     }
     Reply::json(
         StatusCode::CREATED,
@@ -454,7 +472,7 @@ pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
         (status = 401, description = "Not signed in.", body = ErrorBody),
         (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
         (status = 404, description = "The developer has no such app.", body = ErrorBody),
-        (status = 409, description = "The app's access is pending or was refused.", body = ErrorBody),
+        (status = 409, description = "The app's access is pending or was refused, or its product offers no API.", body = ErrorBody),
     ),
     security(("portal_session" = []))
 )]
@@ -473,7 +491,12 @@ pub async fn rotate_key(ctx: Ctx) -> Result<Reply, ApiError> {
         KEYS_PER_MINUTE,
         std::time::Duration::from_secs(60),
     )?;
-    let (key_id, key) = issue_key(&ctx, &app, &product).await?;
+    let Some((key_id, key)) = issue_key(&ctx, &app, &product).await? else {
+        return Err(ApiError::Conflict(format!(
+            "product `{}` offers no API yet: there is no key to issue",
+            product.name
+        )));
+    };
     swap_key(&ctx, &app, app.key_id.as_deref(), &key_id).await?;
     if let Some(old) = &app.key_id {
         revoke_key_id(&ctx, old).await;
@@ -538,11 +561,15 @@ fn approved(app: &AppRecord) -> Result<(), ApiError> {
         (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
         (status = 404, description = "The developer has no such app.", body = ErrorBody),
         (status = 409, description = "The app is not approved, has its most subscriptions, or the dashboard has no `secret`.", body = ErrorBody),
+        (status = 429, description = "The developer subscribed 20 times in the last minute.", body = ErrorBody),
     ),
     security(("portal_session" = []))
 )]
 pub async fn subscribe(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
+    // Each one looks its host up and writes the app again: unsubscribing and subscribing
+    // in a loop must not make either free.
+    per_developer(&ctx, &signed, "subscribe", WRITES_PER_MINUTE)?;
     let input: DeveloperSubscriptionInput = ctx.json()?;
     let (mut app, product) = own_app(&ctx, &signed).await?;
     approved(&app)?;
@@ -619,12 +646,27 @@ async fn reachable(ctx: &Ctx, url: &str) -> Result<(), ApiError> {
         .map_err(|_| ApiError::bad_request(format!("invalid field `url`: `{url}` is not a URL")))?;
     let host = parsed.host_str().unwrap_or_default();
     let port = parsed.port_or_known_default().unwrap_or(80);
-    ctx.state
-        .egress
-        .resolve(host, port)
-        .await
-        .map(|_| ())
-        .map_err(|e| ApiError::bad_request(format!("invalid field `url`: {e}")))
+    match tokio::time::timeout(RESOLVE_WAIT, ctx.state.egress.resolve(host, port)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(ApiError::bad_request(format!("invalid field `url`: {e}"))),
+        Err(_) => Err(ApiError::bad_request(format!(
+            "invalid field `url`: `{host}` did not resolve within {RESOLVE_WAIT:?}"
+        ))),
+    }
+}
+
+/// One more write of `kind` by the signed-in developer, at most `per_minute`.
+fn per_developer(
+    ctx: &Ctx,
+    signed: &SignedIn,
+    kind: &str,
+    per_minute: u64,
+) -> Result<(), ApiError> {
+    ctx.state.accounts.attempt(
+        &format!("portal:{kind}:{}", signed.developer.id),
+        per_minute,
+        std::time::Duration::from_secs(60),
+    )
 }
 
 #[utoipa::path(
@@ -687,11 +729,7 @@ pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
         .find(|s| s.id == ctx.param(2))
         .ok_or_else(|| ApiError::not_found("subscription"))?;
     // Per developer: a new subscription must not bring a fresh allowance.
-    ctx.state.accounts.attempt(
-        &format!("portal:test:{}", signed.developer.id),
-        TESTS_PER_MINUTE,
-        std::time::Duration::from_secs(60),
-    )?;
+    per_developer(&ctx, &signed, "test", TESTS_PER_MINUTE)?;
     let id = uuid::Uuid::now_v7().simple().to_string();
     let data = json!({"test": true, "app_id": app.id, "subscription_id": sub.id});
     let body = products::envelope(&id, TEST_EVENT, &product.id, data);
@@ -794,11 +832,7 @@ pub async fn log(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn redeliver(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, _) = own_app(&ctx, &signed).await?;
-    ctx.state.accounts.attempt(
-        &format!("portal:redeliver:{}", signed.developer.id),
-        REDELIVERIES_PER_MINUTE,
-        std::time::Duration::from_secs(60),
-    )?;
+    per_developer(&ctx, &signed, "redeliver", REDELIVERIES_PER_MINUTE)?;
     let id = ctx.param(2);
     let found = ctx.state.store.delivery(&app.org_id, id).await?;
     let delivery = found
