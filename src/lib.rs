@@ -31,6 +31,7 @@ pub mod secret;
 pub mod server;
 pub mod store;
 pub mod stream;
+pub mod telemetry;
 pub mod testing;
 pub mod value;
 pub mod webhook;

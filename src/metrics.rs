@@ -332,6 +332,19 @@ impl NodeMetrics {
         }
     }
 
+    /// The node's `component` label (its label in the config, or its place).
+    pub fn component(&self) -> &str {
+        self.label("component")
+    }
+
+    /// The value of the node's label `key` ("" without one).
+    pub fn label(&self, key: &str) -> &str {
+        self.labels
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or("", |(_, v)| v.as_str())
+    }
+
     pub fn error(&self, stage: Stage) {
         self.errors(stage, 1);
     }

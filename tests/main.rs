@@ -29,6 +29,7 @@ mod lint;
 mod mapping;
 mod mqtt;
 mod nats;
+mod otel;
 mod pipelines;
 mod portal;
 mod portal_browser;

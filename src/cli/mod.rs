@@ -34,7 +34,25 @@ pub async fn run(files: &[PathBuf]) -> i32 {
         }
     };
     init_logging(&root.logger);
-    run_config(root, shutdown_signal()).await
+    let Ok(traces) = start_traces() else {
+        return 1;
+    };
+    let code = run_config(root, shutdown_signal()).await;
+    stop_traces(traces).await;
+    code
+}
+
+/// Starts the trace exporter the `OTEL_*` variables ask for; `Err` once the reason is
+/// printed.
+fn start_traces() -> Result<Option<crate::telemetry::Traces>, ()> {
+    crate::telemetry::install().map_err(|e| eprintln!("error: {e}"))
+}
+
+/// Sends the spans still queued.
+async fn stop_traces(traces: Option<crate::telemetry::Traces>) {
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
 }
 
 /// Runs a loaded config until `signal` fires or every stream ends.
@@ -157,6 +175,9 @@ pub async fn serve(
         .also_own
         .extend(crate::egress::listener_address(&gw.listen.socket()));
     init_logging(&gw.logger);
+    let Ok(traces) = start_traces() else {
+        return 1;
+    };
     // One store for both when they name the same one: the gateway sees the dashboard's
     // APIs and keys.
     let store = match open_store(&db).await {
@@ -223,6 +244,7 @@ pub async fn serve(
     let _ = dash.await;
     let _ = gate.await;
     relay.abort();
+    stop_traces(traces).await;
     0
 }
 
@@ -262,6 +284,9 @@ pub async fn dashboard(config_file: Option<&std::path::Path>) -> i32 {
         }
     };
     init_logging(&config.logger);
+    let Ok(traces) = start_traces() else {
+        return 1;
+    };
     let dashboard = match Dashboard::start(config).await {
         Ok(d) => d,
         Err(e) => {
@@ -279,6 +304,7 @@ pub async fn dashboard(config_file: Option<&std::path::Path>) -> i32 {
     info!("Stopping: finishing requests in flight.");
     stop.cancel();
     let _ = serving.await;
+    stop_traces(traces).await;
     0
 }
 
@@ -338,6 +364,9 @@ pub async fn gateway(config_file: Option<&std::path::Path>) -> i32 {
             }
         };
     init_logging(&config.logger);
+    let Ok(traces) = start_traces() else {
+        return 1;
+    };
     let gateway = match crate::gateway::Gateway::start(config).await {
         Ok(g) => g,
         Err(e) => {
@@ -355,6 +384,7 @@ pub async fn gateway(config_file: Option<&std::path::Path>) -> i32 {
     info!("Stopping: finishing requests in flight.");
     stop.cancel();
     let _ = serving.await;
+    stop_traces(traces).await;
     0
 }
 

@@ -35,6 +35,7 @@ use crate::http::{self as h, HttpResponse};
 use crate::limit::{self, Limiter};
 use crate::server::{self, Service, Timeouts};
 use crate::store::Store;
+use crate::telemetry;
 use crate::webhook::{Deliverer, Templates};
 use config::GatewayConfig;
 use events::EventBus;
@@ -510,8 +511,9 @@ impl Shared {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> HttpResponse {
-        let seen = Received::of(&req, peer, self.config.access_log);
+        let mut seen = Received::of(&req, peer, self.config.access_log);
         let api = table.at(at);
+        let trace = seen.span(&req, &api.id);
         let rest = api.below(seen.uri.path()).unwrap_or("");
         let op = api.operation(&seen.method, if rest.is_empty() { "/" } else { rest });
         let resp = middleware::run(Ctx {
@@ -525,9 +527,11 @@ impl Shared {
             identity: None,
             claims: None,
             limit: None,
+            trace: trace.as_ref(),
         })
         .await;
         self.record(api, &seen, &resp);
+        end_request_span(trace, &resp);
         resp
     }
 
@@ -540,14 +544,20 @@ impl Shared {
         req: http::Request<h::Body>,
         peer: SocketAddr,
     ) -> HttpResponse {
-        let seen = Received::of(&req, peer, self.config.access_log);
+        let mut seen = Received::of(&req, peer, self.config.access_log);
         let api = table.at(at);
+        let trace = seen.span(&req, &api.id);
+        let mut req = req;
+        let upstream = middleware::upstream_span(trace.as_ref(), &mut req);
         let rest = api.below(seen.uri.path()).unwrap_or("");
-        let resp = match self.proxy.forward(api, req, rest, &self.origin(peer)).await {
+        let forwarded = self.proxy.forward(api, req, rest, &self.origin(peer)).await;
+        middleware::end_upstream_span(upstream, &forwarded);
+        let resp = match forwarded {
             Ok(resp) => resp,
             Err(e) => middleware::proxy_failed(self, api, None, rest, e),
         };
         self.record(api, &seen, &resp);
+        end_request_span(trace, &resp);
         resp
     }
 
@@ -605,6 +615,31 @@ impl Received {
                 .flatten()
                 .map(Into::into),
         }
+    }
+}
+
+impl Received {
+    /// The request's trace span, when traces are on.
+    /// Without a trace id from the client, the access log line takes the new trace's.
+    fn span(&mut self, req: &http::Request<h::Body>, api_id: &str) -> Option<telemetry::Span> {
+        let span =
+            telemetry::request_span(req.headers(), self.method.as_str(), api_id, self.uri.path())?;
+        if self.trace_id.is_none() {
+            self.trace_id = Some(span.trace_id().into());
+        }
+        Some(span)
+    }
+}
+
+/// Ends a request's span with its answer's status (a 5xx marks it failed).
+fn end_request_span(span: Option<telemetry::Span>, resp: &HttpResponse) {
+    let Some(span) = span else {
+        return;
+    };
+    let status = resp.status();
+    span.set("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.fail(status.to_string());
     }
 }
 

@@ -220,13 +220,14 @@ impl InputNode {
                     permit = Some(p);
                 }
                 read = read_at(&mut *self.input, read_after), if reading && admitted => match read {
-                    Ok(ReadBatch { batch, ack, reply }) => {
+                    Ok(ReadBatch { mut batch, ack, reply }) => {
                         read_backoff.reset();
                         read_after = None;
                         if batch.is_empty() {
                             ack(Outcome::Filtered);
                             continue;
                         }
+                        crate::telemetry::received(&mut batch, &self.stream, self.metrics.component());
                         let bytes = batch_bytes(&batch);
                         self.metrics.received_messages.increment(batch.len() as u64);
                         self.metrics.received_bytes.increment(bytes as u64);

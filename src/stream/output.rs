@@ -17,6 +17,7 @@ use crate::backoff::Backoff;
 use crate::component::{ConnectorError, ErrorKind, Output, Router, Writer};
 use crate::message::{batch_bytes, Ack, Batch, Outcome, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
+use crate::telemetry;
 
 use super::readiness::Readiness;
 use super::tap::Tap;
@@ -178,7 +179,7 @@ fn take(pending: &mut Flush, deadline: &mut Option<TokioInstant>) -> Flush {
 /// Writes one flush and settles its acks. Returns true if the connection was lost.
 async fn write(
     output: &dyn Output,
-    flush: Flush,
+    mut flush: Flush,
     metrics: &NodeMetrics,
     tap: &Tap,
     halted: &AtomicBool,
@@ -187,9 +188,16 @@ async fn write(
     metrics.received_messages.increment(n as u64);
     metrics.received_bytes.increment(bytes as u64);
     metrics.batch_size.record(n as f64);
+    // The messages leave carrying the send's trace context (when traces are on).
+    let sending = telemetry::Sending::start(
+        &mut flush.batch,
+        metrics.label("stream"),
+        metrics.component(),
+    );
     let start = Instant::now();
     let result = output.write(&flush.batch).await;
     metrics.latency.record(start.elapsed().as_secs_f64());
+    sending.end(result.as_ref().err().map(|e| e.to_string()).as_deref());
     match result {
         Ok(()) => {
             metrics.sent_messages.increment(n as u64);

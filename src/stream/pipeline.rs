@@ -2,7 +2,7 @@
 //! on what they return (or settles the ack as filtered when nothing is left).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -11,6 +11,7 @@ use tracing::{Instrument, Span};
 use crate::component::Processor;
 use crate::message::{Ack, Batch, Outcome, ReplySlot, Transaction};
 use crate::metrics::{NodeMetrics, Stage};
+use crate::telemetry;
 
 pub struct ProcessorNode {
     pub processor: Box<dyn Processor>,
@@ -25,12 +26,17 @@ pub async fn process_all(nodes: &[ProcessorNode], batch: Batch) -> Vec<Batch> {
         for batch in batches {
             let n = batch.len();
             node.metrics.received_messages.increment(n as u64);
+            // The traces the batch's messages belong to (none when traces are off).
+            let traces = telemetry::batch_parents(&batch);
+            let began = (!traces.is_empty()).then(SystemTime::now);
             let start = Instant::now();
             let out = node.processor.process(batch).await;
             node.metrics.latency.record(start.elapsed().as_secs_f64());
             let mut sent = 0;
+            let mut failed = 0;
             for b in out.into_iter().filter(|b| !b.is_empty()) {
                 let errored = b.iter().filter(|m| m.error().is_some()).count();
+                failed += errored;
                 node.metrics.errors(Stage::Process, errored as u64);
                 // No byte counts here: sizing a message a processor made structured would
                 // serialize it on every step.
@@ -38,6 +44,9 @@ pub async fn process_all(nodes: &[ProcessorNode], batch: Batch) -> Vec<Batch> {
                 next.push(b);
             }
             node.metrics.sent_messages.increment(sent as u64);
+            if let Some(began) = began {
+                telemetry::processed(&traces, node.metrics.component(), began, failed);
+            }
             if sent < n {
                 node.metrics.discarded("filtered", (n - sent) as u64);
             }

@@ -40,7 +40,16 @@ impl Sluice {
         Self::start_with(config, Stdio::null()).await
     }
 
+    /// Starts `sluice run` as [`Sluice::start`] does, with `env` added to its environment.
+    pub async fn start_env(config: &str, env: &[(&str, String)]) -> Sluice {
+        Self::launch(config, Stdio::null(), env).await
+    }
+
     pub async fn start_with(config: &str, stdin: Stdio) -> Sluice {
+        Self::launch(config, stdin, &[]).await
+    }
+
+    async fn launch(config: &str, stdin: Stdio, env: &[(&str, String)]) -> Sluice {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let text = config
@@ -51,6 +60,7 @@ impl Sluice {
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .arg("run")
             .arg(&path)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -52,6 +52,24 @@ impl Step {
         Step::ResponseHeaders,
     ];
 
+    /// The step's name, as its trace span is called.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Cors => "cors",
+            Step::Auth => "auth",
+            Step::KeyChecks => "key_checks",
+            Step::KeyLimits => "key_limits",
+            Step::ApiLimit => "rate_limit",
+            Step::SizeLimit => "size_limit",
+            Step::Validate => "validate",
+            Step::RequestHeaders => "request_headers",
+            Step::Streams => "streams",
+            Step::Cache => "cache",
+            Step::Mock => "mock",
+            Step::ResponseHeaders => "response_headers",
+        }
+    }
+
     /// Whether this step can act on a request for `api`.
     fn acts_on(self, api: &Api) -> bool {
         let ops = || api.operations.iter();

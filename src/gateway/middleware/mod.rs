@@ -33,6 +33,7 @@ use super::reply::error;
 use super::shared::Shared;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::limit::{Decision, LimitError};
+use crate::telemetry::{self, SpanKind};
 
 /// One request on its way through the chain.
 pub struct Ctx<'a> {
@@ -52,6 +53,8 @@ pub struct Ctx<'a> {
     pub claims: Option<serde_json::Map<String, serde_json::Value>>,
     /// The tightest limit met on the way, for the `X-RateLimit-*` headers.
     pub limit: Option<Decision>,
+    /// The request's trace span, when traces are on.
+    pub trace: Option<&'a telemetry::Span>,
 }
 
 impl Ctx<'_> {
@@ -110,6 +113,11 @@ pub async fn run(mut ctx: Ctx<'_>) -> HttpResponse {
 async fn chain(ctx: &mut Ctx<'_>, steps: &[Step]) -> Result<HttpResponse, HttpResponse> {
     let mut cache_key = None;
     for step in steps {
+        // A span for each step that acts here, ended as the step ends.
+        let step_span = ctx
+            .trace
+            .filter(|_| !matches!(step, Step::Cors | Step::ResponseHeaders))
+            .and_then(|t| t.child(step.name(), SpanKind::Internal));
         match step {
             // They act on the answer, in `run`.
             Step::Cors | Step::ResponseHeaders => {}
@@ -121,7 +129,11 @@ async fn chain(ctx: &mut Ctx<'_>, steps: &[Step]) -> Result<HttpResponse, HttpRe
             Step::Validate => validate::run(ctx).await?,
             Step::RequestHeaders => headers::transform_request(ctx),
             Step::Streams => {
-                let req = ctx.take_req();
+                let mut req = ctx.take_req();
+                // The stream's messages are children of this step.
+                if let Some(span) = &step_span {
+                    span.inject(req.headers_mut());
+                }
                 match stream::divert(ctx, req) {
                     Ok(diverted) => return Ok(diverted.await),
                     Err(req) => ctx.req = req,
@@ -140,18 +152,48 @@ async fn chain(ctx: &mut Ctx<'_>, steps: &[Step]) -> Result<HttpResponse, HttpRe
             }
         }
     }
-    let req = ctx.take_req();
-    match ctx
+    let mut req = ctx.take_req();
+    let upstream = upstream_span(ctx.trace, &mut req);
+    let forwarded = ctx
         .gw
         .proxy
         .forward(ctx.api, req, ctx.rest, &ctx.origin)
-        .await
-    {
+        .await;
+    end_upstream_span(upstream, &forwarded);
+    match forwarded {
         Ok(resp) => Ok(match cache_key {
             Some(key) => ctx.gw.cache.store(ctx.api, key, resp).await,
             None => resp,
         }),
         Err(e) => Err(proxy_failed(ctx.gw, ctx.api, ctx.key_id(), ctx.rest, e)),
+    }
+}
+
+/// The span of the exchange with the upstream, a child of the request's; the upstream is
+/// handed its trace context.
+pub fn upstream_span(
+    trace: Option<&telemetry::Span>,
+    req: &mut HttpRequest,
+) -> Option<telemetry::Span> {
+    let span = trace?.child("upstream", SpanKind::Client)?;
+    span.inject(req.headers_mut());
+    Some(span)
+}
+
+/// Ends the upstream span with what the upstream answered.
+pub fn end_upstream_span<E: std::fmt::Display>(
+    span: Option<telemetry::Span>,
+    forwarded: &Result<HttpResponse, E>,
+) {
+    let Some(span) = span else {
+        return;
+    };
+    match forwarded {
+        Ok(resp) => span.set(
+            "http.response.status_code",
+            i64::from(resp.status().as_u16()),
+        ),
+        Err(e) => span.fail(e.to_string()),
     }
 }
 
