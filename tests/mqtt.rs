@@ -342,3 +342,146 @@ async fn user_and_password() {
     let (_, anonymous) = mqtt_pair(broker.port, &topic, "");
     tls::refused(&anonymous, "NotAuthorized").await;
 }
+
+/// A bare MQTT 5 client subscribed to `topic`; returns it and a channel of what came:
+/// payload and user properties.
+async fn subscriber_v5(
+    topic: &str,
+) -> (
+    rumqttc::v5::AsyncClient,
+    tokio::sync::mpsc::UnboundedReceiver<(String, Vec<(String, String)>)>,
+) {
+    use rumqttc::v5::mqttbytes::v5::Packet as P;
+    use rumqttc::v5::Event as E;
+    let mut opts = rumqttc::v5::MqttOptions::new(unique("sub5"), "127.0.0.1", 1883);
+    opts.set_keep_alive(Duration::from_secs(5));
+    let (client, mut el) = rumqttc::v5::AsyncClient::new(opts, 1024);
+    client
+        .subscribe(topic, rumqttc::v5::mqttbytes::QoS::AtLeastOnce)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (subscribed_tx, subscribed_rx) = tokio::sync::oneshot::channel();
+    let mut subscribed_tx = Some(subscribed_tx);
+    tokio::spawn(async move {
+        loop {
+            match el.poll().await {
+                Ok(E::Incoming(P::Publish(p))) => {
+                    let props = p.properties.map(|p| p.user_properties).unwrap_or_default();
+                    let _ = tx.send((String::from_utf8_lossy(&p.payload).into_owned(), props));
+                }
+                Ok(E::Incoming(P::SubAck(_))) => {
+                    if let Some(t) = subscribed_tx.take() {
+                        let _ = t.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), subscribed_rx)
+        .await
+        .expect("subscribed over MQTT 5")
+        .unwrap();
+    (client, rx)
+}
+
+#[tokio::test]
+async fn mqtt5_user_properties_carry_metadata_and_the_trace_context_both_ways() {
+    let _shared = BROKER.read().await;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // Out: metadata named by the include patterns, and the trace context, become user
+    // properties; the rest stays behind.
+    let out_topic = unique("v5out");
+    let (_sub, mut rx) = subscriber_v5(&out_topic).await;
+    let producer = start(&format!(
+        "input:\n  generate:\n    count: 1\n    mapping: |\n      root = \"hello\"\n      meta traceparent = \"{parent}\"\n      meta \"x-tenant\" = \"t1\"\n      meta other = \"kept back\"\noutput:\n  mqtt:\n    urls: [{URL}]\n    protocol_version: 5\n    topic: {out_topic}\n    metadata:\n      include_patterns: ['^x-']\n"
+    ));
+    let (payload, props) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("the message in time")
+        .unwrap();
+    producer.stop(Duration::from_secs(5)).await;
+    assert_eq!(payload, "hello");
+    assert!(
+        props.contains(&("traceparent".into(), parent.into())),
+        "{props:?}"
+    );
+    assert!(
+        props.contains(&("x-tenant".into(), "t1".into())),
+        "{props:?}"
+    );
+    assert!(props.iter().all(|(k, _)| k != "other"), "{props:?}");
+
+    // In: user properties become metadata, which a NATS output passes on as headers.
+    let (in_topic, subject) = (unique("v5in"), unique("v5in"));
+    let nats = async_nats::connect("nats://127.0.0.1:4222")
+        .await
+        .expect("nats-server");
+    let mut sub = nats.subscribe(subject.clone()).await.unwrap();
+    let env = sluice::stream::StreamEnv::standalone();
+    let bridge = start_in(&format!(
+        "input:\n  mqtt:\n    urls: [{URL}]\n    protocol_version: 5\n    topics: ['{in_topic}']\n    qos: 1\noutput:\n  nats:\n    urls: [nats://127.0.0.1:4222]\n    subject: {subject}\n    metadata: {{include_patterns: ['^x-', '^mqtt_topic$']}}\n"
+    ), &env);
+    wait_for("connected", Duration::from_secs(10), || {
+        env.readiness.not_ready().is_empty()
+    })
+    .await;
+    let (client, mut el) = rumqttc::v5::AsyncClient::new(
+        rumqttc::v5::MqttOptions::new(unique("pub5"), "127.0.0.1", 1883),
+        64,
+    );
+    tokio::spawn(async move { while el.poll().await.is_ok() {} });
+    let props = rumqttc::v5::mqttbytes::v5::PublishProperties {
+        user_properties: vec![
+            ("traceparent".into(), parent.into()),
+            ("x-tenant".into(), "t2".into()),
+            // A property cannot pass for what the input sets itself.
+            ("mqtt_topic".into(), "forged".into()),
+        ],
+        ..Default::default()
+    };
+    let msg = loop {
+        client
+            .publish_with_properties(
+                in_topic.clone(),
+                rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+                false,
+                "hi",
+                props.clone(),
+            )
+            .await
+            .unwrap();
+        if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+            break m;
+        }
+    };
+    let h = msg.headers.expect("headers");
+    assert_eq!(h.get("traceparent").unwrap().as_str(), parent);
+    assert_eq!(h.get("x-tenant").unwrap().as_str(), "t2");
+    assert_eq!(h.get("mqtt_topic").unwrap().as_str(), in_topic);
+    bridge.stop(Duration::from_secs(5)).await;
+}
+
+#[test]
+fn mqtt_versions_and_properties_are_checked() {
+    for (yaml, says) in [
+        (
+            "input:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    protocol_version: 4\n    topics: [a]\noutput:\n  drop: {}\n",
+            "protocol_version",
+        ),
+        (
+            "input:\n  stdin: {}\noutput:\n  mqtt:\n    urls: [tcp://127.0.0.1:1883]\n    topic: a\n    metadata: {include_patterns: ['.*']}\n",
+            "protocol_version: 5",
+        ),
+    ] {
+        let root = sluice::stream::config::parse_str("test.yaml", yaml).unwrap();
+        let (name, config) = root.streams.into_iter().next().unwrap();
+        let e = match sluice::stream::Stream::build(&name, &config, &sluice::stream::StreamEnv::standalone()) {
+            Ok(_) => panic!("built: {yaml}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(says), "{e}");
+    }
+}

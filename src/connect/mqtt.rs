@@ -58,6 +58,10 @@ macro_rules! mqtt_connection_config {
             /// A message the broker publishes if this client disappears.
             #[serde(default)]
             pub will: Option<$crate::connect::mqtt::WillConfig>,
+            /// The MQTT version: 3 (3.1.1) or 5. Version 5 carries metadata as user
+            /// properties.
+            #[serde(default = "crate::connect::mqtt::default_protocol_version")]
+            pub protocol_version: u8,
             $($(#[$fmeta])* pub $field: $ty,)*
         }
 
@@ -72,6 +76,7 @@ macro_rules! mqtt_connection_config {
                     password: &self.password,
                     tls: &self.tls,
                     will: self.will.as_ref(),
+                    protocol_version: self.protocol_version,
                 }
             }
         }
@@ -81,6 +86,11 @@ macro_rules! mqtt_connection_config {
 /// The QoS level MQTT inputs and outputs use unless told otherwise.
 pub fn default_qos() -> u8 {
     1
+}
+
+/// MQTT 3.1.1, which every broker speaks.
+pub fn default_protocol_version() -> u8 {
+    3
 }
 
 pub fn default_true() -> bool {
@@ -102,6 +112,7 @@ pub struct MqttConnect<'a> {
     pub password: &'a str,
     pub tls: &'a TlsConfig,
     pub will: Option<&'a WillConfig>,
+    pub protocol_version: u8,
 }
 
 pub fn qos(level: u8) -> Result<QoS, String> {
@@ -111,6 +122,16 @@ pub fn qos(level: u8) -> Result<QoS, String> {
         2 => Ok(QoS::ExactlyOnce),
         n => Err(format!("QoS {n} does not exist: use 0, 1 or 2")),
     }
+}
+
+/// An MQTT 5 QoS level (the same levels, rumqttc's type of its v5 client).
+pub fn qos_v5(level: u8) -> Result<rumqttc::v5::mqttbytes::QoS, String> {
+    use rumqttc::v5::mqttbytes::QoS as Q;
+    Ok(match qos(level)? {
+        QoS::AtMostOnce => Q::AtMostOnce,
+        QoS::AtLeastOnce => Q::AtLeastOnce,
+        QoS::ExactlyOnce => Q::ExactlyOnce,
+    })
 }
 
 /// Host, port and whether the scheme asks for TLS: `tcp://h:1883`, `mqtt://`, `ssl://`,
@@ -157,6 +178,12 @@ impl MqttConnect<'_> {
         for u in self.urls {
             parse_url(u)?;
         }
+        if !matches!(self.protocol_version, 3 | 5) {
+            return Err(format!(
+                "`protocol_version` {} is not one Sluice speaks: use 3 (MQTT 3.1.1) or 5",
+                self.protocol_version
+            ));
+        }
         if self.client_id.is_empty() && !self.clean_session {
             return Err("a persistent session (`clean_session: false`) needs a `client_id`".into());
         }
@@ -173,8 +200,14 @@ impl MqttConnect<'_> {
         Ok(())
     }
 
-    /// Options for the `attempt`th connection: URLs are tried in turn, one per attempt.
-    pub fn options(&self, attempt: usize) -> Result<MqttOptions, String> {
+    /// Whether the connection speaks MQTT 5.
+    pub fn v5(&self) -> bool {
+        self.protocol_version == 5
+    }
+
+    /// The broker and client id of the `attempt`th connection (URLs are tried in turn, one
+    /// per attempt), and the TLS transport when it asks for one.
+    fn endpoint(&self, attempt: usize) -> Result<(String, u16, String, Option<Transport>), String> {
         let url = &self.urls[attempt % self.urls.len()];
         let (host, port, url_tls) = parse_url(url)?;
         let id = if self.client_id.is_empty() {
@@ -182,6 +215,46 @@ impl MqttConnect<'_> {
         } else {
             self.client_id.to_owned()
         };
+        let transport = if self.tls.enabled || url_tls {
+            // One rustls set-up for every TLS client: the configured CA (else the
+            // system's), a client certificate, or no server check with `skip_cert_verify`.
+            let config = self.tls.rustls_client_config().map_err(|e| e.to_string())?;
+            Some(Transport::Tls(TlsConfiguration::Rustls(Arc::new(config))))
+        } else {
+            None
+        };
+        Ok((host, port, id, transport))
+    }
+
+    /// MQTT 5 options for the `attempt`th connection.
+    pub fn options_v5(&self, attempt: usize) -> Result<rumqttc::v5::MqttOptions, String> {
+        use rumqttc::v5::mqttbytes::v5::LastWill as LastWill5;
+        let (host, port, id, transport) = self.endpoint(attempt)?;
+        let mut o = rumqttc::v5::MqttOptions::new(id, host, port);
+        o.set_clean_start(self.clean_session);
+        o.set_keep_alive(self.keepalive.0);
+        o.set_manual_acks(true);
+        if !self.user.is_empty() {
+            o.set_credentials(self.user, self.password);
+        }
+        if let Some(w) = self.will {
+            o.set_last_will(LastWill5::new(
+                &w.topic,
+                w.payload.clone(),
+                qos_v5(w.qos)?,
+                w.retained,
+                None,
+            ));
+        }
+        if let Some(t) = transport {
+            o.set_transport(t);
+        }
+        Ok(o)
+    }
+
+    /// MQTT 3.1.1 options for the `attempt`th connection.
+    pub fn options(&self, attempt: usize) -> Result<MqttOptions, String> {
+        let (host, port, id, transport) = self.endpoint(attempt)?;
         let mut o = MqttOptions::new(id, host, port);
         o.set_clean_session(self.clean_session);
         // rumqttc refuses keepalives under 1s; zero turns pings off.
@@ -198,12 +271,8 @@ impl MqttConnect<'_> {
                 w.retained,
             ));
         }
-        if self.tls.enabled || url_tls {
-            // One rustls set-up for every TLS client: the configured CA (else the
-            // system's), a client certificate, or no server check with `skip_cert_verify`.
-            let config = self.tls.rustls_client_config().map_err(|e| e.to_string())?;
-            let transport = Transport::Tls(TlsConfiguration::Rustls(Arc::new(config)));
-            o.set_transport(transport);
+        if let Some(t) = transport {
+            o.set_transport(t);
         }
         Ok(o)
     }

@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use rumqttc::v5::mqttbytes::v5::Publish as Publish5;
+use rumqttc::v5::mqttbytes::QoS as Qos5;
 use rumqttc::{AsyncClient, Event, Packet, Publish, QoS};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -64,11 +66,50 @@ impl BuildInput for MqttInputConfig {
     }
 }
 
+/// The client of a connection, of the version it speaks, to ack with.
+#[derive(Clone)]
+enum Client {
+    V3(AsyncClient),
+    V5(rumqttc::v5::AsyncClient),
+}
+
+/// A message as the broker delivered it.
+enum Delivered {
+    V3(Publish),
+    V5(Publish5),
+}
+
+impl Delivered {
+    fn message(&self) -> Message {
+        match self {
+            Delivered::V3(p) => to_message(p),
+            Delivered::V5(p) => to_message_v5(p),
+        }
+    }
+
+    /// Acknowledges a QoS 1 or 2 message to the broker.
+    fn ack(&self, client: &Client) {
+        let sent = match (self, client) {
+            (Delivered::V3(p), Client::V3(c)) if p.qos != QoS::AtMostOnce => {
+                c.try_ack(p).map_err(|e| e.to_string())
+            }
+            (Delivered::V5(p), Client::V5(c)) if p.qos != Qos5::AtMostOnce => {
+                c.try_ack(p).map_err(|e| e.to_string())
+            }
+            _ => Ok(()),
+        };
+        if let Err(e) = sent {
+            // The connection that delivered it is gone; the broker redelivers.
+            debug!(error = %e, "MQTT ack not sent.");
+        }
+    }
+}
+
 /// One connection: the client (to ack with), what its event loop task receives, and the
 /// task itself.
 struct Session {
-    client: AsyncClient,
-    rx: mpsc::Receiver<Result<Publish, String>>,
+    client: Client,
+    rx: mpsc::Receiver<Result<Delivered, String>>,
     driver: JoinHandle<()>,
 }
 
@@ -102,12 +143,37 @@ fn to_message(p: &Publish) -> Message {
     m
 }
 
-#[async_trait]
-impl Input for MqttInput {
-    async fn connect(&mut self) -> Result<(), ConnectorError> {
-        self.egress.check().await?;
-        self.session = None;
-        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed);
+/// An MQTT 5 message: its user properties (a trace context among them) and content type
+/// become metadata, bounded by the client's largest packet; the `mqtt_*` keys are set
+/// last, so a property cannot pass for them.
+fn to_message_v5(p: &Publish5) -> Message {
+    let mut m = Message::new(p.payload.clone());
+    if let Some(props) = &p.properties {
+        for (k, v) in &props.user_properties {
+            m.set_meta(k.as_str(), v.as_str());
+        }
+        if let Some(ct) = &props.content_type {
+            m.set_meta(crate::message::CONTENT_TYPE, ct.as_str());
+        }
+    }
+    m.set_meta("mqtt_topic", String::from_utf8_lossy(&p.topic).into_owned());
+    m.set_meta("mqtt_qos", p.qos as i64);
+    m.set_meta("mqtt_retained", p.retain);
+    m.set_meta("mqtt_duplicate", p.dup);
+    m.set_meta("mqtt_message_id", p.pkid as i64);
+    m
+}
+
+fn refused(code: impl std::fmt::Debug) -> ConnectorError {
+    ConnectorError::not_connected(format!("broker refused the connection: {code:?}"))
+}
+
+fn unreachable(e: impl std::fmt::Display) -> ConnectorError {
+    ConnectorError::not_connected(format!("cannot connect to MQTT broker: {e}"))
+}
+
+impl MqttInput {
+    async fn connect_v3(&self, attempt: usize) -> Result<Session, ConnectorError> {
         let options = self
             .config
             .connection()
@@ -120,19 +186,12 @@ impl Input for MqttInput {
             match eventloop.poll().await {
                 Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     if ack.code != rumqttc::ConnectReturnCode::Success {
-                        return Err(ConnectorError::not_connected(format!(
-                            "broker refused the connection: {:?}",
-                            ack.code
-                        )));
+                        return Err(refused(ack.code));
                     }
                     break;
                 }
                 Ok(_) => {}
-                Err(e) => {
-                    return Err(ConnectorError::not_connected(format!(
-                        "cannot connect to MQTT broker: {e}"
-                    )))
-                }
+                Err(e) => return Err(unreachable(e)),
             }
         }
         for topic in &self.config.topics {
@@ -146,7 +205,7 @@ impl Input for MqttInput {
             loop {
                 match eventloop.poll().await {
                     Ok(Event::Incoming(Packet::Publish(p))) => {
-                        if tx.send(Ok(p)).await.is_err() {
+                        if tx.send(Ok(Delivered::V3(p))).await.is_err() {
                             return;
                         }
                     }
@@ -162,7 +221,81 @@ impl Input for MqttInput {
                 }
             }
         });
-        self.session = Some(Session { client, rx, driver });
+        Ok(Session {
+            client: Client::V3(client),
+            rx,
+            driver,
+        })
+    }
+
+    async fn connect_v5(&self, attempt: usize) -> Result<Session, ConnectorError> {
+        use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, Packet as Packet5};
+        use rumqttc::v5::Event as Event5;
+        let connection = self.config.connection();
+        let options = connection
+            .options_v5(attempt)
+            .map_err(ConnectorError::rejected)?;
+        let qos =
+            crate::connect::mqtt::qos_v5(self.config.qos).map_err(ConnectorError::rejected)?;
+        let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, RECEIVED_CAPACITY);
+        loop {
+            match eventloop.poll().await {
+                Ok(Event5::Incoming(Packet5::ConnAck(ack))) => {
+                    if ack.code != ConnectReturnCode::Success {
+                        return Err(refused(ack.code));
+                    }
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => return Err(unreachable(e)),
+            }
+        }
+        for topic in &self.config.topics {
+            client
+                .subscribe(topic.clone(), qos)
+                .await
+                .map_err(|e| ConnectorError::not_connected("cannot subscribe").with_source(e))?;
+        }
+        let (tx, rx) = mpsc::channel(RECEIVED_CAPACITY);
+        let driver = tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event5::Incoming(Packet5::Publish(p))) => {
+                        if tx.send(Ok(Delivered::V5(p))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Event5::Incoming(Packet5::SubAck(ack))) => {
+                        debug!(?ack.return_codes, "Subscribed.");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string())).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Session {
+            client: Client::V5(client),
+            rx,
+            driver,
+        })
+    }
+}
+
+#[async_trait]
+impl Input for MqttInput {
+    async fn connect(&mut self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
+        self.session = None;
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed);
+        let session = if self.config.connection().v5() {
+            self.connect_v5(attempt).await?
+        } else {
+            self.connect_v3(attempt).await?
+        };
+        self.session = Some(session);
         Ok(())
     }
 
@@ -191,7 +324,7 @@ impl Input for MqttInput {
                 _ => break,
             }
         }
-        let batch: Batch = publishes.iter().map(to_message).collect();
+        let batch: Batch = publishes.iter().map(Delivered::message).collect();
         let client = session.client.clone();
         Ok(ReadBatch::new(batch, move |outcome: Outcome| {
             // An errored outcome reaches here only when the stream was aborted: leave the
@@ -199,18 +332,18 @@ impl Input for MqttInput {
             if matches!(outcome, Outcome::Errored(_)) {
                 return;
             }
-            for p in publishes.iter().filter(|p| p.qos != QoS::AtMostOnce) {
-                if let Err(e) = client.try_ack(p) {
-                    // The connection that delivered it is gone; the broker redelivers.
-                    debug!(error = %e, "MQTT ack not sent.");
-                }
+            for p in &publishes {
+                p.ack(&client);
             }
         }))
     }
 
     async fn close(&mut self) {
         if let Some(s) = self.session.take() {
-            let _ = s.client.try_disconnect();
+            match &s.client {
+                Client::V3(c) => drop(c.try_disconnect()),
+                Client::V5(c) => drop(c.try_disconnect()),
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
 use rumqttc::{AsyncClient, Event, Outgoing, Packet, QoS};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -23,7 +24,8 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::config::Interp;
-use crate::connect::mqtt::qos;
+use crate::connect::mqtt::{qos, qos_v5};
+use crate::connect::{MetadataConfig, MetadataFilter};
 use crate::message::Batch;
 
 crate::mqtt_connection_config! {
@@ -44,6 +46,10 @@ crate::mqtt_connection_config! {
         /// How messages are grouped into writes.
         #[serde(default)]
         pub batching: BatchPolicy,
+        /// Which metadata to send as user properties (MQTT 5 only; the trace context
+        /// always goes).
+        #[serde(default)]
+        pub metadata: MetadataConfig,
     }
 }
 
@@ -74,10 +80,17 @@ impl BuildOutput for MqttOutputConfig {
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }
+        let properties = self.metadata.compile().map_err(|e| cx.error(e))?;
+        if !connect.v5() && !properties.is_empty() {
+            return Err(
+                cx.error("`metadata` is sent as user properties, which need `protocol_version: 5`")
+            );
+        }
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(MqttOutput {
                 config: self.clone(),
                 egress: cx.egress_to(crate::connect::mqtt::hosts(&self.urls))?,
+                properties,
                 qos,
                 attempt: AtomicUsize::new(0),
                 session: RwLock::new(None),
@@ -95,7 +108,8 @@ type Confirm = oneshot::Sender<Result<(), String>>;
 /// and move to `by_pkid` when their id is known.
 #[derive(Default)]
 struct Waiters {
-    unsent: VecDeque<(QoS, Confirm)>,
+    /// Each with whether it waits for the broker's ack (QoS 1 and 2).
+    unsent: VecDeque<(bool, Confirm)>,
     by_pkid: HashMap<u16, Confirm>,
     lost: Option<String>,
 }
@@ -112,8 +126,14 @@ impl Waiters {
     }
 }
 
+/// The client of a connection, of the version it speaks.
+enum Client {
+    V3(AsyncClient),
+    V5(rumqttc::v5::AsyncClient),
+}
+
 struct Session {
-    client: AsyncClient,
+    client: Client,
     waiters: Arc<Mutex<Waiters>>,
     /// Keeps "queue the waiter, queue the publish" atomic across concurrent writes.
     order: AsyncMutex<()>,
@@ -130,34 +150,43 @@ pub struct MqttOutput {
     /// Where a posted stream may connect (checked in `connect`).
     egress: crate::egress::Egress,
     config: MqttOutputConfig,
+    /// The metadata sent as MQTT 5 user properties.
+    properties: MetadataFilter,
     qos: QoS,
     attempt: AtomicUsize,
     session: RwLock<Option<Arc<Session>>>,
+}
+
+impl Waiters {
+    /// The next publish written got packet id `pkid`.
+    fn written(&mut self, pkid: u16) {
+        if let Some((acked, tx)) = self.unsent.pop_front() {
+            if acked {
+                self.by_pkid.insert(pkid, tx);
+            } else {
+                let _ = tx.send(Ok(()));
+            }
+        }
+    }
+
+    /// The broker answered publish `pkid`: `Err` with why it refused it.
+    fn answered(&mut self, pkid: u16, result: Result<(), String>) {
+        if let Some(tx) = self.by_pkid.remove(&pkid) {
+            let _ = tx.send(result);
+        }
+    }
 }
 
 fn drive(mut eventloop: rumqttc::EventLoop, waiters: Arc<Mutex<Waiters>>) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             match eventloop.poll().await {
-                Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                    let mut w = waiters.lock();
-                    if let Some((qos, tx)) = w.unsent.pop_front() {
-                        if qos == QoS::AtMostOnce {
-                            let _ = tx.send(Ok(()));
-                        } else {
-                            w.by_pkid.insert(pkid, tx);
-                        }
-                    }
-                }
+                Ok(Event::Outgoing(Outgoing::Publish(pkid))) => waiters.lock().written(pkid),
                 Ok(Event::Incoming(Packet::PubAck(ack))) => {
-                    if let Some(tx) = waiters.lock().by_pkid.remove(&ack.pkid) {
-                        let _ = tx.send(Ok(()));
-                    }
+                    waiters.lock().answered(ack.pkid, Ok(()));
                 }
                 Ok(Event::Incoming(Packet::PubComp(comp))) => {
-                    if let Some(tx) = waiters.lock().by_pkid.remove(&comp.pkid) {
-                        let _ = tx.send(Ok(()));
-                    }
+                    waiters.lock().answered(comp.pkid, Ok(()));
                 }
                 Ok(_) => {}
                 Err(e) => {
@@ -169,22 +198,55 @@ fn drive(mut eventloop: rumqttc::EventLoop, waiters: Arc<Mutex<Waiters>>) -> Joi
     })
 }
 
-#[async_trait]
-impl Output for MqttOutput {
-    async fn connect(&self) -> Result<(), ConnectorError> {
-        self.egress.check().await?;
-        let c = &self.config;
-        let connect = c.connection();
-        let options = connect
-            .options(self.attempt.fetch_add(1, Ordering::Relaxed))
-            .map_err(ConnectorError::rejected)?;
-        // Enough queue for every write in flight to have its batch queued.
-        let cap = (c.max_in_flight * 64).clamp(64, 65_536);
-        let (client, mut eventloop) = AsyncClient::new(options, cap);
+/// [`drive`] for MQTT 5, whose acks say whether the broker took the message.
+fn drive_v5(mut eventloop: rumqttc::v5::EventLoop, waiters: Arc<Mutex<Waiters>>) -> JoinHandle<()> {
+    use rumqttc::v5::mqttbytes::v5::{Packet as P, PubAckReason, PubCompReason, PubRecReason};
+    use rumqttc::v5::Event as E;
+    tokio::spawn(async move {
         loop {
             match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::ConnAck(ack))) => {
-                    if ack.code != rumqttc::ConnectReturnCode::Success {
+                Ok(E::Outgoing(Outgoing::Publish(pkid))) => waiters.lock().written(pkid),
+                Ok(E::Incoming(P::PubAck(ack))) => {
+                    let result = match ack.reason {
+                        PubAckReason::Success | PubAckReason::NoMatchingSubscribers => Ok(()),
+                        refused => Err(format!("the broker refused the message: {refused:?}")),
+                    };
+                    waiters.lock().answered(ack.pkid, result);
+                }
+                // A refused QoS 2 message gets no PUBCOMP: its PUBREC says so.
+                Ok(E::Incoming(P::PubRec(rec)))
+                    if !matches!(
+                        rec.reason,
+                        PubRecReason::Success | PubRecReason::NoMatchingSubscribers
+                    ) =>
+                {
+                    let reason = format!("the broker refused the message: {:?}", rec.reason);
+                    waiters.lock().answered(rec.pkid, Err(reason));
+                }
+                Ok(E::Incoming(P::PubComp(comp))) => {
+                    let result = match comp.reason {
+                        PubCompReason::Success => Ok(()),
+                        other => Err(format!("the broker lost the message: {other:?}")),
+                    };
+                    waiters.lock().answered(comp.pkid, result);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    waiters.lock().fail_all(&e.to_string());
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Waits for the broker's CONNACK.
+macro_rules! await_connack {
+    ($eventloop:expr, $event:path, $packet:path, $success:expr) => {
+        loop {
+            match $eventloop.poll().await {
+                Ok($event($packet(ack))) => {
+                    if ack.code != $success {
                         return Err(ConnectorError::not_connected(format!(
                             "broker refused the connection: {:?}",
                             ack.code
@@ -200,8 +262,58 @@ impl Output for MqttOutput {
                 }
             }
         }
+    };
+}
+
+impl MqttOutput {
+    /// MQTT 5 properties of `msg`: its forwarded metadata as user properties.
+    fn properties(&self, msg: &crate::message::Message) -> PublishProperties {
+        let mut p = PublishProperties::default();
+        if self.properties.carries(msg) {
+            p.user_properties = self
+                .properties
+                .pairs(msg)
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+        }
+        p
+    }
+}
+
+#[async_trait]
+impl Output for MqttOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        self.egress.check().await?;
+        let c = &self.config;
+        let connect = c.connection();
+        let attempt = self.attempt.fetch_add(1, Ordering::Relaxed);
+        // Enough queue for every write in flight to have its batch queued.
+        let cap = (c.max_in_flight * 64).clamp(64, 65_536);
         let waiters = Arc::new(Mutex::new(Waiters::default()));
-        let driver = drive(eventloop, waiters.clone());
+        let (client, driver) = if connect.v5() {
+            use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, Packet as P};
+            let options = connect
+                .options_v5(attempt)
+                .map_err(ConnectorError::rejected)?;
+            let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, cap);
+            await_connack!(
+                eventloop,
+                rumqttc::v5::Event::Incoming,
+                P::ConnAck,
+                ConnectReturnCode::Success
+            );
+            (Client::V5(client), drive_v5(eventloop, waiters.clone()))
+        } else {
+            let options = connect.options(attempt).map_err(ConnectorError::rejected)?;
+            let (client, mut eventloop) = AsyncClient::new(options, cap);
+            await_connack!(
+                eventloop,
+                Event::Incoming,
+                Packet::ConnAck,
+                rumqttc::ConnectReturnCode::Success
+            );
+            (Client::V3(client), drive(eventloop, waiters.clone()))
+        };
         *self.session.write().await = Some(Arc::new(Session {
             client,
             waiters,
@@ -227,18 +339,30 @@ impl Output for MqttOutput {
                     if let Some(reason) = &w.lost {
                         return Err(lost(reason.clone()));
                     }
-                    w.unsent.push_back((self.qos, tx));
+                    w.unsent.push_back((self.qos != QoS::AtMostOnce, tx));
                 }
-                session
-                    .client
-                    .publish_bytes(
-                        topic.into_owned(),
-                        self.qos,
-                        self.config.retained,
-                        msg.payload().clone(),
-                    )
-                    .await
-                    .map_err(|e| lost(e.to_string()))?;
+                let (topic, retained, payload) = (
+                    topic.into_owned(),
+                    self.config.retained,
+                    msg.payload().clone(),
+                );
+                let published = match &session.client {
+                    Client::V3(c) => c
+                        .publish_bytes(topic, self.qos, retained, payload)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Client::V5(c) => c
+                        .publish_bytes_with_properties(
+                            topic,
+                            qos_v5(self.config.qos).map_err(lost)?,
+                            retained,
+                            payload,
+                            self.properties(msg),
+                        )
+                        .await
+                        .map_err(|e| e.to_string()),
+                };
+                published.map_err(lost)?;
                 confirms.push(rx);
             }
         }
@@ -254,7 +378,10 @@ impl Output for MqttOutput {
 
     async fn close(&self) {
         if let Some(s) = self.session.write().await.take() {
-            let _ = s.client.disconnect().await;
+            match &s.client {
+                Client::V3(c) => drop(c.disconnect().await),
+                Client::V5(c) => drop(c.disconnect().await),
+            }
         }
     }
 }
@@ -268,7 +395,7 @@ mod tests {
         let mut w = Waiters::default();
         let (tx1, mut rx1) = oneshot::channel();
         let (tx2, mut rx2) = oneshot::channel();
-        w.unsent.push_back((QoS::AtLeastOnce, tx1));
+        w.unsent.push_back((true, tx1));
         w.by_pkid.insert(7, tx2);
         w.fail_all("gone");
         assert!(matches!(rx1.try_recv(), Ok(Err(_))));

@@ -116,7 +116,10 @@ impl ConnLimit {
     /// most [`MAX_REFUSING`] answers are under way, each for at most a second, so that a
     /// flood of refused connections holds few descriptors.
     pub fn refuse(self: &Arc<Self>, stream: TcpStream, tls: bool) {
-        if tls || self.refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
+        if tls {
+            return;
+        }
+        if self.refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
             self.refusing.fetch_sub(1, Ordering::AcqRel);
             return;
         }
