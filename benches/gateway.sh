@@ -3,8 +3,10 @@
 # answering a fixed 64-byte body): wrk straight at the upstream, through another nginx
 # as a plain reverse proxy (the reference), through `sluice gateway` with no middleware,
 # and through `sluice gateway` with key authentication and a rate limit (set high enough
-# never to refuse, so that it is counted, not hit). Prints requests/s, p50 and p99 latency and
-# the ratios: Sluice plain against nginx, and Sluice with middleware against plain.
+# never to refuse, so that it is counted, not hit), and the same with every request traced
+# (OpenTelemetry, every trace kept, exported over OTLP/HTTP to the upstream nginx, which
+# answers 200). Prints requests/s, p50 and p99 latency and the ratios: Sluice plain
+# against nginx, Sluice with middleware against plain, and traced against untraced.
 # The cases take turns over several rounds and each figure is the median over the rounds:
 # on a small machine the client, the proxies and the upstream share the cores, and a
 # case measured only once, in a fixed place in the order, meets the others' after-effects.
@@ -133,19 +135,32 @@ secret: bench-secret-$RANDOM$RANDOM
 access_log: false
 logger: {level: warn}
 EOF
-    "$sluice" gateway --config "$work/$1/gateway.yaml" &
+    if [ "${5:-}" = traced ]; then
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$up_port" OTEL_TRACES_SAMPLER=always_on \
+            "$sluice" gateway --config "$work/$1/gateway.yaml" &
+    else
+        "$sluice" gateway --config "$work/$1/gateway.yaml" &
+    fi
     pids+=($!)
     wait_port "$2"
 }
 mw_control_port="$(free_port)"
+traced_port="$(free_port)"
+traced_control_port="$(free_port)"
 start_gateway plain "$plain_port" no "$(free_port)"
 start_gateway mw "$mw_port" yes "$mw_control_port"
-secret="$(sed -n 's/^secret: //p' "$work/mw/gateway.yaml")"
-key="$(curl -sf -X POST "http://127.0.0.1:$mw_control_port/sluice/keys" \
-    -H "X-Sluice-Authorization: $secret" \
-    -d '{"access_rights": {"mw": {}}, "rate_limit": {"rate": 100000000, "per": "1s"}}' |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')"
-[ -n "$key" ] || { log "could not make a key"; exit 1; }
+start_gateway traced "$traced_port" yes "$traced_control_port" traced
+make_key() { # name control-port
+    local secret
+    secret="$(sed -n 's/^secret: //p' "$work/$1/gateway.yaml")"
+    curl -sf -X POST "http://127.0.0.1:$2/sluice/keys" \
+        -H "X-Sluice-Authorization: $secret" \
+        -d '{"access_rights": {"'"$1"'": {}}, "rate_limit": {"rate": 100000000, "per": "1s"}}' |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])'
+}
+key="$(make_key mw "$mw_control_port")"
+traced_key="$(make_key traced "$traced_control_port")"
+[ -n "$key" ] && [ -n "$traced_key" ] || { log "could not make a key"; exit 1; }
 
 # Every case must answer 200 with the body before it is timed.
 check() { # url [header]
@@ -157,6 +172,7 @@ check "http://127.0.0.1:$up_port/x"
 check "http://127.0.0.1:$nginx_port/bench/x"
 check "http://127.0.0.1:$plain_port/bench/x"
 check "http://127.0.0.1:$mw_port/bench/x" "X-Api-Key: $key"
+check "http://127.0.0.1:$traced_port/bench/x" "X-Api-Key: $traced_key"
 
 # wrk's latency table in milliseconds: 50% and 99%.
 to_ms() {
@@ -182,15 +198,17 @@ for url in "http://127.0.0.1:$nginx_port/bench/x" "http://127.0.0.1:$plain_port/
     wrk -t1 -c8 -d1s "$url" >/dev/null
 done
 wrk -t1 -c8 -d1s -H "X-Api-Key: $key" "http://127.0.0.1:$mw_port/bench/x" >/dev/null
+wrk -t1 -c8 -d1s -H "X-Api-Key: $traced_key" "http://127.0.0.1:$traced_port/bench/x" >/dev/null
 
 # Each round runs every case once, starting one case further along the list each time.
-cases=(direct nginx sluice sluice+auth+limit)
+cases=(direct nginx sluice sluice+auth+limit traced+auth+limit)
 url_of() {
     case "$1" in
     direct) echo "http://127.0.0.1:$up_port/x" ;;
     nginx) echo "http://127.0.0.1:$nginx_port/bench/x" ;;
     sluice) echo "http://127.0.0.1:$plain_port/bench/x" ;;
     sluice+auth+limit) echo "http://127.0.0.1:$mw_port/bench/x" ;;
+    traced+auth+limit) echo "http://127.0.0.1:$traced_port/bench/x" ;;
     esac
 }
 results="$(
@@ -199,6 +217,7 @@ results="$(
             name="${cases[$(((i + round - 1) % ${#cases[@]}))]}"
             header=""
             [ "$name" = sluice+auth+limit ] && header="X-Api-Key: $key"
+            [ "$name" = traced+auth+limit ] && header="X-Api-Key: $traced_key"
             run "$name" "$(url_of "$name")" "$header"
         done
     done
@@ -210,14 +229,16 @@ awk "$median_awk"'
     { rps[$2] = rps[$2] " " $3; p50[$2] = p50[$2] " " $4; p99[$2] = p99[$2] " " $5; by[$1, $2] = $3; last = $1 }
     END {
         printf "%-20s %12s %10s %10s\n", "case", "requests/s", "p50 ms", "p99 ms"
-        split("direct nginx sluice sluice+auth+limit", order, " ")
-        for (i = 1; i <= 4; i++) printf "%-20s %12.0f %10.2f %10.2f\n", order[i], median(rps[order[i]]), median(p50[order[i]]), median(p99[order[i]])
+        split("direct nginx sluice sluice+auth+limit traced+auth+limit", order, " ")
+        for (i = 1; i <= 5; i++) printf "%-20s %12.0f %10.2f %10.2f\n", order[i], median(rps[order[i]]), median(p50[order[i]]), median(p99[order[i]])
         for (r = 1; r <= last; r++) {
             plain = plain sprintf(" %.2f", by[r, "sluice"] / by[r, "nginx"])
             mw = mw " " by[r, "sluice+auth+limit"] / by[r, "sluice"]
             mwn = mwn " " by[r, "sluice+auth+limit"] / by[r, "nginx"]
+            traced = traced " " by[r, "traced+auth+limit"] / by[r, "sluice+auth+limit"]
         }
         printf "\nsluice / nginx:                 %.2fx (goal 1.0x; rounds:%s)\n", median(plain), plain
         printf "sluice+auth+limit / sluice:     %.2fx (goal 0.9x)\n", median(mw)
         printf "sluice+auth+limit / nginx:      %.2fx\n", median(mwn)
+        printf "traced / untraced (auth+limit): %.2fx\n", median(traced)
     }' <<<"$results"

@@ -12,8 +12,8 @@ use std::time::SystemTime;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 pub use opentelemetry::trace::SpanKind;
+use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::trace::{Status, TraceContextExt, Tracer as _};
-use opentelemetry::trace::{TraceState, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
@@ -322,6 +322,11 @@ struct HeaderWriter<'a>(&'a mut http::HeaderMap);
 
 impl Injector for HeaderWriter<'_> {
     fn set(&mut self, key: &str, value: String) {
+        // A span without state has none to send (not an empty header).
+        if value.is_empty() {
+            self.0.remove(key);
+            return;
+        }
         if let (Ok(name), Ok(value)) = (
             http::HeaderName::from_bytes(key.as_bytes()),
             http::HeaderValue::from_str(&value),
@@ -352,7 +357,11 @@ struct MetaWriter<'a>(&'a mut Message);
 
 impl Injector for MetaWriter<'_> {
     fn set(&mut self, key: &str, value: String) {
-        self.0.set_meta(key, value);
+        if value.is_empty() {
+            self.0.metadata_mut().remove(key);
+        } else {
+            self.0.set_meta(key, value);
+        }
     }
 }
 
@@ -365,9 +374,6 @@ fn message_parent(m: &Message) -> Context {
 /// Writes `cx`'s span into `m`'s metadata as its trace context; a `tracestate` left from
 /// before is dropped when the span has none.
 fn set_message_context(m: &mut Message, cx: &Context) {
-    if cx.span().span_context().trace_state() == &TraceState::default() {
-        m.metadata_mut().remove(TRACESTATE);
-    }
     TraceContextPropagator::new().inject_context(cx, &mut MetaWriter(m));
 }
 
@@ -414,9 +420,6 @@ impl Span {
 
     /// Writes the span's trace context into `headers` (`traceparent`, `tracestate`).
     pub fn inject(&self, headers: &mut http::HeaderMap) {
-        if self.cx.span().span_context().trace_state() == &TraceState::default() {
-            headers.remove(TRACESTATE);
-        }
         TraceContextPropagator::new().inject_context(&self.cx, &mut HeaderWriter(headers));
     }
 

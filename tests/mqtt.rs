@@ -485,3 +485,56 @@ fn mqtt_versions_and_properties_are_checked() {
         assert!(e.contains(says), "{e}");
     }
 }
+
+#[tokio::test]
+async fn large_messages_cross_and_one_past_max_packet_bytes_is_refused_alone() {
+    let _shared = BROKER.read().await;
+    let nats = async_nats::connect("nats://127.0.0.1:4222")
+        .await
+        .expect("nats-server");
+    for version in [3, 5] {
+        // NATS -> MQTT -> NATS, the MQTT leg in `version`; the sending side takes packets
+        // of at most 256 KiB.
+        let (a, topic, b) = (unique("big_a"), unique("big"), unique("big_b"));
+        let mut sub = nats.subscribe(b.clone()).await.unwrap();
+        let env = sluice::stream::StreamEnv::standalone();
+        let to_mqtt = start_in(&format!(
+            "input:\n  nats:\n    urls: [nats://127.0.0.1:4222]\n    subject: {a}\noutput:\n  mqtt:\n    urls: [{URL}]\n    protocol_version: {version}\n    topic: {topic}\n    max_packet_bytes: 262144\n"
+        ), &env);
+        let from_mqtt = start_in(&format!(
+            "input:\n  mqtt:\n    urls: [{URL}]\n    protocol_version: {version}\n    topics: ['{topic}']\n    qos: 1\noutput:\n  nats:\n    urls: [nats://127.0.0.1:4222]\n    subject: {b}\n"
+        ), &env);
+        wait_for("connected", Duration::from_secs(10), || {
+            env.readiness.not_ready().is_empty()
+        })
+        .await;
+        // 200 KB: twenty times what the MQTT client took by default.
+        let big = "x".repeat(200_000);
+        let got = loop {
+            nats.publish(a.clone(), big.clone().into()).await.unwrap();
+            if let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await
+            {
+                break m;
+            }
+        };
+        assert_eq!(got.payload.len(), 200_000, "MQTT {version}");
+        // Past the limit: refused, not retried, and the stream goes on with the next.
+        nats.publish(a.clone(), "y".repeat(300_000).into())
+            .await
+            .unwrap();
+        nats.publish(a.clone(), "after".into()).await.unwrap();
+        let next = loop {
+            let m = tokio::time::timeout(Duration::from_secs(10), sub.next())
+                .await
+                .expect("the next message in time")
+                .unwrap();
+            // Retries of the first large one may still come.
+            if m.payload.len() != 200_000 {
+                break m;
+            }
+        };
+        assert_eq!(&next.payload[..], b"after", "MQTT {version}");
+        to_mqtt.stop(Duration::from_secs(5)).await;
+        from_mqtt.stop(Duration::from_secs(5)).await;
+    }
+}

@@ -290,6 +290,28 @@ async fn a_gateway_request_is_a_span_with_its_steps_and_the_upstream_as_children
         children.iter().any(|c| c.name == "auth") && children.iter().all(|c| c.name != "upstream"),
         "{children:#?}"
     );
+
+    // A context that is not one is not taken: the request starts a trace, and the
+    // upstream gets the gateway's context and no state.
+    let before = upstream.received().len();
+    let r = gw
+        .http
+        .get(gw.url("/traced/forged"))
+        .header("x-api-key", token)
+        .header("traceparent", format!("00-{trace}-{}-01", "z".repeat(16)))
+        .header("tracestate", "vendor=forged")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let got = upstream.received();
+    let sent = &got[before];
+    let parent = sent.header("traceparent").expect("a trace context");
+    assert!(
+        !parent.contains(&trace) && crate::common::is_traceparent(parent),
+        "{parent}"
+    );
+    assert_eq!(sent.header("tracestate"), None);
 }
 
 #[tokio::test]

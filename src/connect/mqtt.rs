@@ -62,6 +62,10 @@ macro_rules! mqtt_connection_config {
             /// properties.
             #[serde(default = "crate::connect::mqtt::default_protocol_version")]
             pub protocol_version: u8,
+            /// The largest packet sent or taken, in bytes: a message is at most this
+            /// (with its topic and properties). The broker's own limit may be lower.
+            #[serde(default = "crate::connect::mqtt::default_max_packet_bytes")]
+            pub max_packet_bytes: usize,
             $($(#[$fmeta])* pub $field: $ty,)*
         }
 
@@ -77,6 +81,7 @@ macro_rules! mqtt_connection_config {
                     tls: &self.tls,
                     will: self.will.as_ref(),
                     protocol_version: self.protocol_version,
+                    max_packet_bytes: self.max_packet_bytes,
                 }
             }
         }
@@ -86,6 +91,11 @@ macro_rules! mqtt_connection_config {
 /// The QoS level MQTT inputs and outputs use unless told otherwise.
 pub fn default_qos() -> u8 {
     1
+}
+
+/// One MiB: far above a message's usual size, and what one message may hold in memory.
+pub fn default_max_packet_bytes() -> usize {
+    1024 * 1024
 }
 
 /// MQTT 3.1.1, which every broker speaks.
@@ -113,6 +123,7 @@ pub struct MqttConnect<'a> {
     pub tls: &'a TlsConfig,
     pub will: Option<&'a WillConfig>,
     pub protocol_version: u8,
+    pub max_packet_bytes: usize,
 }
 
 pub fn qos(level: u8) -> Result<QoS, String> {
@@ -184,6 +195,9 @@ impl MqttConnect<'_> {
                 self.protocol_version
             ));
         }
+        if self.max_packet_bytes < 1024 {
+            return Err("`max_packet_bytes` must be at least 1024".into());
+        }
         if self.client_id.is_empty() && !self.clean_session {
             return Err("a persistent session (`clean_session: false`) needs a `client_id`".into());
         }
@@ -232,6 +246,10 @@ impl MqttConnect<'_> {
         let (host, port, id, transport) = self.endpoint(attempt)?;
         let mut o = rumqttc::v5::MqttOptions::new(id, host, port);
         o.set_clean_start(self.clean_session);
+        // Told to the broker in CONNECT (it sends nothing larger), and the incoming limit.
+        o.set_max_packet_size(Some(
+            u32::try_from(self.max_packet_bytes).unwrap_or(u32::MAX),
+        ));
         o.set_keep_alive(self.keepalive.0);
         o.set_manual_acks(true);
         if !self.user.is_empty() {
@@ -256,6 +274,7 @@ impl MqttConnect<'_> {
     pub fn options(&self, attempt: usize) -> Result<MqttOptions, String> {
         let (host, port, id, transport) = self.endpoint(attempt)?;
         let mut o = MqttOptions::new(id, host, port);
+        o.set_max_packet_size(self.max_packet_bytes, self.max_packet_bytes);
         o.set_clean_session(self.clean_session);
         // rumqttc refuses keepalives under 1s; zero turns pings off.
         o.set_keep_alive(self.keepalive.0);

@@ -240,6 +240,19 @@ fn drive_v5(mut eventloop: rumqttc::v5::EventLoop, waiters: Arc<Mutex<Waiters>>)
     })
 }
 
+/// About how many bytes a PUBLISH of `payload_len` bytes to `topic` takes on the wire:
+/// its fixed header, topic, packet id, payload and MQTT 5 properties (counted high).
+fn packet_size(topic: &str, payload_len: usize, properties: Option<&PublishProperties>) -> usize {
+    let props = properties.map_or(0, |p| {
+        4 + p
+            .user_properties
+            .iter()
+            .map(|(k, v)| 5 + k.len() + v.len())
+            .sum::<usize>()
+    });
+    5 + 2 + topic.len() + 2 + payload_len + props
+}
+
 /// Waits for the broker's CONNACK.
 macro_rules! await_connack {
     ($eventloop:expr, $event:path, $packet:path, $success:expr) => {
@@ -329,10 +342,34 @@ impl Output for MqttOutput {
         };
         let lost = |e: String| ConnectorError::not_connected(format!("MQTT publish failed: {e}"));
         let topics = self.config.topic.fields(batch, "topic")?;
+        let v5 = matches!(session.client, Client::V5(_));
+        let mut properties: Vec<PublishProperties> = if v5 {
+            batch.iter().map(|m| self.properties(m)).collect()
+        } else {
+            Vec::new()
+        };
+        // A message over the packet limit would fail the connection, and again on every
+        // retry: it is left out, the others are sent, and the write then says it was refused.
+        let max = self.config.max_packet_bytes;
+        let oversize: Vec<(usize, usize)> = batch
+            .iter()
+            .zip(&topics)
+            .enumerate()
+            .map(|(i, (msg, topic))| {
+                (
+                    i,
+                    packet_size(topic, msg.payload().len(), properties.get(i)),
+                )
+            })
+            .filter(|&(_, size)| size > max)
+            .collect();
         let mut confirms = Vec::with_capacity(batch.len());
         {
             let _order = session.order.lock().await;
-            for (msg, topic) in batch.iter().zip(topics) {
+            for (i, (msg, topic)) in batch.iter().zip(topics).enumerate() {
+                if oversize.iter().any(|&(at, _)| at == i) {
+                    continue;
+                }
                 let (tx, rx) = oneshot::channel();
                 {
                     let mut w = session.waiters.lock();
@@ -357,7 +394,7 @@ impl Output for MqttOutput {
                             qos_v5(self.config.qos).map_err(lost)?,
                             retained,
                             payload,
-                            self.properties(msg),
+                            std::mem::take(&mut properties[i]),
                         )
                         .await
                         .map_err(|e| e.to_string()),
@@ -373,7 +410,13 @@ impl Output for MqttOutput {
                 Err(_) => return Err(lost("connection closed".into())),
             }
         }
-        Ok(())
+        match oversize.first() {
+            None => Ok(()),
+            Some(&(i, size)) => Err(ConnectorError::rejected(format!(
+                "{} message(s) not sent, over `max_packet_bytes` ({max}): message {i} makes a packet of about {size} bytes",
+                oversize.len()
+            ))),
+        }
     }
 
     async fn close(&self) {
@@ -389,6 +432,16 @@ impl Output for MqttOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn packets_are_sized_with_their_properties() {
+        assert_eq!(packet_size("a/b", 100, None), 112);
+        let p = PublishProperties {
+            user_properties: vec![("traceparent".into(), "x".repeat(55))],
+            ..Default::default()
+        };
+        assert_eq!(packet_size("a/b", 100, Some(&p)), 112 + 4 + 5 + 11 + 55);
+    }
 
     #[test]
     fn waiters_fail_together() {

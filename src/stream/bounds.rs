@@ -42,6 +42,7 @@ pub const BOUNDS: &[(&str, &str, Cap)] = &[
     ("split", "size", Cap::Count(100_000)),
     ("split", "byte_size", Cap::Bytes(64 * MIB)),
     ("http_server", "max_body_bytes", Cap::Bytes(64 * MIB)),
+    ("mqtt", "max_packet_bytes", Cap::Bytes(64 * MIB)),
     ("*", "max_buffer", Cap::Bytes(64 * MIB)),
     // Queues, buffers and concurrency.
     ("*", "channel_capacity", Cap::Count(1024)),

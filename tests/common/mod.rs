@@ -147,3 +147,16 @@ pub fn read_lines(path: &Path) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// Whether `value` is a W3C `traceparent` of version 00 with ids that are not zero.
+pub fn is_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    parts.len() == 4
+        && parts[0] == "00"
+        && hex(parts[1], 32)
+        && parts[1].bytes().any(|b| b != b'0')
+        && hex(parts[2], 16)
+        && parts[2].bytes().any(|b| b != b'0')
+        && hex(parts[3], 2)
+}
