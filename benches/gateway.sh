@@ -4,7 +4,7 @@
 # as a plain reverse proxy (the reference), through `sluice gateway` with no middleware,
 # and through `sluice gateway` with key authentication and a rate limit (set high enough
 # never to refuse, so that it is counted, not hit), and the same with every request traced
-# (OpenTelemetry, every trace kept, exported over OTLP/HTTP to the upstream nginx, which
+# (OpenTelemetry, every trace kept unless a sampler is given, exported over OTLP/HTTP to the upstream nginx, which
 # answers 200). Prints requests/s, p50 and p99 latency and the ratios: Sluice plain
 # against nginx, Sluice with middleware against plain, and traced against untraced.
 # The cases take turns over several rounds and each figure is the median over the rounds:
@@ -13,6 +13,7 @@
 #   benches/gateway.sh                             # 5 rounds of 4 s per case, 64 connections
 #   BENCH_ROUNDS=9 BENCH_SECONDS=10 BENCH_CONNECTIONS=128 benches/gateway.sh
 #   BENCH_PROFILE=release benches/gateway.sh       # the build of `cargo run --release`
+#   BENCH_TRACE_SAMPLER=traceidratio BENCH_TRACE_RATIO=0.1 benches/gateway.sh  # one trace in ten
 # Installs wrk and nginx from Debian's packages when missing. Every server logs nothing
 # per request, so that logging does not decide the result.
 set -euo pipefail
@@ -136,7 +137,9 @@ access_log: false
 logger: {level: warn}
 EOF
     if [ "${5:-}" = traced ]; then
-        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$up_port" OTEL_TRACES_SAMPLER=always_on \
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:$up_port" \
+            OTEL_TRACES_SAMPLER="${BENCH_TRACE_SAMPLER:-always_on}" \
+            OTEL_TRACES_SAMPLER_ARG="${BENCH_TRACE_RATIO:-1}" \
             "$sluice" gateway --config "$work/$1/gateway.yaml" &
     else
         "$sluice" gateway --config "$work/$1/gateway.yaml" &

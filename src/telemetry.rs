@@ -7,6 +7,7 @@
 //! Off, every entry point here costs one atomic load and changes nothing: a client's
 //! `traceparent` then passes through untouched.
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
@@ -385,7 +386,7 @@ pub struct Span {
 impl Span {
     fn start(
         tracer: &SdkTracer,
-        name: String,
+        name: impl Into<Cow<'static, str>>,
         kind: SpanKind,
         parent: &Context,
         attributes: Vec<KeyValue>,
@@ -423,8 +424,8 @@ impl Span {
         TraceContextPropagator::new().inject_context(&self.cx, &mut HeaderWriter(headers));
     }
 
-    /// A child of this span.
-    pub fn child(&self, name: impl Into<String>, kind: SpanKind) -> Option<Span> {
+    /// A child of this span (a `&'static str` name costs no allocation).
+    pub fn child(&self, name: impl Into<Cow<'static, str>>, kind: SpanKind) -> Option<Span> {
         let tracer = tracer()?;
         Some(Span::start(
             tracer,

@@ -513,7 +513,7 @@ impl Shared {
     ) -> HttpResponse {
         let mut seen = Received::of(&req, peer, self.config.access_log);
         let api = table.at(at);
-        let trace = seen.span(&req, &api.id);
+        let trace = seen.span(&req, &api.id, self.config.access_log);
         let rest = api.below(seen.uri.path()).unwrap_or("");
         let op = api.operation(&seen.method, if rest.is_empty() { "/" } else { rest });
         let resp = middleware::run(Ctx {
@@ -546,7 +546,7 @@ impl Shared {
     ) -> HttpResponse {
         let mut seen = Received::of(&req, peer, self.config.access_log);
         let api = table.at(at);
-        let trace = seen.span(&req, &api.id);
+        let trace = seen.span(&req, &api.id, self.config.access_log);
         let mut req = req;
         let upstream = middleware::upstream_span(trace.as_ref(), &mut req);
         let rest = api.below(seen.uri.path()).unwrap_or("");
@@ -620,11 +620,17 @@ impl Received {
 
 impl Received {
     /// The request's trace span, when traces are on.
-    /// Without a trace id from the client, the access log line takes the new trace's.
-    fn span(&mut self, req: &http::Request<h::Body>, api_id: &str) -> Option<telemetry::Span> {
+    /// Without a trace id from the client, the access log line (when lines are written)
+    /// takes the new trace's.
+    fn span(
+        &mut self,
+        req: &http::Request<h::Body>,
+        api_id: &str,
+        logged: bool,
+    ) -> Option<telemetry::Span> {
         let span =
             telemetry::request_span(req.headers(), self.method.as_str(), api_id, self.uri.path())?;
-        if self.trace_id.is_none() {
+        if logged && self.trace_id.is_none() {
             self.trace_id = Some(span.trace_id().into());
         }
         Some(span)
