@@ -49,6 +49,8 @@ pub const GATEWAY_WEBHOOKS_HELD: &str = "sluice_gateway_webhooks_held_total";
 // Webhook deliveries, by `outcome` (delivered, retry, dead).
 pub const WEBHOOK_ATTEMPTS: &str = "sluice_webhook_attempts_total";
 pub const WEBHOOK_ATTEMPT_DURATION: &str = "sluice_webhook_attempt_seconds";
+pub const WEBHOOK_REFUSED: &str = "sluice_webhook_deliveries_refused_total";
+pub const WEBHOOK_PRUNED: &str = "sluice_webhook_deliveries_pruned_total";
 
 /// Every metric above: `docs/metrics.md` documents each, and the Grafana dashboard in
 /// `docs/` queries no other.
@@ -83,6 +85,8 @@ pub const ALL: &[&str] = &[
     GATEWAY_WEBHOOKS_HELD,
     WEBHOOK_ATTEMPTS,
     WEBHOOK_ATTEMPT_DURATION,
+    WEBHOOK_REFUSED,
+    WEBHOOK_PRUNED,
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -175,6 +179,16 @@ fn describe() {
         WEBHOOK_ATTEMPT_DURATION,
         Unit::Seconds,
         "Time of one webhook delivery attempt, answer included."
+    );
+    describe_counter!(
+        WEBHOOK_REFUSED,
+        Unit::Count,
+        "Webhook deliveries not queued because their organisation had max_pending_per_org waiting."
+    );
+    describe_counter!(
+        WEBHOOK_PRUNED,
+        Unit::Count,
+        "Finished webhook deliveries removed once older than the retention."
     );
     describe_counter!(
         RECEIVED_MESSAGES,

@@ -768,6 +768,18 @@ async fn a_dashboard_with_its_delivery_worker_takes_events() {
     let tmp = tempfile::tempdir().unwrap();
     let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
     let db = start(tmp.path(), &store, &format!("secret: {SECRET}\n")).await;
+    let (product, secret) = product_with_a_subscriber(&db).await;
+    let accepted = send(event(&db, &product, &secret, "e", "{}", None)).await;
+    assert_eq!(accepted.0, 202, "{}", accepted.1);
+    assert_eq!(accepted.1["deliveries"], 1);
+    let list = send(db.req(Method::GET, "/api/deliveries")).await;
+    assert_eq!(list.1["deliveries"].as_array().unwrap().len(), 1);
+    db.stop().await;
+}
+
+/// A product opening event `e`, and an app subscribed to it at a port nothing listens
+/// on; the product's id and publish secret.
+async fn product_with_a_subscriber(db: &Db) -> (String, String) {
     let created = send(db.req(Method::POST, "/api/portal/products").json(&json!({
         "name": "P", "webhooks": {"enabled": true, "events": ["e"]}
     })))
@@ -782,11 +794,82 @@ async fn a_dashboard_with_its_delivery_worker_takes_events() {
         .await,
         201,
     );
+    (product, secret)
+}
+
+#[tokio::test]
+async fn an_organisation_may_have_only_so_many_deliveries_waiting() {
+    // No worker: what is queued stays waiting.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
+    let extra =
+        format!("secret: {SECRET}\nwebhooks:\n  enabled: false\n  max_pending_per_org: 2\n");
+    let db = start(tmp.path(), &store, &extra).await;
+    let (product, secret) = product_with_a_subscriber(&db).await;
+    for i in 0..2 {
+        let body = format!("{{\"n\":{i}}}");
+        let accepted = send(event(&db, &product, &secret, "e", &body, None)).await;
+        assert_eq!(accepted.0, 202, "{}", accepted.1);
+    }
+    // The third is refused whole, with when to come back, and nothing is queued.
+    let resp = event(&db, &product, &secret, "e", "{\"n\":2}", None)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 429);
+    assert_eq!(resp.headers()["retry-after"], "30");
+    let refused: Value = resp.json().await.unwrap();
+    assert!(
+        refused["Message"]
+            .as_str()
+            .unwrap()
+            .contains("webhooks.max_pending_per_org"),
+        "{refused}"
+    );
+    let list = send(db.req(Method::GET, "/api/deliveries")).await;
+    assert_eq!(
+        list.1["deliveries"].as_array().unwrap().len(),
+        2,
+        "{}",
+        list.1
+    );
+    db.stop().await;
+}
+
+#[tokio::test]
+async fn finished_deliveries_are_removed_after_the_retention() {
+    // One attempt, at a port nothing listens on: the delivery is dead at once, then kept
+    // for the retention, then gone with its attempts.
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
+    let extra = format!("secret: {SECRET}\nwebhooks:\n  max_attempts: 1\n  retention: 2s\n");
+    let db = start(tmp.path(), &store, &extra).await;
+    let (product, secret) = product_with_a_subscriber(&db).await;
     let accepted = send(event(&db, &product, &secret, "e", "{}", None)).await;
     assert_eq!(accepted.0, 202, "{}", accepted.1);
-    assert_eq!(accepted.1["deliveries"], 1);
     let list = send(db.req(Method::GET, "/api/deliveries")).await;
-    assert_eq!(list.1["deliveries"].as_array().unwrap().len(), 1);
+    let id = list.1["deliveries"][0]["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/deliveries/{id}");
+    let start = std::time::Instant::now();
+    let mut seen_dead = false;
+    loop {
+        let got = send(db.req(Method::GET, &path)).await;
+        match got.0.as_u16() {
+            200 => seen_dead |= got.1["delivery"]["status"] == "dead",
+            404 => break,
+            other => panic!("{other}: {}", got.1),
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "still there: {}",
+            got.1
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(
+        seen_dead,
+        "the delivery was removed before it was seen finished"
+    );
     db.stop().await;
 }
 

@@ -177,8 +177,11 @@ async fn scenario(url: String, backend: &str) {
     // The webhook queue: two stores claiming at once never hold the same delivery, and
     // every delivery is claimed once.
     let queued: Vec<DeliveryRecord> = (0..200).map(|i| delivery(&format!("d{i:03}"))).collect();
-    assert_eq!(a.enqueue_deliveries(&queued, 10).await.unwrap(), 200);
-    assert_eq!(b.enqueue_deliveries(&queued[..5], 11).await.unwrap(), 0);
+    assert_eq!(a.enqueue_deliveries(&queued, 10, 1_000).await.unwrap(), 200);
+    assert_eq!(
+        b.enqueue_deliveries(&queued[..5], 11, 1_000).await.unwrap(),
+        0
+    );
     let claimers: Vec<_> = (0..8)
         .map(|i| {
             let store = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -203,6 +206,43 @@ async fn scenario(url: String, backend: &str) {
     assert_eq!(
         claimed, all,
         "{backend}: each delivery claimed exactly once"
+    );
+
+    // An organisation's waiting deliveries stay within their bound however many
+    // processes queue at once: of eight batches of ten against a bound of 25, two fit.
+    let queuers: Vec<_> = (0..8)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let batch: Vec<DeliveryRecord> = (0..10)
+                    .map(|j| {
+                        let mut d = delivery(&format!("capped-{i}-{j}"));
+                        d.org_id = "capped".into();
+                        d
+                    })
+                    .collect();
+                store.enqueue_deliveries(&batch, 30, 25).await
+            })
+        })
+        .collect();
+    let mut queued_batches = 0;
+    for task in queuers {
+        match task.await.unwrap() {
+            Ok(n) => {
+                assert_eq!(n, 10);
+                queued_batches += 1;
+            }
+            Err(StoreError::QueueFull { org_id, limit }) => {
+                assert_eq!((org_id.as_str(), limit), ("capped", 25))
+            }
+            Err(e) => panic!("{backend}: {e}"),
+        }
+    }
+    assert_eq!(queued_batches, 2, "{backend}");
+    assert_eq!(
+        a.delivery_counts("capped").await.unwrap().0,
+        20,
+        "{backend}"
     );
 
     a.close().await;

@@ -281,6 +281,8 @@ const OVERRIDABLE: Overridable = Overridable {
                 "timeout",
                 "concurrency",
                 "poll_interval",
+                "retention",
+                "max_pending_per_org",
             ],
         ),
         ("logger", &["level", "format"]),
@@ -378,11 +380,8 @@ impl DashboardConfig {
         if self.admin.org.trim().is_empty() {
             errors.push(ConfigError::new("must not be empty").at(at("admin.org")));
         }
-        if self.webhooks.max_attempts == 0 {
-            errors.push(ConfigError::new("must be above zero").at(at("webhooks.max_attempts")));
-        }
-        if self.webhooks.concurrency == 0 {
-            errors.push(ConfigError::new("must be above zero").at(at("webhooks.concurrency")));
+        for (path, problem) in self.webhooks.problems() {
+            errors.push(ConfigError::new(problem).at(at(path)));
         }
         for (key, value) in [
             ("quotas.max_streaming_apis", self.quotas.max_streaming_apis),
@@ -482,6 +481,25 @@ mod tests {
         assert_eq!(c.webhooks.initial_backoff, Duration::from_millis(250));
         let e = parse("db.yaml", "webhooks:\n  max_attempts: 0\n", &[]).unwrap_err();
         assert!(e.to_string().contains("webhooks.max_attempts"), "{e}");
+        // The queue's bounds, from the file and from the environment.
+        let c = parse(
+            "db.yaml",
+            "webhooks:\n  retention: 24h\n",
+            &env(&[("SLUICE_DB_WEBHOOKS_MAX_PENDING_PER_ORG", "50")]),
+        )
+        .unwrap();
+        assert_eq!(c.webhooks.retention, Duration::from_secs(86_400));
+        assert_eq!(c.webhooks.max_pending_per_org, 50);
+        let e = parse(
+            "db.yaml",
+            "webhooks:\n  max_pending_per_org: 0\n  retention: 0s\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("db.yaml:2:"), "{e}");
+        assert!(e.contains("webhooks.max_pending_per_org"), "{e}");
+        assert!(e.contains("webhooks.retention"), "{e}");
     }
 
     #[test]

@@ -716,7 +716,7 @@ pub async fn unsubscribe(ctx: Ctx) -> Result<Reply, ApiError> {
         (status = 401, description = "Not signed in.", body = ErrorBody),
         (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
         (status = 404, description = "No such app or subscription.", body = ErrorBody),
-        (status = 429, description = "Too many test events for the subscription.", body = ErrorBody),
+        (status = 429, description = "Too many test events for the subscription, or the organisation has `webhooks.max_pending_per_org` deliveries waiting.", body = ErrorBody),
     ),
     security(("portal_session" = []))
 )]
@@ -739,7 +739,11 @@ pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
         products::subscription_delivery(sub, &id, TEST_EVENT, body, max_attempts, now_ms);
     ctx.state
         .store
-        .enqueue_deliveries(std::slice::from_ref(&delivery), now_ms)
+        .enqueue_deliveries(
+            std::slice::from_ref(&delivery),
+            now_ms,
+            ctx.state.config.webhooks.max_pending_per_org,
+        )
         .await?;
     ctx.state.deliveries_queued.notify_one();
     Reply::json(

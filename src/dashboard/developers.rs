@@ -816,7 +816,11 @@ async fn deliver_reset(
     let now_ms = chrono::Utc::now().timestamp_millis();
     ctx.state
         .store
-        .enqueue_deliveries(std::slice::from_ref(&delivery), now_ms)
+        .enqueue_deliveries(
+            std::slice::from_ref(&delivery),
+            now_ms,
+            ctx.state.config.webhooks.max_pending_per_org,
+        )
         .await?;
     ctx.state.deliveries_queued.notify_one();
     info!(org_id = %developer.org_id, developer_id = %developer.id, delivery_id = %delivery.id, "Portal: a password reset token was sent through the reset webhook.");

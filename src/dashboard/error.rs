@@ -55,6 +55,9 @@ pub enum ApiError {
     Internal(String),
 }
 
+/// Seconds a caller refused for a full delivery queue is asked to wait.
+const QUEUE_FULL_RETRY_AFTER: u64 = 30;
+
 /// One problem in a definition.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Problem {
@@ -119,7 +122,9 @@ impl ApiError {
             }
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::TooManyRequests { .. } | ApiError::Store(StoreError::QueueFull { .. }) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Store(_) | ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -135,10 +140,15 @@ impl ApiError {
         };
         let retry_after = match &self {
             ApiError::TooManyRequests { retry_after, .. } => Some(HeaderValue::from(*retry_after)),
+            // Receivers take a while to drain a full queue.
+            ApiError::Store(StoreError::QueueFull { .. }) => {
+                Some(HeaderValue::from(QUEUE_FULL_RETRY_AFTER))
+            }
             _ => None,
         };
         let (message, errors) = match self {
             ApiError::Store(StoreError::Conflict(what)) => (format!("{what} already exists"), None),
+            ApiError::Store(e @ StoreError::QueueFull { .. }) => (e.to_string(), None),
             ApiError::Store(_) | ApiError::Internal(_) => {
                 tracing::error!(error = %self, "Management request failed.");
                 ("internal error; see the dashboard's log".to_owned(), None)
@@ -203,6 +213,15 @@ mod tests {
         let resp = ApiError::from(StoreError::Conflict("asset 'x'".into())).into_response();
         assert_eq!(resp.status(), StatusCode::CONFLICT);
         assert_eq!(body(resp).await["Message"], "asset 'x' already exists");
+        let resp = ApiError::from(StoreError::QueueFull {
+            org_id: "o1".into(),
+            limit: 10,
+        })
+        .into_response();
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "30");
+        let text = body(resp).await["Message"].to_string();
+        assert!(text.contains("webhooks.max_pending_per_org"), "{text}");
         let resp = ApiError::Internal("secret detail".into()).into_response();
         assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
         let text = body(resp).await.to_string();

@@ -1030,6 +1030,7 @@ pub fn delivery_id(subscription: &str, key: &str) -> String {
         (status = 404, description = "No such product.", body = ErrorBody),
         (status = 409, description = "The product's webhooks are disabled, or the dashboard cannot open its publish secret (no or another `secret`).", body = ErrorBody),
         (status = 413, description = "The body is too large.", body = ErrorBody),
+        (status = 429, description = "The organisation has `webhooks.max_pending_per_org` deliveries waiting; nothing was queued. `Retry-After` says when to try again.", body = ErrorBody),
     )
 )]
 pub async fn publish_event(ctx: Ctx) -> Result<Reply, ApiError> {
@@ -1107,7 +1108,11 @@ pub async fn publish_event(ctx: Ctx) -> Result<Reply, ApiError> {
         // the publisher hears it was accepted.
         ctx.state
             .store
-            .enqueue_deliveries(&deliveries, now_ms)
+            .enqueue_deliveries(
+                &deliveries,
+                now_ms,
+                ctx.state.config.webhooks.max_pending_per_org,
+            )
             .await?;
         ctx.state.deliveries_queued.notify_one();
     }

@@ -396,6 +396,8 @@ const OVERRIDABLE: Overridable = Overridable {
                 "concurrency",
                 "poll_interval",
                 "templates",
+                "retention",
+                "max_pending_per_org",
             ],
         ),
     ],
@@ -454,6 +456,9 @@ impl GatewayConfig {
                     .at(at("redis.url")),
                 );
             }
+        }
+        for (path, problem) in self.webhooks.problems() {
+            errors.push(ConfigError::new(problem).at(at(path)));
         }
         for (path, problem) in self.cluster.bus.problems() {
             errors.push(ConfigError::new(problem).at(at(&path)));

@@ -18,9 +18,9 @@ use super::api::Api;
 use super::events::{Event, EventKind};
 use super::shared::Shared;
 use crate::store::seal::Sealer;
-use crate::store::{DeliveryRecord, HookRecord, Store, DEAD, PENDING};
+use crate::store::{DeliveryRecord, HookRecord, Store, StoreError, DEAD, PENDING};
 use crate::webhook::delivery::now_ms;
-use crate::webhook::{sealed, Templates};
+use crate::webhook::{sealed, DeliveryConfig, Templates};
 
 /// What a body template sees.
 #[derive(Debug, Serialize)]
@@ -51,6 +51,8 @@ pub struct Dispatcher {
     /// headers in turn.
     sealer: Option<Sealer>,
     max_attempts: i64,
+    /// Deliveries an organisation may have waiting (`webhooks.max_pending_per_org`).
+    max_pending: u64,
     /// Wakes this process's delivery worker, when it runs one.
     wake: Option<Arc<Notify>>,
     last_fired: HashMap<CoolKey, Instant>,
@@ -61,14 +63,15 @@ impl Dispatcher {
         store: Store,
         templates: Templates,
         sealer: Option<Sealer>,
-        max_attempts: u32,
+        config: &DeliveryConfig,
         wake: Option<Arc<Notify>>,
     ) -> Dispatcher {
         Dispatcher {
             store,
             templates,
             sealer,
-            max_attempts: i64::from(max_attempts.max(1)),
+            max_attempts: i64::from(config.max_attempts.max(1)),
+            max_pending: config.max_pending_per_org,
             wake,
             last_fired: HashMap::new(),
         }
@@ -131,6 +134,7 @@ impl Dispatcher {
             templates: self.templates.clone(),
             sealer: self.sealer.clone(),
             max_attempts: self.max_attempts,
+            max_pending: self.max_pending,
             wake: self.wake.clone(),
             last_fired: HashMap::new(),
         }
@@ -170,11 +174,20 @@ impl Dispatcher {
             if deliveries.is_empty() {
                 continue;
             }
-            match self.store.enqueue_deliveries(&deliveries, now_ms()).await {
+            match self
+                .store
+                .enqueue_deliveries(&deliveries, now_ms(), self.max_pending)
+                .await
+            {
                 Ok(_) => {
                     if let Some(wake) = &self.wake {
                         wake.notify_one();
                     }
+                }
+                Err(e @ StoreError::QueueFull { .. }) => {
+                    metrics::counter!(crate::metrics::WEBHOOK_REFUSED, "reason" => "queue_full")
+                        .increment(deliveries.len() as u64);
+                    warn!(error = %e, lost = deliveries.len(), "webhooks: an organisation's delivery queue is full; its events were dropped")
                 }
                 Err(e) => {
                     warn!(error = %e, lost = deliveries.len(), "webhooks: queueing deliveries failed")
@@ -464,10 +477,19 @@ mod tests {
         }
     }
 
+    /// A dispatcher over an empty store, giving deliveries 5 attempts.
+    async fn dispatcher() -> Dispatcher {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let config = DeliveryConfig {
+            max_attempts: 5,
+            ..DeliveryConfig::default()
+        };
+        Dispatcher::new(store, Templates::default(), None, &config, None)
+    }
+
     #[tokio::test]
     async fn fires_matching_handlers_with_cool_down() {
-        let store = Store::open("sqlite::memory:").await.unwrap();
-        let mut d = Dispatcher::new(store, Templates::default(), None, 5, None);
+        let mut d = dispatcher().await;
         let api = api_with(
             "      - events: [auth_failure]\n        targetPath: http://127.0.0.1:9/a\n        headerMap: {X-Team: ops}\n        template: '{\"e\": \"{{ event }}\", \"k\": {{ key_id | tojson }}, \"p\": \"{{ path }}\"}'\n        eventTimeout: 60\n      - events: [quota_exceeded]\n        targetPath: http://127.0.0.1:9/b\n",
         );
@@ -511,8 +533,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_broken_template_still_sends_the_event() {
-        let store = Store::open("sqlite::memory:").await.unwrap();
-        let mut d = Dispatcher::new(store, Templates::default(), None, 5, None);
+        let mut d = dispatcher().await;
         let api = api_with(
             "      - events: [auth_failure]\n        targetPath: http://127.0.0.1:9/a\n        templatePath: missing.json\n",
         );

@@ -223,7 +223,7 @@ impl Gateway {
                 .store_secret
                 .as_deref()
                 .map(crate::store::seal::Sealer::new),
-            config.max_attempts,
+            config,
             deliverer.as_ref().map(Deliverer::waker),
         );
         let events = self.shared.events.subscribe();

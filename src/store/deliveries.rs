@@ -7,6 +7,8 @@
 //! PostgreSQL store, never hold the same row at once. A worker killed mid-attempt leaves a
 //! lease that simply runs out, and the row is sent again: delivery is at least once.
 
+use std::collections::BTreeMap;
+
 use super::{Page, Store, StoreError};
 
 /// A delivery waiting to be, or already, sent.
@@ -104,14 +106,51 @@ impl Store {
     /// (a sender retrying the same event queues it once); returns how many were added.
     /// One given as [`DEAD`] (it could not be made) is recorded with its `last_error`
     /// and never sent.
+    ///
+    /// An organisation may have at most `max_pending` deliveries waiting: a batch that
+    /// would take one past that queues nothing and is [`StoreError::QueueFull`], so that
+    /// a receiver that never answers cannot grow the store without end.
     pub async fn enqueue_deliveries(
         &self,
         deliveries: &[DeliveryRecord],
         now_ms: i64,
+        max_pending: u64,
     ) -> Result<u64, StoreError> {
+        // What each organisation adds to its waiting deliveries.
+        let mut adding: BTreeMap<&str, u64> = BTreeMap::new();
+        for d in deliveries.iter().filter(|d| d.status != DEAD) {
+            *adding.entry(d.org_id.as_str()).or_default() += 1;
+        }
+        // SQLite writes one at a time (an immediate transaction); on PostgreSQL a lock per
+        // organisation, held to the end of the transaction, keeps two batches from both
+        // passing the count.
+        let lock =
+            (self.backend() == "postgres").then_some("SELECT pg_advisory_xact_lock(hashtext($1))");
+        let begin = self.begin_read_then_write();
         let _turn = self.queue_write_turn().await;
         let added: u64 = with_pool!(self, |pool| {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_with(begin).await?;
+            for (org, n) in &adding {
+                if let Some(lock) = lock {
+                    sqlx::query(lock).bind(*org).execute(&mut *tx).await?;
+                }
+                // Counts at most `max_pending` rows: the walk is bounded however long
+                // the queue is.
+                let (waiting,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM deliveries \
+                     WHERE org_id = $1 AND status = 'pending' LIMIT $2) AS w",
+                )
+                .bind(*org)
+                .bind(i64::try_from(max_pending).unwrap_or(i64::MAX))
+                .fetch_one(&mut *tx)
+                .await?;
+                if (waiting as u64).saturating_add(*n) > max_pending {
+                    return Err(StoreError::QueueFull {
+                        org_id: (*org).to_owned(),
+                        limit: max_pending,
+                    });
+                }
+            }
             let mut added = 0;
             for d in deliveries {
                 added += sqlx::query(INSERT)
@@ -136,6 +175,50 @@ impl Store {
             added
         });
         Ok(added)
+    }
+
+    /// Removes up to `limit` finished deliveries (delivered or dead) that finished before
+    /// `before_ms`, with their attempts; returns how many went. Pending ones are never
+    /// removed, however old.
+    pub async fn prune_deliveries(&self, before_ms: i64, limit: i64) -> Result<u64, StoreError> {
+        let begin = self.begin_read_then_write();
+        let _turn = self.queue_write_turn().await;
+        let removed = with_pool!(self, |pool| {
+            let mut tx = pool.begin_with(begin).await?;
+            // The attempts first, of exactly the rows removed next: the transaction sees
+            // one state, and the status is re-checked so a delivery replayed meanwhile
+            // keeps its log.
+            let ids: Vec<(String,)> = sqlx::query_as(
+                "SELECT id FROM deliveries WHERE status IN ('delivered', 'dead') \
+                 AND updated_at < $1 ORDER BY status, updated_at LIMIT $2",
+            )
+            .bind(before_ms)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut removed = 0;
+            for (id,) in &ids {
+                let gone = sqlx::query(
+                    "DELETE FROM deliveries WHERE id = $1 \
+                     AND status IN ('delivered', 'dead') AND updated_at < $2",
+                )
+                .bind(id.as_str())
+                .bind(before_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if gone > 0 {
+                    sqlx::query("DELETE FROM delivery_attempts WHERE delivery_id = $1")
+                        .bind(id.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                    removed += gone;
+                }
+            }
+            tx.commit().await?;
+            removed
+        });
+        Ok(removed)
     }
 
     /// Claims up to `limit` due deliveries for `lease_ms`, oldest due first. With
@@ -413,9 +496,9 @@ mod tests {
         let mut signed = delivery("d2", "o1");
         signed.secret_sealed = Some("sealed".into());
         let queued = vec![delivery("d1", "o1"), signed];
-        assert_eq!(store.enqueue_deliveries(&queued, 10).await.unwrap(), 2);
+        assert_eq!(store.enqueue_deliveries(&queued, 10, 100).await.unwrap(), 2);
         // The same ids again add nothing.
-        assert_eq!(store.enqueue_deliveries(&queued, 11).await.unwrap(), 0);
+        assert_eq!(store.enqueue_deliveries(&queued, 11, 100).await.unwrap(), 0);
 
         // A worker without the sealing secret takes only the unsigned one.
         let got = store.claim_deliveries(20, 1000, 10, false).await.unwrap();
@@ -497,5 +580,109 @@ mod tests {
         assert!(store.replay_delivery("o1", "d2", 3, 700).await.unwrap());
         let got = store.claim_deliveries(700, 1000, 10, true).await.unwrap();
         assert_eq!((got[0].id.as_str(), got[0].max_attempts), ("d2", 4));
+    }
+
+    #[tokio::test]
+    async fn an_organisation_is_held_to_its_waiting_deliveries() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let batch = |from: usize, n: usize, org: &str| -> Vec<DeliveryRecord> {
+            (from..from + n)
+                .map(|i| delivery(&format!("{org}-{i}"), org))
+                .collect()
+        };
+        assert_eq!(
+            store
+                .enqueue_deliveries(&batch(0, 3, "o1"), 1, 4)
+                .await
+                .unwrap(),
+            3
+        );
+        // Two more would make five: the whole batch is refused, the other organisation's
+        // deliveries with it, and nothing is queued.
+        let mut mixed = batch(3, 2, "o1");
+        mixed.extend(batch(0, 1, "o2"));
+        let e = store.enqueue_deliveries(&mixed, 2, 4).await.unwrap_err();
+        assert!(
+            matches!(&e, StoreError::QueueFull { org_id, limit: 4 } if org_id == "o1"),
+            "{e}"
+        );
+        assert_eq!(store.delivery_counts("o1").await.unwrap(), (3, 0, 0));
+        assert_eq!(store.delivery_counts("o2").await.unwrap(), (0, 0, 0));
+        // One fits; deliveries recorded dead on arrival do not wait and do not count.
+        let mut fits = batch(3, 1, "o1");
+        let mut dead = delivery("o1-dead", "o1");
+        dead.status = DEAD.into();
+        fits.push(dead);
+        assert_eq!(store.enqueue_deliveries(&fits, 3, 4).await.unwrap(), 2);
+        // Finished deliveries make room.
+        let claimed = store.claim_deliveries(10, 1000, 1, true).await.unwrap();
+        store
+            .record_attempts(
+                &[AttemptResult {
+                    attempt: attempt(&claimed[0].id, 1, Some(200)),
+                    then: AfterAttempt::Delivered,
+                }],
+                11,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .enqueue_deliveries(&batch(10, 1, "o1"), 12, 4)
+                .await
+                .unwrap(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn finished_deliveries_past_their_time_are_removed_with_their_attempts() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let queued: Vec<_> = ["old-ok", "old-dead", "new-ok", "waiting"]
+            .iter()
+            .map(|id| delivery(id, "o1"))
+            .collect();
+        store.enqueue_deliveries(&queued, 0, 100).await.unwrap();
+        let claimed = store.claim_deliveries(1, 1000, 3, true).await.unwrap();
+        assert_eq!(claimed.len(), 3);
+        let finish = |id: &str, then| AttemptResult {
+            attempt: attempt(id, 1, Some(200)),
+            then,
+        };
+        store
+            .record_attempts(
+                &[
+                    finish("old-ok", AfterAttempt::Delivered),
+                    finish("old-dead", AfterAttempt::Dead),
+                ],
+                100,
+            )
+            .await
+            .unwrap();
+        store
+            .record_attempts(&[finish("new-ok", AfterAttempt::Delivered)], 300)
+            .await
+            .unwrap();
+        // `waiting` was never finished: it stays however old it is. One at a time, then
+        // nothing more before 200.
+        assert_eq!(store.prune_deliveries(200, 1).await.unwrap(), 1);
+        assert_eq!(store.prune_deliveries(200, 10).await.unwrap(), 1);
+        assert_eq!(store.prune_deliveries(200, 10).await.unwrap(), 0);
+        for gone in ["old-ok", "old-dead"] {
+            assert!(
+                store.delivery("o1", gone).await.unwrap().is_none(),
+                "{gone}"
+            );
+        }
+        let (_, attempts) = store.delivery("o1", "new-ok").await.unwrap().unwrap();
+        assert_eq!(attempts.len(), 1);
+        let (orphans,): (i64,) = with_pool!(store, |pool| {
+            sqlx::query_as("SELECT COUNT(*) FROM delivery_attempts WHERE delivery_id LIKE 'old-%'")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        });
+        assert_eq!(orphans, 0);
+        assert_eq!(store.delivery_counts("o1").await.unwrap(), (1, 1, 0));
     }
 }

@@ -42,6 +42,10 @@ pub(super) const SQLITE: &[Embedded] = &[
         "0006_portal_developers.sql",
         include_str!("../../migrations/sqlite/0006_portal_developers.sql"),
     ),
+    (
+        "0007_delivery_retention.sql",
+        include_str!("../../migrations/sqlite/0007_delivery_retention.sql"),
+    ),
 ];
 
 /// PostgreSQL migrations, oldest first.
@@ -69,6 +73,10 @@ pub(super) const POSTGRES: &[Embedded] = &[
     (
         "0006_portal_developers.sql",
         include_str!("../../migrations/postgres/0006_portal_developers.sql"),
+    ),
+    (
+        "0007_delivery_retention.sql",
+        include_str!("../../migrations/postgres/0007_delivery_retention.sql"),
     ),
 ];
 

@@ -202,6 +202,13 @@ pub enum StoreError {
     /// (`key 'abc'`).
     #[error("{0} already exists")]
     Conflict(String),
+    /// An organisation already has as many deliveries waiting as it may
+    /// (`webhooks.max_pending_per_org`); nothing was queued.
+    #[error(
+        "organisation `{org_id}` already has {limit} webhook deliveries waiting \
+         (webhooks.max_pending_per_org); try again once its receivers catch up"
+    )]
+    QueueFull { org_id: String, limit: u64 },
 }
 
 /// A slice of a list: at most `limit` records after skipping `offset`.
@@ -389,6 +396,16 @@ impl Store {
 }
 
 impl Store {
+    /// How to begin a transaction that reads, then writes what it read decides. SQLite's
+    /// default deferred `BEGIN` would fail such a transaction when another process wrote
+    /// in between; `IMMEDIATE` takes the write lock first (waiting its busy timeout).
+    pub(crate) fn begin_read_then_write(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "BEGIN IMMEDIATE",
+            Pool::Postgres(_) => "BEGIN",
+        }
+    }
+
     /// Takes the turn of a queue write on SQLite; PostgreSQL lets writers run together.
     pub(crate) async fn queue_write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         match self.pool {

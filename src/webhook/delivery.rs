@@ -42,6 +42,11 @@ pub struct DeliveryConfig {
     /// Where the gateway's event handlers read a `templatePath` from; unset, only inline
     /// templates and the event's JSON are sent.
     pub templates: Option<std::path::PathBuf>,
+    /// How long a finished delivery (delivered or dead) and its attempt log are kept.
+    pub retention: Duration,
+    /// Deliveries an organisation may have waiting; events past that are refused rather
+    /// than queued, so a receiver that never answers cannot fill the store.
+    pub max_pending_per_org: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -55,11 +60,34 @@ impl Default for DeliveryConfig {
             concurrency: 64,
             poll_interval: Duration::from_secs(1),
             templates: None,
+            retention: Duration::from_secs(7 * 24 * 3600),
+            max_pending_per_org: 100_000,
         }
     }
 }
 
 impl DeliveryConfig {
+    /// Every problem of the settings, each with its path under `webhooks`.
+    pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
+        let mut problems = Vec::new();
+        for (path, zero) in [
+            ("webhooks.max_attempts", self.max_attempts == 0),
+            ("webhooks.concurrency", self.concurrency == 0),
+            (
+                "webhooks.max_pending_per_org",
+                self.max_pending_per_org == 0,
+            ),
+            ("webhooks.timeout", self.timeout.is_zero()),
+            ("webhooks.poll_interval", self.poll_interval.is_zero()),
+            ("webhooks.retention", self.retention.is_zero()),
+        ] {
+            if zero {
+                problems.push((path, "must be above zero"));
+            }
+        }
+        problems
+    }
+
     /// The wait after failed attempt `attempt` (from 1): `initial_backoff` doubled for
     /// each attempt before, capped at `max_backoff`, then spread by up to 20% either way
     /// so that deliveries failed together do not retry together.
@@ -162,6 +190,11 @@ impl Deliverer {
         let slots = Arc::new(Semaphore::new(concurrency));
         let (results_tx, results_rx) = mpsc::channel(concurrency * 2);
         let recorder = tokio::spawn(record(self.store.clone(), results_rx));
+        let pruner = tokio::spawn(prune(
+            self.store.clone(),
+            self.config.retention.0,
+            stop.clone(),
+        ));
         // A claimed row is held for one attempt's time and a margin; a worker that dies
         // mid-attempt lets it go when that runs out.
         let lease = self.config.timeout.0 + StdDuration::from_secs(30);
@@ -227,6 +260,7 @@ impl Deliverer {
         let _ = slots.acquire_many(concurrency as u32).await;
         drop(results_tx);
         let _ = recorder.await;
+        let _ = pruner.await;
     }
 
     /// One attempt at a delivery, and what follows it.
@@ -419,6 +453,52 @@ async fn record(store: Store, mut results: mpsc::Receiver<AttemptResult>) {
     }
 }
 
+/// Finished deliveries removed per transaction: a large backlog goes in steps that leave
+/// the queue to the workers in between.
+const PRUNE_BATCH: i64 = 500;
+
+/// How often finished deliveries past `retention` are looked for: a tenth of it, at least
+/// a second and at most ten minutes.
+fn prune_interval(retention: StdDuration) -> StdDuration {
+    (retention / 10).clamp(StdDuration::from_secs(1), StdDuration::from_secs(600))
+}
+
+/// Removes finished deliveries older than `retention`, with their attempts, until `stop`.
+/// Every worker sharing a store does this; the deletes are idempotent.
+async fn prune(store: Store, retention: StdDuration, stop: CancellationToken) {
+    let every = prune_interval(retention);
+    loop {
+        let before = now_ms().saturating_sub(retention.as_millis().min(i64::MAX as u128) as i64);
+        let mut removed = 0;
+        loop {
+            match store.prune_deliveries(before, PRUNE_BATCH).await {
+                Ok(n) => {
+                    removed += n;
+                    if n < PRUNE_BATCH as u64 || stop.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    warn!(error = %e, "webhooks: removing old deliveries failed");
+                    break;
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        if removed > 0 {
+            metrics::counter!(crate::metrics::WEBHOOK_PRUNED).increment(removed);
+            debug!(
+                removed,
+                "webhooks: removed finished deliveries past their retention"
+            );
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
 /// Unix milliseconds now.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
@@ -427,6 +507,29 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_that_cannot_work_are_named() {
+        assert!(DeliveryConfig::default().problems().is_empty());
+        let bad = DeliveryConfig {
+            max_pending_per_org: 0,
+            retention: Duration::from_secs(0),
+            ..DeliveryConfig::default()
+        };
+        let paths: Vec<_> = bad.problems().into_iter().map(|(p, _)| p).collect();
+        assert_eq!(
+            paths,
+            ["webhooks.max_pending_per_org", "webhooks.retention"]
+        );
+    }
+
+    #[test]
+    fn old_deliveries_are_looked_for_often_enough() {
+        let secs = |s| StdDuration::from_secs(s);
+        assert_eq!(prune_interval(secs(7 * 24 * 3600)), secs(600));
+        assert_eq!(prune_interval(secs(300)), secs(30));
+        assert_eq!(prune_interval(StdDuration::from_millis(10)), secs(1));
+    }
 
     #[test]
     fn backoff_doubles_within_its_cap_and_jitter() {

@@ -1,0 +1,3 @@
+-- Finished deliveries (delivered or dead) are removed once they are older than the
+-- worker's `webhooks.retention`; this finds them by when they finished.
+CREATE INDEX deliveries_finished ON deliveries (status, updated_at);
