@@ -59,6 +59,9 @@ async fn declare(queue: &str) {
         .unwrap();
 }
 
+/// A producer's trace context, which crosses the broker without an include pattern.
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 #[tokio::test]
 async fn round_trip_with_properties_and_metadata() {
     let _shared = BROKER.read().await;
@@ -81,7 +84,8 @@ pipeline:
   processors:
     - mapping: |
         root = [content().string(), meta("tenant"), meta("size").string(), meta("region"),
-                meta("amqp_content_type"), meta("amqp_subject"), meta("amqp_durable").string()].join("|")
+                meta("amqp_content_type"), meta("amqp_subject"), meta("amqp_durable").string(),
+                meta("traceparent")].join("|")
 output:
   file:
     path: {}
@@ -100,7 +104,9 @@ output:
     paths: [{}]
 pipeline:
   processors:
-    - mutation: 'meta region = "eu"'
+    - mutation: |
+        meta region = "eu"
+        meta traceparent = "{TRACEPARENT}"
 output:
   amqp_1:
     urls: ['{URL}']
@@ -124,7 +130,7 @@ output:
     .await;
     let expected: std::collections::BTreeSet<String> = sent
         .iter()
-        .map(|p| format!("{p}|acme|8|eu|text/plain|s-{p}|true"))
+        .map(|p| format!("{p}|acme|8|eu|text/plain|s-{p}|true|{TRACEPARENT}"))
         .collect();
     assert_eq!(read_lines(&out), expected);
     consumer.stop(Duration::from_secs(5)).await;

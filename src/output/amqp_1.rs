@@ -27,6 +27,7 @@ use crate::component::{
 };
 use crate::config::{Interp, MappingText};
 use crate::connect::amqp1::{link_lost, Endpoint, Link, Sasl};
+use crate::connect::metadata::TRACE_CONTEXT;
 use crate::connect::{MetadataConfig, MetadataFilter, TlsConfig};
 use crate::message::Batch;
 use crate::value::Value;
@@ -241,10 +242,22 @@ impl Amqp1Output {
             ..Properties::default()
         };
         let has_properties = properties != Properties::default();
-        let application_properties = match &c.application_properties_map {
+        let mut application_properties = match &c.application_properties_map {
             Some(m) => Some(application_properties(m, batch, i)?),
             None => None,
         };
+        // The trace context always travels, as application properties: annotation keys
+        // without `x-` are reserved to the AMQP specification, and consumers (and the
+        // amqp_1 input) read `traceparent` from the properties. A key the mapping set
+        // itself is left as it made it.
+        for key in TRACE_CONTEXT {
+            if let Some(v) = msg.meta(key).filter(|_| self.annotations.allows(key)) {
+                let props = application_properties.get_or_insert_with(Default::default);
+                if props.get(key).is_none() {
+                    props.insert(key.to_owned(), SimpleValue::String(v.to_text()));
+                }
+            }
+        }
         let message_annotations = if self.annotations.is_empty() {
             None
         } else {
@@ -537,6 +550,50 @@ application_properties_map: |
         assert!(m.header.is_none() && m.properties.is_none());
         assert!(m.message_annotations.is_none() && m.application_properties.is_none());
         assert!(matches!(m.body, Body::Data(_)));
+    }
+
+    #[test]
+    fn the_trace_context_travels_without_include_patterns() {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let batch = vec![Message::new("x")
+            .with_meta("traceparent", traceparent)
+            .with_meta("other", "y")];
+        let m = output("{urls: ['amqp://h'], target_address: q}")
+            .encode(&batch, 0)
+            .unwrap();
+        assert!(m.message_annotations.is_none());
+        let ap = m.application_properties.as_ref().expect("properties");
+        assert_eq!(ap.len(), 1, "only the trace context");
+        assert_eq!(
+            ap.get("traceparent"),
+            Some(&SimpleValue::String(traceparent.into()))
+        );
+        // Beside what the mapping makes, which keeps a key it set itself.
+        let m = output(
+            "{urls: ['amqp://h'], target_address: q, application_properties_map: 'root.n = 1'}",
+        )
+        .encode(&batch, 0)
+        .unwrap();
+        assert_eq!(m.application_properties.as_ref().unwrap().len(), 2);
+        let m = output(
+            "{urls: ['amqp://h'], target_address: q, application_properties_map: 'root.traceparent = \"mine\"'}",
+        )
+        .encode(&batch, 0)
+        .unwrap();
+        assert_eq!(
+            m.application_properties
+                .as_ref()
+                .unwrap()
+                .get("traceparent"),
+            Some(&SimpleValue::String("mine".into()))
+        );
+        // An exclude pattern keeps it back.
+        let m = output(
+            "{urls: ['amqp://h'], target_address: q, metadata: {exclude_patterns: ['^trace']}}",
+        )
+        .encode(&batch, 0)
+        .unwrap();
+        assert!(m.application_properties.is_none());
     }
 
     #[test]
