@@ -603,6 +603,32 @@ async fn scenario(dir: &Path, store_url: &str) {
         )
         .await;
     assert_error(&unknown, 401, "wrong e-mail address or password");
+    // Guesses sent all at once are held to the same count: each is counted before its
+    // password is checked.
+    let mut burst = Browser::new(&db, &org);
+    burst.get("/session").await;
+    let guesses = (0..ATTEMPTS * 3).map(|i| {
+        db.http
+            .post(db.url(&burst.path("/signin")))
+            .header(
+                "Cookie",
+                format!("sluice_portal_csrf={}", burst.cookies["sluice_portal_csrf"]),
+            )
+            .header("X-CSRF-Token", burst.csrf.clone())
+            .json(&json!({"email": "carol@example.com", "password": format!("guess {i}")}))
+            .send()
+    });
+    let statuses: Vec<u16> = futures::future::join_all(guesses)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().status().as_u16())
+        .collect();
+    let checked = statuses.iter().filter(|s| **s == 401).count() as u64;
+    assert!(checked <= ATTEMPTS, "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| [401, 429].contains(s)),
+        "{statuses:?}"
+    );
 
     // Password reset, with the token delivered through the portal's reset webhook.
     let hook = send(db.req(Method::POST, "/api/hooks").json(&json!({

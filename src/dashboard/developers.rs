@@ -112,25 +112,10 @@ impl Accounts {
 
     /// One attempt against `bucket`'s `rate` per `per`; 429 when it is used up.
     pub(super) fn attempt(&self, bucket: &str, rate: u64, per: Duration) -> Result<(), ApiError> {
-        self.limit(bucket, rate, per, true)
-    }
-
-    /// Whether `bucket` has an attempt left, consuming nothing: failures are counted
-    /// after the fact with [`attempt`](Self::attempt).
-    fn left(&self, bucket: &str, rate: u64, per: Duration) -> Result<(), ApiError> {
-        self.limit(bucket, rate, per, false)
-    }
-
-    fn limit(&self, bucket: &str, rate: u64, per: Duration, consume: bool) -> Result<(), ApiError> {
         let Ok(rate) = Rate::new(rate.max(1), per) else {
             return Ok(());
         };
-        let decision = if consume {
-            self.limits.check_rate(bucket, rate)
-        } else {
-            self.limits.peek_rate(bucket, rate)
-        };
-        match decision {
+        match self.limits.check_rate(bucket, rate) {
             Ok(d) if !d.allowed => Err(ApiError::TooManyRequests {
                 message: "too many attempts: wait and try again".into(),
                 retry_after: d.retry_after.map_or(1, |t| t.as_secs() + 1),
@@ -424,7 +409,7 @@ async fn account_write(ctx: &Ctx) -> Result<String, ApiError> {
 /// One more catalogue read from the caller's address.
 pub(super) fn address_read(ctx: &Ctx) -> Result<(), ApiError> {
     ctx.state.accounts.attempt(
-        &format!("portal:read:{}", ctx.peer),
+        &format!("portal:read:{}", client(ctx)),
         ctx.state.config.portal.reads_per_address,
         Duration::from_secs(60),
     )
@@ -652,11 +637,12 @@ pub async fn signin(ctx: Ctx) -> Result<Reply, ApiError> {
             format!("at most {MAX_PASSWORD_LEN} characters"),
         ));
     }
-    // Only failures count against the account, from this client and from all.
+    // Every attempt at the account counts, from this client and from all, and is
+    // counted before the password is checked: counting only failures, after the check,
+    // would let a burst of attempts sent at once all pass the limit.
     let window = Duration::from_secs(15 * 60);
-    let limits = account_limits(&ctx, "signin", &org, &email);
-    for (bucket, rate) in &limits {
-        ctx.state.accounts.left(bucket, *rate, window)?;
+    for (bucket, rate) in account_limits(&ctx, "signin", &org, &email) {
+        ctx.state.accounts.attempt(&bucket, rate, window)?;
     }
     let found = ctx.state.store.developer_by_email(&org, &email).await?;
     let phc = found.as_ref().map(|d| d.password_hash.clone());
@@ -664,10 +650,6 @@ pub async fn signin(ctx: Ctx) -> Result<Reply, ApiError> {
     match found {
         Some(developer) if ok => start_session(&ctx, &developer, StatusCode::OK).await,
         _ => {
-            for (bucket, rate) in &limits {
-                // Counted; the next attempt is the one refused.
-                let _ = ctx.state.accounts.attempt(bucket, *rate, window);
-            }
             info!(org_id = %org, "Portal: a sign-in failed.");
             Err(ApiError::Unauthorized(
                 "wrong e-mail address or password".into(),

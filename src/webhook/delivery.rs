@@ -297,8 +297,8 @@ impl Deliverer {
                     if status.is_success() {
                         (Some(status), None)
                     } else {
-                        let body = resp.bytes().await.unwrap_or_default();
-                        let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+                        let body = head(resp).await;
+                        let text = String::from_utf8_lossy(&body);
                         (
                             Some(status),
                             Some(format!("answered {status}: {}", text.trim())),
@@ -433,6 +433,23 @@ fn describe(e: &reqwest::Error) -> String {
     }
 }
 
+/// The most of a refusing answer's body kept for the delivery log.
+const ERROR_HEAD: usize = 200;
+
+/// The first [`ERROR_HEAD`] bytes of `resp`'s body. Only that much is read: a receiver
+/// may answer with an endless body, and the rest is dropped with the connection.
+async fn head(mut resp: reqwest::Response) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < ERROR_HEAD {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    body.truncate(ERROR_HEAD);
+    body
+}
+
 /// Writes attempt results in batches: whatever arrived while the last batch was written
 /// goes in the next transaction. A result that cannot be written is lost only as a
 /// record; its lease runs out and the delivery is sent again.
@@ -507,6 +524,38 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn only_the_head_of_an_endless_refusal_is_read() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.unwrap();
+            // The request first (it has no body), then the answer.
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = conn
+                .write_all(b"HTTP/1.1 500 No\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+            let chunk = format!("{:x}\r\n{}\r\n", 4096, "é".repeat(2048));
+            // An answer that never ends, until the client hangs up.
+            while conn.write_all(chunk.as_bytes()).await.is_ok() {}
+        });
+        let resp = reqwest::get(&url).await.unwrap();
+        assert_eq!(resp.status(), 500);
+        // Would never end if the whole body were read.
+        let body = tokio::time::timeout(StdDuration::from_secs(30), head(resp))
+            .await
+            .expect("the head is read without the rest");
+        assert_eq!(body.len(), ERROR_HEAD);
+    }
 
     #[test]
     fn settings_that_cannot_work_are_named() {

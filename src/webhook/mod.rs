@@ -37,12 +37,36 @@ pub fn check_url(url: &str) -> Result<String, String> {
     Ok(url.trim().to_owned())
 }
 
+/// Headers a webhook may not set: the HTTP client owns the message's framing and
+/// connection, `Host` would reach other sites behind a shared address the egress policy
+/// allows, and the `Sluice-` headers are the service's own (signature, event).
+const RESERVED: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-authorization",
+    "proxy-connection",
+    "idempotency-key",
+];
+
 /// Checks that every name and value can be sent as an HTTP header; the first that
 /// cannot comes back with the header's name and why.
 pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), (String, &'static str)> {
     for (name, value) in headers {
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
             return Err((name.clone(), "not a valid header name"));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED.contains(&lower.as_str()) || lower.starts_with("sluice-") {
+            return Err((
+                name.clone(),
+                "set by the service itself (framing, connection, host, idempotency and Sluice- headers cannot be given)",
+            ));
         }
         if http::HeaderValue::from_str(value).is_err() {
             return Err((name.clone(), "not a valid header value"));
@@ -71,5 +95,16 @@ mod tests {
         assert!(check_headers(&h).is_ok());
         h.insert("bad name".to_owned(), "v".to_owned());
         assert!(check_headers(&h).is_err());
+        for reserved in [
+            "Host",
+            "content-length",
+            "Transfer-Encoding",
+            "Sluice-Signature",
+        ] {
+            let h = BTreeMap::from([(reserved.to_owned(), "x".to_owned())]);
+            let (name, why) = check_headers(&h).unwrap_err();
+            assert_eq!(name, reserved);
+            assert!(why.contains("set by the service"), "{why}");
+        }
     }
 }

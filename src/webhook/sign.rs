@@ -64,7 +64,8 @@ pub fn verify(secret: &[u8], header: &str, body: &[u8], now: i64) -> Result<(), 
     if signatures.is_empty() {
         return Err(SignatureError::Malformed);
     }
-    if (now - timestamp).abs() > TOLERANCE_SECS {
+    // `abs_diff`: a timestamp near i64's ends must not overflow the subtraction.
+    if now.abs_diff(timestamp) > TOLERANCE_SECS.unsigned_abs() {
         return Err(SignatureError::Stale);
     }
     let expected = mac(secret, timestamp, body);
@@ -102,6 +103,14 @@ mod tests {
             verify(b"s3cret", &header, b"{\"a\":1}", 1_700_000_400),
             Err(SignatureError::Stale)
         );
+        // Timestamps at i64's ends are stale, not an overflow.
+        for t in [i64::MIN, i64::MAX] {
+            let header = format!("t={t},v1={}", "00".repeat(32));
+            assert_eq!(
+                verify(b"k", &header, b"", 1_700_000_000),
+                Err(SignatureError::Stale)
+            );
+        }
     }
 
     #[test]
