@@ -146,6 +146,28 @@ fn canonical(ip: IpAddr) -> IpAddr {
     ip.to_canonical()
 }
 
+/// The IPv4 address an IPv6 address stands for, when it is of a prefix that carries one:
+/// the well-known NAT64 prefix `64:ff9b::/96`, IPv4-compatible `::a.b.c.d` (not `::` or
+/// `::1`), and 6to4 `2002:aabb:ccdd::/48`. (`::ffff:a.b.c.d` is made canonical before.)
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
+    let compatible = s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1);
+    if nat64 || compatible {
+        Some(tail)
+    } else if s[0] == 0x2002 {
+        Some(Ipv4Addr::new(
+            (s[1] >> 8) as u8,
+            s[1] as u8,
+            (s[2] >> 8) as u8,
+            s[2] as u8,
+        ))
+    } else {
+        None
+    }
+}
+
 /// Why an address is refused unless allowed, or `None` for a public address.
 pub fn restricted(ip: IpAddr) -> Option<&'static str> {
     const METADATA_V4: [Ipv4Addr; 2] = [
@@ -176,6 +198,11 @@ pub fn restricted(ip: IpAddr) -> Option<&'static str> {
             }
         }
         IpAddr::V6(v6) => {
+            // An IPv4 address carried in IPv6 (NAT64, IPv4-compatible, 6to4) reaches that
+            // IPv4 address on hosts that route these prefixes: judge it as that address.
+            if let Some(v4) = embedded_v4(v6) {
+                return restricted(IpAddr::V4(v4));
+            }
             let ip = IpAddr::V6(v6);
             if v6 == METADATA_V6 {
                 Some("a cloud metadata address")
@@ -522,10 +549,23 @@ mod tests {
             "[fd00::1]:80",
             "[::ffff:127.0.0.1]:80",
             "[fd00:ec2::254]:80",
+            // IPv4 inside IPv6: NAT64, IPv4-compatible, 6to4.
+            "[64:ff9b::a00:1]:80",
+            "[64:ff9b::7f00:1]:80",
+            "[::10.0.0.1]:80",
+            "[::169.254.169.254]:80",
+            "[2002:a9fe:a9fe::1]:80",
+            "[2002:c0a8:101::]:80",
         ] {
             assert!(p.check("h", addr(a)).is_err(), "{a} should be refused");
         }
-        for a in ["93.184.216.34:80", "[2606:4700::1111]:443", "172.32.0.1:80"] {
+        for a in [
+            "93.184.216.34:80",
+            "[2606:4700::1111]:443",
+            "172.32.0.1:80",
+            "[64:ff9b::5db8:d822]:80",
+            "[2002:5db8:d822::1]:80",
+        ] {
             assert!(p.check("h", addr(a)).is_ok(), "{a} should be allowed");
         }
     }

@@ -553,11 +553,8 @@ pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
     if store.count_developers(&org).await? >= max {
         return Err(full());
     }
-    if store.developer_by_email(&org, &email).await?.is_some() {
-        return Err(ApiError::Conflict(
-            "the address has an account: sign in, or reset its password".into(),
-        ));
-    }
+    // By invitation, the invitation is checked first: without one, the answer must not
+    // tell whether the address has an account.
     if mode == Signup::Invite {
         let token = input
             .invitation
@@ -577,6 +574,11 @@ pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
                 "invalid field `invitation`: unknown, used, expired, or for another address".into(),
             ));
         }
+    }
+    if store.developer_by_email(&org, &email).await?.is_some() {
+        return Err(ApiError::Conflict(
+            "the address has an account: sign in, or reset its password".into(),
+        ));
     }
     let password_hash = ctx.state.accounts.hash(input.password).await?;
     let at = now();

@@ -124,15 +124,17 @@ impl Store {
         // SQLite writes one at a time (an immediate transaction); on PostgreSQL a lock per
         // organisation, held to the end of the transaction, keeps two batches from both
         // passing the count.
-        let lock =
-            (self.backend() == "postgres").then_some("SELECT pg_advisory_xact_lock(hashtext($1))");
+        let lock = self.key_lock();
         let begin = self.begin_read_then_write();
         let _turn = self.queue_write_turn().await;
         let added: u64 = with_pool!(self, |pool| {
             let mut tx = pool.begin_with(begin).await?;
             for (org, n) in &adding {
                 if let Some(lock) = lock {
-                    sqlx::query(lock).bind(*org).execute(&mut *tx).await?;
+                    sqlx::query(lock)
+                        .bind(format!("deliveries:{org}"))
+                        .execute(&mut *tx)
+                        .await?;
                 }
                 // Counts at most `max_pending` rows: the walk is bounded however long
                 // the queue is.

@@ -93,15 +93,24 @@ impl Store {
     }
 
     /// Adds a developer while the portal has fewer than `max` (checked in the same
-    /// statement, so sign-ups at once cannot pass it together); `false` when it has
-    /// them. [`StoreError::Conflict`] when the address has an account already.
+    /// statement, under the organisation's lock on PostgreSQL, so sign-ups at once cannot
+    /// pass it together); `false` when it has them. [`StoreError::Conflict`] when the
+    /// address has an account already.
     pub async fn insert_developer(
         &self,
         d: &DeveloperRecord,
         max: i64,
     ) -> Result<bool, StoreError> {
+        let lock = self.key_lock();
         let n = with_pool!(self, |pool| {
-            sqlx::query(
+            let mut tx = pool.begin().await?;
+            if let Some(lock) = lock {
+                sqlx::query(lock)
+                    .bind(format!("developers:{}", d.org_id))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let n = sqlx::query(
                 "INSERT INTO portal_developers (id, org_id, email, password_hash, created_at, \
                  updated_at) SELECT $1, $2, $3, $4, $5, $6 \
                  WHERE (SELECT COUNT(*) FROM portal_developers WHERE org_id = $2) < $7",
@@ -113,10 +122,12 @@ impl Store {
             .bind(d.created_at)
             .bind(d.updated_at)
             .bind(max)
-            .execute(pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| super::orgs::conflict_or(e, "a developer with this e-mail address"))?
-            .rows_affected()
+            .rows_affected();
+            tx.commit().await?;
+            n
         });
         Ok(n > 0)
     }

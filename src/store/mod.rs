@@ -406,6 +406,17 @@ impl Store {
         }
     }
 
+    /// A statement that, run first in a transaction with a key bound as `$1`, makes
+    /// transactions on the same key run one after another, so a count checked in one
+    /// still holds at its write: PostgreSQL's advisory lock, released at the end of the
+    /// transaction. `None` on SQLite, whose writers already take turns.
+    pub(crate) fn key_lock(&self) -> Option<&'static str> {
+        match self.pool {
+            Pool::Sqlite(_) => None,
+            Pool::Postgres(_) => Some("SELECT pg_advisory_xact_lock(hashtext($1))"),
+        }
+    }
+
     /// Takes the turn of a queue write on SQLite; PostgreSQL lets writers run together.
     pub(crate) async fn queue_write_turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         match self.pool {

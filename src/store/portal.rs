@@ -397,8 +397,17 @@ impl Store {
         app: &AppRecord,
         max_per_developer: i64,
     ) -> Result<bool, StoreError> {
+        // One developer's apps are added one at a time, so the count in the statement
+        // holds on PostgreSQL too.
+        let lock = self.key_lock();
         let added = with_pool!(self, |pool| {
             let mut tx = pool.begin().await?;
+            if let (Some(lock), Some(developer)) = (lock, app.developer_id.as_deref()) {
+                sqlx::query(lock)
+                    .bind(format!("apps:{developer}"))
+                    .execute(&mut *tx)
+                    .await?;
+            }
             let n = sqlx::query(INSERT_APP)
                 .bind(app.id.as_str())
                 .bind(app.org_id.as_str())
