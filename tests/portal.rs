@@ -506,7 +506,7 @@ async fn scenario(dir: &Path, store_url: &str) {
         assert_eq!(accepted.0, 202, "{}", accepted.1);
         assert_eq!(accepted.1, json!({"event_id": "evt-1", "deliveries": 2}));
     }
-    let list = send(db.req(Method::GET, "/api/deliveries?p=-1")).await;
+    let list = send(db.req(Method::GET, "/api/deliveries")).await;
     let deliveries = list.1["deliveries"].as_array().unwrap().clone();
     assert_eq!(deliveries.len(), 2, "{}", list.1);
     let mut sources: Vec<&str> = deliveries
@@ -538,8 +538,13 @@ async fn scenario(dir: &Path, store_url: &str) {
     assert_eq!(generated.len(), 36, "{generated}");
 
     // --- The delivery log.
-    let all = send_raw(db.req(Method::GET, "/api/deliveries?p=-1")).await;
+    let all = send_raw(db.req(Method::GET, "/api/deliveries")).await;
     assert_no_secrets(&all.2);
+    assert_error(
+        &send(db.req(Method::GET, "/api/deliveries?p=-1")).await,
+        400,
+        "a page at a time",
+    );
     assert_eq!(all.1["deliveries"].as_array().unwrap().len(), 3);
     let pending = send(db.req(Method::GET, "/api/deliveries?status=pending")).await;
     assert_eq!(pending.1["deliveries"].as_array().unwrap().len(), 3);
@@ -714,7 +719,7 @@ async fn scenario(dir: &Path, store_url: &str) {
     );
     // The log outlives the product.
     assert_eq!(
-        send(db.req(Method::GET, "/api/deliveries?p=-1")).await.1["deliveries"]
+        send(db.req(Method::GET, "/api/deliveries")).await.1["deliveries"]
             .as_array()
             .unwrap()
             .len(),

@@ -617,7 +617,7 @@ async fn a_stream_publishes_through_the_portal_to_the_subscribers_that_chose_the
     let queued = portal_call(
         port,
         reqwest::Method::GET,
-        "/deliveries?p=-1",
+        "/deliveries",
         serde_json::Value::Null,
     )
     .await;

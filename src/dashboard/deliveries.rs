@@ -117,13 +117,20 @@ fn attempt_view(a: AttemptRecord) -> Attempt {
     ),
     responses(
         (status = 200, description = "A page of the organisation's deliveries, newest first.", body = DeliveryList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
+        (status = 400, description = "A bad query parameter (`p` below 0 included: the log is read a page at a time).", body = ErrorBody),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     let paging = ctx.page()?;
+    // The log holds every event's body for the retention: read a page at a time, never
+    // at once (which `p` below 0 means elsewhere).
+    if paging.page == crate::store::Page::ALL {
+        return Err(ApiError::bad_request(
+            "query parameter `p`: the delivery log is read a page at a time; pages start at 1",
+        ));
+    }
     let status = match ctx.query("status") {
         None => None,
         Some(s) if [PENDING, DELIVERED, DEAD].contains(&s) => Some(s),
