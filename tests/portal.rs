@@ -802,6 +802,15 @@ async fn product_with_a_subscriber(db: &Db) -> (String, String) {
     (product, secret)
 }
 
+/// Publishes `n` events `e` to `product`, each accepted.
+async fn publish_accepted(db: &Db, product: &str, secret: &str, n: usize) {
+    for i in 0..n {
+        let body = format!("{{\"n\":{i}}}");
+        let accepted = send(event(db, product, secret, "e", &body, None)).await;
+        assert_eq!(accepted.0, 202, "{}", accepted.1);
+    }
+}
+
 #[tokio::test]
 async fn an_organisation_may_have_only_so_many_deliveries_waiting() {
     // No worker: what is queued stays waiting.
@@ -811,11 +820,7 @@ async fn an_organisation_may_have_only_so_many_deliveries_waiting() {
         format!("secret: {SECRET}\nwebhooks:\n  enabled: false\n  max_pending_per_org: 2\n");
     let db = start(tmp.path(), &store, &extra).await;
     let (product, secret) = product_with_a_subscriber(&db).await;
-    for i in 0..2 {
-        let body = format!("{{\"n\":{i}}}");
-        let accepted = send(event(&db, &product, &secret, "e", &body, None)).await;
-        assert_eq!(accepted.0, 202, "{}", accepted.1);
-    }
+    publish_accepted(&db, &product, &secret, 2).await;
     // The third is refused whole, with when to come back, and nothing is queued.
     let resp = event(&db, &product, &secret, "e", "{\"n\":2}", None)
         .send()
@@ -838,6 +843,27 @@ async fn an_organisation_may_have_only_so_many_deliveries_waiting() {
         "{}",
         list.1
     );
+    db.stop().await;
+}
+
+#[tokio::test]
+async fn a_subscriber_past_its_share_gets_dead_letters_not_the_whole_queue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
+    let extra =
+        format!("secret: {SECRET}\nwebhooks:\n  enabled: false\n  max_pending_per_receiver: 1\n");
+    let db = start(tmp.path(), &store, &extra).await;
+    let (product, secret) = product_with_a_subscriber(&db).await;
+    publish_accepted(&db, &product, &secret, 2).await;
+    // The second found its subscriber's share taken: recorded dead, with why, and
+    // replayable; nothing else of the organisation's was held up.
+    let dead = send(db.req(Method::GET, "/api/deliveries?status=dead")).await;
+    let dead = dead.1["deliveries"].as_array().unwrap().clone();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let why = dead[0]["last_error"].as_str().unwrap_or_default();
+    assert!(why.contains("webhooks.max_pending_per_receiver"), "{why}");
+    let pending = send(db.req(Method::GET, "/api/deliveries?status=pending")).await;
+    assert_eq!(pending.1["deliveries"].as_array().unwrap().len(), 1);
     db.stop().await;
 }
 

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::error::Error;
 
-use sluice::store::{DeliveryRecord, KeyRecord, Store, StoreError, StoredApi};
+use sluice::store::{DeliveryRecord, KeyRecord, QueueBounds, Store, StoreError, StoredApi};
 use sqlx::postgres::PgPool;
 
 fn key(id: &str, hash: &str, org_id: &str) -> KeyRecord {
@@ -177,9 +177,16 @@ async fn scenario(url: String, backend: &str) {
     // The webhook queue: two stores claiming at once never hold the same delivery, and
     // every delivery is claimed once.
     let queued: Vec<DeliveryRecord> = (0..200).map(|i| delivery(&format!("d{i:03}"))).collect();
-    assert_eq!(a.enqueue_deliveries(&queued, 10, 1_000).await.unwrap(), 200);
     assert_eq!(
-        b.enqueue_deliveries(&queued[..5], 11, 1_000).await.unwrap(),
+        a.enqueue_deliveries(&queued, 10, QueueBounds::NONE)
+            .await
+            .unwrap(),
+        200
+    );
+    assert_eq!(
+        b.enqueue_deliveries(&queued[..5], 11, QueueBounds::NONE)
+            .await
+            .unwrap(),
         0
     );
     let claimers: Vec<_> = (0..8)
@@ -221,7 +228,16 @@ async fn scenario(url: String, backend: &str) {
                         d
                     })
                     .collect();
-                store.enqueue_deliveries(&batch, 30, 25).await
+                store
+                    .enqueue_deliveries(
+                        &batch,
+                        30,
+                        QueueBounds {
+                            per_org: 25,
+                            per_receiver: u64::MAX,
+                        },
+                    )
+                    .await
             })
         })
         .collect();

@@ -283,6 +283,7 @@ const OVERRIDABLE: Overridable = Overridable {
                 "poll_interval",
                 "retention",
                 "max_pending_per_org",
+                "max_pending_per_receiver",
             ],
         ),
         ("logger", &["level", "format"]),

@@ -742,7 +742,7 @@ pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
         .enqueue_deliveries(
             std::slice::from_ref(&delivery),
             now_ms,
-            ctx.state.config.webhooks.max_pending_per_org,
+            ctx.state.config.webhooks.bounds(),
         )
         .await?;
     ctx.state.deliveries_queued.notify_one();

@@ -803,7 +803,7 @@ async fn deliver_reset(
         .enqueue_deliveries(
             std::slice::from_ref(&delivery),
             now_ms,
-            ctx.state.config.webhooks.max_pending_per_org,
+            ctx.state.config.webhooks.bounds(),
         )
         .await?;
     ctx.state.deliveries_queued.notify_one();

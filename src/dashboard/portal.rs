@@ -1108,11 +1108,7 @@ pub async fn publish_event(ctx: Ctx) -> Result<Reply, ApiError> {
         // the publisher hears it was accepted.
         ctx.state
             .store
-            .enqueue_deliveries(
-                &deliveries,
-                now_ms,
-                ctx.state.config.webhooks.max_pending_per_org,
-            )
+            .enqueue_deliveries(&deliveries, now_ms, ctx.state.config.webhooks.bounds())
             .await?;
         ctx.state.deliveries_queued.notify_one();
     }

@@ -398,6 +398,7 @@ const OVERRIDABLE: Overridable = Overridable {
                 "templates",
                 "retention",
                 "max_pending_per_org",
+                "max_pending_per_receiver",
             ],
         ),
     ],

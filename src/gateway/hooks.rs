@@ -18,7 +18,7 @@ use super::api::Api;
 use super::events::{Event, EventKind};
 use super::shared::Shared;
 use crate::store::seal::Sealer;
-use crate::store::{DeliveryRecord, HookRecord, Store, StoreError, DEAD, PENDING};
+use crate::store::{DeliveryRecord, HookRecord, QueueBounds, Store, StoreError, DEAD, PENDING};
 use crate::webhook::delivery::now_ms;
 use crate::webhook::{sealed, DeliveryConfig, Templates};
 
@@ -51,8 +51,8 @@ pub struct Dispatcher {
     /// headers in turn.
     sealer: Option<Sealer>,
     max_attempts: i64,
-    /// Deliveries an organisation may have waiting (`webhooks.max_pending_per_org`).
-    max_pending: u64,
+    /// How many deliveries may wait (`webhooks.max_pending_*`).
+    bounds: QueueBounds,
     /// Wakes this process's delivery worker, when it runs one.
     wake: Option<Arc<Notify>>,
     last_fired: HashMap<CoolKey, Instant>,
@@ -71,7 +71,7 @@ impl Dispatcher {
             templates,
             sealer,
             max_attempts: i64::from(config.max_attempts.max(1)),
-            max_pending: config.max_pending_per_org,
+            bounds: config.bounds(),
             wake,
             last_fired: HashMap::new(),
         }
@@ -134,7 +134,7 @@ impl Dispatcher {
             templates: self.templates.clone(),
             sealer: self.sealer.clone(),
             max_attempts: self.max_attempts,
-            max_pending: self.max_pending,
+            bounds: self.bounds,
             wake: self.wake.clone(),
             last_fired: HashMap::new(),
         }
@@ -176,7 +176,7 @@ impl Dispatcher {
             }
             match self
                 .store
-                .enqueue_deliveries(&deliveries, now_ms(), self.max_pending)
+                .enqueue_deliveries(&deliveries, now_ms(), self.bounds)
                 .await
             {
                 Ok(_) => {

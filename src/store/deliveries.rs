@@ -45,6 +45,24 @@ pub struct DeliveryRecord {
     pub updated_at: i64,
 }
 
+/// How many deliveries may wait to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueBounds {
+    /// In one organisation (`webhooks.max_pending_per_org`).
+    pub per_org: u64,
+    /// For one receiver: a webhook, a handler or a portal subscription
+    /// (`webhooks.max_pending_per_receiver`).
+    pub per_receiver: u64,
+}
+
+impl QueueBounds {
+    /// No bound, for tests and tools.
+    pub const NONE: QueueBounds = QueueBounds {
+        per_org: u64::MAX,
+        per_receiver: u64::MAX,
+    };
+}
+
 /// The status of a delivery still to be sent.
 pub const PENDING: &str = "pending";
 /// The status of a delivery a receiver took.
@@ -101,60 +119,104 @@ const AFTER_ATTEMPT: &str = "UPDATE deliveries SET status = $2, attempts = $3, \
      next_attempt_at = $4, lease_until = 0, last_status = $5, last_error = $6, updated_at = $7 \
      WHERE id = $1";
 
+/// How many deliveries of one receiver, or one organisation, are waiting. The count walks
+/// at most `$2` rows, however long the queue is.
+const WAITING_FOR_SOURCE: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM deliveries \
+     WHERE source = $1 AND status = 'pending' LIMIT $2) AS w";
+const WAITING_IN_ORG: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM deliveries \
+     WHERE org_id = $1 AND status = 'pending' LIMIT $2) AS w";
+
+/// Runs one of the `WAITING_*` counts for `$key` up to `$limit` in transaction `$tx`.
+macro_rules! waiting {
+    ($tx:ident, $sql:expr, $key:expr, $limit:expr) => {{
+        let (n,): (i64,) = sqlx::query_as($sql)
+            .bind($key)
+            .bind(i64::try_from($limit).unwrap_or(i64::MAX))
+            .fetch_one(&mut *$tx)
+            .await?;
+        n as u64
+    }};
+}
+
 impl Store {
     /// Queues deliveries, all or none. A delivery whose id is already queued is skipped
     /// (a sender retrying the same event queues it once); returns how many were added.
     /// One given as [`DEAD`] (it could not be made) is recorded with its `last_error`
     /// and never sent.
     ///
-    /// An organisation may have at most `max_pending` deliveries waiting: a batch that
-    /// would take one past that queues nothing and is [`StoreError::QueueFull`], so that
-    /// a receiver that never answers cannot grow the store without end.
+    /// Waiting deliveries are bounded twice over ([`QueueBounds`]). A receiver (one
+    /// webhook, handler or subscription: a delivery's `source`) past its share has the
+    /// batch's further deliveries to it recorded [`DEAD`], replayable, so that one
+    /// receiver that never answers cannot take the organisation's whole share. A batch
+    /// that would then take its organisation past its bound queues nothing and is
+    /// [`StoreError::QueueFull`]: no receiver can grow the store without end.
     pub async fn enqueue_deliveries(
         &self,
         deliveries: &[DeliveryRecord],
         now_ms: i64,
-        max_pending: u64,
+        bounds: QueueBounds,
     ) -> Result<u64, StoreError> {
-        // What each organisation adds to its waiting deliveries.
-        let mut adding: BTreeMap<&str, u64> = BTreeMap::new();
+        let orgs: std::collections::BTreeSet<&str> = deliveries
+            .iter()
+            .filter(|d| d.status != DEAD)
+            .map(|d| d.org_id.as_str())
+            .collect();
+        let mut sources: BTreeMap<&str, u64> = BTreeMap::new();
         for d in deliveries.iter().filter(|d| d.status != DEAD) {
-            *adding.entry(d.org_id.as_str()).or_default() += 1;
+            sources.entry(d.source.as_str()).or_default();
         }
+        let receiver_full = format!(
+            "its receiver already had {} deliveries waiting (webhooks.max_pending_per_receiver); \
+             replay it once the receiver catches up",
+            bounds.per_receiver
+        );
         // SQLite writes one at a time (an immediate transaction); on PostgreSQL a lock per
         // organisation, held to the end of the transaction, keeps two batches from both
-        // passing the count.
+        // passing the counts.
         let lock = self.key_lock();
         let begin = self.begin_read_then_write();
         let _turn = self.queue_write_turn().await;
         let added: u64 = with_pool!(self, |pool| {
             let mut tx = pool.begin_with(begin).await?;
-            for (org, n) in &adding {
-                if let Some(lock) = lock {
+            if let Some(lock) = lock {
+                for org in &orgs {
                     sqlx::query(lock)
                         .bind(format!("deliveries:{org}"))
                         .execute(&mut *tx)
                         .await?;
                 }
-                // Counts at most `max_pending` rows: the walk is bounded however long
-                // the queue is.
-                let (waiting,): (i64,) = sqlx::query_as(
-                    "SELECT COUNT(*) FROM (SELECT 1 FROM deliveries \
-                     WHERE org_id = $1 AND status = 'pending' LIMIT $2) AS w",
-                )
-                .bind(*org)
-                .bind(i64::try_from(max_pending).unwrap_or(i64::MAX))
-                .fetch_one(&mut *tx)
-                .await?;
-                if (waiting as u64).saturating_add(*n) > max_pending {
+            }
+            for (source, waiting) in sources.iter_mut() {
+                *waiting = waiting!(tx, WAITING_FOR_SOURCE, *source, bounds.per_receiver);
+            }
+            // Each delivery's status as queued: past its receiver's share, dead.
+            let mut statuses = Vec::with_capacity(deliveries.len());
+            let mut adding: BTreeMap<&str, u64> = BTreeMap::new();
+            for d in deliveries {
+                if d.status == DEAD {
+                    statuses.push((DEAD, d.last_error.as_deref()));
+                    continue;
+                }
+                let waiting = sources.entry(d.source.as_str()).or_default();
+                if *waiting >= bounds.per_receiver {
+                    statuses.push((DEAD, Some(receiver_full.as_str())));
+                } else {
+                    *waiting += 1;
+                    *adding.entry(d.org_id.as_str()).or_default() += 1;
+                    statuses.push((PENDING, None));
+                }
+            }
+            for (org, n) in &adding {
+                let waiting = waiting!(tx, WAITING_IN_ORG, *org, bounds.per_org);
+                if waiting.saturating_add(*n) > bounds.per_org {
                     return Err(StoreError::QueueFull {
                         org_id: (*org).to_owned(),
-                        limit: max_pending,
+                        limit: bounds.per_org,
                     });
                 }
             }
             let mut added = 0;
-            for d in deliveries {
+            for (d, (status, last_error)) in deliveries.iter().zip(statuses) {
                 added += sqlx::query(INSERT)
                     .bind(d.id.as_str())
                     .bind(d.org_id.as_str())
@@ -167,8 +229,8 @@ impl Store {
                     .bind(d.secret_sealed.as_deref())
                     .bind(d.max_attempts)
                     .bind(now_ms)
-                    .bind(if d.status == DEAD { DEAD } else { PENDING })
-                    .bind(d.last_error.as_deref())
+                    .bind(status)
+                    .bind(last_error)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
@@ -498,9 +560,21 @@ mod tests {
         let mut signed = delivery("d2", "o1");
         signed.secret_sealed = Some("sealed".into());
         let queued = vec![delivery("d1", "o1"), signed];
-        assert_eq!(store.enqueue_deliveries(&queued, 10, 100).await.unwrap(), 2);
+        assert_eq!(
+            store
+                .enqueue_deliveries(&queued, 10, QueueBounds::NONE)
+                .await
+                .unwrap(),
+            2
+        );
         // The same ids again add nothing.
-        assert_eq!(store.enqueue_deliveries(&queued, 11, 100).await.unwrap(), 0);
+        assert_eq!(
+            store
+                .enqueue_deliveries(&queued, 11, QueueBounds::NONE)
+                .await
+                .unwrap(),
+            0
+        );
 
         // A worker without the sealing secret takes only the unsigned one.
         let got = store.claim_deliveries(20, 1000, 10, false).await.unwrap();
@@ -584,6 +658,49 @@ mod tests {
         assert_eq!((got[0].id.as_str(), got[0].max_attempts), ("d2", 4));
     }
 
+    /// An organisation's bound alone.
+    fn org(per_org: u64) -> QueueBounds {
+        QueueBounds {
+            per_org,
+            ..QueueBounds::NONE
+        }
+    }
+
+    #[tokio::test]
+    async fn a_receiver_past_its_share_gets_dead_deliveries_and_the_others_are_queued() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let bounds = QueueBounds {
+            per_org: 10,
+            per_receiver: 2,
+        };
+        let to = |id: &str, source: &str| {
+            let mut d = delivery(id, "o1");
+            d.source = source.into();
+            d
+        };
+        let first = [to("a1", "subscription:a"), to("b1", "subscription:b")];
+        assert_eq!(
+            store.enqueue_deliveries(&first, 1, bounds).await.unwrap(),
+            2
+        );
+        // `a` has one waiting: one more fits, the third is dead; `b` is untouched.
+        let more = [
+            to("a2", "subscription:a"),
+            to("a3", "subscription:a"),
+            to("b2", "subscription:b"),
+        ];
+        assert_eq!(store.enqueue_deliveries(&more, 2, bounds).await.unwrap(), 3);
+        let (a3, _) = store.delivery("o1", "a3").await.unwrap().unwrap();
+        assert_eq!(a3.status, DEAD);
+        let why = a3.last_error.unwrap_or_default();
+        assert!(why.contains("webhooks.max_pending_per_receiver"), "{why}");
+        for waiting in ["a1", "a2", "b1", "b2"] {
+            let (d, _) = store.delivery("o1", waiting).await.unwrap().unwrap();
+            assert_eq!(d.status, PENDING, "{waiting}");
+        }
+        assert_eq!(store.delivery_counts("o1").await.unwrap(), (4, 0, 1));
+    }
+
     #[tokio::test]
     async fn an_organisation_is_held_to_its_waiting_deliveries() {
         let store = Store::open("sqlite::memory:").await.unwrap();
@@ -594,7 +711,7 @@ mod tests {
         };
         assert_eq!(
             store
-                .enqueue_deliveries(&batch(0, 3, "o1"), 1, 4)
+                .enqueue_deliveries(&batch(0, 3, "o1"), 1, org(4))
                 .await
                 .unwrap(),
             3
@@ -603,7 +720,10 @@ mod tests {
         // deliveries with it, and nothing is queued.
         let mut mixed = batch(3, 2, "o1");
         mixed.extend(batch(0, 1, "o2"));
-        let e = store.enqueue_deliveries(&mixed, 2, 4).await.unwrap_err();
+        let e = store
+            .enqueue_deliveries(&mixed, 2, org(4))
+            .await
+            .unwrap_err();
         assert!(
             matches!(&e, StoreError::QueueFull { org_id, limit: 4 } if org_id == "o1"),
             "{e}"
@@ -615,7 +735,7 @@ mod tests {
         let mut dead = delivery("o1-dead", "o1");
         dead.status = DEAD.into();
         fits.push(dead);
-        assert_eq!(store.enqueue_deliveries(&fits, 3, 4).await.unwrap(), 2);
+        assert_eq!(store.enqueue_deliveries(&fits, 3, org(4)).await.unwrap(), 2);
         // Finished deliveries make room.
         let claimed = store.claim_deliveries(10, 1000, 1, true).await.unwrap();
         store
@@ -630,7 +750,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             store
-                .enqueue_deliveries(&batch(10, 1, "o1"), 12, 4)
+                .enqueue_deliveries(&batch(10, 1, "o1"), 12, org(4))
                 .await
                 .unwrap(),
             1
@@ -644,7 +764,10 @@ mod tests {
             .iter()
             .map(|id| delivery(id, "o1"))
             .collect();
-        store.enqueue_deliveries(&queued, 0, 100).await.unwrap();
+        store
+            .enqueue_deliveries(&queued, 0, QueueBounds::NONE)
+            .await
+            .unwrap();
         let claimed = store.claim_deliveries(1, 1000, 3, true).await.unwrap();
         assert_eq!(claimed.len(), 3);
         let finish = |id: &str, then| AttemptResult {

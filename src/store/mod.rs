@@ -55,7 +55,8 @@ pub use apis::StoredApi;
 pub use assets::AssetRecord;
 pub use certs::{CertRecord, KeyFilter};
 pub use deliveries::{
-    AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, DEAD, DELIVERED, PENDING,
+    AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, QueueBounds, DEAD, DELIVERED,
+    PENDING,
 };
 pub use developers::{DeveloperRecord, PortalSettings, TokenKind};
 pub use hooks::HookRecord;

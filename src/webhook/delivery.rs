@@ -47,6 +47,10 @@ pub struct DeliveryConfig {
     /// Deliveries an organisation may have waiting; events past that are refused rather
     /// than queued, so a receiver that never answers cannot fill the store.
     pub max_pending_per_org: u64,
+    /// Deliveries one receiver (a webhook, a handler, a portal subscription) may have
+    /// waiting; further ones to it are recorded dead (replayable), so that it cannot
+    /// take the whole of its organisation's share.
+    pub max_pending_per_receiver: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -62,11 +66,20 @@ impl Default for DeliveryConfig {
             templates: None,
             retention: Duration::from_secs(7 * 24 * 3600),
             max_pending_per_org: 100_000,
+            max_pending_per_receiver: 10_000,
         }
     }
 }
 
 impl DeliveryConfig {
+    /// The queue's bounds.
+    pub fn bounds(&self) -> crate::store::QueueBounds {
+        crate::store::QueueBounds {
+            per_org: self.max_pending_per_org,
+            per_receiver: self.max_pending_per_receiver,
+        }
+    }
+
     /// Every problem of the settings, each with its path under `webhooks`.
     pub fn problems(&self) -> Vec<(&'static str, &'static str)> {
         let mut problems = Vec::new();
@@ -76,6 +89,10 @@ impl DeliveryConfig {
             (
                 "webhooks.max_pending_per_org",
                 self.max_pending_per_org == 0,
+            ),
+            (
+                "webhooks.max_pending_per_receiver",
+                self.max_pending_per_receiver == 0,
             ),
             ("webhooks.timeout", self.timeout.is_zero()),
             ("webhooks.poll_interval", self.poll_interval.is_zero()),
