@@ -151,18 +151,14 @@ fn canonical(ip: IpAddr) -> IpAddr {
 /// `::1`), and 6to4 `2002:aabb:ccdd::/48`. (`::ffff:a.b.c.d` is made canonical before.)
 fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     let s = v6.segments();
-    let tail = Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    // The IPv4 address in segments `i` and `i + 1`.
+    let v4_at = |i: usize| Ipv4Addr::from((u32::from(s[i]) << 16) | u32::from(s[i + 1]));
     let nat64 = s[..6] == [0x64, 0xff9b, 0, 0, 0, 0];
     let compatible = s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1);
     if nat64 || compatible {
-        Some(tail)
+        Some(v4_at(6))
     } else if s[0] == 0x2002 {
-        Some(Ipv4Addr::new(
-            (s[1] >> 8) as u8,
-            s[1] as u8,
-            (s[2] >> 8) as u8,
-            s[2] as u8,
-        ))
+        Some(v4_at(1))
     } else {
         None
     }

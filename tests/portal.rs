@@ -34,6 +34,12 @@ async fn start(dir: &Path, store: &str, extra: &str) -> Db {
     Db::start(dir, store, &extra, ADMIN_KEY).await
 }
 
+/// [`start`] on a SQLite file in `dir`.
+async fn start_on_sqlite(dir: &Path, extra: &str) -> Db {
+    let store = format!("sqlite://{}", dir.join("portal.db").display());
+    start(dir, &store, extra).await
+}
+
 /// An event for `product`, signed with `secret` at `t` (now when `None`).
 fn event(
     db: &Db,
@@ -747,8 +753,7 @@ async fn the_portal_on_postgres() {
 #[tokio::test]
 async fn without_a_secret_the_portal_refuses_what_it_would_seal() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
-    let db = start(tmp.path(), &store, "webhooks:\n  enabled: false\n").await;
+    let db = start_on_sqlite(tmp.path(), "webhooks:\n  enabled: false\n").await;
     assert_error(
         &send(
             db.req(Method::POST, "/api/portal/products")
@@ -771,8 +776,7 @@ async fn a_dashboard_with_its_delivery_worker_takes_events() {
     // The worker is on (the default); the receiver does not exist, so the delivery
     // stays queued or fails, but the event is accepted and logged either way.
     let tmp = tempfile::tempdir().unwrap();
-    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
-    let db = start(tmp.path(), &store, &format!("secret: {SECRET}\n")).await;
+    let db = start_on_sqlite(tmp.path(), &format!("secret: {SECRET}\n")).await;
     let (product, secret) = product_with_a_subscriber(&db).await;
     let accepted = send(event(&db, &product, &secret, "e", "{}", None)).await;
     assert_eq!(accepted.0, 202, "{}", accepted.1);
@@ -815,10 +819,9 @@ async fn publish_accepted(db: &Db, product: &str, secret: &str, n: usize) {
 async fn an_organisation_may_have_only_so_many_deliveries_waiting() {
     // No worker: what is queued stays waiting.
     let tmp = tempfile::tempdir().unwrap();
-    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
     let extra =
         format!("secret: {SECRET}\nwebhooks:\n  enabled: false\n  max_pending_per_org: 2\n");
-    let db = start(tmp.path(), &store, &extra).await;
+    let db = start_on_sqlite(tmp.path(), &extra).await;
     let (product, secret) = product_with_a_subscriber(&db).await;
     publish_accepted(&db, &product, &secret, 2).await;
     // The third is refused whole, with when to come back, and nothing is queued.
@@ -849,10 +852,9 @@ async fn an_organisation_may_have_only_so_many_deliveries_waiting() {
 #[tokio::test]
 async fn a_subscriber_past_its_share_gets_dead_letters_not_the_whole_queue() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
     let extra =
         format!("secret: {SECRET}\nwebhooks:\n  enabled: false\n  max_pending_per_receiver: 1\n");
-    let db = start(tmp.path(), &store, &extra).await;
+    let db = start_on_sqlite(tmp.path(), &extra).await;
     let (product, secret) = product_with_a_subscriber(&db).await;
     publish_accepted(&db, &product, &secret, 2).await;
     // The second found its subscriber's share taken: recorded dead, with why, and
@@ -872,9 +874,8 @@ async fn finished_deliveries_are_removed_after_the_retention() {
     // One attempt, at a port nothing listens on: the delivery is dead at once, then kept
     // for the retention, then gone with its attempts.
     let tmp = tempfile::tempdir().unwrap();
-    let store = format!("sqlite://{}", tmp.path().join("portal.db").display());
     let extra = format!("secret: {SECRET}\nwebhooks:\n  max_attempts: 1\n  retention: 2s\n");
-    let db = start(tmp.path(), &store, &extra).await;
+    let db = start_on_sqlite(tmp.path(), &extra).await;
     let (product, secret) = product_with_a_subscriber(&db).await;
     let accepted = send(event(&db, &product, &secret, "e", "{}", None)).await;
     assert_eq!(accepted.0, 202, "{}", accepted.1);

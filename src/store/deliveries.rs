@@ -7,7 +7,7 @@
 //! PostgreSQL store, never hold the same row at once. A worker killed mid-attempt leaves a
 //! lease that simply runs out, and the row is sent again: delivery is at least once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Page, Store, StoreError};
 
@@ -156,14 +156,12 @@ impl Store {
         now_ms: i64,
         bounds: QueueBounds,
     ) -> Result<u64, StoreError> {
-        let orgs: std::collections::BTreeSet<&str> = deliveries
-            .iter()
-            .filter(|d| d.status != DEAD)
-            .map(|d| d.org_id.as_str())
-            .collect();
+        // The organisations and receivers the batch would add to.
+        let mut orgs = BTreeSet::new();
         let mut sources: BTreeMap<&str, u64> = BTreeMap::new();
         for d in deliveries.iter().filter(|d| d.status != DEAD) {
-            sources.entry(d.source.as_str()).or_default();
+            orgs.insert(d.org_id.as_str());
+            sources.insert(d.source.as_str(), 0);
         }
         let receiver_full = format!(
             "its receiver already had {} deliveries waiting (webhooks.max_pending_per_receiver); \
@@ -245,42 +243,20 @@ impl Store {
     /// `before_ms`, with their attempts; returns how many went. Pending ones are never
     /// removed, however old.
     pub async fn prune_deliveries(&self, before_ms: i64, limit: i64) -> Result<u64, StoreError> {
-        let begin = self.begin_read_then_write();
         let _turn = self.queue_write_turn().await;
+        // One statement: what it removes is finished when it removes it, and the
+        // attempts go with their delivery (`ON DELETE CASCADE`).
         let removed = with_pool!(self, |pool| {
-            let mut tx = pool.begin_with(begin).await?;
-            // The attempts first, of exactly the rows removed next: the transaction sees
-            // one state, and the status is re-checked so a delivery replayed meanwhile
-            // keeps its log.
-            let ids: Vec<(String,)> = sqlx::query_as(
-                "SELECT id FROM deliveries WHERE status IN ('delivered', 'dead') \
-                 AND updated_at < $1 ORDER BY status, updated_at LIMIT $2",
+            sqlx::query(
+                "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                 WHERE status IN ('delivered', 'dead') AND updated_at < $1 \
+                 ORDER BY status, updated_at LIMIT $2)",
             )
             .bind(before_ms)
             .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-            let mut removed = 0;
-            for (id,) in &ids {
-                let gone = sqlx::query(
-                    "DELETE FROM deliveries WHERE id = $1 \
-                     AND status IN ('delivered', 'dead') AND updated_at < $2",
-                )
-                .bind(id.as_str())
-                .bind(before_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if gone > 0 {
-                    sqlx::query("DELETE FROM delivery_attempts WHERE delivery_id = $1")
-                        .bind(id.as_str())
-                        .execute(&mut *tx)
-                        .await?;
-                    removed += gone;
-                }
-            }
-            tx.commit().await?;
-            removed
+            .execute(pool)
+            .await?
+            .rows_affected()
         });
         Ok(removed)
     }
