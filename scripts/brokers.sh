@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Starts the brokers the integration tests talk to, on loopback, where they are not
-# already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672 (AMQP 0.9.1
-# and, with its plugin enabled here, AMQP 1.0), Redis 6379, and a tansu Kafka-API broker
+# Starts the brokers and the database the integration tests talk to, on loopback, where
+# they are not already listening: Mosquitto 1883, NATS with JetStream 4222, RabbitMQ 5672
+# (AMQP 0.9.1 and, with its plugin enabled here, AMQP 1.0), Redis 6379, PostgreSQL 5432
+# (trust authentication from 127.0.0.1, a database `test`), and a tansu Kafka-API broker
 # on a free port. Installs what is missing (Debian packages
 # with apt-get, tansu with cargo into a cache directory), including the broker binaries
 # that the TLS tests run privately (a test whose binary is missing fails). Idempotent:
@@ -40,12 +41,16 @@ wait_port() { # port name seconds
 apt_updated=""
 need_pkg() { # binary package
     command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] && return 0
+    apt_install "$2"
+}
+
+apt_install() { # package
     if [ -z "$apt_updated" ]; then
         apt-get update -qq
         apt_updated=1
     fi
-    log "installing $2"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+    log "installing $1"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
 }
 
 start_redis() {
@@ -86,6 +91,35 @@ start_nats() {
     if ! nats_has_jetstream; then
         log "the NATS server on 4222 runs without JetStream: stop it and run this again"
         return 1
+    fi
+}
+
+postgres_bin() { # the newest installed server binary
+    ls /usr/lib/postgresql/*/bin/postgres 2>/dev/null | sort -V | tail -n 1 | grep .
+}
+
+# The tests connect as `postgres` to 127.0.0.1:5432/test without a password and make a
+# database of their own per test. A server that already listens is used as it is.
+start_postgres() {
+    if ! listening 5432; then
+        local version
+        version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+        if [ -z "$version" ]; then
+            version="$(basename "$(dirname "$(dirname "$(postgres_bin)")")")"
+            [ -n "$version" ] || { log "no PostgreSQL server is installed"; return 1; }
+            pg_createcluster "$version" main >/dev/null
+        fi
+        local hba="/etc/postgresql/$version/main/pg_hba.conf"
+        if ! grep -Eq '^host[[:space:]]+all[[:space:]]+all[[:space:]]+127\.0\.0\.1/32[[:space:]]+trust' "$hba"; then
+            # Only loopback is trusted, and only for this machine's tests.
+            sed -i '/^host/d' "$hba"
+            printf 'host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n' >>"$hba"
+        fi
+        pg_ctlcluster --skip-systemctl-redirect "$version" main start
+        wait_port 5432 postgresql 60
+    fi
+    if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'test'" postgres | grep -q 1; then
+        psql -h 127.0.0.1 -U postgres -qc "CREATE DATABASE test" postgres
     fi
 }
 
@@ -176,6 +210,8 @@ ensure_binaries() {
     need_pkg mosquitto_passwd mosquitto
     need_pkg nats-server nats-server
     need_pkg rabbitmq-server rabbitmq-server
+    need_pkg psql postgresql-client
+    postgres_bin >/dev/null || apt_install postgresql
     if [ "${SLUICE_SKIP_KAFKA:-}" != 1 ]; then
         ensure_tansu
     fi
@@ -185,8 +221,9 @@ ensure_binaries
 start_redis
 start_mosquitto
 start_nats
+start_postgres
 start_rabbitmq
 if [ "${SLUICE_SKIP_KAFKA:-}" != 1 ]; then
     start_tansu
 fi
-log "ready: redis 6379, mosquitto 1883, nats 4222, rabbitmq 5672, kafka $(cat "$kafka_addr_file" 2>/dev/null || echo skipped)"
+log "ready: redis 6379, mosquitto 1883, nats 4222, postgresql 5432, rabbitmq 5672, kafka $(cat "$kafka_addr_file" 2>/dev/null || echo skipped)"

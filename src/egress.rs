@@ -5,11 +5,17 @@
 //! link-local, cloud metadata and unspecified addresses and the process's own listeners
 //! are refused unless allowed by name.
 //!
+//! The same policy holds for everything else an organisation's definitions reach: a
+//! posted API's upstream and JWKS, its webhooks and event handlers, its portal's
+//! subscriptions.
+//!
 //! Addresses are checked when a connection is made, after the name is resolved, so a
-//! name that resolves to a refused address is refused too: HTTP clients resolve through
-//! [`PolicyResolver`]; broker clients resolve and check their addresses in `connect`
-//! ([`Egress::check`]). Building a posted stream checks literal addresses at once and
-//! records names, which the dashboard resolves for a dry run.
+//! name that resolves to a refused address is refused too: HTTP requests resolve each
+//! hop once and connect to exactly the checked addresses
+//! (`connect::outbound`, the gateway's upstream client); broker clients resolve and
+//! check their addresses in `connect` ([`Egress::check`]). Building a posted stream
+//! checks literal addresses at once and records names, which the dashboard resolves for
+//! a dry run.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -29,6 +35,11 @@ pub struct EgressConfig {
     /// gateway the dashboard's, and the dashboard the gateway's). Not read from files.
     #[serde(skip)]
     pub also_own: Vec<SocketAddr>,
+    /// Names posted streams may not use whatever they may reach (the cluster bus's; see
+    /// [`crate::reserved`]). Not read from files: `sluice serve` gives the dashboard its
+    /// gateway's.
+    #[serde(skip)]
+    pub reserved: crate::reserved::ReservedNames,
 }
 
 /// The address a listener setting (`127.0.0.1:3000`, `[::]:8080`, `localhost:3000`)
@@ -45,14 +56,14 @@ pub enum EgressError {
         "`{entry}` is not an address, a range or a host name, with an optional port ({reason})"
     )]
     BadRule { entry: String, reason: String },
-    #[error("`{host}:{port}` is refused for streams posted to the dashboard: {addr} is {why} (the operator can allow it in `streaming.egress.allow`)")]
+    #[error("`{host}:{port}` is refused for what organisations post: {addr} is {why} (the operator can allow it in `streaming.egress.allow`)")]
     Denied {
         host: String,
         port: u16,
         addr: IpAddr,
         why: &'static str,
     },
-    #[error("`{target}` is refused for streams posted to the dashboard: {why}")]
+    #[error("`{target}` is refused for what organisations post: {why}")]
     Refused { target: String, why: String },
     #[error("cannot resolve `{host}`: {reason}")]
     Unresolved { host: String, reason: String },
@@ -219,6 +230,30 @@ pub fn restricted(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
+/// Resolves a name to addresses in place of the system's resolver.
+pub type LookupFn = dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// How names are resolved: the system's resolver, or a function (an embedding
+/// application's own resolver; the tests' resolver that answers differently each time).
+#[derive(Clone, Default)]
+struct Lookup(Option<Arc<LookupFn>>);
+
+impl std::fmt::Debug for Lookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "custom" } else { "system" })
+    }
+}
+
+impl PartialEq for Lookup {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// The rules posted streams connect under.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EgressPolicy {
@@ -226,6 +261,9 @@ pub struct EgressPolicy {
     /// The process's own listeners (the gateway's, the dashboard's): refused even when
     /// their address is allowed, unless a rule names their port.
     own: Vec<SocketAddr>,
+    lookup: Lookup,
+    /// The names posted streams may not use (the cluster bus's subjects, streams, keys).
+    reserved: crate::reserved::ReservedNames,
 }
 
 impl EgressPolicy {
@@ -243,16 +281,35 @@ impl EgressPolicy {
             Ok(EgressPolicy {
                 allow,
                 own: config.also_own.clone(),
+                lookup: Lookup::default(),
+                reserved: config.reserved.clone(),
             })
         } else {
             Err(errors)
         }
     }
 
+    /// The same policy, resolving names with `lookup` instead of the system's resolver.
+    pub fn with_lookup(mut self, lookup: Arc<LookupFn>) -> Self {
+        self.lookup = Lookup(Some(lookup));
+        self
+    }
+
     /// The same policy, also refusing `listener` (one of the process's own).
     pub fn with_own_listener(mut self, listener: SocketAddr) -> Self {
         self.own.push(listener);
         self
+    }
+
+    /// The same policy, also refusing the names `reserved` refuses.
+    pub fn with_reserved(mut self, reserved: &crate::reserved::ReservedNames) -> Self {
+        self.reserved.extend(reserved);
+        self
+    }
+
+    /// The names posted streams may not use, whatever this policy lets them reach.
+    pub fn reserved(&self) -> &crate::reserved::ReservedNames {
+        &self.reserved
     }
 
     /// Whether `addr`, reached by the name `host` (or the address itself), is allowed.
@@ -287,29 +344,6 @@ impl EgressPolicy {
         }
     }
 
-    /// [`check`](Self::check) when the port is not known yet (a resolver's answer): an
-    /// address passes when a rule allows it on some port or it is public. The port is
-    /// held to the rules by [`check`](Self::check) before the connection.
-    pub fn check_address(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
-        let ip = canonical(ip);
-        let any_port = |r: &Rule| match &r.target {
-            Target::Net(net) => net.contains(&ip),
-            Target::Host(name) => *name == normal_host(host),
-        };
-        if self.allow.iter().any(any_port) {
-            return Ok(());
-        }
-        match restricted(ip) {
-            Some(why) => Err(EgressError::Denied {
-                host: host.to_owned(),
-                port: 0,
-                addr: ip,
-                why,
-            }),
-            None => Ok(()),
-        }
-    }
-
     /// Checks `host:port` without resolving: a literal address is checked, a name
     /// answers `None` (it is checked when resolved).
     pub fn check_literal(&self, host: &str, port: u16) -> Result<Option<()>, EgressError> {
@@ -327,13 +361,17 @@ impl EgressPolicy {
             self.check(host, addr)?;
             return Ok(vec![addr]);
         }
-        let found =
-            tokio::net::lookup_host((host, port))
+        let unresolved = |e: std::io::Error| EgressError::Unresolved {
+            host: host.to_owned(),
+            reason: e.to_string(),
+        };
+        let found: Vec<SocketAddr> = match &self.lookup.0 {
+            None => tokio::net::lookup_host((host, port))
                 .await
-                .map_err(|e| EgressError::Unresolved {
-                    host: host.to_owned(),
-                    reason: e.to_string(),
-                })?;
+                .map_err(unresolved)?
+                .collect(),
+            Some(lookup) => lookup(host, port).map_err(unresolved)?,
+        };
         let mut allowed = Vec::new();
         let mut first_refusal = None;
         for addr in found {
@@ -434,79 +472,6 @@ impl Egress {
             policy.resolve(host, *port).await?;
         }
         Ok(())
-    }
-
-    /// A resolver for HTTP clients that drops refused addresses (`None`: no policy).
-    pub fn resolver(&self) -> Option<Arc<PolicyResolver>> {
-        self.policy
-            .as_ref()
-            .map(|p| Arc::new(PolicyResolver { policy: p.clone() }))
-    }
-
-    /// Checks a URL an HTTP client is about to call: its host resolved with its port.
-    pub async fn check_url(&self, url: &reqwest::Url) -> Result<(), EgressError> {
-        let Some(policy) = &self.policy else {
-            return Ok(());
-        };
-        let host = url.host_str().unwrap_or_default();
-        let port = url.port_or_known_default().unwrap_or(80);
-        policy.resolve(host, port).await.map(|_| ())
-    }
-
-    /// A redirect policy that follows (up to ten) redirects only to allowed literal
-    /// addresses; names are checked by the resolver when connecting.
-    pub fn redirect_policy(&self) -> reqwest::redirect::Policy {
-        let Some(policy) = self.policy.clone() else {
-            return reqwest::redirect::Policy::default();
-        };
-        reqwest::redirect::Policy::custom(move |attempt| {
-            if attempt.previous().len() >= 10 {
-                return attempt.error("too many redirects");
-            }
-            let url = attempt.url();
-            let host = url.host_str().unwrap_or_default().to_owned();
-            let port = url.port_or_known_default().unwrap_or(80);
-            match policy.check_literal(&host, port) {
-                Err(e) => attempt.error(e),
-                Ok(_) => attempt.follow(),
-            }
-        })
-    }
-}
-
-/// Resolves names for reqwest and keeps only the addresses the policy allows. The port
-/// is not known here (reqwest adds it after): [`Egress::check_url`] holds it to the rules
-/// before each request.
-pub struct PolicyResolver {
-    policy: Arc<EgressPolicy>,
-}
-
-impl reqwest::dns::Resolve for PolicyResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.policy.clone();
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            let found = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let mut allowed = Vec::new();
-            let mut refusal = None;
-            for addr in found {
-                match policy.check_address(&host, addr.ip()) {
-                    Ok(()) => allowed.push(addr),
-                    Err(e) => {
-                        refusal.get_or_insert(e);
-                    }
-                }
-            }
-            if allowed.is_empty() {
-                let e: Box<dyn std::error::Error + Send + Sync> = match refusal {
-                    Some(e) => Box::new(e),
-                    None => format!("`{host}` has no address").into(),
-                };
-                return Err(e);
-            }
-            let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
-            Ok(addrs)
-        })
     }
 }
 

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod output;
 pub mod processor;
 pub mod rate_limit;
+pub mod reserved;
 pub mod secret;
 pub mod server;
 pub mod store;

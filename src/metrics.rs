@@ -52,6 +52,15 @@ pub const WEBHOOK_ATTEMPT_DURATION: &str = "sluice_webhook_attempt_seconds";
 pub const WEBHOOK_REFUSED: &str = "sluice_webhook_deliveries_refused_total";
 pub const WEBHOOK_PRUNED: &str = "sluice_webhook_deliveries_pruned_total";
 
+// The CPU share of each organisation's posted streams, labelled with `org_id`.
+pub const ORG_CPU: &str = "sluice_org_cpu_seconds_total";
+pub const ORG_CPU_THROTTLED: &str = "sluice_org_cpu_throttled_seconds_total";
+
+// Messages a node read from the cluster bus and dropped, labelled with `reason`.
+pub const BUS_REFUSED: &str = "sluice_bus_messages_refused_total";
+// Spans not exported, labelled with `reason` (`rate_limited`, `queue_full`).
+pub const TRACE_SPANS_DROPPED: &str = "sluice_trace_spans_dropped_total";
+
 /// Every metric above: `docs/metrics.md` documents each, and the Grafana dashboard in
 /// `docs/` queries no other.
 pub const ALL: &[&str] = &[
@@ -87,6 +96,10 @@ pub const ALL: &[&str] = &[
     WEBHOOK_ATTEMPT_DURATION,
     WEBHOOK_REFUSED,
     WEBHOOK_PRUNED,
+    ORG_CPU,
+    ORG_CPU_THROTTLED,
+    BUS_REFUSED,
+    TRACE_SPANS_DROPPED,
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -189,6 +202,26 @@ fn describe() {
         WEBHOOK_PRUNED,
         Unit::Count,
         "Finished webhook deliveries removed once older than the retention."
+    );
+    describe_counter!(
+        ORG_CPU,
+        Unit::Seconds,
+        "Time an organisation's posted streams ran, charged against its CPU share (whole seconds)."
+    );
+    describe_counter!(
+        ORG_CPU_THROTTLED,
+        Unit::Seconds,
+        "Time the tasks of an organisation's posted streams waited because the organisation was over its CPU share, added up over tasks (whole seconds)."
+    );
+    describe_counter!(
+        BUS_REFUSED,
+        Unit::Count,
+        "Messages read from the cluster bus and dropped: `signature` when a node of the cluster did not sign them."
+    );
+    describe_counter!(
+        TRACE_SPANS_DROPPED,
+        Unit::Count,
+        "Spans not exported: `rate_limited` past an organisation's span rate, `queue_full` when the export queue was full."
     );
     describe_counter!(
         RECEIVED_MESSAGES,

@@ -6,18 +6,32 @@
 //!
 //! Off, every entry point here costs one atomic load and changes nothing: a client's
 //! `traceparent` then passes through untouched.
+//!
+//! Spans are bounded twice. The streams an organisation posted run in the scope of its
+//! span budget ([`within`]): a token bucket of `SLUICE_TRACES_ORG_SPANS_PER_SECOND` spans
+//! a second, past which their spans are not recorded (a batch an input read then gets
+//! one span rather than one per message, or none), so that a stream making messages as
+//! fast as it can does not make spans as fast. And the export queue holds at most
+//! `OTEL_BSP_MAX_QUEUE_SIZE` spans: a span that finds it full is dropped, never waited
+//! for. Both drops are counted in `sluice_trace_spans_dropped_total`.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
-use std::time::SystemTime;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 pub use opentelemetry::trace::SpanKind;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::trace::{Status, TraceContextExt, Tracer as _};
 use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
+use opentelemetry_sdk::trace::{
+    Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter, SpanProcessor,
+};
 
 use crate::message::Message;
 
@@ -30,6 +44,105 @@ static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 /// The tracer, when traces are on.
 fn tracer() -> Option<&'static SdkTracer> {
     TRACER.get()
+}
+
+/// Spans each organisation's posted streams may record a second, unless the
+/// environment says otherwise.
+pub const DEFAULT_ORG_SPANS_PER_SECOND: u32 = 100;
+/// The most `SLUICE_TRACES_ORG_SPANS_PER_SECOND` may be.
+const MAX_ORG_SPANS_PER_SECOND: u32 = 1_000_000;
+/// Spans the export queue holds unless `OTEL_BSP_MAX_QUEUE_SIZE` says otherwise, and the
+/// most it may say: each queued span is a few hundred bytes to a few kilobytes.
+pub const DEFAULT_QUEUE_SIZE: usize = 2048;
+const MAX_QUEUE_SIZE: usize = 65_536;
+
+/// The installed rate of organisations' span budgets.
+static ORG_RATE: OnceLock<u32> = OnceLock::new();
+/// Each organisation's span budget, while a stream of it runs.
+static ORG_BUDGETS: OnceLock<parking_lot::Mutex<HashMap<String, Weak<SpanBudget>>>> =
+    OnceLock::new();
+
+tokio::task_local! {
+    /// The budget of the posted stream whose task this is.
+    static BUDGET: Arc<SpanBudget>;
+}
+
+/// A token bucket of spans: `rate` a second, at most a second's worth at once.
+#[derive(Debug)]
+pub struct SpanBudget {
+    rate: f64,
+    state: parking_lot::Mutex<(f64, Instant)>,
+}
+
+impl SpanBudget {
+    /// A full bucket of `per_second` spans a second.
+    pub fn new(per_second: u32) -> SpanBudget {
+        let rate = f64::from(per_second);
+        SpanBudget {
+            rate,
+            state: parking_lot::Mutex::new((rate, Instant::now())),
+        }
+    }
+
+    /// Takes `n` spans from the bucket if it holds that many; whether it did.
+    pub fn try_take(&self, n: u64) -> bool {
+        self.try_take_at(n, Instant::now())
+    }
+
+    fn try_take_at(&self, n: u64, now: Instant) -> bool {
+        let mut state = self.state.lock();
+        let (tokens, last) = &mut *state;
+        let elapsed = now.saturating_duration_since(*last).as_secs_f64();
+        *tokens = (*tokens + elapsed * self.rate).min(self.rate);
+        *last = (*last).max(now);
+        let n = n as f64;
+        if *tokens >= n {
+            *tokens -= n;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The span budget of organisation `org`'s posted streams, shared by all of them; `None`
+/// when traces are off.
+pub fn org_budget(org: &str) -> Option<Arc<SpanBudget>> {
+    tracer()?;
+    let rate = ORG_RATE
+        .get()
+        .copied()
+        .unwrap_or(DEFAULT_ORG_SPANS_PER_SECOND);
+    let mut budgets = ORG_BUDGETS.get_or_init(Default::default).lock();
+    if let Some(b) = budgets.get(org).and_then(Weak::upgrade) {
+        return Some(b);
+    }
+    // Budgets of organisations with no stream left go, so the map holds only those.
+    budgets.retain(|_, b| b.strong_count() > 0);
+    let budget = Arc::new(SpanBudget::new(rate));
+    budgets.insert(org.to_owned(), Arc::downgrade(&budget));
+    Some(budget)
+}
+
+/// Runs `task` with the spans it makes held to `budget` (a posted stream's task), or as
+/// it is without one.
+pub async fn within<F: Future>(budget: Option<Arc<SpanBudget>>, task: F) -> F::Output {
+    match budget {
+        Some(b) => BUDGET.scope(b, task).await,
+        None => task.await,
+    }
+}
+
+/// Whether `n` more spans may be recorded here: always, outside a posted stream's tasks.
+fn allow(n: u64) -> bool {
+    BUDGET.try_with(|b| b.try_take(n)).unwrap_or(true)
+}
+
+/// Counts `n` spans not recorded for `reason`.
+fn dropped(reason: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(crate::metrics::TRACE_SPANS_DROPPED, "reason" => reason).increment(n);
+    }
 }
 
 /// Whether spans are being made.
@@ -81,6 +194,11 @@ pub struct Settings {
     /// `service.name` when neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES`
     /// names one.
     pub default_service_name: bool,
+    /// Spans each organisation's posted streams may record a second
+    /// (`SLUICE_TRACES_ORG_SPANS_PER_SECOND`).
+    pub org_spans_per_second: u32,
+    /// Spans the export queue holds at most (`OTEL_BSP_MAX_QUEUE_SIZE`).
+    pub max_queue_size: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -220,6 +338,28 @@ impl Settings {
                 ))
             }
         };
+        let count = |name: &'static str, default: u64, max: u64, least: u64| match var(name) {
+            None => Ok(default),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if (least..=max).contains(&n) => Ok(n),
+                _ => Err(bad(
+                    name,
+                    format!("`{v}` is not a whole number from {least} to {max}"),
+                )),
+            },
+        };
+        let org_spans_per_second = count(
+            "SLUICE_TRACES_ORG_SPANS_PER_SECOND",
+            DEFAULT_ORG_SPANS_PER_SECOND.into(),
+            MAX_ORG_SPANS_PER_SECOND.into(),
+            0,
+        )? as u32;
+        let max_queue_size = count(
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+            DEFAULT_QUEUE_SIZE as u64,
+            MAX_QUEUE_SIZE as u64,
+            1,
+        )? as usize;
         let named = var("OTEL_SERVICE_NAME").is_some()
             || var("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| {
                 a.split(',')
@@ -230,6 +370,8 @@ impl Settings {
             endpoint,
             sampling,
             default_service_name: !named,
+            org_spans_per_second,
+            max_queue_size,
         }))
     }
 }
@@ -286,12 +428,26 @@ fn install_with(s: &Settings) -> Result<Traces, TelemetryError> {
             .build(),
     }
     .map_err(failed)?;
-    let processor =
-        opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
-            exporter,
-            opentelemetry_sdk::runtime::Tokio,
-        )
+    // The queue the SDK keeps is bounded by the same size, so it never refuses a span:
+    // the count here is where a span is dropped, and counted.
+    let queued = Arc::new(AtomicUsize::new(0));
+    let batch = opentelemetry_sdk::trace::BatchConfigBuilder::default()
+        .with_max_queue_size(s.max_queue_size)
         .build();
+    let processor = Bounded {
+        inner:
+            opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor::builder(
+                Counted {
+                    inner: exporter,
+                    queued: queued.clone(),
+                },
+                opentelemetry_sdk::runtime::Tokio,
+            )
+            .with_batch_config(batch)
+            .build(),
+        queued,
+        max: s.max_queue_size,
+    };
     let mut resource = opentelemetry_sdk::Resource::builder();
     if s.default_service_name {
         resource = resource.with_service_name("sluice");
@@ -301,9 +457,93 @@ fn install_with(s: &Settings) -> Result<Traces, TelemetryError> {
         .with_sampler(s.sampling.sampler())
         .with_resource(resource.build())
         .build();
+    let _ = ORG_RATE.set(s.org_spans_per_second);
     let _ = TRACER.set(provider.tracer("sluice"));
-    tracing::info!(endpoint = %s.endpoint, protocol = ?s.protocol, sampling = ?s.sampling, "Exporting traces.");
+    tracing::info!(endpoint = %s.endpoint, protocol = ?s.protocol, sampling = ?s.sampling, org_spans_per_second = s.org_spans_per_second, max_queue_size = s.max_queue_size, "Exporting traces.");
     Ok(Traces { provider })
+}
+
+/// The span processor in front of the SDK's batch processor: it keeps count of the spans
+/// queued for export (taken off by [`Counted`] as they are exported) and drops, and
+/// counts, a span that would take the queue past `max`.
+#[derive(Debug)]
+struct Bounded<P> {
+    inner: P,
+    queued: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
+    fn on_start(&self, span: &mut opentelemetry_sdk::trace::Span, cx: &Context) {
+        self.inner.on_start(span, cx);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        let room = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        if room.is_err() {
+            dropped("queue_full", 1);
+            return;
+        }
+        self.inner.on_end(span);
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn shutdown(&self) -> OTelSdkResult {
+        self.inner.shutdown()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The exporter behind [`Bounded`]: spans handed to it have left the queue.
+#[derive(Debug)]
+struct Counted<E> {
+    inner: E,
+    queued: Arc<AtomicUsize>,
+}
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    fn export(&self, batch: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+        let n = batch.len();
+        let _ = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                Some(q.saturating_sub(n))
+            });
+        self.inner.export(batch)
+    }
+
+    fn shutdown_with_timeout(&mut self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn shutdown(&mut self) -> OTelSdkResult {
+        self.inner.shutdown()
+    }
+
+    fn force_flush(&mut self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
 }
 
 /// Reads a trace context from HTTP headers.
@@ -362,6 +602,37 @@ impl Injector for MetaWriter<'_> {
             self.0.metadata_mut().remove(key);
         } else {
             self.0.set_meta(key, value);
+        }
+    }
+}
+
+/// A trace context written out once, to be copied into many messages.
+#[derive(Default)]
+struct ContextText {
+    parent: Option<String>,
+    state: Option<String>,
+}
+
+impl Injector for ContextText {
+    fn set(&mut self, key: &str, value: String) {
+        let value = (!value.is_empty()).then_some(value);
+        match key {
+            TRACEPARENT => self.parent = value,
+            TRACESTATE => self.state = value,
+            _ => {}
+        }
+    }
+}
+
+impl ContextText {
+    fn write_into(&self, m: &mut Message) {
+        for (key, value) in [(TRACEPARENT, &self.parent), (TRACESTATE, &self.state)] {
+            match value {
+                Some(v) => m.set_meta(key, v.as_str()),
+                None => {
+                    m.metadata_mut().remove(key);
+                }
+            }
         }
     }
 }
@@ -470,24 +741,51 @@ pub fn request_span(
 
 /// Starts a span for each message of a batch an input read: its parent is the trace
 /// context the message came with (the producer's, through a broker's headers or a
-/// request's), and the message carries the new span's context on.
+/// request's), and the message carries the new span's context on. Past its
+/// organisation's span rate, a posted stream's batch gets one span for all its messages
+/// (child of the first one's context), or none when not even that one is left.
 pub fn received(batch: &mut [Message], stream: &str, input: &str) {
     let Some(tracer) = tracer() else {
         return;
     };
-    for m in batch.iter_mut() {
-        let parent = message_parent(m);
-        let span = Span::start(
+    let n = batch.len() as u64;
+    // A receive span; `messages` when it stands for a whole batch.
+    let receive = |parent: &Context, messages: Option<u64>| {
+        let mut attributes = vec![
+            KeyValue::new("sluice.stream", stream.to_owned()),
+            KeyValue::new("sluice.component", input.to_owned()),
+        ];
+        if let Some(n) = messages {
+            attributes.push(KeyValue::new("sluice.messages", n as i64));
+        }
+        Span::start(
             tracer,
             format!("receive {input}"),
             SpanKind::Consumer,
-            &parent,
-            vec![
-                KeyValue::new("sluice.stream", stream.to_owned()),
-                KeyValue::new("sluice.component", input.to_owned()),
-            ],
+            parent,
+            attributes,
             None,
-        );
+        )
+    };
+    if !allow(n) {
+        if !allow(1) {
+            dropped("rate_limited", n);
+            return;
+        }
+        dropped("rate_limited", n.saturating_sub(1));
+        let parent = batch.first().map(message_parent).unwrap_or_default();
+        let span = receive(&parent, Some(n));
+        // The context is written out once and copied into each message.
+        let mut carrier = ContextText::default();
+        TraceContextPropagator::new().inject_context(&span.cx, &mut carrier);
+        for m in batch.iter_mut() {
+            carrier.write_into(m);
+        }
+        return;
+    }
+    for m in batch.iter_mut() {
+        let parent = message_parent(m);
+        let span = receive(&parent, None);
         set_message_context(m, &span.cx);
     }
 }
@@ -499,15 +797,14 @@ pub fn batch_parents(batch: &[Message]) -> Vec<Context> {
         return Vec::new();
     }
     let mut parents: Vec<Context> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for m in batch {
+        if !m.metadata().contains_key(TRACEPARENT) {
+            continue;
+        }
         let cx = message_parent(m);
         let sc = cx.span().span_context().clone();
-        if sc.is_valid()
-            && sc.is_sampled()
-            && !parents
-                .iter()
-                .any(|p| p.span().span_context().span_id() == sc.span_id())
-        {
+        if sc.is_valid() && sc.is_sampled() && seen.insert(sc.span_id()) {
             parents.push(cx);
         }
     }
@@ -515,12 +812,16 @@ pub fn batch_parents(batch: &[Message]) -> Vec<Context> {
 }
 
 /// Records that a processor ran over messages of the traces `parents`, from `start` until
-/// now.
+/// now (for a posted stream, as many of them as its organisation's span rate allows).
 pub fn processed(parents: &[Context], processor: &str, start: SystemTime, failed: usize) {
     let Some(tracer) = tracer() else {
         return;
     };
-    for parent in parents {
+    for (i, parent) in parents.iter().enumerate() {
+        if !allow(1) {
+            dropped("rate_limited", (parents.len() - i) as u64);
+            return;
+        }
         let span = Span::start(
             tracer,
             format!("process {processor}"),
@@ -541,19 +842,31 @@ pub fn processed(parents: &[Context], processor: &str, start: SystemTime, failed
 pub struct Sending(Vec<Span>);
 
 impl Sending {
+    /// For a posted stream, as many spans as its organisation's span rate allows: a
+    /// message of a trace past it goes out with the context it came with.
     pub fn start(batch: &mut [Message], stream: &str, output: &str) -> Sending {
         let Some(tracer) = tracer() else {
             return Sending(Vec::new());
         };
-        let mut spans: Vec<(opentelemetry::trace::SpanId, Span)> = Vec::new();
+        let mut spans: Vec<Span> = Vec::new();
+        // Each parent span seen, with the index of its send span (`None`: not recorded).
+        let mut seen: HashMap<opentelemetry::trace::SpanId, Option<usize>> = HashMap::new();
         for m in batch.iter_mut() {
+            if !m.metadata().contains_key(TRACEPARENT) {
+                continue;
+            }
             let parent = message_parent(m);
             let sc = parent.span().span_context().clone();
             if !sc.is_valid() {
                 continue;
             }
-            let at = match spans.iter().position(|(id, _)| *id == sc.span_id()) {
-                Some(at) => at,
+            let at = match seen.get(&sc.span_id()) {
+                Some(at) => *at,
+                None if !allow(1) => {
+                    dropped("rate_limited", 1);
+                    seen.insert(sc.span_id(), None);
+                    None
+                }
                 None => {
                     let span = Span::start(
                         tracer,
@@ -566,13 +879,16 @@ impl Sending {
                         ],
                         None,
                     );
-                    spans.push((sc.span_id(), span));
-                    spans.len() - 1
+                    spans.push(span);
+                    seen.insert(sc.span_id(), Some(spans.len() - 1));
+                    Some(spans.len() - 1)
                 }
             };
-            set_message_context(m, &spans[at].1.cx);
+            if let Some(at) = at {
+                set_message_context(m, &spans[at].cx);
+            }
         }
-        Sending(spans.into_iter().map(|(_, s)| s).collect())
+        Sending(spans)
     }
 
     /// Ends the spans with the write's result.
@@ -730,6 +1046,163 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(!s.default_service_name);
+    }
+
+    #[test]
+    fn an_organisation_s_budget_refills_at_its_rate_and_never_past_a_second_s_worth() {
+        let budget = SpanBudget::new(100);
+        let t0 = *budget.state.lock();
+        let at = |ms: u64| t0.1 + Duration::from_millis(ms);
+        // A full second's worth at first, all or nothing.
+        assert!(!budget.try_take_at(101, at(0)));
+        assert!(budget.try_take_at(60, at(0)));
+        assert!(budget.try_take_at(40, at(0)));
+        assert!(!budget.try_take_at(1, at(0)));
+        // A tenth of a second later, ten more.
+        assert!(!budget.try_take_at(11, at(100)));
+        assert!(budget.try_take_at(10, at(100)));
+        assert!(!budget.try_take_at(1, at(100)));
+        // Idle for a minute: still no more than a second's worth.
+        assert!(!budget.try_take_at(101, at(60_100)));
+        assert!(budget.try_take_at(100, at(60_100)));
+        // Time that seems to go back gives nothing.
+        assert!(!budget.try_take_at(1, at(50_000)));
+        // A rate of nought records nothing.
+        assert!(!SpanBudget::new(0).try_take(1));
+    }
+
+    #[test]
+    fn with_traces_off_there_is_no_budget() {
+        // Traces are off in unit tests: no budget, and nothing is held to one.
+        assert!(org_budget("o1").is_none());
+        assert!(allow(1_000_000));
+    }
+
+    #[tokio::test]
+    async fn within_a_budget_spans_are_counted_against_it() {
+        let budget = Arc::new(SpanBudget::new(3));
+        let took = within(Some(budget.clone()), async {
+            [allow(2), allow(2), allow(1), allow(1)]
+        })
+        .await;
+        assert_eq!(took, [true, false, true, false]);
+        assert!(within(None, async { allow(1_000) }).await);
+    }
+
+    fn span(sampled: bool) -> SpanData {
+        use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState};
+        let flags = if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        };
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from_bytes([1; 16]),
+                SpanId::from_bytes([2; 8]),
+                flags,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: "x".into(),
+            start_time: SystemTime::now(),
+            end_time: SystemTime::now(),
+            attributes: Vec::new(),
+            dropped_attributes_count: 0,
+            events: Default::default(),
+            links: Default::default(),
+            status: Status::Unset,
+            instrumentation_scope: opentelemetry::InstrumentationScope::builder("test").build(),
+        }
+    }
+
+    /// Counts the spans it is handed.
+    #[derive(Debug, Default)]
+    struct Taken(AtomicUsize);
+
+    impl SpanProcessor for Taken {
+        fn on_start(&self, _: &mut opentelemetry_sdk::trace::Span, _: &Context) {}
+        fn on_end(&self, _: SpanData) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            Ok(())
+        }
+        fn shutdown_with_timeout(&self, _: Duration) -> OTelSdkResult {
+            Ok(())
+        }
+    }
+
+    #[derive(Debug)]
+    struct Nowhere;
+
+    impl SpanExporter for Nowhere {
+        fn export(&self, _: Vec<SpanData>) -> impl Future<Output = OTelSdkResult> + Send {
+            std::future::ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn a_full_export_queue_drops_spans_until_an_export_takes_some() {
+        let queued = Arc::new(AtomicUsize::new(0));
+        let bounded = Bounded {
+            inner: Taken::default(),
+            queued: queued.clone(),
+            max: 3,
+        };
+        for _ in 0..5 {
+            bounded.on_end(span(true));
+        }
+        // Spans not sampled are not queued at all.
+        bounded.on_end(span(false));
+        assert_eq!(bounded.inner.0.load(Ordering::Relaxed), 3);
+        assert_eq!(queued.load(Ordering::Relaxed), 3);
+        let exporter = Counted {
+            inner: Nowhere,
+            queued: queued.clone(),
+        };
+        drop(exporter.export(vec![span(true), span(true)]));
+        assert_eq!(queued.load(Ordering::Relaxed), 1);
+        for _ in 0..3 {
+            bounded.on_end(span(true));
+        }
+        assert_eq!(bounded.inner.0.load(Ordering::Relaxed), 5);
+        // An export of more than was counted (a flush of what the SDK held) leaves none.
+        drop(exporter.export(vec![span(true); 10]));
+        assert_eq!(queued.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_span_rate_and_queue_size_are_read_and_bounded() {
+        let base = ("OTEL_TRACES_EXPORTER", "otlp");
+        let s = Settings::from_env(&env(&[base])).unwrap().unwrap();
+        assert_eq!(
+            (s.org_spans_per_second, s.max_queue_size),
+            (DEFAULT_ORG_SPANS_PER_SECOND, DEFAULT_QUEUE_SIZE)
+        );
+        let s = Settings::from_env(&env(&[
+            base,
+            ("SLUICE_TRACES_ORG_SPANS_PER_SECOND", "0"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "512"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!((s.org_spans_per_second, s.max_queue_size), (0, 512));
+        for (var, value) in [
+            ("SLUICE_TRACES_ORG_SPANS_PER_SECOND", "-1"),
+            ("SLUICE_TRACES_ORG_SPANS_PER_SECOND", "lots"),
+            ("SLUICE_TRACES_ORG_SPANS_PER_SECOND", "1000001"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "0"),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "100000000"),
+        ] {
+            let e = Settings::from_env(&env(&[base, (var, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(var), "{e}");
+        }
     }
 
     #[test]

@@ -28,9 +28,58 @@ pub const MAX_DEPTH: usize = 128;
 #[error("the value would nest deeper than {MAX_DEPTH} levels")]
 pub struct TooDeep;
 
+/// What one value takes in memory besides its text or bytes: the size of [`Value`].
+pub const NODE: usize = std::mem::size_of::<Value>();
+
+/// What one key of an object takes besides its text (and its value).
+pub const KEY: usize = std::mem::size_of::<String>();
+
+/// What an object with any members takes before its members are counted: the members
+/// live in blocks of eleven keys and values (a B-tree's nodes), and the first block is
+/// whole however few there are, so `{"a": 1}` takes about this much.
+pub const OBJECT: usize = 11 * (KEY + NODE) + 16;
+
+/// A value would take more than the room a parse was given (see [`with_room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the value would take more than {0} bytes")]
+pub struct OutOfRoom(pub usize);
+
 thread_local! {
     /// How many arrays and objects the deserializers on this thread are inside.
     static DE_DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The room given by [`with_room`]: the bytes given, and the bytes still free.
+    static DE_ROOM: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `parse` with the values that parsing into [`Value`] builds on this thread (JSON,
+/// and any format read through serde) held to `room` bytes in all, as
+/// [`Value::size_within`] counts them: past it the parse fails with [`OutOfRoom`].
+/// Text a few megabytes long can hold tens of millions of tiny values, each taking
+/// forty bytes once read. `None`: no limit.
+pub fn with_room<T>(room: Option<usize>, parse: impl FnOnce() -> T) -> T {
+    let previous = DE_ROOM.with(|r| r.replace(room.map(|n| (n, n))));
+    struct Restore(Option<(usize, usize)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DE_ROOM.with(|r| r.set(self.0));
+        }
+    }
+    let _restore = Restore(previous);
+    parse()
+}
+
+/// Takes `bytes` from the room [`with_room`] gave, if any.
+fn take_room<E: serde::de::Error>(bytes: usize) -> Result<(), E> {
+    DE_ROOM.with(|r| match r.get() {
+        None => Ok(()),
+        Some((given, free)) => match free.checked_sub(bytes) {
+            Some(free) => {
+                r.set(Some((given, free)));
+                Ok(())
+            }
+            None => Err(E::custom(OutOfRoom(given))),
+        },
+    })
 }
 
 /// Counts one level of nesting while a deserializer reads a container, refusing to go
@@ -143,6 +192,49 @@ impl Value {
         }
     }
 
+    /// The memory this value takes, roughly ([`NODE`] for each value, [`KEY`] for each
+    /// key of an object and [`OBJECT`] for each object with members, plus their text and
+    /// bytes), when it is at most `limit`; `None`
+    /// past it. The walk stops at the limit, so it costs at most what building a value of
+    /// that size did.
+    pub fn size_within(&self, limit: usize) -> Option<usize> {
+        let mut left = limit;
+        self.take_size(&mut left).then(|| limit - left)
+    }
+
+    fn take_size(&self, left: &mut usize) -> bool {
+        let own = match self {
+            Value::String(s) => s.len(),
+            Value::Bytes(b) => b.len(),
+            Value::BigInt(d) => d.len(),
+            _ => 0,
+        };
+        let Some(rest) = left.checked_sub(NODE.saturating_add(own)) else {
+            return false;
+        };
+        *left = rest;
+        match self {
+            Value::Array(a) => a.iter().all(|v| v.take_size(left)),
+            Value::Object(o) if o.is_empty() => true,
+            Value::Object(o) => {
+                let Some(rest) = left.checked_sub(OBJECT) else {
+                    return false;
+                };
+                *left = rest;
+                o.iter().all(
+                    |(k, v)| match left.checked_sub(KEY.saturating_add(k.len())) {
+                        Some(rest) => {
+                            *left = rest;
+                            v.take_size(left)
+                        }
+                        None => false,
+                    },
+                )
+            }
+            _ => true,
+        }
+    }
+
     /// Checks that this value, placed `under` levels below a document's root, nests no
     /// deeper than [`MAX_DEPTH`]. Every place that builds a value from input checks this
     /// before the value can grow further, which keeps the recursive walks (drop, clone,
@@ -201,6 +293,9 @@ struct FastParser<'a> {
     b: &'a [u8],
     i: usize,
     depth: usize,
+    /// The bytes the values read may still take (see [`with_room`]); past them the
+    /// parse gives up and serde_json, counting the same way, says why.
+    room: Option<usize>,
 }
 
 /// Below serde_json's recursion limit (128), so a document accepted here is never one
@@ -209,7 +304,21 @@ const FAST_MAX_DEPTH: usize = 100;
 
 impl<'a> FastParser<'a> {
     fn new(b: &'a [u8]) -> Self {
-        FastParser { b, i: 0, depth: 0 }
+        FastParser {
+            b,
+            i: 0,
+            depth: 0,
+            room: DE_ROOM.with(|r| r.get()).map(|(_, free)| free),
+        }
+    }
+
+    /// Takes `bytes` from the room, if there is a limit.
+    #[inline]
+    fn take(&mut self, bytes: usize) -> Option<()> {
+        if let Some(room) = &mut self.room {
+            *room = room.checked_sub(bytes)?;
+        }
+        Some(())
     }
 
     fn document(mut self) -> Option<Value> {
@@ -235,10 +344,15 @@ impl<'a> FastParser<'a> {
 
     fn value(&mut self) -> Option<Value> {
         self.ws();
+        self.take(NODE)?;
         match *self.b.get(self.i)? {
             b'{' => self.object(),
             b'[' => self.array(),
-            b'"' => self.string().map(Value::String),
+            b'"' => {
+                let s = self.string()?;
+                self.take(s.len())?;
+                Some(Value::String(s))
+            }
             b't' => self.eat(b"true").map(|_| Value::Bool(true)),
             b'f' => self.eat(b"false").map(|_| Value::Bool(false)),
             b'n' => self.eat(b"null").map(|_| Value::Null),
@@ -260,12 +374,14 @@ impl<'a> FastParser<'a> {
             self.depth -= 1;
             return Some(Value::Object(out));
         }
+        self.take(OBJECT)?;
         loop {
             self.ws();
             if self.b.get(self.i) != Some(&b'"') {
                 return None;
             }
             let k = self.string()?;
+            self.take(KEY + k.len())?;
             self.ws();
             self.eat(b":")?;
             let v = self.value()?;
@@ -391,7 +507,12 @@ impl<'a> FastParser<'a> {
             && digits.iter().all(u8::is_ascii_digit)
             && (digits[0] != b'0' || digits.len() == 1);
         if !plain {
-            return serde_json::from_slice::<Value>(tok).ok();
+            // Counted here already: serde_json must not take it from the room again.
+            let read = || serde_json::from_slice::<Value>(tok).ok();
+            return match self.room {
+                Some(_) => with_room(None, read),
+                None => read(),
+            };
         }
         let n = digits
             .iter()
@@ -603,50 +724,62 @@ impl<'de> Visitor<'de> for ValueVisitor {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("any JSON value")
     }
-    fn visit_unit<E>(self) -> Result<Value, E> {
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(Value::Null)
     }
-    fn visit_none<E>(self) -> Result<Value, E> {
+    fn visit_none<E: serde::de::Error>(self) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(Value::Null)
     }
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         Deserialize::deserialize(d)
     }
-    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(Value::Bool(b))
     }
-    fn visit_i64<E>(self, i: i64) -> Result<Value, E> {
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(Value::Int(i))
     }
-    fn visit_u64<E>(self, u: u64) -> Result<Value, E> {
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(i64::try_from(u)
             .map(Value::Int)
             .unwrap_or(Value::Float(u as f64)))
     }
-    fn visit_u128<E>(self, u: u128) -> Result<Value, E> {
+    fn visit_u128<E: serde::de::Error>(self, u: u128) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(i64::try_from(u)
             .map(Value::Int)
             .unwrap_or(Value::Float(u as f64)))
     }
-    fn visit_i128<E>(self, i: i128) -> Result<Value, E> {
+    fn visit_i128<E: serde::de::Error>(self, i: i128) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(i64::try_from(i)
             .map(Value::Int)
             .unwrap_or(Value::Float(i as f64)))
     }
-    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+    fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<Value, E> {
+        take_room(NODE)?;
         Ok(Value::Float(x))
     }
-    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+        take_room(NODE.saturating_add(s.len()))?;
         Ok(Value::String(s.to_owned()))
     }
-    fn visit_string<E>(self, s: String) -> Result<Value, E> {
+    fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Value, E> {
+        take_room(NODE.saturating_add(s.len()))?;
         Ok(Value::String(s))
     }
-    fn visit_bytes<E>(self, b: &[u8]) -> Result<Value, E> {
+    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<Value, E> {
+        take_room(NODE.saturating_add(b.len()))?;
         Ok(Value::Bytes(Bytes::copy_from_slice(b)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let _level = DeLevel::enter()?;
+        take_room(NODE)?;
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
         while let Some(v) = seq.next_element()? {
             out.push(v);
@@ -655,8 +788,14 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let _level = DeLevel::enter()?;
+        take_room(NODE)?;
         let mut out = Object::new();
-        while let Some((k, v)) = map.next_entry::<String, Value>()? {
+        while let Some(k) = map.next_key::<String>()? {
+            if out.is_empty() {
+                take_room(OBJECT)?;
+            }
+            take_room(KEY.saturating_add(k.len()))?;
+            let v = map.next_value::<Value>()?;
             out.insert(k, v);
         }
         Ok(Value::Object(out))
@@ -712,6 +851,45 @@ mod tests {
         // Every message field is one: `Bytes` (four words) sets the size, and `BigInt` is
         // boxed so that it does not grow it.
         assert_eq!(std::mem::size_of::<Value>(), 40);
+    }
+
+    #[test]
+    fn sizes_count_values_keys_and_text_and_stop_at_the_limit() {
+        let v = Value::from_json(br#"{"ab":["xyz",1]}"#).unwrap();
+        let want = NODE + OBJECT + (KEY + 2) + NODE + (NODE + 3) + NODE;
+        assert_eq!(v.size_within(usize::MAX), Some(want));
+        assert_eq!(v.size_within(want), Some(want));
+        assert_eq!(v.size_within(want - 1), None);
+        assert_eq!(Value::Null.size_within(NODE - 1), None);
+    }
+
+    #[test]
+    fn a_parse_given_room_stops_past_it_whatever_the_reader() {
+        let doc = format!("[{}0]", "0,".repeat(1000));
+        let need = Value::from_json(doc.as_bytes())
+            .unwrap()
+            .size_within(usize::MAX)
+            .unwrap();
+        assert!(with_room(Some(need), || Value::from_json(doc.as_bytes())).is_ok());
+        let e = with_room(Some(need - 1), || Value::from_json(doc.as_bytes())).unwrap_err();
+        assert!(
+            e.to_string().contains(&OutOfRoom(need - 1).to_string()),
+            "{e}"
+        );
+        // Through serde (here MessagePack), counted the same way.
+        let packed = rmp_serde::to_vec(&Value::from_json(doc.as_bytes()).unwrap()).unwrap();
+        let e = with_room(Some(need - 1), || rmp_serde::from_slice::<Value>(&packed)).unwrap_err();
+        assert!(e.to_string().contains("would take more than"), "{e}");
+        assert!(with_room(Some(need), || rmp_serde::from_slice::<Value>(&packed)).is_ok());
+        // Floats go through serde_json inside the fast reader: counted once.
+        let floats = format!("[{}0.5]", "0.5,".repeat(100));
+        let need = Value::from_json(floats.as_bytes())
+            .unwrap()
+            .size_within(usize::MAX)
+            .unwrap();
+        assert!(with_room(Some(need), || Value::from_json(floats.as_bytes())).is_ok());
+        // The room ends with the parse.
+        assert!(Value::from_json(doc.as_bytes()).is_ok());
     }
 
     #[test]

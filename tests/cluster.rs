@@ -947,3 +947,234 @@ async fn a_post_is_not_acknowledged_when_the_bus_cannot_take_it() {
         "a message the bus did not store is not acknowledged: {status}"
     );
 }
+
+/// A `sluice serve` whose gateway has a JetStream bus of its own (stream `HT_{id}`,
+/// subjects `ht{id}bus.>`) signed with a secret, and whose posted streams may reach
+/// brokers on loopback: what a tenant's stream could reach, were the bus not refused.
+async fn serve_with_bus(dir: &std::path::Path, id: &str) -> common::serve::Serve {
+    let config = format!(
+        "store:\n  url: '{store}'\nsecret: bus-secret-{id}\nstreaming:\n  enabled: true\n  \
+         egress:\n    allow: ['127.0.0.1']\ncluster:\n  bus:\n    nats_jetstream:\n      \
+         urls: ['{NATS}']\n      stream: HT_{id}\n      subject_prefix: ht{id}bus\n      \
+         max_age: 10m\n",
+        store = sluice::store::DEFAULT_URL,
+    );
+    std::fs::write(dir.join("gateway.yaml"), config).unwrap();
+    common::serve::Serve::start_in_with_args(
+        dir,
+        &["--gateway-config", "gateway.yaml"],
+        &[("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")],
+    )
+    .await
+}
+
+/// Posts a streaming API `id` with one stream `main` (YAML indented by six) to the
+/// dashboard of `serve` as its administrator: the status and the answer.
+async fn post_to(
+    serve: &common::serve::Serve,
+    id: &str,
+    stream: &str,
+    dry_run: bool,
+) -> (u16, Value) {
+    let query = if dry_run { "?dry_run=true" } else { "" };
+    let req = serve
+        .api(
+            common::serve::ADMIN_KEY,
+            Method::POST,
+            &format!("/api/apis/streams{query}"),
+        )
+        .header("content-type", STREAMS)
+        .body(api(id, stream));
+    let (status, body) = send(req).await;
+    (status.as_u16(), body)
+}
+
+#[tokio::test]
+async fn a_posted_stream_may_not_name_the_bus_in_any_spelling() {
+    let _shared = common::brokers::BROKER.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let serve = serve_with_bus(dir.path(), &id).await;
+    let nats_in = |subject: &str| {
+        format!(
+            "      input:\n        nats: {{urls: ['{NATS}'], subject: '{subject}'}}\n      \
+             output:\n        drop: {{}}\n"
+        )
+    };
+    let at = |rest: &str| format!("x-sluice-streaming.streams.main.{rest}");
+    let upper = id.to_uppercase();
+    let refused = [
+        (nats_in(&format!("ht{id}bus.>")), at("input.nats.subject")),
+        (nats_in(&format!("ht{id}bus.*")), at("input.nats.subject")),
+        (nats_in(&format!("HT{upper}BUS.>")), at("input.nats.subject")),
+        (nats_in(">"), at("input.nats.subject")),
+        (nats_in("*.>"), at("input.nats.subject")),
+        (nats_in("sluice.bus.>"), at("input.nats.subject")),
+        (
+            nats_in(&format!("$JS.API.STREAM.DELETE.HT_{id}")),
+            at("input.nats.subject"),
+        ),
+        (
+            format!(
+                "      input:\n        nats_jetstream: {{urls: ['{NATS}'], stream: hT_{id}}}\n      \
+                 output:\n        drop: {{}}\n"
+            ),
+            at("input.nats_jetstream.stream"),
+        ),
+        (
+            format!(
+                "      input:\n        generate: {{mapping: 'root = 1', count: 1}}\n      \
+                 output:\n        nats: {{urls: ['{NATS}'], subject: 'ht{id}bus.${{! meta(\"t\") }}'}}\n"
+            ),
+            at("output.nats.subject"),
+        ),
+        (
+            format!(
+                "      input:\n        generate: {{mapping: 'root = 1', count: 1}}\n      \
+                 output:\n        nats_jetstream: {{urls: ['{NATS}'], subject: 'ht{id}bus.abc'}}\n"
+            ),
+            at("output.nats_jetstream.subject"),
+        ),
+        (
+            format!(
+                "      input:\n        redis_streams: {{url: '{REDIS}', streams: [orders, 'sluice:bus:x'], consumer_group: g}}\n      \
+                 output:\n        drop: {{}}\n"
+            ),
+            at("input.redis_streams.streams[1]"),
+        ),
+        (
+            format!(
+                "      input:\n        redis_pubsub: {{url: '{REDIS}', channels: ['*'], use_patterns: true}}\n      \
+                 output:\n        drop: {{}}\n"
+            ),
+            at("input.redis_pubsub.channels[0]"),
+        ),
+    ];
+    for (i, (stream, path)) in refused.iter().enumerate() {
+        for dry_run in [true, false] {
+            let (status, body) = post_to(&serve, &format!("r{i}"), stream, dry_run).await;
+            assert_eq!(status, 422, "{stream}: {body}");
+            let problems = body["Errors"].as_array().cloned().unwrap_or_default();
+            assert!(
+                problems.iter().any(|p| p["path"] == path.as_str()
+                    && p["message"].as_str().unwrap_or("").contains("cluster bus")),
+                "{stream}: no problem at {path}: {body}"
+            );
+        }
+    }
+    // A subject of its own is the tenant's to use.
+    let (status, body) = post_to(&serve, "own", &nats_in(&format!("orders_{id}.>")), false).await;
+    assert_eq!(status, 201, "{body}");
+    let js = async_nats::jetstream::new(async_nats::connect(NATS).await.unwrap());
+    let _ = js.delete_stream(&format!("HT_{id}")).await;
+}
+
+#[tokio::test]
+async fn a_message_put_on_the_bus_by_anyone_but_a_node_reaches_no_client() {
+    let _shared = common::brokers::BROKER.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+    let serve = serve_with_bus(dir.path(), &id).await;
+    let (status, body) = post_to(
+        &serve,
+        "chat",
+        "      input:\n        http_server: {path: /say}\n      output:\n        \
+         http_server: {stream_path: /events, delivery: broadcast}\n",
+        false,
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    // The operator watches the bus's subjects, to learn the topic and forge on it.
+    let nats = async_nats::connect(NATS).await.unwrap();
+    let mut watch = nats.subscribe(format!("ht{id}bus.>")).await.unwrap();
+    nats.flush().await.unwrap();
+    let started = Instant::now();
+    let mut sse = loop {
+        match serve.gateway("/chat/events").send().await {
+            Ok(r) if r.status() == 200 => break Sse::of(r),
+            _ => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "no /chat/events"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let say = |body: &'static str| {
+        serve
+            .http
+            .post(format!("http://127.0.0.1:{}/chat/say", serve.gw))
+            .body(body)
+            .send()
+    };
+    // The node's reader starts in the background: post until the client hears it.
+    let first = loop {
+        assert_eq!(say("m1").await.unwrap().status(), 200);
+        if let Some(data) = sse.next(Duration::from_millis(500)).await {
+            break data;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "nothing came");
+    };
+    assert_eq!(first, "m1");
+    let signed = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::next(&mut watch),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let headers = signed.headers.clone().unwrap_or_default();
+    assert!(
+        headers.get("Sluice-Signature").is_some(),
+        "the node signs what it publishes"
+    );
+
+    // Put on the bus's subject without a signature, and with the signature of another
+    // message: neither reaches the client.
+    let js = async_nats::jetstream::new(nats.clone());
+    js.publish(signed.subject.clone(), "forged".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    js.publish_with_headers(signed.subject.clone(), headers, "forged too".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(say("m2").await.unwrap().status(), 200);
+    let mut got = Vec::new();
+    while got.last().map(String::as_str) != Some("m2") {
+        match sse.next(Duration::from_secs(10)).await {
+            Some(data) => got.push(data),
+            None => panic!("m2 never came; got {got:?}"),
+        }
+    }
+    assert_eq!(got, ["m2"], "a forged message reached the client");
+    let metrics = format!("http://127.0.0.1:{}/metrics", serve.control);
+    let counted = loop {
+        let text = serve
+            .http
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.starts_with("sluice_bus_messages_refused_total{reason=\"signature\"}"))
+        {
+            break line.to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no refusal counted"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(counted.ends_with(" 2"), "{counted}");
+    let _ = js.delete_stream(&format!("HT_{id}")).await;
+}

@@ -80,6 +80,9 @@ async fn the_console_works_in_a_browser() {
         .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
         .env("SLUICE_GW_LOGGER_LEVEL", "warn")
         .env("SLUICE_DB_LOGGER_LEVEL", "warn")
+        // The APIs' upstreams are on loopback, which posted APIs reach only when allowed.
+        .env("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
+        .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
         .spawn()
         .expect("spawn sluice serve");
     let base = format!("http://127.0.0.1:{port}");

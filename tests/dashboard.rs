@@ -970,7 +970,8 @@ async fn a_gateway_on_the_same_store_serves_a_new_api_within_a_second() {
     let gw_config = tmp.path().join("gateway.yaml");
     std::fs::write(
         &gw_config,
-        format!("listen:\n  address: 127.0.0.1\n  port: {gw_port}\ncontrol:\n  port: {control}\nstore:\n  url: {store}\nlogger:\n  level: warn\n", control = common::free_port()),
+        // The API's upstream is on loopback, which posted APIs reach only when allowed.
+        format!("listen:\n  address: 127.0.0.1\n  port: {gw_port}\ncontrol:\n  port: {control}\nstore:\n  url: {store}\nlogger:\n  level: warn\nstreaming:\n  egress:\n    allow: [127.0.0.1]\n", control = common::free_port()),
     )
     .unwrap();
     let _gw = Command::new(env!("CARGO_BIN_EXE_sluice"))

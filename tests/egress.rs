@@ -123,13 +123,13 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
             input("http://0.0.0.0:6379/"),
             "x-sluice-streaming.streams.main.input.http_client",
         ),
-        // Brokers on the host: internal Redis, every subject of the host's NATS.
+        // Brokers on the host: internal Redis, the host's NATS.
         (
             "      input:\n        redis_pubsub: {url: 'redis://127.0.0.1:6379', channels: [x]}\n      output:\n        drop: {}\n".to_owned(),
             "x-sluice-streaming.streams.main.input.redis_pubsub",
         ),
         (
-            "      input:\n        nats: {urls: ['nats://localhost:4222'], subject: '>'}\n      output:\n        drop: {}\n".to_owned(),
+            "      input:\n        nats: {urls: ['nats://localhost:4222'], subject: 'orders.>'}\n      output:\n        drop: {}\n".to_owned(),
             "x-sluice-streaming.streams.main.input.nats",
         ),
         (
@@ -231,4 +231,222 @@ async fn the_operator_allows_hosts_explicitly_but_not_the_servers_own_listeners(
         .fetch("fetcher", "http://169.254.169.254/latest/meta-data/")
         .await;
     assert!(answer.contains("cloud metadata"), "{answer}");
+}
+
+impl Serve {
+    /// Posts a plain API (no streams) whose upstream is `upstream`.
+    async fn post_upstream(&self, id: &str, upstream: &str, jwks: Option<&str>) -> (u16, Value) {
+        let mut doc = serde_json::json!({
+            "openapi": "3.0.3", "info": {"title": id, "version": "1"}, "paths": {},
+            "x-sluice-api-gateway": {
+                "info": {"id": id, "name": id},
+                "upstream": {"url": upstream},
+                "server": {"listenPath": {"value": format!("/{id}/"), "strip": true}}
+            }
+        });
+        if let Some(jwks) = jwks {
+            doc["components"] = serde_json::json!({"securitySchemes": {"jwt": {"type": "http", "scheme": "bearer"}}});
+            doc["security"] = serde_json::json!([{"jwt": []}]);
+            doc["x-sluice-api-gateway"]["server"]["authentication"] = serde_json::json!({
+                "enabled": true,
+                "securitySchemes": {"jwt": {"enabled": true, "signingMethod": "RS256", "jwksUri": jwks}}
+            });
+        }
+        let resp = self
+            .http
+            .post(format!("http://127.0.0.1:{}/api/apis/oas", self.db))
+            .header("authorization", ADMIN_KEY)
+            .json(&doc)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// Waits until `receiver` got `n` requests.
+async fn tried(receiver: &Receiver, n: usize) {
+    receiver.wait_for(n, common::DEADLINE).await;
+}
+
+#[tokio::test]
+async fn redirects_and_names_cannot_get_around_the_policy() {
+    // The host's private service, and a redirector: the only thing posted streams may
+    // reach.
+    let secret = Receiver::start(&[], 200).await;
+    let redirector = Receiver::start(&[], 302).await;
+    let allow = format!("[127.0.0.1:{}]", redirector.addr.port());
+    let serve = Serve::start(&[
+        ("SLUICE_DB_STREAMING_EGRESS_ALLOW", &allow),
+        ("SLUICE_GW_STREAMING_EGRESS_ALLOW", &allow),
+    ])
+    .await;
+    let (status, body) = serve.post_stream("fetcher", FETCH, false).await;
+    assert_eq!(status, 201, "{body}");
+    // The `http` processor: a 302 to a name or an address it may not reach, the
+    // gateway's control port and the dashboard among them.
+    for target in [
+        format!("http://localhost:{}/secret", secret.addr.port()),
+        format!("http://127.0.0.1:{}/secret", secret.addr.port()),
+        format!("http://[::1]:{}/secret", secret.addr.port()),
+        format!("http://localhost:{}/sluice/keys", serve.control),
+        format!("http://localhost:{}/api/openapi.json", serve.db),
+        format!("http://localhost:{}/anything", serve.gw),
+    ] {
+        redirector.redirect_to(&target);
+        let answer = serve.fetch("fetcher", &redirector.url("/hop")).await;
+        assert!(answer.starts_with("refused: "), "{target}: {answer}");
+        assert!(!answer.contains("noted"), "{target}: {answer}");
+    }
+    assert!(
+        secret.received().is_empty(),
+        "the private service was called"
+    );
+
+    // An output: a 307 would send the body again, to the private service.
+    redirector.answer(307);
+    redirector.redirect_to(&format!("http://localhost:{}/stolen", secret.addr.port()));
+    let output = format!(
+        "      input:\n        http_server: {{path: /send}}\n      output:\n        http_client: {{url: '{}', verb: POST, retries: 0}}\n",
+        redirector.url("/out")
+    );
+    let (status, body) = serve.post_stream("sender", &output, false).await;
+    assert_eq!(status, 201, "{body}");
+    let before = redirector.received().len();
+    let gateway = format!("http://127.0.0.1:{}/sender/send", serve.gw);
+    let mut answered = None;
+    for _ in 0..200 {
+        let resp = serve
+            .http
+            .post(&gateway)
+            .body("the body")
+            .send()
+            .await
+            .unwrap();
+        if resp.status() != 404 {
+            answered = Some(resp.status().as_u16());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answered = answered.expect("the sender stream was never served");
+    assert_ne!(
+        answered, 200,
+        "the producer was told the message was delivered"
+    );
+    tried(&redirector, before + 1).await;
+
+    // An input: it polls the redirector, which sends it to the private service.
+    redirector.answer(302);
+    redirector.redirect_to(&format!("http://localhost:{}/polled", secret.addr.port()));
+    let input = format!(
+        "      input:\n        http_client: {{url: '{}', verb: GET, retries: 0}}\n      output:\n        drop: {{}}\n",
+        redirector.url("/in")
+    );
+    let before = redirector.received().len();
+    let (status, body) = serve.post_stream("poller", &input, false).await;
+    assert_eq!(status, 201, "{body}");
+    tried(&redirector, before + 2).await;
+    assert!(
+        secret.received().is_empty(),
+        "a redirect reached the private service: {:?}",
+        secret.received()
+    );
+}
+
+#[tokio::test]
+async fn a_posted_apis_upstream_and_jwks_follow_the_policy() {
+    let secret = Receiver::start(&[], 200).await;
+    let allowed = Receiver::start(&[], 200).await;
+    let allow = format!("[127.0.0.1:{}]", allowed.addr.port());
+    let serve = Serve::start(&[
+        ("SLUICE_DB_STREAMING_EGRESS_ALLOW", &allow),
+        ("SLUICE_GW_STREAMING_EGRESS_ALLOW", &allow),
+    ])
+    .await;
+    for (i, upstream) in [
+        // The control port: every organisation's API ids, the gateway secret's lockout.
+        format!("http://127.0.0.1:{}", serve.control),
+        format!("http://localhost:{}", serve.control),
+        format!("http://127.0.0.1:{}", serve.db),
+        format!("http://[::1]:{}", secret.addr.port()),
+        format!("http://localhost:{}", secret.addr.port()),
+        "http://169.254.169.254/latest".to_owned(),
+        "http://[fd00:ec2::254]".to_owned(),
+        "http://0.0.0.0:6379".to_owned(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (status, body) = serve.post_upstream(&format!("u{i}"), upstream, None).await;
+        assert_eq!(status, 422, "{upstream}: {body}");
+        assert!(
+            problem_paths(&body)
+                .iter()
+                .any(|p| p == "x-sluice-api-gateway.upstream.url"),
+            "{upstream}: {body}"
+        );
+    }
+    // A JWKS on the host's private service is refused the same way.
+    let (status, body) = serve
+        .post_upstream(
+            "jwks",
+            &allowed.url(""),
+            Some(&format!(
+                "http://localhost:{}/jwks.json",
+                secret.addr.port()
+            )),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        problem_paths(&body)
+            .iter()
+            .any(|p| p.ends_with("securitySchemes.jwt.jwksUri")),
+        "{body}"
+    );
+    // An event handler's literal address is refused when posted.
+    let mut doc = serde_json::json!({
+        "openapi": "3.0.3", "info": {"title": "h", "version": "1"}, "paths": {},
+        "x-sluice-api-gateway": {
+            "info": {"id": "hooked", "name": "hooked"},
+            "upstream": {"url": allowed.url("")},
+            "server": {"listenPath": {"value": "/hooked/", "strip": true}}
+        }
+    });
+    doc["x-sluice-api-gateway"]["server"]["eventHandlers"] = serde_json::json!([{
+        "events": ["auth_failure"],
+        "targetPath": format!("http://127.0.0.1:{}/sluice/keys", serve.control)
+    }]);
+    let resp = serve
+        .http
+        .post(format!("http://127.0.0.1:{}/api/apis/oas", serve.db))
+        .header("authorization", ADMIN_KEY)
+        .json(&doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        problem_paths(&body)
+            .iter()
+            .any(|p| p.ends_with("eventHandlers.0.targetPath")),
+        "{body}"
+    );
+    // What the policy allows is proxied.
+    let (status, body) = serve.post_upstream("ok", &allowed.url(""), None).await;
+    assert_eq!(status, 201, "{body}");
+    let url = format!("http://127.0.0.1:{}/ok/data", serve.gw);
+    let mut status = 404;
+    for _ in 0..200 {
+        status = serve.http.get(&url).send().await.unwrap().status().as_u16();
+        if status != 404 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200);
+    assert!(secret.received().is_empty());
 }

@@ -421,3 +421,88 @@ async fn bad_trace_settings_stop_the_start_with_the_variable_named() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn an_organisations_streams_make_spans_at_its_rate_however_fast_they_make_messages() {
+    const RATE: usize = 20;
+    let collector = Collector::start().await;
+    let mut env = collector.env("http/protobuf", "tenant");
+    env.push(("SLUICE_TRACES_ORG_SPANS_PER_SECOND", RATE.to_string()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let serve = crate::common::serve::Serve::start(&env).await;
+    let doc = "openapi: 3.0.3\ninfo: {title: flood, version: '1'}\npaths: {}\n\
+               x-sluice-api-gateway:\n  info: {id: flood, name: flood}\n  \
+               server: {listenPath: {value: /flood/, strip: true}}\n\
+               x-sluice-streaming:\n  streams:\n    main:\n      \
+               input:\n        label: made\n        generate: {mapping: 'root = 1', interval: 0s, batch_size: 10000}\n      \
+               pipeline:\n        processors:\n          - label: shape\n            mapping: 'root = this'\n      \
+               output:\n        label: gone\n        drop: {}\n";
+    let posted_at = Instant::now();
+    let resp = serve
+        .api(
+            crate::common::serve::ADMIN_KEY,
+            reqwest::Method::POST,
+            "/api/apis/streams",
+        )
+        .header("content-type", "application/vnd.sluice.streams.oas")
+        .body(doc)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201, "{}", resp.text().await.unwrap());
+    let stream_spans = |spans: &[Got]| {
+        spans
+            .iter()
+            .filter(|s| {
+                s.service == "tenant"
+                    && ["receive made", "process shape", "send gone"].contains(&s.name.as_str())
+            })
+            .count()
+    };
+    // The stream runs: its spans come, and the gateway still answers.
+    collector.wait_for("tenant", "receive made", None).await;
+    let metrics_url = format!("http://127.0.0.1:{}/metrics", serve.control);
+    let metrics = &metrics_url;
+    let dropped = || async move {
+        let text = reqwest::get(metrics).await.unwrap().text().await.unwrap();
+        text.lines()
+            .find(|l| l.starts_with("sluice_trace_spans_dropped_total{reason=\"rate_limited\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let before = dropped().await;
+    // A few seconds of the stream running flat out.
+    let mut rounds = 0;
+    while rounds < 30 {
+        let ping = serve
+            .http
+            .get(format!("http://127.0.0.1:{}/ping", serve.gw))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ping.status(), 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        rounds += 1;
+    }
+    let after = dropped().await;
+    // Every span of the stream so far came from its organisation's budget: a second's
+    // worth at first, then the rate, over no longer than the test has been running.
+    let elapsed = posted_at.elapsed().as_secs_f64();
+    let got = stream_spans(&collector.spans.lock().unwrap());
+    let most = RATE as f64 * (elapsed + 1.0);
+    assert!(
+        got as f64 <= most,
+        "{got} spans in {elapsed:.1} s, more than {most} at {RATE} a second"
+    );
+    eprintln!(
+        "a posted generate of 10000-message batches at interval 0s: {got} spans in {elapsed:.1} s \
+         at {RATE} a second; {after} not made"
+    );
+    assert!(got > 0);
+    assert!(
+        after > before && before > 0.0,
+        "the spans not made are counted: {before} then {after}"
+    );
+}

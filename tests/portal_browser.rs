@@ -91,7 +91,7 @@ async fn the_portal_works_in_a_browser() {
         )
         .env(
             "SLUICE_GW_STREAMING_EGRESS_ALLOW",
-            format!("['127.0.0.1:{port}']"),
+            format!("[127.0.0.1, '127.0.0.1:{port}']"),
         )
         .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
         .env("SLUICE_GW_CONTROL_PORT", free_port().to_string())

@@ -14,6 +14,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use common::dashboard::{assert_error, send, Db};
+use common::receiver::Receiver;
+use common::serve::{Serve, ADMIN_KEY as SERVE_ADMIN_KEY};
+use sluice::store::seal::Sealer;
 use sluice::store::{AfterAttempt, AttemptRecord, AttemptResult, Store};
 use sluice::webhook::sign;
 
@@ -23,8 +26,10 @@ const PASSWORD: &str = "correct horse battery";
 const ATTEMPTS: u64 = 4;
 
 /// A browser of one developer: its cookies, and the CSRF token it last read.
-struct Browser<'a> {
-    db: &'a Db,
+struct Browser {
+    http: reqwest::Client,
+    /// `http://127.0.0.1:<port>` of the dashboard.
+    base: String,
     org: String,
     cookies: BTreeMap<String, String>,
     csrf: String,
@@ -32,10 +37,16 @@ struct Browser<'a> {
     set_cookies: Vec<String>,
 }
 
-impl<'a> Browser<'a> {
-    fn new(db: &'a Db, org: &str) -> Browser<'a> {
+impl Browser {
+    fn new(db: &Db, org: &str) -> Browser {
+        Browser::at(&db.http, db.port, org)
+    }
+
+    /// A browser of the portal of `org` on the dashboard at `port`.
+    fn at(http: &reqwest::Client, port: u16, org: &str) -> Browser {
         Browser {
-            db,
+            http: http.clone(),
+            base: format!("http://127.0.0.1:{port}"),
             org: org.to_owned(),
             cookies: BTreeMap::new(),
             csrf: String::new(),
@@ -56,7 +67,9 @@ impl<'a> Browser<'a> {
         body: Option<Value>,
         csrf: bool,
     ) -> (StatusCode, Value) {
-        let mut req = self.db.http.request(method, self.db.url(&self.path(rest)));
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, self.path(rest)));
         if !self.cookies.is_empty() {
             let cookie: Vec<String> = self
                 .cookies
@@ -665,9 +678,22 @@ async fn scenario(dir: &Path, store_url: &str) {
         .filter(|d| d["event"] == "portal.password_reset")
         .collect();
     assert_eq!(resets.len(), 1, "{deliveries}");
-    let sent: Value = serde_json::from_str(resets[0]["body"].as_str().unwrap()).unwrap();
+    // The log shows the body with the token redacted; the worker sends the sealed copy.
+    let shown: Value = serde_json::from_str(resets[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(shown["email"], "alice@example.com");
+    assert_eq!(shown["token"], "[redacted]");
+    let reset_id = resets[0]["id"].as_str().unwrap().to_owned();
+    let (stored, _) = store.delivery(&org, &reset_id).await.unwrap().unwrap();
+    let sent = Sealer::new(SECRET)
+        .open(stored.body_sealed.as_deref().expect("a sealed body"))
+        .unwrap();
+    let sent: Value = serde_json::from_slice(&sent).unwrap();
     assert_eq!(sent["email"], "alice@example.com");
     let token = sent["token"].as_str().unwrap().to_owned();
+    let (_, one) = send(db.req(Method::GET, &format!("/api/deliveries/{reset_id}"))).await;
+    for answer in [&deliveries, &one] {
+        assert!(!answer.to_string().contains(&token), "{answer}");
+    }
     let new_password = "a brand new passphrase";
     assert_error(
         &forgot
@@ -1038,4 +1064,202 @@ async fn a_product_without_apis_issues_no_key_and_takes_its_keys_back() {
     assert_eq!(send(put(&[])).await.0, 200);
     assert!(gateway_key(&db, &key_id).await.is_none());
     db.stop().await;
+}
+
+/// The dashboard secret of the `sluice serve` tests below: reset tokens travel sealed.
+const SERVE_SECRET: &str = "portal-reset-sealing-secret";
+
+/// A `sluice serve` whose dashboard seals with [`SERVE_SECRET`] and may reach the tests'
+/// receivers on loopback; its instance organisation's id; and a member's key there.
+async fn serve_with_member() -> (Serve, String, String) {
+    let serve = Serve::start(&[
+        ("SLUICE_DB_SECRET", SERVE_SECRET),
+        ("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]"),
+    ])
+    .await;
+    let (_, instance) = send(
+        serve
+            .http
+            .get(format!("http://127.0.0.1:{}/portal/api/instance", serve.db)),
+    )
+    .await;
+    let org = instance["org_id"].as_str().unwrap().to_owned();
+    let member = send(
+        serve
+            .api(SERVE_ADMIN_KEY, Method::POST, "/api/users")
+            .json(&json!({"name": "dev", "role": "member"})),
+    )
+    .await;
+    assert_eq!(member.0, 201, "{}", member.1);
+    let key = member.1["key"].as_str().unwrap().to_owned();
+    (serve, org, key)
+}
+
+/// A webhook made by the admin of `serve` to `url`: its database id.
+async fn admin_hook(serve: &Serve, name: &str, url: &str) -> String {
+    let hook = send(
+        serve
+            .api(SERVE_ADMIN_KEY, Method::POST, "/api/hooks")
+            .json(&json!({"name": name, "method": "POST", "target_path": url})),
+    )
+    .await;
+    assert_eq!(hook.0, 201, "{}", hook.1);
+    hook.1["Meta"].as_str().unwrap().to_owned()
+}
+
+/// Who sets the sign-up mode decides who gets in, and who names the reset webhook (or
+/// points it elsewhere) receives every developer's reset token: a member may do neither,
+/// and what they tried leaves the settings as they were.
+#[tokio::test]
+async fn a_member_changes_neither_the_portal_settings_nor_its_reset_webhook() {
+    let (serve, _org, member) = serve_with_member().await;
+    let resets = admin_hook(&serve, "resets", "http://127.0.0.1:9/resets").await;
+    let theirs = admin_hook(&serve, "theirs", "http://127.0.0.1:9/theirs").await;
+    let settings = json!({"signup": "invite", "reset_webhook": resets});
+    let set = send(
+        serve
+            .api(SERVE_ADMIN_KEY, Method::PUT, "/api/portal/settings")
+            .json(&settings),
+    )
+    .await;
+    assert_eq!(set.0, 200, "{}", set.1);
+
+    for attempt in [
+        json!({"signup": "open", "reset_webhook": resets}),
+        json!({"signup": "invite", "reset_webhook": theirs}),
+        json!({"signup": "invite"}),
+    ] {
+        let refused = send(
+            serve
+                .api(&member, Method::PUT, "/api/portal/settings")
+                .json(&attempt),
+        )
+        .await;
+        assert_error(&refused, 403, "only an admin");
+        assert_error(&refused, 403, "portal's settings");
+    }
+    let (status, now) = send(serve.api(&member, Method::GET, "/api/portal/settings")).await;
+    assert_eq!(status, 200, "{now}");
+    assert_eq!(now, settings);
+
+    // The reset webhook itself: pointing it at the member's own receiver, or deleting it
+    // (and making another under its id), would hand them the tokens.
+    let path = format!("/api/hooks/{resets}");
+    let retarget = json!({"method": "POST", "target_path": "http://127.0.0.1:9/mine"});
+    assert_error(
+        &send(serve.api(&member, Method::PUT, &path).json(&retarget)).await,
+        403,
+        "reset tokens",
+    );
+    assert_error(
+        &send(serve.api(&member, Method::DELETE, &path)).await,
+        403,
+        "reset tokens",
+    );
+    let (_, hook) = send(serve.api(SERVE_ADMIN_KEY, Method::GET, &path)).await;
+    assert_eq!(hook["target_path"], "http://127.0.0.1:9/resets", "{hook}");
+    // Other webhooks stay the members'.
+    let other = format!("/api/hooks/{theirs}");
+    assert_eq!(
+        send(serve.api(&member, Method::PUT, &other).json(&retarget))
+            .await
+            .0,
+        200
+    );
+    // An admin may do all of it.
+    assert_eq!(
+        send(
+            serve
+                .api(SERVE_ADMIN_KEY, Method::PUT, "/api/portal/settings")
+                .json(&json!({"signup": "open"})),
+        )
+        .await
+        .0,
+        200
+    );
+}
+
+/// A developer's reset token reaches the reset webhook's receiver, and works there; the
+/// delivery log, as an admin and as a member read it, never holds it, nor does the
+/// delivery's stored row in the clear.
+#[tokio::test]
+async fn a_reset_token_reaches_its_receiver_and_no_dashboard_user() {
+    let receiver = Receiver::start(&[], 200).await;
+    let (serve, org, member) = serve_with_member().await;
+    let resets = admin_hook(&serve, "resets", &receiver.url("/resets")).await;
+    let set = send(
+        serve
+            .api(SERVE_ADMIN_KEY, Method::PUT, "/api/portal/settings")
+            .json(&json!({"signup": "open", "reset_webhook": resets})),
+    )
+    .await;
+    assert_eq!(set.0, 200, "{}", set.1);
+
+    let mut dev = Browser::at(&serve.http, serve.db, &org);
+    assert_eq!(dev.sign_up("dana@example.com", json!({})).await.0, 201);
+    let mut forgot = Browser::at(&serve.http, serve.db, &org);
+    forgot.get("/session").await;
+    let (status, _) = forgot
+        .post("/password-reset", json!({"email": "dana@example.com"}))
+        .await;
+    assert_eq!(status, 202);
+
+    let got = receiver.wait_for(1, common::DEADLINE).await;
+    assert_eq!(got[0].path, "/resets");
+    assert_eq!(
+        got[0].header(sign::EVENT_HEADER),
+        Some("portal.password_reset")
+    );
+    let sent: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(sent["email"], "dana@example.com");
+    let token = sent["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("sk_"), "{sent}");
+
+    for key in [SERVE_ADMIN_KEY, member.as_str()] {
+        let (status, list) = send(serve.api(key, Method::GET, "/api/deliveries")).await;
+        assert_eq!(status, 200, "{list}");
+        let reset = list["deliveries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["event"] == "portal.password_reset")
+            .unwrap_or_else(|| panic!("no reset delivery: {list}"))
+            .clone();
+        let shown: Value = serde_json::from_str(reset["body"].as_str().unwrap()).unwrap();
+        assert_eq!(shown["email"], "dana@example.com");
+        assert_eq!(shown["token"], "[redacted]");
+        let path = format!("/api/deliveries/{}", reset["id"].as_str().unwrap());
+        let (status, one) = send(serve.api(key, Method::GET, &path)).await;
+        assert_eq!(status, 200, "{one}");
+        for answer in [&list, &one] {
+            assert!(!answer.to_string().contains(&token), "{answer}");
+        }
+    }
+    // At rest, the delivery holds the token only sealed.
+    let store = serve.store().await;
+    let (rows, _) = store
+        .list_deliveries(&org, None, sluice::store::Page::ALL)
+        .await
+        .unwrap();
+    for row in &rows {
+        let text = format!("{row:?} {}", String::from_utf8_lossy(&row.body));
+        assert!(!text.contains(&token), "{text}");
+    }
+
+    // The token the receiver got sets a new password, once.
+    let new_password = "a receiver-delivered passphrase";
+    let (status, answer) = forgot
+        .post(
+            "/password-reset/confirm",
+            json!({"token": token, "password": new_password}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, _) = forgot
+        .post(
+            "/signin",
+            json!({"email": "dana@example.com", "password": new_password}),
+        )
+        .await;
+    assert_eq!(status, 200);
 }

@@ -193,6 +193,9 @@ async fn gateway_keys_made_in_the_dashboard_open_and_close_an_api() {
         .env("SLUICE_DB_LISTEN_PORT", db_port.to_string())
         .env("SLUICE_GW_LISTEN_PORT", gw_port.to_string())
         .env("SLUICE_GW_CONTROL_PORT", common::free_port().to_string())
+        // The API's upstream is on loopback, which posted APIs reach only when allowed.
+        .env("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
+        .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
@@ -492,6 +495,8 @@ async fn a_dashboard_and_a_gateway_started_on_their_defaults_share_one_store() {
         &[
             ("SLUICE_DB_ADMIN_KEY", KEY.to_owned()),
             ("SLUICE_DB_LISTEN_PORT", db_port.to_string()),
+            // The upstream is on loopback, which posted APIs reach only when allowed.
+            ("SLUICE_DB_STREAMING_EGRESS_ALLOW", "[127.0.0.1]".to_owned()),
         ],
     );
     let _gateway = spawn(
@@ -499,6 +504,7 @@ async fn a_dashboard_and_a_gateway_started_on_their_defaults_share_one_store() {
         &[
             ("SLUICE_GW_LISTEN_PORT", gw_port.to_string()),
             ("SLUICE_GW_CONTROL_PORT", common::free_port().to_string()),
+            ("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]".to_owned()),
         ],
     );
     let doc = serde_json::json!({

@@ -45,6 +45,7 @@ fn delivery(id: &str) -> DeliveryRecord {
         url: "http://127.0.0.1:1/".into(),
         headers: "{}".into(),
         body: b"{}".to_vec(),
+        body_sealed: None,
         secret_sealed: None,
         status: "pending".into(),
         attempts: 0,

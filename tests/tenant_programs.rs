@@ -242,3 +242,62 @@ async fn tenant_programs_run_within_a_budget_and_documents_within_a_depth() {
     );
     serve.assert_alive("a deep document").await;
 }
+
+#[tokio::test]
+async fn an_anonymous_callers_loop_bound_ends_at_the_cap_of_a_posted_stream() {
+    let serve = Serve::start(&[]).await;
+    // A loop whose bound is what the caller sends, with no `max_loops` of its own.
+    let doc = r#"openapi: 3.0.3
+info: {title: loop, version: "1.0"}
+paths: {}
+x-sluice-api-gateway:
+  info: {id: loop, name: loop}
+  server: {listenPath: {value: /loop/, strip: true}}
+x-sluice-streaming:
+  streams:
+    main:
+      input: {http_server: {path: /publish, allowed_verbs: [POST], sync_response: {}, timeout: 100s}}
+      pipeline:
+        processors:
+          - while:
+              check: 'this.n < this.limit'
+              processors:
+                - mutation: 'root.n = this.n + 1'
+      output: {drop: {}}
+"#;
+    let (status, body) = serve
+        .post(
+            "/api/apis/streams",
+            "application/vnd.sluice.streams.oas",
+            doc.to_owned(),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let publish = format!("http://127.0.0.1:{}/loop/publish", serve.gw);
+    let started = Instant::now();
+    let answer = loop {
+        let r = serve
+            .http
+            .post(&publish)
+            // Far more than 100 000 rounds take; far less than 10^12 would.
+            .timeout(Duration::from_secs(120))
+            .body(json!({"n": 0, "limit": 1_000_000_000_000u64}).to_string())
+            .send()
+            .await
+            .expect("the loop ended and the caller was answered");
+        if r.status() != 404 {
+            break r;
+        }
+        assert!(
+            started.elapsed() < common::DEADLINE,
+            "the stream is not served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(answer.status(), 200);
+    let out: Value = answer.json().await.unwrap();
+    assert_eq!(out["n"], 100_000, "{out}");
+    serve
+        .assert_alive("a loop as long as the caller asked")
+        .await;
+}

@@ -422,6 +422,39 @@ async fn webhook_secrets_are_sealed_at_rest_and_still_sent() {
 }
 
 #[tokio::test]
+async fn a_template_whose_filters_would_grow_without_bound_fails_its_delivery_and_the_process_stays_up(
+) {
+    let serve = Serve::start(TENANT_ENV).await;
+    let a = serve.org("a").await;
+    let receiver = Receiver::start(&[], 200).await;
+    // Every `tojson` escapes the quotes and backslashes of the one before, doubling
+    // them: forty in a row, all allowed filters, would ask for terabytes.
+    let template = format!("{{{{ event{} }}}}", "|tojson".repeat(40));
+    let api = with_handler(
+        "json40",
+        "/json40/",
+        json!({"events": ["auth_failure"], "targetPath": receiver.url("/hook"), "template": template}),
+    );
+    let created = send(serve.api(&a, Method::POST, "/api/apis/oas").json(&api)).await;
+    assert_eq!(created.0, 201, "{}", created.1);
+    // One anonymous request without a key: an auth failure, which renders the template.
+    assert_eq!(serve.until_not("/json40/x", None, 404).await, 401);
+    let failed = settled_delivery(&serve, &a).await;
+    assert_eq!(failed["status"], "dead", "{failed}");
+    let why = failed["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("the filter `tojson` made a value larger than 65536 bytes"),
+        "{failed}"
+    );
+    // The process is still up: both servers answer and the gateway still serves.
+    assert!(serve.up(serve.db).await, "the dashboard stopped answering");
+    assert!(serve.up(serve.gw).await, "the gateway stopped answering");
+    let again = serve.gateway("/json40/x").send().await.unwrap().status();
+    assert_eq!(again, 401);
+    assert!(receiver.received().is_empty());
+}
+
+#[tokio::test]
 async fn a_template_that_could_grow_is_refused_and_one_over_its_size_fails_with_why() {
     let serve = Serve::start(TENANT_ENV).await;
     let (a, b) = (serve.org("a").await, serve.org("b").await);
@@ -457,4 +490,205 @@ async fn a_template_that_could_grow_is_refused_and_one_over_its_size_fails_with_
     let why = big["last_error"].as_str().unwrap_or_default();
     assert!(why.contains("larger than 65536 bytes"), "{big}");
     assert!(receiver.received().is_empty());
+}
+
+/// CPU time (user and system) the process `pid` has used so far.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name, which is in parentheses and may hold spaces:
+    // utime and stime are the 14th and 15th fields, the 12th and 13th after it.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let per_second = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(100);
+    Duration::from_secs_f64(ticks as f64 / per_second as f64)
+}
+
+impl Serve {
+    /// The gateway's metrics.
+    async fn metrics(&self) -> String {
+        self.http
+            .get(format!("http://127.0.0.1:{}/metrics", self.control))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The value of the first metric line that starts with `name{` and holds `label`.
+    async fn metric(&self, name: &str, label: &str) -> Option<f64> {
+        let text = self.metrics().await;
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+            .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+    }
+}
+
+/// A streaming API of `n` streams that generate messages as fast as they are taken,
+/// each through a mapping, into nothing.
+fn busy_streams(id: &str, n: usize) -> String {
+    let mut doc = format!(
+        "openapi: 3.0.3\ninfo: {{title: {id}, version: '1'}}\npaths: {{}}\nx-sluice-api-gateway:\n  info: {{id: {id}, name: {id}}}\n  server:\n    listenPath: {{value: /{id}/, strip: true}}\nx-sluice-streaming:\n  streams:\n"
+    );
+    for i in 0..n {
+        doc.push_str(&format!(
+            "    gen{i}:\n      input: {{generate: {{payload: '{{\"n\":1}}', interval: 0s}}}}\n      pipeline:\n        processors:\n          - mapping: 'root.n = this.n + 1'\n      output: {{drop: {{}}}}\n"
+        ));
+    }
+    doc
+}
+
+#[tokio::test]
+async fn an_organisations_busy_streams_take_no_more_than_its_cpu_share() {
+    const SHARE: f64 = 0.25;
+    let share = SHARE.to_string();
+    let mut env = TENANT_ENV.to_vec();
+    env.push(("SLUICE_GW_STREAMING_ORG_CPU_SHARE", &share));
+    let serve = Serve::start(&env).await;
+    let a = serve.org("a").await;
+    let upstream = Receiver::start(&[], 200).await;
+    let plain = send(serve.api(&a, Method::POST, "/api/apis/oas").json(&open_api(
+        "plain",
+        "/plain/",
+        &upstream.url(""),
+    )))
+    .await;
+    assert_eq!(plain.0, 201, "{}", plain.1);
+    let posted = send(
+        serve
+            .api(&a, Method::POST, "/api/apis/streams")
+            .header("content-type", "application/vnd.sluice.streams.oas")
+            .body(busy_streams("busy", 4)),
+    )
+    .await;
+    assert_eq!(posted.0, 201, "{}", posted.1);
+    assert_eq!(serve.until_not("/plain/x", None, 404).await, 200);
+    // Every stream runs before the measure starts.
+    let started = Instant::now();
+    for i in 0..4 {
+        let label = format!("stream=\"gen{i}\"");
+        while serve
+            .metric("sluice_component_sent_messages_total", &label)
+            .await
+            .is_none_or(|n| n == 0.0)
+        {
+            assert!(started.elapsed() < DEADLINE, "gen{i} does not run");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // Over a few seconds the process uses about the organisation's share, not the
+    // cores its streams could take, and answers everyone else meanwhile.
+    let pid = serve.pid();
+    let (cpu_before, wall_before) = (cpu_time(pid), Instant::now());
+    let mut slowest = Duration::ZERO;
+    while wall_before.elapsed() < Duration::from_secs(4) {
+        let asked = Instant::now();
+        assert!(
+            serve.up(serve.gw).await,
+            "the gateway stopped answering /ping"
+        );
+        let through = serve.gateway("/plain/x").send().await.unwrap().status();
+        assert_eq!(through, 200);
+        slowest = slowest.max(asked.elapsed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let used = (cpu_time(pid) - cpu_before).as_secs_f64() / wall_before.elapsed().as_secs_f64();
+    // Room above the share for the process's own work (serving these requests, timers).
+    assert!(used <= SHARE + 0.35, "the process used {used:.2} cores");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a request took {slowest:?}"
+    );
+    let throttled = serve
+        .metric("sluice_org_cpu_throttled_seconds_total", "org_id=")
+        .await;
+    assert!(throttled.is_some_and(|s| s >= 1.0), "{throttled:?}");
+    // Throttled, not stopped: the streams still make progress.
+    let sent = serve
+        .metric(
+            "sluice_component_sent_messages_total",
+            "stream=\"gen0\",component=\"output",
+        )
+        .await;
+    assert!(sent.is_some_and(|n| n > 0.0), "{sent:?}");
+}
+
+/// A streaming API with a stream per `?user=` (whose mapping takes a moment to compile,
+/// as real ones do) and a plain stream to tell when the gateway serves it.
+fn per_client(id: &str) -> String {
+    let mapping = (0..40)
+        .map(|i| format!("root.f{i} = this.n + {i}"))
+        .collect::<Vec<_>>()
+        .join("\\n");
+    format!(
+        "openapi: 3.0.3\ninfo: {{title: {id}, version: '1'}}\npaths: {{}}\nx-sluice-api-gateway:\n  info: {{id: {id}, name: {id}}}\n  server:\n    listenPath: {{value: /{id}/, strip: true}}\nx-sluice-streaming:\n  streams:\n    mine:\n      input: {{generate: {{payload: 'for $sluice_context.request_data_user', interval: 1s}}}}\n      pipeline:\n        processors:\n          - mapping: \"{mapping}\"\n      output: {{http_server: {{stream_path: /events}}}}\n    ready:\n      input: {{http_server: {{path: /ready}}}}\n      output: {{drop: {{}}}}\n"
+    )
+}
+
+#[tokio::test]
+async fn first_requests_arriving_together_start_no_more_instances_than_the_quota() {
+    const QUOTA: usize = 5;
+    let quota = QUOTA.to_string();
+    let mut env = TENANT_ENV.to_vec();
+    env.extend([
+        ("SLUICE_DB_QUOTAS_MAX_CLIENT_STREAMS", quota.as_str()),
+        ("SLUICE_GW_WORKERS", "8"),
+    ]);
+    let serve = Serve::start(&env).await;
+    let a = serve.org("a").await;
+    const APIS: [&str; 4] = ["inbox", "outbox", "alerts", "audit"];
+    for id in APIS {
+        let posted = send(
+            serve
+                .api(&a, Method::POST, "/api/apis/streams")
+                .header("content-type", "application/vnd.sluice.streams.oas")
+                .body(per_client(id)),
+        )
+        .await;
+        assert_eq!(posted.0, 201, "{}", posted.1);
+        // A GET: served, and refused for its verb.
+        assert_eq!(
+            serve.until_not(&format!("/{id}/ready"), None, 404).await,
+            405
+        );
+    }
+    // First requests at once, each for an instance of its own, across the APIs.
+    const REQUESTS: usize = 80;
+    let requests = (0..REQUESTS).map(|i| {
+        let api = APIS[i % APIS.len()];
+        serve.gateway(&format!("/{api}/events?user=u{i}")).send()
+    });
+    let answers = futures::future::join_all(requests).await;
+    let mut started = Vec::new();
+    let mut refused = 0;
+    for answer in answers {
+        let answer = answer.unwrap();
+        match answer.status().as_u16() {
+            200 => started.push(answer),
+            429 => {
+                let body: Value = answer.json().await.unwrap();
+                assert!(body.to_string().contains("max_client_streams"), "{body}");
+                refused += 1;
+            }
+            other => panic!("{other}: {}", answer.text().await.unwrap()),
+        }
+    }
+    assert_eq!((started.len(), refused), (QUOTA, REQUESTS - QUOTA));
+    // The running ones are served; one more still is not.
+    let again = serve
+        .gateway("/inbox/events?user=late")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 429);
+    drop(started);
 }

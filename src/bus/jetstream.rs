@@ -12,7 +12,8 @@ use futures::{FutureExt, StreamExt};
 use tracing::warn;
 
 use super::{
-    decode, encode_meta, keep_reading, pause, JetStreamBusConfig, ACK_WAIT, IDLE_CHECK, INACTIVE,
+    decode, encode_meta, keep_reading, pause, JetStreamBusConfig, Seal, ACK_WAIT, IDLE_CHECK,
+    INACTIVE,
 };
 use crate::component::bus::{Bus, Feed, Past};
 use crate::component::ConnectorError;
@@ -22,20 +23,24 @@ use crate::message::Batch;
 
 /// The header that carries a message's metadata across the bus.
 const META_HEADER: &str = "Sluice-Metadata";
+/// The header that carries the signature of the node that published it.
+const SIGNATURE_HEADER: &str = "Sluice-Signature";
 /// Where a fed message carries its stream sequence: the same on every node.
 const POSITION_KEY: &str = "sluice_bus_sequence";
 
 pub struct JetStreamBus {
     config: JetStreamBusConfig,
     node: String,
+    seal: Seal,
     context: tokio::sync::OnceCell<Context>,
 }
 
 impl JetStreamBus {
-    pub fn new(config: JetStreamBusConfig, node: &str) -> Self {
+    pub fn new(config: JetStreamBusConfig, node: &str, seal: Seal) -> Self {
         JetStreamBus {
             config,
             node: node.to_owned(),
+            seal,
             context: tokio::sync::OnceCell::new(),
         }
     }
@@ -156,7 +161,7 @@ impl JetStreamBus {
                 continue;
             }
             handed = handed.max(sequence);
-            if !hand_over(m, feed).await {
+            if !hand_over(m, feed, &self.seal).await {
                 return Ok(());
             }
         }
@@ -186,7 +191,7 @@ impl JetStreamBus {
                 let m = m.map_err(|e| {
                     ConnectorError::not_connected(format!("reading the bus failed: {e}"))
                 })?;
-                if !hand_over(m, feed).await {
+                if !hand_over(m, feed, &self.seal).await {
                     return Ok(());
                 }
             }
@@ -198,20 +203,19 @@ impl JetStreamBus {
     /// The messages of `topic` after stream sequence `after`, through what it holds now.
     async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
         let js = self.context().await?;
-        messages_after(js, &self.config.stream, self.subject(topic), after, message)
+        let past = messages_after(js, &self.config.stream, self.subject(topic), after, message)
             .await
-            .map_err(|e| ConnectorError::not_connected(format!("reading the bus back: {e}")))
+            .map_err(|e| ConnectorError::not_connected(format!("reading the bus back: {e}")))?;
+        Ok(self.seal.open_past(topic.to_owned(), past))
     }
 }
 
 /// The message a bus message carries, with its stream sequence as position.
 fn message(m: &jetstream::Message) -> crate::message::Message {
-    let meta = m
-        .headers
-        .as_ref()
-        .and_then(|h| h.get(META_HEADER))
-        .map(|v| v.as_str().as_bytes().to_vec());
-    let mut msg = decode(m.payload.clone(), meta.as_deref());
+    let header = |name: &str| m.headers.as_ref().and_then(|h| h.get(name));
+    let meta = header(META_HEADER).map(|v| v.as_str().as_bytes().to_vec());
+    let signature = header(SIGNATURE_HEADER).map(|v| v.as_str());
+    let mut msg = decode(m.payload.clone(), meta.as_deref(), signature);
     if let Ok(info) = m.info() {
         msg.set_meta(POSITION_KEY, info.stream_sequence as i64);
     }
@@ -219,9 +223,16 @@ fn message(m: &jetstream::Message) -> crate::message::Message {
 }
 
 /// Gives one message to the sink and acknowledges it once taken; `false` once the feed
-/// stops (the message is then left to the bus, which gives it out again).
-async fn hand_over(m: jetstream::Message, feed: &Feed) -> bool {
-    let batch = vec![message(&m)];
+/// stops (the message is then left to the bus, which gives it out again). A message
+/// without a good signature is acknowledged and dropped.
+async fn hand_over(m: jetstream::Message, feed: &Feed, seal: &Seal) -> bool {
+    let Some(msg) = seal.open(&feed.topic, message(&m)) else {
+        if let Err(e) = m.ack().await {
+            warn!(error = %e, "Acknowledging a message of the bus failed.");
+        }
+        return true;
+    };
+    let batch = vec![msg];
     let written = tokio::select! {
         _ = feed.stop.cancelled() => return false,
         written = feed.sink.write(&batch) => written,
@@ -255,8 +266,12 @@ impl Bus for JetStreamBus {
             let mut acks = Vec::with_capacity(batch.len());
             for msg in batch {
                 let mut headers = async_nats::HeaderMap::new();
-                if let Some(meta) = encode_meta(msg) {
+                let meta = encode_meta(msg);
+                if let Some(meta) = &meta {
                     headers.insert(META_HEADER, meta.as_str());
+                }
+                if let Some(signature) = self.seal.sign(topic, msg.payload(), meta.as_deref()) {
+                    headers.insert(SIGNATURE_HEADER, signature.as_str());
                 }
                 let ack = js
                     .publish_with_headers(subject.clone(), headers, msg.payload().clone())

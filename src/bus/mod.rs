@@ -7,6 +7,13 @@
 //! once, on the node that took the POST, and fed to every node's clients: with broadcast
 //! delivery every node reads every message; with round robin the nodes share one reader
 //! group and a node takes a message only while it has a client for it.
+//!
+//! Posted streams are kept off the bus by name (see [`crate::reserved`]): the subjects,
+//! stream and keys of the configured bus, and the default ones, are refused in every
+//! posted stream. With the gateway's `secret` set, each node also signs what it publishes
+//! (HMAC-SHA256 over the topic, the payload and the metadata, with a key derived from the
+//! secret) and drops what it reads without a good signature, so that a message put on the
+//! bus by anyone but a node of the cluster reaches no client.
 
 mod jetstream;
 mod redis;
@@ -17,11 +24,12 @@ use std::time::Duration as StdDuration;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::component::bus::{Bus, Feed};
+use crate::component::bus::{Bus, Feed, Past};
 use crate::connect::nats::NatsAuth;
 use crate::connect::TlsConfig;
 use crate::duration::Duration;
 use crate::message::{Message, Metadata};
+use crate::reserved::ReservedNames;
 
 pub use self::jetstream::JetStreamBus;
 pub use self::redis::RedisBus;
@@ -159,6 +167,10 @@ impl BusConfig {
             if let Err(e) = crate::connect::redis::validate(&c.url, &c.tls) {
                 problem(".redis_streams", e);
             }
+            if c.key_prefix.is_empty() {
+                // Posted streams are kept off the keys under it: none would be kept off.
+                problem(".redis_streams.key_prefix", "must not be empty".into());
+            }
             if c.max_len == 0 {
                 problem(".redis_streams.max_len", "must be above zero".into());
             }
@@ -169,15 +181,147 @@ impl BusConfig {
         problems
     }
 
-    /// The bus of node `node`, if one is configured. Nothing connects yet.
-    pub fn build(&self, node: &str) -> Result<Option<Arc<dyn Bus>>, String> {
+    /// The bus of node `node`, if one is configured, signing with a key derived from
+    /// `secret` (the gateway's, the same on every node) when there is one. Nothing
+    /// connects yet.
+    pub fn build(&self, node: &str, secret: Option<&str>) -> Result<Option<Arc<dyn Bus>>, String> {
+        let seal = Seal::new(secret);
+        if self.is_set() && seal.key.is_none() {
+            tracing::warn!(
+                "The cluster bus carries unsigned messages: set the gateway's `secret` (the same on every node) so that nodes drop what they did not publish."
+            );
+        }
         if let Some(c) = &self.nats_jetstream {
-            return Ok(Some(Arc::new(JetStreamBus::new(c.clone(), node))));
+            return Ok(Some(Arc::new(JetStreamBus::new(c.clone(), node, seal))));
         }
         if let Some(c) = &self.redis_streams {
-            return Ok(Some(Arc::new(RedisBus::new(c.clone(), node)?)));
+            return Ok(Some(Arc::new(RedisBus::new(c.clone(), node, seal)?)));
         }
         Ok(None)
+    }
+
+    /// The names of this bus (and the default ones) that posted streams may not use.
+    pub fn reserved(&self) -> ReservedNames {
+        let mut names = ReservedNames::default();
+        if let Some(c) = &self.nats_jetstream {
+            names.add_subject_prefix(&c.subject_prefix);
+            names.add_stream(&c.stream);
+        }
+        if let Some(c) = &self.redis_streams {
+            names.add_key_prefix(&c.key_prefix);
+        }
+        names
+    }
+}
+
+/// Counts a message dropped for its signature, and says so in the log for the 1st, 2nd,
+/// 4th, 8th… of them: whoever floods the bus does not flood the log too.
+fn refused_unsigned(topic: &str) {
+    static REFUSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    metrics::counter!(crate::metrics::BUS_REFUSED, "reason" => "signature").increment(1);
+    let n = REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+    if n.is_power_of_two() {
+        tracing::warn!(
+            topic,
+            dropped = n,
+            "A message on the cluster bus without a good signature was dropped."
+        );
+    }
+}
+
+/// Where a message read from the bus carries, until [`Seal::open`] checks it, the
+/// signature it was published with and its metadata as published.
+const SIGNATURE_KEY: &str = "sluice_bus_signature";
+const SIGNED_META_KEY: &str = "sluice_bus_signed_meta";
+
+/// Signs what a node publishes on the bus and checks what it reads. Without a key (no
+/// gateway `secret`) it signs nothing and lets everything through.
+#[derive(Clone, Default)]
+pub struct Seal {
+    key: Option<[u8; 32]>,
+}
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+impl Seal {
+    /// The seal of the nodes that share `secret`. The key is derived from it rather than
+    /// the secret itself, so that a signature says nothing about what else it opens.
+    pub fn new(secret: Option<&str>) -> Seal {
+        use hmac::Mac;
+        let key = secret.filter(|s| !s.is_empty()).and_then(|s| {
+            let mut mac = HmacSha256::new_from_slice(s.as_bytes()).ok()?;
+            mac.update(b"sluice cluster bus v1");
+            Some(mac.finalize().into_bytes().into())
+        });
+        Seal { key }
+    }
+
+    fn mac(&self, topic: &str, payload: &[u8], meta: Option<&[u8]>) -> Option<HmacSha256> {
+        use hmac::Mac;
+        let mut mac = HmacSha256::new_from_slice(&self.key?).ok()?;
+        // Each part with its length first, so that no two messages sign the same bytes.
+        for part in [Some(topic.as_bytes()), Some(payload), meta] {
+            match part {
+                Some(p) => {
+                    mac.update(&(p.len() as u64).to_be_bytes());
+                    mac.update(p);
+                }
+                None => mac.update(&u64::MAX.to_be_bytes()),
+            }
+        }
+        Some(mac)
+    }
+
+    /// The signature of a message of `topic`, in hex; `None` without a key.
+    fn sign(&self, topic: &str, payload: &[u8], meta: Option<&str>) -> Option<String> {
+        use hmac::Mac;
+        let mac = self.mac(topic, payload, meta.map(str::as_bytes))?;
+        Some(hex::encode(mac.finalize().into_bytes()))
+    }
+
+    /// `msg` as read from `topic`, once its signature is checked (and its record of it
+    /// removed); `None` for a message the nodes did not sign.
+    fn open(&self, topic: &str, mut msg: Message) -> Option<Message> {
+        use hmac::Mac;
+        let signature = msg.metadata_mut().remove(SIGNATURE_KEY);
+        let meta = msg.metadata_mut().remove(SIGNED_META_KEY);
+        if self.key.is_none() {
+            return Some(msg);
+        }
+        let text = |v: Option<crate::value::Value>| v.and_then(|v| v.as_str().map(str::to_owned));
+        let signature = text(signature).and_then(|s| hex::decode(s).ok());
+        let meta = text(meta);
+        let good = match (
+            signature,
+            self.mac(topic, msg.payload(), meta.as_deref().map(str::as_bytes)),
+        ) {
+            (Some(signature), Some(mac)) => mac.verify_slice(&signature).is_ok(),
+            _ => false,
+        };
+        if !good {
+            refused_unsigned(topic);
+            return None;
+        }
+        Some(msg)
+    }
+
+    /// The messages of `past` that the nodes signed.
+    fn open_past(&self, topic: String, past: Past) -> Past {
+        use futures::StreamExt;
+        let seal = self.clone();
+        Past {
+            complete: past.complete,
+            messages: past
+                .messages
+                .filter_map(move |m| {
+                    let kept = match m {
+                        Ok(m) => seal.open(&topic, m).map(Ok),
+                        Err(e) => Some(Err(e)),
+                    };
+                    std::future::ready(kept)
+                })
+                .boxed(),
+        }
     }
 }
 
@@ -218,11 +362,18 @@ fn is_credential(key: &str) -> bool {
     .any(|word| key.contains(word))
 }
 
-/// A message as it came off the bus: its payload, and the metadata it was published with.
-fn decode(payload: bytes::Bytes, meta: Option<&[u8]>) -> Message {
+/// A message as it came off the bus: its payload, and the metadata it was published with;
+/// with `signature`, the signature and the metadata as published, for [`Seal::open`].
+fn decode(payload: bytes::Bytes, meta: Option<&[u8]>, signature: Option<&str>) -> Message {
     let mut msg = Message::new(payload);
     if let Some(meta) = meta.and_then(|m| serde_json::from_slice::<Metadata>(m).ok()) {
         msg.set_metadata(meta);
+    }
+    if let Some(signature) = signature {
+        msg.set_meta(SIGNATURE_KEY, signature);
+        if let Some(meta) = meta.and_then(|m| std::str::from_utf8(m).ok()) {
+            msg.set_meta(SIGNED_META_KEY, meta);
+        }
     }
     msg
 }
@@ -314,6 +465,7 @@ mod tests {
         let back = decode(
             msg.payload().clone(),
             encode_meta(&msg).as_deref().map(str::as_bytes),
+            None,
         );
         assert_eq!(back.payload().as_ref(), b"hi");
         assert_eq!(back.metadata(), msg.metadata());
@@ -334,6 +486,74 @@ mod tests {
             "{carried}"
         );
         // Metadata that is not an object is dropped, not a failure.
-        assert!(decode("x".into(), Some(b"[1]")).metadata().is_empty());
+        assert!(decode("x".into(), Some(b"[1]"), None).metadata().is_empty());
+    }
+
+    /// A message as a node would publish it on `topic`, and as the bus hands it back.
+    fn carried(seal: &Seal, topic: &str, msg: &Message) -> Message {
+        let meta = encode_meta(msg);
+        let signature = seal.sign(topic, msg.payload(), meta.as_deref());
+        decode(
+            msg.payload().clone(),
+            meta.as_deref().map(str::as_bytes),
+            signature.as_deref(),
+        )
+    }
+
+    #[test]
+    fn nodes_with_one_secret_read_what_they_signed_and_drop_the_rest() {
+        let seal = Seal::new(Some("cluster-secret"));
+        let msg = Message::new("hi").with_meta("event", "greeting");
+        let back = seal
+            .open("t1", carried(&seal, "t1", &msg))
+            .expect("a signed message is read");
+        assert_eq!(back.payload(), msg.payload());
+        assert_eq!(
+            back.metadata(),
+            msg.metadata(),
+            "the signature is not handed on"
+        );
+        // Unsigned, signed by another secret, moved to another topic, or changed: dropped.
+        let forged = decode("hi".into(), None, None);
+        assert!(seal.open("t1", forged).is_none());
+        let other = Seal::new(Some("another-secret"));
+        assert!(seal.open("t1", carried(&other, "t1", &msg)).is_none());
+        assert!(seal.open("t2", carried(&seal, "t1", &msg)).is_none());
+        let mut changed = carried(&seal, "t1", &msg);
+        changed.set_meta("event", "forged");
+        let meta = changed.metadata().clone();
+        let changed_payload = {
+            let mut m = Message::new("evil");
+            m.set_metadata(meta);
+            m
+        };
+        assert!(seal.open("t1", changed_payload).is_none());
+        let mut bad_meta = carried(&seal, "t1", &msg);
+        bad_meta.set_meta(SIGNED_META_KEY, "{\"event\":\"forged\"}");
+        assert!(seal.open("t1", bad_meta).is_none());
+        // Without a secret nothing is signed and everything is read.
+        let open = Seal::new(None);
+        assert!(open.sign("t1", b"hi", None).is_none());
+        let read = open.open("t1", decode("hi".into(), None, None)).unwrap();
+        assert_eq!(read.payload().as_ref(), b"hi");
+    }
+
+    #[test]
+    fn a_bus_reserves_its_names_and_the_defaults() {
+        let bus = parse(
+            "nats_jetstream: {urls: ['nats://127.0.0.1:4222'], stream: HT29, subject_prefix: ht29bus}\n",
+        );
+        let names = bus.reserved();
+        assert!(names.check_subject("ht29bus.>").is_err());
+        assert!(names.check_subject("sluice.bus.x").is_err());
+        assert!(names.check_stream("ht29").is_err());
+        assert!(names.check_key("sluice:bus:x").is_err());
+        let redis = parse("redis_streams: {url: 'redis://127.0.0.1:6379', key_prefix: 'ht:'}\n");
+        assert!(redis.reserved().check_key("ht:abc").is_err());
+        let empty = parse("redis_streams: {url: 'redis://127.0.0.1:6379', key_prefix: ''}\n");
+        assert_eq!(
+            empty.problems()[0].0,
+            "cluster.bus.redis_streams.key_prefix"
+        );
     }
 }

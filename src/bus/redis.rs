@@ -16,7 +16,7 @@ use redis::{AsyncCommands, Client};
 use tracing::warn;
 
 use super::{
-    decode, encode_meta, keep_reading, pause, RedisBusConfig, ACK_WAIT, IDLE_CHECK, READ_WAIT,
+    decode, encode_meta, keep_reading, pause, RedisBusConfig, Seal, ACK_WAIT, IDLE_CHECK, READ_WAIT,
 };
 use crate::component::bus::{Bus, Feed, Past};
 use crate::component::ConnectorError;
@@ -26,6 +26,8 @@ use crate::message::{Batch, Message};
 /// The entry fields of a message: its payload and its metadata (JSON).
 const BODY: &str = "body";
 const META: &str = "meta";
+/// The signature of the node that published it.
+const SIGNATURE: &str = "sig";
 /// The consumer group the nodes share for round robin.
 const GROUP: &str = "sluice-bus";
 /// Where a fed message carries its position: the entry id as one number (see
@@ -38,18 +40,20 @@ pub struct RedisBus {
     config: RedisBusConfig,
     node: String,
     client: Client,
+    seal: Seal,
     publisher: tokio::sync::OnceCell<MultiplexedConnection>,
 }
 
 impl RedisBus {
     /// Reads the TLS files, if any; connects later.
-    pub fn new(config: RedisBusConfig, node: &str) -> Result<Self, String> {
+    pub fn new(config: RedisBusConfig, node: &str, seal: Seal) -> Result<Self, String> {
         let client = crate::connect::redis::client(&config.url, &config.tls)
             .map_err(|e| format!("cluster.bus.redis_streams: {e}"))?;
         Ok(RedisBus {
             config,
             node: node.to_owned(),
             client,
+            seal,
             publisher: tokio::sync::OnceCell::new(),
         })
     }
@@ -82,7 +86,10 @@ impl RedisBus {
             };
             for entry in reply.keys.into_iter().flat_map(|k| k.ids) {
                 *cursor.lock() = entry.id.clone();
-                let batch = vec![message(&entry)];
+                let Some(msg) = self.seal.open(&feed.topic, message(&entry)) else {
+                    continue;
+                };
+                let batch = vec![msg];
                 let written = tokio::select! {
                     _ = feed.stop.cancelled() => return Ok(()),
                     written = feed.sink.write(&batch) => written,
@@ -151,7 +158,15 @@ impl RedisBus {
                 entries = reply.keys.into_iter().flat_map(|k| k.ids).collect();
             }
             for entry in entries {
-                let batch = vec![message(&entry)];
+                let Some(msg) = self.seal.open(&feed.topic, message(&entry)) else {
+                    // Taken by no node: acknowledged so that it is not handed out again.
+                    let acked: Result<i64, _> = conn.xack(key, GROUP, &[&entry.id]).await;
+                    if let Err(e) = acked {
+                        warn!(error = %e, "Acknowledging a message of the bus failed.");
+                    }
+                    continue;
+                };
+                let batch = vec![msg];
                 let written = tokio::select! {
                     _ = feed.stop.cancelled() => return Ok(()),
                     written = feed.sink.write(&batch) => written,
@@ -182,7 +197,8 @@ impl RedisBus {
     /// now.
     async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
         let conn = connect(&self.client, std::time::Duration::from_secs(10)).await?;
-        entries_after(conn, self.key(topic), after, message).await
+        let past = entries_after(conn, self.key(topic), after, message).await?;
+        Ok(self.seal.open_past(topic.to_owned(), past))
     }
 }
 
@@ -192,9 +208,11 @@ fn message(entry: &StreamId) -> Message {
         Some(redis::Value::BulkString(b)) => Some(b.clone()),
         _ => None,
     };
+    let signature = bytes(SIGNATURE).and_then(|s| String::from_utf8(s).ok());
     let mut msg = decode(
         bytes(BODY).unwrap_or_default().into(),
         bytes(META).as_deref(),
+        signature.as_deref(),
     );
     if let Some(position) = entry_position(&entry.id) {
         msg.set_meta(POSITION_KEY, position as i64);
@@ -225,7 +243,11 @@ impl Bus for RedisBus {
                     .arg("*")
                     .arg(BODY)
                     .arg(msg.payload().as_ref());
-                if let Some(meta) = encode_meta(msg) {
+                let meta = encode_meta(msg);
+                if let Some(signature) = self.seal.sign(topic, msg.payload(), meta.as_deref()) {
+                    cmd.arg(SIGNATURE).arg(signature);
+                }
+                if let Some(meta) = meta {
                     cmd.arg(META).arg(meta);
                 }
             }

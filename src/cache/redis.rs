@@ -65,9 +65,11 @@ impl BuildCache for RedisCacheConfig {
         {
             return Err(cx.error("`default_ttl` must be at least 1ms"));
         }
+        cx.refuse_reserved("prefix", |r| r.check_key(&self.prefix))?;
         Ok(Arc::new(RedisCache {
             config: self.clone(),
             egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
+            reserved: cx.egress.as_ref().map(|p| p.reserved().clone()),
             conn: OnceCell::new(),
         }))
     }
@@ -77,6 +79,9 @@ pub struct RedisCache {
     /// Where a posted stream may connect, checked before connecting.
     egress: crate::egress::Egress,
     config: RedisCacheConfig,
+    /// For a posted stream, the names its keys are checked against: a key made from a
+    /// message could otherwise overwrite or delete the cluster bus's.
+    reserved: Option<crate::reserved::ReservedNames>,
     conn: OnceCell<ConnectionManager>,
 }
 
@@ -106,8 +111,14 @@ impl RedisCache {
             .cloned()
     }
 
-    fn key(&self, key: &str) -> String {
-        format!("{}{key}", self.config.prefix)
+    fn key(&self, key: &str) -> Result<String, CacheError> {
+        let key = format!("{}{key}", self.config.prefix);
+        if let Some(reserved) = &self.reserved {
+            reserved
+                .check_key(&key)
+                .map_err(|e| CacheError::Failed(e.to_string()))?;
+        }
+        Ok(key)
     }
 
     fn ttl_ms(&self, ttl: Option<StdDuration>) -> Option<u64> {
@@ -124,7 +135,7 @@ impl RedisCache {
         only_new: bool,
     ) -> Result<bool, CacheError> {
         let mut cmd = redis::cmd("SET");
-        cmd.arg(self.key(key)).arg(value);
+        cmd.arg(self.key(key)?).arg(value);
         if only_new {
             cmd.arg("NX");
         }
@@ -146,8 +157,9 @@ fn failed(e: redis::RedisError) -> CacheError {
 #[async_trait]
 impl Cache for RedisCache {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, CacheError> {
+        let key = self.key(key)?;
         let mut conn = self.conn().await?;
-        conn.get(self.key(key)).await.map_err(failed)
+        conn.get(key).await.map_err(failed)
     }
 
     async fn set(
@@ -173,8 +185,9 @@ impl Cache for RedisCache {
     }
 
     async fn delete(&self, key: &str) -> Result<(), CacheError> {
+        let key = self.key(key)?;
         let mut conn = self.conn().await?;
-        conn.del::<_, ()>(self.key(key)).await.map_err(failed)
+        conn.del::<_, ()>(key).await.map_err(failed)
     }
 }
 

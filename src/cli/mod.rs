@@ -170,10 +170,13 @@ pub async fn serve(
         .egress
         .also_own
         .extend(crate::egress::listener_address(&db.listen.socket()));
-    db.streaming
-        .egress
-        .also_own
-        .extend(crate::egress::listener_address(&gw.listen.socket()));
+    db.streaming.egress.also_own.extend(
+        [gw.listen.socket(), gw.control.socket()]
+            .iter()
+            .filter_map(|s| crate::egress::listener_address(s)),
+    );
+    // The dashboard refuses posted streams that name its gateway's cluster bus.
+    db.streaming.egress.reserved.extend(&gw.reserved_names());
     init_logging(&gw.logger);
     let Ok(traces) = start_traces() else {
         return 1;

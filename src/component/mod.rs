@@ -6,6 +6,7 @@
 //! pick reconnect, retry or stop without reading error text.
 
 pub mod bus;
+pub mod cpu;
 pub mod registry;
 pub mod resources;
 
@@ -501,6 +502,37 @@ impl BuildContext {
             path: self.path.clone(),
             message: message.to_string(),
         }
+    }
+
+    /// For a posted stream, refuses field `field` of the component when `check` finds
+    /// that it names the cluster bus's subjects, streams or keys (see
+    /// [`crate::reserved`]); the operator's own streams use any name.
+    pub fn refuse_reserved(
+        &self,
+        field: &str,
+        check: impl FnOnce(&crate::reserved::ReservedNames) -> Result<(), crate::reserved::Refused>,
+    ) -> Result<(), BuildError> {
+        let Some(policy) = &self.egress else {
+            return Ok(());
+        };
+        check(policy.reserved()).map_err(|e| BuildError {
+            path: format!("{}.{field}", self.path),
+            message: e.to_string(),
+        })
+    }
+
+    /// The names a posted stream's `field`, made per message, is checked against each
+    /// time it is rendered; `None` for the operator's streams and for a field that is the
+    /// same for every message (checked once, when built).
+    pub fn reserved_per_message(
+        &self,
+        field: &crate::config::Interp,
+    ) -> Option<crate::reserved::ReservedNames> {
+        let policy = self.egress.as_ref()?;
+        field
+            .static_value()
+            .is_none()
+            .then(|| policy.reserved().clone())
     }
 }
 

@@ -12,8 +12,8 @@ use metrics::{counter, Counter};
 use crate::backoff::Backoff;
 use crate::component::{BuildContext, BuildError, ConnectorError};
 use crate::config::Interp;
+use crate::connect::outbound::{Outbound, OutboundError, OutboundRequest, OutboundSettings};
 use crate::duration::Duration;
-use crate::egress::Egress;
 use crate::message::Batch;
 use crate::metrics::{CONNECTION_ATTEMPTS, CONNECTION_ERRORS};
 
@@ -118,7 +118,9 @@ enum Target {
 }
 
 pub struct HttpClient {
-    client: reqwest::Client,
+    /// Sends each request; for a posted stream, only where the egress policy allows,
+    /// redirects included.
+    client: Outbound,
     target: Target,
     method: Method,
     headers: HeaderMap,
@@ -126,8 +128,6 @@ pub struct HttpClient {
     settings: ClientSettings,
     attempts: Counter,
     errors: Counter,
-    /// Where a posted stream may send requests; open for the operator's streams.
-    egress: Egress,
 }
 
 impl HttpClient {
@@ -161,16 +161,15 @@ impl HttpClient {
                 None => dynamic_headers.push((name, v.clone())),
             }
         }
-        let mut builder = reqwest::Client::builder()
-            .timeout(settings.timeout.0)
-            .danger_accept_invalid_certs(settings.tls_skip_verify)
-            .redirect(egress.redirect_policy());
-        if let Some(resolver) = egress.resolver() {
-            builder = builder.dns_resolver(resolver);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| cx.error(format!("cannot create the HTTP client: {e}")))?;
+        let client = Outbound::new(
+            OutboundSettings {
+                timeout: settings.timeout.0,
+                accept_invalid_certs: settings.tls_skip_verify,
+                max_redirects: 10,
+            },
+            egress.policy().cloned(),
+        )
+        .map_err(|e| cx.error(e))?;
         let labels = cx.metric_labels();
         Ok(HttpClient {
             client,
@@ -181,7 +180,6 @@ impl HttpClient {
             attempts: counter!(CONNECTION_ATTEMPTS, &labels),
             errors: counter!(CONNECTION_ERRORS, &labels),
             settings,
-            egress,
         })
     }
 
@@ -233,9 +231,9 @@ impl HttpClient {
         extra_headers: &HeaderMap,
     ) -> Result<HttpResponse, ConnectorError> {
         let (url, headers) = self.resolve(msg)?;
-        if let Err(e) = self.egress.check_url(&url).await {
+        if let Err(e) = self.client.check(&url).await {
             self.errors.increment(1);
-            return Err(e.into());
+            return Err(outbound_error(&url, e));
         }
         // Waits double from `retry_period` up to `max_retry_backoff`, exactly, as documented.
         let mut backoff = Backoff::exponential(
@@ -247,18 +245,18 @@ impl HttpClient {
         )
         .with_max_attempts(self.settings.retries);
         loop {
-            let mut req = self
-                .client
-                .request(self.method.clone(), url.clone())
-                .headers(headers.clone());
+            let mut all_headers = headers.clone();
             for (k, v) in extra_headers {
-                req = req.header(k, v);
+                all_headers.append(k, v.clone());
             }
-            if let Some(b) = &body {
-                req = req.body(b.clone());
-            }
+            let req = OutboundRequest {
+                method: self.method.clone(),
+                url: url.clone(),
+                headers: all_headers,
+                body: body.clone(),
+            };
             self.attempts.increment(1);
-            let err = match req.send().await {
+            let err = match self.client.send(req).await {
                 Ok(resp) => {
                     let status = resp.status();
                     let headers = resp.headers().clone();
@@ -290,6 +288,16 @@ impl HttpClient {
                     "{}: no answer within {}",
                     url, self.settings.timeout
                 )),
+                // Where it (or a redirect) goes is refused, or cannot be followed:
+                // trying again will not help.
+                Err(
+                    e @ (OutboundError::Refused(_)
+                    | OutboundError::BadRedirect { .. }
+                    | OutboundError::TooManyRedirects(_)),
+                ) => {
+                    self.errors.increment(1);
+                    return Err(outbound_error(&url, e));
+                }
                 Err(e) => ConnectorError::not_connected(format!("{}: {}", url, root_cause(&e))),
             };
             self.errors.increment(1);
@@ -309,6 +317,14 @@ fn parse_url(text: &str) -> Result<reqwest::Url, String> {
         return Err(format!("url `{text}` must be http or https"));
     }
     Ok(url)
+}
+
+/// A request that cannot go where it is asked to: the message is refused.
+fn outbound_error(url: &reqwest::Url, e: OutboundError) -> ConnectorError {
+    match e {
+        OutboundError::Refused(e) => e.into(),
+        e => ConnectorError::rejected(format!("{url}: {e}")),
+    }
 }
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

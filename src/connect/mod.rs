@@ -8,6 +8,7 @@ pub mod kafka;
 pub mod metadata;
 pub mod mqtt;
 pub mod nats;
+pub mod outbound;
 pub mod redis;
 pub mod sasl;
 pub mod tls;

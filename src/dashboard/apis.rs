@@ -362,6 +362,7 @@ fn prepare(
             .streams
             .iter()
             .flat_map(|s| s.egress_targets.iter().cloned())
+            .chain(compiled.egress_targets.iter().cloned())
             .collect(),
         warnings: crate::gateway::streams::cluster::warnings(&compiled)
             .into_iter()

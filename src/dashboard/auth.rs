@@ -13,7 +13,8 @@ use super::error::ApiError;
 use super::ids::{new_id, now};
 use crate::store::{DashboardKeyRecord, OrgRecord, Store, StoreError, UserRecord};
 
-/// What a user may do: admins also manage the organisation's users and keys.
+/// What a user may do: admins also manage the organisation's users and keys, and its
+/// portal's settings with the webhook that carries the portal's password-reset tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     Admin,
@@ -55,6 +56,17 @@ impl Caller {
             Role::Member => Err(ApiError::Forbidden(
                 "only an admin of the organisation may do this".into(),
             )),
+        }
+    }
+
+    /// 403 naming what was refused (`what`: "change the portal's settings") unless the
+    /// caller is an admin.
+    pub fn require_admin_to(&self, what: &str) -> Result<(), ApiError> {
+        match self.role {
+            Role::Admin => Ok(()),
+            Role::Member => Err(ApiError::Forbidden(format!(
+                "only an admin of the organisation may {what}; this key is a member's"
+            ))),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The log of webhook deliveries: what the service sent or still owes each receiver,
 //! every attempt with its outcome, and the replay of a delivery that is dead. Signing
-//! secrets are never shown.
+//! secrets are never shown, and neither is a secret a body carries (a portal's
+//! password-reset token): such a delivery sends a sealed copy of its body and shows
+//! `body`, which has the secret redacted.
 
 use http::StatusCode;
 use serde::Serialize;
@@ -32,7 +34,7 @@ pub struct Delivery {
     pub last_error: Option<String>,
     pub created_at: String,
     pub updated_at: String,
-    /// The body sent, as text.
+    /// The body sent, as text; a password-reset token in it shows as `[redacted]`.
     pub body: String,
 }
 

@@ -34,7 +34,7 @@ use super::request::{Ctx, Reply};
 use crate::gateway::auth::basic::{hash_password, verify_password};
 use crate::http::cookie;
 use crate::limit::{LocalLimiter, Rate};
-use crate::store::{DeveloperRecord, PortalSettings, TokenKind};
+use crate::store::{DeveloperRecord, HookRecord, PortalSettings, TokenKind};
 
 /// The session cookie: a random token; the store keeps its hash.
 pub const SESSION_COOKIE: &str = "sluice_portal";
@@ -56,6 +56,8 @@ const HASHING_AT_ONCE: usize = 2;
 const HASHING_WAIT: Duration = Duration::from_secs(5);
 /// The event a reset token is delivered as through a webhook.
 pub const RESET_EVENT: &str = "portal.password_reset";
+/// What the delivery log shows in place of a reset token.
+pub const REDACTED: &str = "[redacted]";
 
 /// Who may sign up to an organisation's portal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -758,45 +760,62 @@ pub async fn reset_request(ctx: Ctx) -> Result<Reply, ApiError> {
 }
 
 /// Sends a reset token through the portal's reset webhook, or to the operator's log.
+///
+/// The delivery log is read by every member of the organisation, and a reset token opens
+/// a developer's account: the delivery keeps the body it sends sealed (`body_sealed`),
+/// and its `body`, which the log shows, has the token redacted. Without the dashboard's
+/// secret nothing can be sealed, so the token goes to the operator's log instead.
 async fn deliver_reset(
     ctx: &Ctx,
     developer: &DeveloperRecord,
     token: &str,
     expires_at: i64,
 ) -> Result<(), ApiError> {
-    let settings = ctx.state.store.portal_settings(&developer.org_id).await?;
-    let hook = match settings.reset_hook_id.as_deref() {
-        Some(id) => ctx.state.store.hook(&developer.org_id, id).await?,
-        None => None,
+    let (hook, sealer) = match (reset_hook(ctx, &developer.org_id).await?, &ctx.state.sealer) {
+        (Some(hook), Some(sealer)) => (hook, sealer),
+        (hook, _) => {
+            let why = if hook.is_none() {
+                "the portal has no reset webhook"
+            } else {
+                "the dashboard has no `secret` to seal it for the reset webhook"
+            };
+            // No mail server is assumed: the operator hands the token over.
+            info!(
+                org_id = %developer.org_id,
+                developer_id = %developer.id,
+                email = %developer.email,
+                token = %token,
+                expires_at = %rfc3339(expires_at),
+                "Portal: password reset token ({why}; hand it to the developer)."
+            );
+            return Ok(());
+        }
     };
-    let Some(hook) = hook else {
-        // No mail server is assumed: the operator hands the token over.
-        info!(
-            org_id = %developer.org_id,
-            developer_id = %developer.id,
-            email = %developer.email,
-            token = %token,
-            expires_at = %rfc3339(expires_at),
-            "Portal: password reset token (the portal has no reset webhook; hand it to the developer)."
-        );
-        return Ok(());
+    let body = |token: &str| {
+        serde_json::json!({
+            "event": RESET_EVENT,
+            "org_id": developer.org_id,
+            "email": developer.email,
+            "token": token,
+            "expires_at": rfc3339(expires_at),
+        })
+        .to_string()
+        .into_bytes()
     };
-    let body = serde_json::json!({
-        "event": RESET_EVENT,
-        "org_id": developer.org_id,
-        "email": developer.email,
-        "token": token,
-        "expires_at": rfc3339(expires_at),
-    });
     let max_attempts = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
-    let delivery = crate::gateway::hooks::stored_delivery(
+    let mut delivery = crate::gateway::hooks::stored_delivery(
         hook,
-        ctx.state.sealer.as_ref(),
+        Some(sealer),
         RESET_EVENT,
-        body.to_string().into_bytes(),
+        body(REDACTED),
         max_attempts,
     )
     .map_err(|e| ApiError::Internal(format!("the reset webhook cannot be opened: {e}")))?;
+    delivery.body_sealed = Some(
+        sealer
+            .seal(&body(token))
+            .map_err(|e| ApiError::Internal(e.to_string()))?,
+    );
     let now_ms = chrono::Utc::now().timestamp_millis();
     ctx.state
         .store
@@ -808,6 +827,28 @@ async fn deliver_reset(
         .await?;
     ctx.state.deliveries_queued.notify_one();
     info!(org_id = %developer.org_id, developer_id = %developer.id, delivery_id = %delivery.id, "Portal: a password reset token was sent through the reset webhook.");
+    Ok(())
+}
+
+/// The portal's reset webhook: the one the settings name by its database id, and only
+/// that one (a webhook whose webhook id happens to be that text is not it).
+async fn reset_hook(ctx: &Ctx, org: &str) -> Result<Option<HookRecord>, ApiError> {
+    let settings = ctx.state.store.portal_settings(org).await?;
+    let Some(id) = settings.reset_hook_id else {
+        return Ok(None);
+    };
+    Ok(ctx.state.store.hook(org, &id).await?.filter(|h| h.id == id))
+}
+
+/// 403 for a member when webhook `hook_id` (a database id) is the one that carries the
+/// portal's reset tokens: whoever points it elsewhere receives every developer's token.
+pub(super) async fn guard_reset_hook(ctx: &Ctx, hook_id: &str) -> Result<(), ApiError> {
+    let settings = ctx.state.store.portal_settings(&ctx.caller.org_id).await?;
+    if settings.reset_hook_id.as_deref() == Some(hook_id) {
+        ctx.caller.require_admin_to(
+            "change or delete the webhook that carries the portal's reset tokens",
+        )?;
+    }
     Ok(())
 }
 
@@ -868,7 +909,7 @@ pub async fn reset_confirm(ctx: Ctx) -> Result<Reply, ApiError> {
 
 // The organisation's side: settings, invitations and its developers.
 
-/// An organisation's portal settings.
+/// An organisation's portal settings; only an admin changes them.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -876,7 +917,8 @@ pub struct Settings {
     pub signup: Signup,
     /// One of the organisation's webhooks (its id or webhook id) that carries
     /// password-reset tokens (event `portal.password_reset`); without one they go to
-    /// the dashboard's log.
+    /// the dashboard's log. It needs the dashboard's `secret`: a token travels sealed
+    /// in its delivery, and the delivery log shows it `[redacted]`.
     #[serde(default)]
     pub reset_webhook: Option<String>,
 }
@@ -911,15 +953,23 @@ pub async fn get_settings(ctx: Ctx) -> Result<Reply, ApiError> {
         (status = 200, description = "Replaced.", body = Settings),
         (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 403, description = "The caller is a member: only an admin changes the portal's settings.", body = ErrorBody),
+        (status = 409, description = "A reset webhook while the dashboard has no `secret` to seal reset tokens with.", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn put_settings(ctx: Ctx) -> Result<Reply, ApiError> {
+    // Who sets the sign-up mode decides who gets in, and who names the reset webhook
+    // receives every developer's reset token.
+    ctx.caller
+        .require_admin_to("change the portal's settings")?;
     let input: Settings = ctx.json()?;
     let org = ctx.caller.org_id.clone();
     let reset_hook_id = match input.reset_webhook.as_deref() {
         None => None,
         Some(id) => {
+            // Tokens travel sealed in their deliveries, never readable in the log.
+            super::portal::sealer(&ctx)?;
             let hook = if id.contains('\0') {
                 None
             } else {

@@ -299,6 +299,7 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
         (status = 200, description = "Replaced.", body = Outcome),
         (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 403, description = "A member, and the webhook carries the portal's reset tokens: only an admin changes it.", body = ErrorBody),
         (status = 404, description = "No such webhook in the organisation.", body = ErrorBody),
         (status = 409, description = "The new webhook id is taken.", body = ErrorBody),
         (status = 413, description = "The body is too large.", body = ErrorBody),
@@ -309,6 +310,7 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: WebhookInput = ctx.json()?;
     let mut record = find(&ctx).await?;
+    super::developers::guard_reset_hook(&ctx, &record.id).await?;
     apply(input, &mut record, &ctx.caller.org_id)?;
     seal(&ctx, &mut record)?;
     record.updated_at = now();
@@ -331,12 +333,14 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     responses(
         (status = 200, description = "Deleted.", body = Outcome),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        (status = 403, description = "A member, and the webhook carries the portal's reset tokens: only an admin deletes it.", body = ErrorBody),
         (status = 404, description = "No such webhook in the organisation.", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
     let record = find(&ctx).await?;
+    super::developers::guard_reset_hook(&ctx, &record.id).await?;
     if !ctx
         .state
         .store

@@ -214,7 +214,8 @@ mod tests {
             "openapi": "3.0.3",
             "info": {"title": "t", "version": "1"},
             "paths": {},
-            "x-sluice-api-gateway": {"upstream": {"url": "http://127.0.0.1:9"}}
+            // A documentation address: posted upstreams may not be on loopback.
+            "x-sluice-api-gateway": {"upstream": {"url": "http://203.0.113.9"}}
         });
         let resp = reqwest::Client::new()
             .post(format!("http://{address}/api/apis/oas"))

@@ -988,6 +988,7 @@ pub(super) fn subscription_delivery(
         url: s.url.clone(),
         headers: json!({"content-type": "application/json"}).to_string(),
         body,
+        body_sealed: None,
         secret_sealed: Some(s.secret_sealed.clone()),
         status: PENDING.into(),
         attempts: 0,

@@ -179,6 +179,9 @@ impl Default for StoreConfig {
     }
 }
 
+/// Where the gateway's limits live in Redis when `redis.prefix` is not set.
+pub const LIMIT_KEY_PREFIX: &str = "sluice:";
+
 #[derive(Debug, Clone, Deserialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
@@ -218,6 +221,9 @@ pub struct StreamingConfig {
     /// Bytes of messages one organisation's streams may hold in flight, together; a read
     /// past it waits until earlier messages are delivered.
     pub org_max_inflight_bytes: usize,
+    /// Cores one organisation's posted streams may use, together (`0.5`: half a core):
+    /// past it their tasks wait until their share allows them to run again.
+    pub org_cpu_share: f64,
     /// Failed connection attempts in a row after which an input of a posted stream gives
     /// up and its stream stops (reported in `/sluice/apis` as `failed_streams`).
     pub max_connect_failures: u32,
@@ -235,6 +241,7 @@ impl Default for StreamingConfig {
             client_idle_timeout: Duration::from_secs(60),
             org_max_client_streams: 200,
             org_max_inflight_bytes: 256 * 1024 * 1024,
+            org_cpu_share: 1.0,
             max_connect_failures: 10,
             egress: Default::default(),
         }
@@ -366,6 +373,7 @@ const OVERRIDABLE: Overridable = Overridable {
                 "client_idle_timeout",
                 "org_max_client_streams",
                 "org_max_inflight_bytes",
+                "org_cpu_share",
                 "max_connect_failures",
             ],
         ),
@@ -406,6 +414,14 @@ const OVERRIDABLE: Overridable = Overridable {
 };
 
 impl GatewayConfig {
+    /// The names posted streams may not use: the cluster bus's subjects, stream and keys,
+    /// and the keys under which the gateway keeps its shared limits in Redis.
+    pub fn reserved_names(&self) -> crate::reserved::ReservedNames {
+        let mut names = self.cluster.bus.reserved();
+        names.add_key_prefix(self.redis.prefix.as_deref().unwrap_or(LIMIT_KEY_PREFIX));
+        names
+    }
+
     fn check(&self, doc: &yaml::Document) -> Result<(), ConfigErrors> {
         let mut errors = Vec::new();
         let at = |path: &str| doc.location(path, doc.locate(path));
@@ -482,6 +498,16 @@ impl GatewayConfig {
                 let path = format!("streaming.egress.allow[{i}]");
                 errors.push(ConfigError::new(e.to_string()).at(at(&path)));
             }
+        }
+        let share = self.streaming.org_cpu_share;
+        let most = crate::component::cpu::MAX_CORES;
+        if !(share > 0.0 && share <= most) {
+            errors.push(
+                ConfigError::new(format!(
+                    "must be a number of cores above 0 and at most {most} (0.5 is half a core)"
+                ))
+                .at(at("streaming.org_cpu_share")),
+            );
         }
         if self.apps.poll_interval.is_zero() {
             errors.push(ConfigError::new("must be above zero").at(at("apps.poll_interval")));
@@ -565,6 +591,48 @@ mod tests {
         assert!(e.to_string().contains("cert_file"), "{e}");
         let e = parse("gw.yaml", "redis:\n  url: http://x\n", &[]).unwrap_err();
         assert!(e.to_string().contains("gw.yaml:2:"), "{e}");
+    }
+
+    #[test]
+    fn the_cpu_share_comes_from_the_file_or_the_environment_and_must_be_above_zero() {
+        assert_eq!(
+            parse("gw.yaml", "", &[]).unwrap().streaming.org_cpu_share,
+            1.0
+        );
+        let c = parse("gw.yaml", "streaming:\n  org_cpu_share: 0.25\n", &[]).unwrap();
+        assert_eq!(c.streaming.org_cpu_share, 0.25);
+        let c = parse(
+            "gw.yaml",
+            "",
+            &env(&[("SLUICE_GW_STREAMING_ORG_CPU_SHARE", "2")]),
+        )
+        .unwrap();
+        assert_eq!(c.streaming.org_cpu_share, 2.0);
+        for bad in ["0", "-1", "1e9"] {
+            let e = parse(
+                "gw.yaml",
+                &format!("streaming:\n  org_cpu_share: {bad}\n"),
+                &[],
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains("gw.yaml:2:") && e.contains("org_cpu_share") && e.contains("above 0"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_limit_keys_and_the_bus_are_reserved() {
+        let mut c = GatewayConfig::default();
+        let names = c.reserved_names();
+        assert!(names.check_key("sluice:rate:api:x:rate").is_err());
+        assert!(names.check_channel("sluice:*", true).is_err());
+        assert!(names.check_key("orders").is_ok());
+        c.redis.prefix = Some("limits/".into());
+        let names = c.reserved_names();
+        assert!(names.check_key("limits/quota:k").is_err());
     }
 
     #[test]

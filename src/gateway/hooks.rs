@@ -415,6 +415,7 @@ fn hook_delivery(
         url,
         headers,
         body,
+        body_sealed: None,
         secret_sealed: None,
         status: if failed.is_some() { DEAD } else { PENDING }.into(),
         attempts: 0,

@@ -117,7 +117,7 @@ impl Gateway {
                     .redis
                     .prefix
                     .clone()
-                    .unwrap_or_else(|| "sluice:".into());
+                    .unwrap_or_else(|| config::LIMIT_KEY_PREFIX.into());
                 Limiter::redis(url, &prefix).await?
             }
             None => Limiter::local(),
@@ -143,10 +143,15 @@ impl Gateway {
             crate::egress::EgressPolicy::new(&config.streaming.egress)
                 .unwrap_or_default()
                 .with_own_listener(address)
-                .with_own_listener(control_address),
+                .with_own_listener(control_address)
+                .with_reserved(&config.reserved_names()),
         );
         let node = streams::cluster::node_id(config.cluster.node_id.as_deref(), config.listen.port);
-        let bus = config.cluster.bus.build(&node).map_err(StartError::Bus)?;
+        let bus = config
+            .cluster
+            .bus
+            .build(&node, config.secret.as_deref())
+            .map_err(StartError::Bus)?;
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
@@ -177,6 +182,7 @@ impl Gateway {
                     client_idle_timeout: config.streaming.client_idle_timeout.0,
                     org_max_client_streams: config.streaming.org_max_client_streams,
                     org_max_inflight_bytes: config.streaming.org_max_inflight_bytes,
+                    org_cpu_share: config.streaming.org_cpu_share,
                     max_connect_failures: config.streaming.max_connect_failures.max(1),
                     egress,
                     node,

@@ -133,6 +133,12 @@ impl Proxy {
                     debug!(error = %e, api = %api.id, "Upstream connect failed.");
                     return Err(ProxyError::Connect);
                 }
+                Ok(Err(e @ ClientError::Refused(_))) => {
+                    // The organisation's own setting: the operator may want to know, the
+                    // caller learns only that the upstream cannot be reached.
+                    tracing::warn!(error = %e, api = %api.id, "Upstream refused by the egress policy.");
+                    return Err(ProxyError::Connect);
+                }
                 Ok(Err(ClientError::RequestBody(e))) => return Err(ProxyError::RequestBody(e)),
                 Ok(Err(e)) => return Err(ProxyError::Upstream(e)),
                 Ok(Ok(answer)) => answer,

@@ -64,6 +64,7 @@ impl BuildInput for NatsInputConfig {
         if self.subject.is_empty() {
             return Err(cx.error("`subject` is empty"));
         }
+        cx.refuse_reserved("subject", |r| r.check_subject(&self.subject))?;
         if self.max_batch == 0 {
             return Err(cx.error("`max_batch` must be at least 1"));
         }

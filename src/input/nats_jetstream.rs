@@ -110,6 +110,10 @@ impl BuildInput for NatsJetStreamInputConfig {
         if self.stream.is_empty() {
             return Err(cx.error("`stream` is empty"));
         }
+        cx.refuse_reserved("stream", |r| r.check_stream(&self.stream))?;
+        if let Some(subject) = &self.subject {
+            cx.refuse_reserved("subject", |r| r.check_subject(subject))?;
+        }
         if self.max_batch == 0 || self.max_ack_pending <= 0 {
             return Err(cx.error("`max_batch` and `max_ack_pending` must be at least 1"));
         }

@@ -50,6 +50,11 @@ impl BuildInput for RedisPubSubInputConfig {
         if self.channels.is_empty() || self.channels.iter().any(String::is_empty) {
             return Err(cx.error("`channels` must list at least one channel"));
         }
+        for (i, channel) in self.channels.iter().enumerate() {
+            cx.refuse_reserved(&format!("channels[{i}]"), |r| {
+                r.check_channel(channel, self.use_patterns)
+            })?;
+        }
         Ok(InputBuild::Leaf(Box::new(RedisPubSubInput {
             config: self.clone(),
             egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,

@@ -103,6 +103,9 @@ impl BuildInput for RedisStreamsInputConfig {
         if self.streams.is_empty() || self.streams.iter().any(String::is_empty) {
             return Err(cx.error("`streams` must list at least one key"));
         }
+        for (i, key) in self.streams.iter().enumerate() {
+            cx.refuse_reserved(&format!("streams[{i}]"), |r| r.check_key(key))?;
+        }
         if self.consumer_group.is_empty() || self.client_id.is_empty() {
             return Err(cx.error("`consumer_group` and `client_id` must not be empty"));
         }

@@ -76,6 +76,13 @@ impl From<super::budget::OverBudget> for ExecError {
     }
 }
 
+impl From<super::budget::TooLarge> for ExecError {
+    #[cold]
+    fn from(e: super::budget::TooLarge) -> Self {
+        ExecError::new(e.to_string())
+    }
+}
+
 impl ExecError {
     pub fn new(msg: impl Into<String>) -> Self {
         ExecError { msg: msg.into() }
@@ -430,24 +437,36 @@ pub fn eval<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 MethodImpl::Lazy(f) => f(call, cx),
                 MethodImpl::Eager(f) => eval_eager(call, f, cx),
             }?;
-            within_depth(v, &call.text)
+            within_bounds(v, &call.text)
         }
         _ => eval_other(node, cx),
     }
 }
 
-/// Refuses a computed array or object that nests deeper than [`MAX_DEPTH`]. Every node
-/// that builds a container checks its result here, so no value in flight is ever more
-/// than a few levels past the limit (borrowed results are parts of values that were
-/// checked when they were built).
+/// Refuses a computed array or object that nests deeper than [`MAX_DEPTH`] and, in a
+/// tenant's run, a computed value larger than the budget's value cap. Every node that
+/// builds a value (methods, functions, literals; `+` checks before it builds) checks its
+/// result here, so no value in flight is ever more than a few levels past the depth
+/// limit, nor past the cap by more than one step's growth (borrowed results are parts of
+/// values that were checked when they were built).
 #[inline]
-fn within_depth<'a>(v: V<'a>, what: &str) -> Result<V<'a>, ExecError> {
+fn within_bounds<'a>(v: V<'a>, what: &str) -> Result<V<'a>, ExecError> {
     match &v {
         V::Own(c @ (Value::Array(_) | Value::Object(_))) if c.nesting_exceeds(MAX_DEPTH) => {
             Err(too_deep(what))
         }
+        V::Own(Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_)) => Ok(v),
+        V::Own(built) => match super::budget::check(built) {
+            Ok(()) => Ok(v),
+            Err(e) => Err(too_large(what, e)),
+        },
         _ => Ok(v),
     }
+}
+
+#[cold]
+fn too_large(what: &str, e: super::budget::TooLarge) -> ExecError {
+    ExecError::new(format!("{what}: {e}"))
 }
 
 #[cold]
@@ -555,16 +574,24 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
         },
         Node::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
+            // `[$a, $a, $a, ...]` copies a value per item: counted as it is built.
+            let mut meter = super::budget::Meter::new();
             for it in items {
                 match eval(it, cx)? {
                     V::Deleted | V::Nothing => {}
-                    v => out.push(v.into_owned()),
+                    v => {
+                        meter
+                            .add_value(v.get())
+                            .map_err(|e| too_large("array literal", e))?;
+                        out.push(v.into_owned());
+                    }
                 }
             }
-            within_depth(V::Own(Value::Array(out)), "array literal")
+            within_bounds(V::Own(Value::Array(out)), "array literal")
         }
         Node::Object(entries) => {
             let mut out = crate::value::Object::new();
+            let mut meter = super::budget::Meter::new();
             for (k, v) in entries {
                 let key = eval(k, cx)?;
                 let key = match key.get() {
@@ -579,11 +606,20 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                 match eval(v, cx)? {
                     V::Deleted | V::Nothing => {}
                     val => {
+                        let first = if out.is_empty() {
+                            crate::value::OBJECT
+                        } else {
+                            0
+                        };
+                        meter
+                            .add(crate::value::KEY.saturating_add(key.len()) + first)
+                            .and_then(|()| meter.add_value(val.get()))
+                            .map_err(|e| too_large("object literal", e))?;
                         out.insert(key, val.into_owned());
                     }
                 }
             }
-            within_depth(V::Own(Value::Object(out)), "object literal")
+            within_bounds(V::Own(Value::Object(out)), "object literal")
         }
         Node::Not(inner) => match eval(inner, cx)?.get() {
             Value::Bool(b) => Ok(V::Own(Value::Bool(!b))),
@@ -657,7 +693,7 @@ fn eval_other<'a>(node: &'a Node, cx: &Ctx<'a>) -> Result<V<'a>, ExecError> {
                     ExecError::new(format!("{}: {e}", call.text))
                 }
             })?;
-            within_depth(v, &call.text)
+            within_bounds(v, &call.text)
         }
         Node::Context(c) => {
             let recv = eval(&c.0, cx)?;
@@ -808,12 +844,14 @@ fn bin_err(b: &Bin, l: &Value, r: Option<&Value>) -> ExecError {
 pub const MAX_CONCAT: usize = 256 << 20;
 
 fn concat_fits(a: usize, b: usize) -> Result<(), Option<String>> {
-    if a.saturating_add(b) > MAX_CONCAT {
+    let len = a.saturating_add(b);
+    if len > MAX_CONCAT {
         return Err(Some(format!(
             "the result would be longer than {MAX_CONCAT} bytes"
         )));
     }
-    Ok(())
+    // A tenant's run is held to less, before the copy is made.
+    super::budget::fits(len.saturating_add(crate::value::NODE)).map_err(|e| Some(e.to_string()))
 }
 
 pub fn binary(op: BinOp, l: &Value, r: &Value) -> Result<Value, Option<String>> {
@@ -997,12 +1035,14 @@ pub fn run<'m>(
                 let v = fr
                     .eval_detached(prog, this, msg, value)
                     .map_err(|e| err(e.msg))?;
+                stored(&v).map_err(&err)?;
                 assign(&mut fr.root, target, v).map_err(err)?;
             }
             CStmt::Let { slot, value, line } => {
                 let v = fr
                     .eval_detached(prog, this, msg, value)
                     .map_err(|e| stmt_err(*line, "assignment")(e.msg))?;
+                stored(&v).map_err(stmt_err(*line, "assignment"))?;
                 match v {
                     V::Nothing => {}
                     V::Deleted => fr.vars[*slot] = None,
@@ -1014,6 +1054,7 @@ pub fn run<'m>(
                 let v = fr
                     .eval_detached(prog, this, msg, value)
                     .map_err(|e| err(e.msg))?;
+                stored(&v).map_err(&err)?;
                 match (key, v) {
                     (_, V::Nothing) => {}
                     (Some(k), V::Deleted) => {
@@ -1056,6 +1097,16 @@ pub fn run<'m>(
         }
     }
     Ok(())
+}
+
+/// Counts what an assignment stores against the run's budget: values built were held to
+/// the value cap when built, but a run that assigns copies of them again and again
+/// would fill memory within its time budget, so what it stores adds up.
+fn stored(v: &V<'_>) -> Result<(), String> {
+    match v {
+        V::Nothing | V::Deleted => Ok(()),
+        v => super::budget::store(v.get()).map_err(|e| e.to_string()),
+    }
 }
 
 /// Writes `v` at `path` under `root`, creating objects on the way.

@@ -12,6 +12,7 @@ pub fn decode_first(bytes: &[u8], exact_numbers: bool) -> Result<Value, String> 
         at: 0,
         exact_numbers,
         depth: 0,
+        meter: super::budget::Meter::new(),
     };
     r.skip_space();
     if r.at == bytes.len() {
@@ -25,6 +26,9 @@ struct Reader<'a> {
     at: usize,
     exact_numbers: bool,
     depth: usize,
+    /// In a tenant's run, what the values read take: text of a few megabytes can hold
+    /// millions of tiny values, each taking a value's room.
+    meter: super::budget::Meter,
 }
 
 /// A character as Go's scanner quotes it in an error: `'x'`, `'\n'`, `'\''`.
@@ -73,10 +77,15 @@ impl Reader<'_> {
     }
 
     fn value(&mut self) -> Result<Value, String> {
+        self.meter.add(crate::value::NODE)?;
         match self.peek() {
             Some(b'{') => self.object(),
             Some(b'[') => self.array(),
-            Some(b'"') => self.string().map(Value::String),
+            Some(b'"') => {
+                let s = self.string()?;
+                self.meter.add(s.len())?;
+                Ok(Value::String(s))
+            }
             Some(b't') => self.literal("true", Value::Bool(true)),
             Some(b'f') => self.literal("false", Value::Bool(false)),
             Some(b'n') => self.literal("null", Value::Null),
@@ -125,6 +134,10 @@ impl Reader<'_> {
                 return Err(self.invalid("looking for beginning of object key string"));
             }
             let key = self.string()?;
+            if out.is_empty() {
+                self.meter.add(crate::value::OBJECT)?;
+            }
+            self.meter.add_key(&key)?;
             self.skip_space();
             if self.peek() != Some(b':') {
                 return Err(self.invalid("after object key"));

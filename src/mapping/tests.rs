@@ -947,3 +947,159 @@ fn concatenation_stops_before_it_takes_the_hosts_memory() {
     assert!(err.contains("longer than 268435456 bytes"), "{err}");
     assert_eq!(ok(r#"root = ("ab" + "cd").length()"#, "{}"), "4");
 }
+
+/// Runs `src` as a tenant's mapping over `input`, with a deadline long enough that only
+/// the size bounds can stop it; how long it took.
+fn tenant(src: &str, input: &str) -> (Result<String, String>, std::time::Duration) {
+    let env = Env {
+        budget: Some(std::time::Duration::from_secs(60)),
+        ..Env::default().sandboxed()
+    };
+    let m = Mapping::compile(src, &env).unwrap_or_else(|d| panic!("`{src}`: {d}"));
+    let batch = vec![Message::new(input.as_bytes().to_vec())];
+    let started = std::time::Instant::now();
+    let out = match m.apply(&batch, 0) {
+        Ok(Some(out)) => Ok(String::from_utf8_lossy(out.payload()).into_owned()),
+        Ok(None) => Ok("<deleted>".into()),
+        Err(e) => Err(e.to_string()),
+    };
+    (out, started.elapsed())
+}
+
+/// `src` as a tenant's mapping fails, soon, for building a value past the cap.
+fn stopped_at_the_value_cap(src: &str, input: &str) -> String {
+    let (out, took) = tenant(src, input);
+    let e = out.expect_err(src);
+    assert!(
+        e.contains("the mapping built a value larger than 67108864 bytes"),
+        "`{src}`: {e}"
+    );
+    // Far below the deadline: the bound stopped it, not the clock.
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "`{src}` took {took:?}"
+    );
+    e
+}
+
+#[test]
+fn a_tenants_mapping_that_doubles_a_value_stops_at_the_value_cap() {
+    let s = r#"{"s":"ab\"<&"}"#;
+    // Each of these doubles its value per step: forty steps would ask for terabytes.
+    for src in [
+        "root = range(0, 40).fold(this.s, t -> t.tally + t.tally)",
+        "root = range(0, 40).fold([this.s], t -> t.tally.concat(t.tally))",
+        "root = range(0, 40).fold([this.s], t -> t.tally.append(t.tally, t.tally))",
+        "root = range(0, 40).fold(this.s, t -> [t.tally, t.tally])",
+        r#"root = range(0, 40).fold(this.s, t -> {"a": t.tally, "b": t.tally})"#,
+        r#"root = range(0, 40).fold({"a": this.s}, t -> t.tally.merge({"b": t.tally}))"#,
+        "root = range(0, 40).fold(this.s, t -> [t.tally, t.tally].join(\"\"))",
+        r#"root = range(0, 40).fold(this.s, t -> "%s%s".format(t.tally, t.tally))"#,
+        "root = range(0, 40).fold(this.s, t -> t.tally.format_json(no_indent: true).string())",
+        "root = range(0, 40).fold(this.s, t -> t.tally.quote())",
+        "root = range(0, 40).fold(this.s, t -> t.tally.replace_all(\"a\", t.tally))",
+        "root = range(0, 40).fold(this.s, t -> t.tally.re_replace_all(\"(?s)^.*$\", \"$0$0\"))",
+        "root = range(0, 40).fold([this.s], t -> t.tally.map_each(x -> [x, x]))",
+        "root = range(0, 40).fold(this.s.bytes(), t -> t.tally + t.tally)",
+        "root = range(0, 40).fold(this.s, t -> t.tally.escape_html().unescape_html() + t.tally)",
+    ] {
+        stopped_at_the_value_cap(src, s);
+    }
+}
+
+#[test]
+fn a_tenants_mapping_cannot_make_a_step_many_times_its_inputs() {
+    let s = r#"{"s":"ab,cd"}"#;
+    // One step whose result is the product of two sizes, or many small values made out
+    // of text (forty bytes each, for one byte of text): refused as it is built.
+    for src in [
+        // A megabyte delimiter between a hundred items.
+        r#"root = range(0, 100).map_each(i -> "x").join(this.s.repeat(250000))"#,
+        // Every character replaced by a megabyte.
+        r#"root = this.s.repeat(20).replace_all("", this.s.repeat(250000))"#,
+        r#"root = this.s.repeat(80).replace_many(["a", this.s.repeat(250000)])"#,
+        // Millions of one-character values.
+        r#"root = this.s.repeat(4000000).split("")"#,
+        r#"root = this.s.repeat(4000000).split(",")"#,
+        r#"root = this.s.repeat(4000000).bytes().split("")"#,
+        r#"root = this.s.repeat(4000000).unicode_segments("grapheme")"#,
+        r#"root = this.s.repeat(4000000).re_find_all(".")"#,
+        r#"root = ("[" + "0,".repeat(10000000) + "0]").parse_json()"#,
+        r#"root = ("[" + "0,".repeat(10000000) + "0]").parse_json(use_number: true)"#,
+        r#"root = ("[" + "0,".repeat(10000000) + "0]").parse_yaml()"#,
+        r#"root = "a,".repeat(10000000).parse_csv(parse_header_row: false)"#,
+        r#"root = "a&".repeat(10000000).parse_form_url_encoded()"#,
+        r#"root = "<a/>".repeat(5000000).parse_xml()"#,
+        // A megabyte document once per item.
+        r#"root = {"big": this.s.repeat(250000), "v": range(0, 100)}.explode("v")"#,
+        r#"root = range(0, 100).map_each(i -> this.s.repeat(250000))"#,
+        // Indentation of a megabyte on every line.
+        r#"root = range(0, 100).format_json(indent: this.s.repeat(250000))"#,
+        r#"root = {"r": {"a": range(0, 100)}}.format_xml(indent: this.s.repeat(250000))"#,
+        // Four copies of a large value in one literal.
+        r#"let big = this.s.repeat(4000000)
+root = [$big, $big, $big, $big]"#,
+        // Buffers sized by an argument.
+        "root = bytes(100000000)",
+    ] {
+        stopped_at_the_value_cap(src, s);
+    }
+    // A few kilobytes that inflate past the cap.
+    let (out, _) = tenant(
+        r#"let c = this.s.repeat(6000000).compress("gzip")
+root = ($c + $c + $c).decompress("gzip")"#,
+        s,
+    );
+    let e = out.unwrap_err();
+    assert!(e.contains("larger than 67108864 bytes"), "{e}");
+}
+
+#[test]
+fn a_tenants_run_stores_a_bounded_total() {
+    // Each value fits, but a run that keeps assigning copies would fill memory.
+    let src = r#"let big = this.s.repeat(4000000)
+root.a = $big
+root.b = $big
+root.c = $big
+root.d = $big
+root.e = $big
+root.f = $big
+root.g = $big"#;
+    let (out, _) = tenant(src, r#"{"s":"abcde"}"#);
+    let e = out.unwrap_err();
+    assert!(
+        e.contains("the mapping stored more than 134217728 bytes"),
+        "{e}"
+    );
+    let (out, _) = tenant(
+        r#"let big = this.s.repeat(4000000)
+root.a = $big
+meta b = $big"#,
+        r#"{"s":"abcde"}"#,
+    );
+    assert_eq!(out.unwrap().len(), 20_000_008);
+}
+
+#[test]
+fn within_the_cap_a_tenants_mapping_runs_as_the_operators_does() {
+    let input = r#"{"s":"ab,cd","doc":{"a":[1,{"b":"x"}],"c":"<y>"}}"#;
+    for src in [
+        "root = range(0, 16).fold(this.s, t -> t.tally + t.tally).length()",
+        r#"root = this.s.repeat(1000).split(",").length()"#,
+        r#"root = this.doc.collapse()"#,
+        r#"root = this.doc.format_json(indent: "  ").string().parse_json()"#,
+        r#"root = this.doc.a.map_each(x -> [x, x]).enumerated()"#,
+        r#"root = this.s.re_replace_all("(b)", "$1$1").replace_all(",", "--")"#,
+        r#"root = {"doc": this.doc, "v": [1, 2]}.explode("v")"#,
+        r#"root = this.doc.format_xml().string().parse_xml()"#,
+        "root = range(0, 1000000).length()",
+    ] {
+        let (got, _) = tenant(src, input);
+        assert_eq!(got, run(src, input), "`{src}`");
+    }
+    // The operator's mappings are not held to the tenant's cap.
+    let big = "root = range(0, 26).fold(this.s, t -> t.tally + t.tally).length()";
+    assert_eq!(ok(big, r#"{"s":"x"}"#), (1u64 << 26).to_string());
+    let (out, _) = tenant(big, r#"{"s":"x"}"#);
+    assert!(out.unwrap_err().contains("larger than 67108864 bytes"));
+}

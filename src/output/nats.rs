@@ -71,12 +71,18 @@ impl BuildOutput for NatsOutputConfig {
         )
         .map_err(|e| cx.error(e))?;
         let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
+        let subject = &self.subject;
+        cx.refuse_reserved("subject", |r| match subject.static_value() {
+            Some(s) => r.check_subject(s),
+            None => r.check_subject_template(subject.source()),
+        })?;
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(NatsOutput {
                 config: self.clone(),
                 name: cx.owner(),
                 egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
                 headers,
+                reserved: cx.reserved_per_message(subject),
                 client: RwLock::new(None),
             }),
             max_in_flight: self.max_in_flight,
@@ -91,6 +97,9 @@ pub struct NatsOutput {
     config: NatsOutputConfig,
     name: String,
     headers: MetadataFilter,
+    /// For a posted stream whose subject is made per message, the names each subject is
+    /// checked against before it is published to.
+    reserved: Option<crate::reserved::ReservedNames>,
     client: RwLock<Option<async_nats::Client>>,
 }
 
@@ -122,6 +131,13 @@ impl Output for NatsOutput {
             ConnectorError::not_connected(format!("publish failed: {e}"))
         };
         let subjects = self.config.subject.fields(batch, "subject")?;
+        if let Some(reserved) = &self.reserved {
+            for subject in &subjects {
+                reserved
+                    .check_subject(subject)
+                    .map_err(|e| ConnectorError::rejected(format!("`subject`: {e}")))?;
+            }
+        }
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             match meta_to_headers(&self.headers, msg) {
@@ -142,5 +158,78 @@ impl Output for NatsOutput {
         if let Some(client) = self.client.write().await.take() {
             let _ = client.flush().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::Message;
+
+    /// A posted stream's context, whose policy lets it reach the NATS server on loopback.
+    fn posted() -> BuildContext {
+        let mut cx = BuildContext::new("t", Default::default(), Default::default());
+        let policy = crate::egress::EgressPolicy::new(&crate::egress::EgressConfig {
+            allow: vec!["127.0.0.1".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        cx.egress = Some(std::sync::Arc::new(policy));
+        cx.path = "output.nats".into();
+        cx
+    }
+
+    fn output(subject: &str, cx: &BuildContext) -> Result<Box<dyn Output>, BuildError> {
+        let config: NatsOutputConfig = serde_yaml::from_str(&format!(
+            "{{urls: ['nats://127.0.0.1:4222'], subject: '{subject}'}}"
+        ))
+        .unwrap();
+        match config.build(cx)? {
+            OutputBuild::Writer(w) => Ok(w.output),
+            OutputBuild::Router(..) => unreachable!("nats is a writer"),
+        }
+    }
+
+    #[test]
+    fn a_posted_stream_s_subject_may_not_be_the_bus_s() {
+        let e = output("sluice.bus.x", &posted()).err().unwrap();
+        assert_eq!(e.path, "output.nats.subject");
+        let e = output("sluice.bus.${! meta(\"t\") }", &posted())
+            .err()
+            .unwrap();
+        assert_eq!(e.path, "output.nats.subject");
+        // The operator's own streams name what they like.
+        let own = BuildContext::new("t", Default::default(), Default::default());
+        assert!(output("sluice.bus.x", &own).is_ok());
+    }
+
+    // Against the machine's NATS: a subject made per message is checked before it is
+    // published to, and the batch is refused without anything sent.
+    #[tokio::test]
+    async fn a_subject_made_per_message_is_checked_each_time() {
+        let out = output("${! meta(\"to\") }", &posted()).unwrap();
+        out.connect().await.unwrap();
+        let client = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+        let mut bus = client.subscribe("sluice.bus.>").await.unwrap();
+        client.flush().await.unwrap();
+        let own = format!("own_{}", std::process::id());
+        let batch = vec![
+            Message::new("ok").with_meta("to", own.as_str()),
+            Message::new("forged").with_meta("to", "sluice.bus.0a1b"),
+        ];
+        let e = out.write(&batch).await.unwrap_err();
+        assert_eq!(e.kind, crate::component::ErrorKind::Rejected, "{e}");
+        assert!(e.to_string().contains("cluster bus"), "{e}");
+        out.write(&vec![Message::new("ok").with_meta("to", own.as_str())])
+            .await
+            .unwrap();
+        // What the output sent was flushed before `write` returned: a marker published
+        // after it is the first thing on the bus's subjects only if nothing else was.
+        client
+            .publish("sluice.bus.marker", "marker".into())
+            .await
+            .unwrap();
+        let first = futures::StreamExt::next(&mut bus).await.unwrap();
+        assert_eq!(first.payload.as_ref(), b"marker");
     }
 }

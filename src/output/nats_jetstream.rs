@@ -68,12 +68,18 @@ impl BuildOutput for NatsJetStreamOutputConfig {
         )
         .map_err(|e| cx.error(e))?;
         let headers = self.metadata.compile().map_err(|e| cx.error(e))?;
+        let subject = &self.subject;
+        cx.refuse_reserved("subject", |r| match subject.static_value() {
+            Some(s) => r.check_subject(s),
+            None => r.check_subject_template(subject.source()),
+        })?;
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(JetStreamOutput {
                 config: self.clone(),
                 name: cx.owner(),
                 egress: cx.egress_addresses(&crate::connect::split_addresses(&self.urls), 4222)?,
                 headers,
+                reserved: cx.reserved_per_message(subject),
                 js: RwLock::new(None),
             }),
             max_in_flight: self.max_in_flight,
@@ -88,6 +94,9 @@ pub struct JetStreamOutput {
     config: NatsJetStreamOutputConfig,
     name: String,
     headers: MetadataFilter,
+    /// For a posted stream whose subject is made per message, the names each subject is
+    /// checked against before it is published to.
+    reserved: Option<crate::reserved::ReservedNames>,
     js: RwLock<Option<(async_nats::Client, async_nats::jetstream::Context)>>,
 }
 
@@ -123,6 +132,13 @@ impl Output for JetStreamOutput {
         // Publish the whole batch first, then wait for the acks: one round-trip, not n.
         let mut acks = Vec::with_capacity(batch.len());
         let subjects = self.config.subject.fields(batch, "subject")?;
+        if let Some(reserved) = &self.reserved {
+            for subject in &subjects {
+                reserved
+                    .check_subject(subject)
+                    .map_err(|e| ConnectorError::rejected(format!("`subject`: {e}")))?;
+            }
+        }
         for (msg, subject) in batch.iter().zip(subjects) {
             let payload = msg.payload().clone();
             let ack = match meta_to_headers(&self.headers, msg) {

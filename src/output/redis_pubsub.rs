@@ -61,10 +61,14 @@ impl BuildOutput for RedisPubSubOutputConfig {
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }
+        if let Some(channel) = self.channel.static_value() {
+            cx.refuse_reserved("channel", |r| r.check_channel(channel, false))?;
+        }
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(RedisPubSubOutput {
                 config: self.clone(),
                 egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
+                reserved: cx.reserved_per_message(&self.channel),
                 conn: RwLock::new(None),
             }),
             max_in_flight: self.max_in_flight,
@@ -77,6 +81,9 @@ pub struct RedisPubSubOutput {
     /// Where a posted stream may connect, checked before connecting.
     egress: crate::egress::Egress,
     config: RedisPubSubOutputConfig,
+    /// For a posted stream whose channel is made per message, the names each channel is
+    /// checked against before it is published to.
+    reserved: Option<crate::reserved::ReservedNames>,
     conn: RwLock<Option<MultiplexedConnection>>,
 }
 
@@ -96,8 +103,14 @@ impl Output for RedisPubSubOutput {
         };
         let mut pipe = redis::pipe();
         for (i, msg) in batch.iter().enumerate() {
+            let channel = self.config.channel.field(batch, i, "channel")?;
+            if let Some(reserved) = &self.reserved {
+                reserved
+                    .check_channel(&channel, false)
+                    .map_err(|e| ConnectorError::rejected(format!("`channel`: {e}")))?;
+            }
             pipe.cmd("PUBLISH")
-                .arg(self.config.channel.field(batch, i, "channel")?)
+                .arg(channel)
                 .arg(&msg.payload()[..])
                 .ignore();
         }

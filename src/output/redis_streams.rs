@@ -75,11 +75,17 @@ impl BuildOutput for RedisStreamsOutputConfig {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }
         let fields = self.metadata.compile().map_err(|e| cx.error(e))?;
+        let stream = &self.stream;
+        cx.refuse_reserved("stream", |r| match stream.static_value() {
+            Some(s) => r.check_key(s),
+            None => r.check_key_template(stream.source()),
+        })?;
         Ok(OutputBuild::Writer(Writer {
             output: Box::new(RedisStreamsOutput {
                 config: self.clone(),
                 egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
                 fields,
+                reserved: cx.reserved_per_message(stream),
                 conn: RwLock::new(None),
             }),
             max_in_flight: self.max_in_flight,
@@ -93,6 +99,9 @@ pub struct RedisStreamsOutput {
     egress: crate::egress::Egress,
     config: RedisStreamsOutputConfig,
     fields: MetadataFilter,
+    /// For a posted stream whose stream key is made per message, the names each key is
+    /// checked against before it is written to.
+    reserved: Option<crate::reserved::ReservedNames>,
     conn: RwLock<Option<MultiplexedConnection>>,
 }
 
@@ -114,6 +123,11 @@ impl Output for RedisStreamsOutput {
         let mut pipe = redis::pipe();
         for (i, msg) in batch.iter().enumerate() {
             let stream = c.stream.field(batch, i, "stream")?;
+            if let Some(reserved) = &self.reserved {
+                reserved
+                    .check_key(&stream)
+                    .map_err(|e| ConnectorError::rejected(format!("`stream`: {e}")))?;
+            }
             let cmd = pipe.cmd("XADD").arg(stream);
             if c.max_length > 0 {
                 cmd.arg("MAXLEN").arg("~").arg(c.max_length);

@@ -1,5 +1,8 @@
 //! `retry`: sends each batch to its output again, with backoff, until it is confirmed or
-//! `max_retries` is used up. One batch at a time, so the order of messages is kept.
+//! `max_retries` is used up. One batch at a time, so the order of messages is kept. In
+//! streams posted by organisations, `max_retries: 0` is the most allowed (100), not "for
+//! ever": a batch still undelivered then fails back to its input, which sends it again
+//! or nacks it as it does any failure.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -20,7 +23,8 @@ use crate::message::{Outcome, Transaction};
 pub struct RetryConfig {
     /// The output to retry.
     pub output: Box<OutputConfig>,
-    /// Attempts after the first; 0 retries until it works.
+    /// Attempts after the first; 0 retries until it works (in streams posted by
+    /// organisations, 100 times).
     #[serde(default)]
     pub max_retries: u32,
     /// Waits between attempts.
@@ -41,10 +45,14 @@ impl Spec for RetryConfig {
 }
 
 impl BuildOutput for RetryConfig {
-    fn build(&self, _cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+    fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        let max_retries = match self.max_retries {
+            0 if cx.egress.is_some() => crate::processor::retry::MAX_RETRIES,
+            n => n,
+        };
         Ok(OutputBuild::Router(
             Box::new(Retry {
-                max_retries: self.max_retries,
+                max_retries,
                 backoff: self.backoff.clone(),
             }),
             vec![("output".to_owned(), (*self.output).clone())],
@@ -112,6 +120,42 @@ mod tests {
         rx.recv().await.unwrap().ack.resolve(Outcome::errored("2"));
         rx.recv().await.unwrap().ack.resolve(Outcome::Delivered);
         assert_eq!(done.await.unwrap(), Outcome::Delivered);
+    }
+
+    #[tokio::test]
+    async fn in_a_posted_stream_retries_without_a_limit_end_at_the_cap() {
+        let cfg: RetryConfig = serde_yaml::from_str(
+            "output: {drop: {}}\nbackoff: {initial_interval: 0s, max_interval: 0s, max_elapsed_time: 0s}\n",
+        )
+        .unwrap();
+        let policy = crate::egress::EgressPolicy::new(&Default::default()).unwrap();
+        let cx = BuildContext::new("t", crate::http::Routes::new(), Default::default())
+            .with_egress(Some(std::sync::Arc::new(policy)));
+        let Ok(OutputBuild::Router(mut r, _)) = cfg.build(&cx) else {
+            panic!("retry is a router");
+        };
+        let (tx, mut rx) = mpsc::channel(1);
+        let (ack, mut done) = Ack::channel();
+        tokio::spawn(async move {
+            r.route(Transaction::new(vec![Message::new("x")], ack), &[tx])
+                .await
+        });
+        let mut attempts = 0;
+        let deadline = tokio::time::sleep(std::time::Duration::from_secs(60));
+        tokio::pin!(deadline);
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                outcome = &mut done => break outcome.unwrap(),
+                () = &mut deadline => panic!("still retrying after {attempts} attempts"),
+                Some(t) = rx.recv() => {
+                    attempts += 1;
+                    t.ack.resolve(Outcome::errored("down"));
+                }
+            }
+        };
+        assert_eq!(outcome, Outcome::errored("down"));
+        assert_eq!(attempts, 101);
     }
 
     #[tokio::test]

@@ -80,7 +80,9 @@ pub(crate) async fn run_off_serving_threads(
         return run(mapping, batch);
     }
     let mapping = mapping.clone();
-    match tokio::task::spawn_blocking(move || run(&mapping, batch)).await {
+    // Its time counts against the stream's CPU share, as the stream's own tasks' does.
+    let work = crate::component::cpu::charged(move || run(&mapping, batch));
+    match tokio::task::spawn_blocking(work).await {
         Ok(out) => out,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Only when the runtime shuts down, with nothing left to deliver to.

@@ -1,7 +1,8 @@
 //! `retry`: runs its processors on each message and, while any result is marked with
 //! an error, runs them again on the message as it first came in, after a growing
-//! backoff, until they succeed, `max_retries` is used up (0: no limit) or
-//! `backoff.max_elapsed_time` has passed. Then the results pass on as they are (errors
+//! backoff, until they succeed, `max_retries` is used up (0: no limit, except in
+//! streams posted by organisations, where 0 is [`MAX_RETRIES`]) or
+//! `backoff.max_elapsed_time` has passed (0s: never). Then the results pass on as they are (errors
 //! included, for `catch`). Errors a message carries on arrival are cleared first, so a
 //! failure from earlier does not loop forever. Each result gets `retry_count` metadata
 //! (the failed attempts, as Benthos counts them: `max_retries: 3` means at most
@@ -22,6 +23,11 @@ use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Processor};
 use crate::duration::Duration;
 use crate::message::{Batch, Message};
+
+/// The most failed attempts `max_retries` may allow, and those of a posted stream's
+/// `retry` that gives none: with `max_elapsed_time: 0s` and waits of 0s, nothing else
+/// would end the loop.
+pub const MAX_RETRIES: u32 = 100;
 
 /// The waits between attempts.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -56,7 +62,8 @@ pub struct RetryConfig {
     /// Retry the messages of a batch all at once rather than one after another.
     #[serde(default)]
     pub parallel: bool,
-    /// Most failed attempts per message before giving up (0: until `max_elapsed_time`).
+    /// Most failed attempts per message before giving up (0: until `max_elapsed_time`;
+    /// in streams posted by organisations, at most 100).
     #[serde(default)]
     pub max_retries: u32,
 }
@@ -91,7 +98,11 @@ impl BuildProcessor for RetryConfig {
                 max_interval: b.max_interval,
                 max_elapsed_time: b.max_elapsed_time,
             },
-            max_retries: self.max_retries,
+            // A posted stream's retries end: 0 there is the most allowed, not "for ever".
+            max_retries: match self.max_retries {
+                0 if cx.egress.is_some() => MAX_RETRIES,
+                n => n,
+            },
             parallel: self.parallel,
             chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
             shutdown: cx.shutdown.clone(),
@@ -232,6 +243,22 @@ mod tests {
             "{:?} vs {serial_time:?}",
             start.elapsed()
         );
+    }
+
+    #[tokio::test]
+    async fn in_a_posted_stream_retries_without_a_limit_end_at_the_cap() {
+        // No attempt limit, no time limit and no waits: only the cap ends it.
+        let yaml = "backoff: {initial_interval: 0s, max_interval: 0s, max_elapsed_time: 0s}\nprocessors:\n  - mapping: 'root = throw(\"never\")'\n";
+        let cfg: RetryConfig = serde_yaml::from_str(yaml).unwrap();
+        let policy = crate::egress::EgressPolicy::new(&Default::default()).unwrap();
+        let posted = crate::processor::chain::test_support::cx()
+            .with_egress(Some(std::sync::Arc::new(policy)));
+        let p = cfg.build(&posted).unwrap();
+        let out = tokio::time::timeout(StdDuration::from_secs(60), p.process(batch(&["{}"])))
+            .await
+            .expect("the retries ended at their cap");
+        assert!(out[0][0].error().unwrap().contains("never"));
+        assert_eq!(out[0][0].meta_str("retry_count").as_deref(), Some("100"));
     }
 
     #[test]

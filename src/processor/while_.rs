@@ -1,8 +1,11 @@
 //! `while`: runs its processors over a batch again and again for as long as `check`
 //! passes against the batch's first message. With `at_least_once` they run once before
-//! the first check; `max_loops` caps the rounds (0: no cap). When a round leaves
-//! several batches, the check reads the first; when it leaves none, the loop ends. A
-//! check that fails (not a bool) marks the messages it read and ends the loop.
+//! the first check; `max_loops` caps the rounds of each batch (0: no cap, except in
+//! streams posted by organisations, where 0 is [`MAX_LOOPS`]: what a message says,
+//! such as a `limit` field an anonymous caller sent, cannot make the loop endless).
+//! When a round leaves several batches, the check reads the first; when it leaves none,
+//! the loop ends. A check that fails (not a bool) marks the messages it read and ends
+//! the loop.
 
 use async_trait::async_trait;
 use schemars::JsonSchema;
@@ -16,13 +19,17 @@ use crate::config::MappingText;
 use crate::mapping::Mapping;
 use crate::message::Batch;
 
+/// The most rounds `max_loops` may ask for, and the rounds of a posted stream's `while`
+/// that gives none.
+pub const MAX_LOOPS: usize = 100_000;
+
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WhileConfig {
     /// Run the processors once before the first check, like do-while.
     #[serde(default)]
     pub at_least_once: bool,
-    /// Most rounds per batch (0: no limit).
+    /// Most rounds per batch (0: no limit; in streams posted by organisations, 100000).
     #[serde(default)]
     pub max_loops: usize,
     /// A mapping giving a bool, read against the first message of the batch.
@@ -46,9 +53,14 @@ impl Spec for WhileConfig {
 
 impl BuildProcessor for WhileConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
+        // A posted stream's loops end: 0 there is the most allowed, not "for ever".
+        let max_loops = match self.max_loops {
+            0 if cx.egress.is_some() => MAX_LOOPS,
+            n => n,
+        };
         Ok(Box::new(While {
             at_least_once: self.at_least_once,
-            max_loops: self.max_loops,
+            max_loops,
             check: self.check.mapping().clone(),
             chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
         }))
@@ -148,6 +160,46 @@ mod tests {
         let bad = build::<WhileConfig>("check: 'this'\nprocessors:\n  - noop: {}\n");
         let out = bad.process(batch(&["\"text\""])).await;
         assert!(out[0][0].error().unwrap().contains("bool"));
+    }
+
+    #[tokio::test]
+    async fn in_a_posted_stream_a_loop_without_max_loops_ends_at_the_cap() {
+        // The check reads a bound the message brings: an anonymous caller's `limit`.
+        let yaml =
+            "check: 'this.n < this.limit'\nprocessors:\n  - mutation: 'root.n = this.n + 1'\n";
+        let cfg: WhileConfig = serde_yaml::from_str(yaml).unwrap();
+        let policy = crate::egress::EgressPolicy::new(&Default::default()).unwrap();
+        let posted = crate::processor::chain::test_support::cx()
+            .with_egress(Some(std::sync::Arc::new(policy)));
+        let p = cfg.build(&posted).unwrap();
+        // A minute is far more than 100 000 rounds take, and far less than 10^9 do.
+        let capped = p.process(batch(&[
+            r#"{"n":0,"limit":1000000000}"#,
+            r#"{"n":7,"limit":0}"#,
+        ]));
+        let out = tokio::time::timeout(std::time::Duration::from_secs(60), capped)
+            .await
+            .expect("the loop ended at its cap");
+        // The cap holds per batch, and every message of the batch went round with it.
+        assert_eq!(
+            all_texts(&out),
+            vec![vec![
+                r#"{"limit":1000000000,"n":100000}"#,
+                r#"{"limit":0,"n":100007}"#
+            ]]
+        );
+        // A bound below the cap still ends the loop where the check says.
+        let out = p.process(batch(&[r#"{"n":0,"limit":3}"#])).await;
+        assert_eq!(all_texts(&out), vec![vec![r#"{"limit":3,"n":3}"#]]);
+        // The operator's own streams keep 0 as "no cap": the same config goes past it.
+        let own = build::<WhileConfig>(
+            "check: 'this.n < this.limit'\nprocessors:\n  - mutation: 'root.n = this.n + 1'\n",
+        );
+        let out = own.process(batch(&[r#"{"n":0,"limit":100005}"#])).await;
+        assert_eq!(
+            all_texts(&out),
+            vec![vec![r#"{"limit":100005,"n":100005}"#]]
+        );
     }
 
     #[test]

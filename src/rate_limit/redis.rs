@@ -56,6 +56,7 @@ impl BuildRateLimit for RedisRateLimitConfig {
         if self.key.is_empty() {
             return Err(cx.error("`key` must not be empty"));
         }
+        cx.refuse_reserved("key", |r| r.check_key(&self.key))?;
         if self.timeout.is_zero() {
             return Err(cx.error("`timeout` must be above zero"));
         }

@@ -25,7 +25,12 @@ pub struct DeliveryRecord {
     pub url: String,
     /// A JSON object of header names to values.
     pub headers: String,
+    /// The body as the delivery log shows it: the body sent, unless `body_sealed` is set.
     pub body: Vec<u8>,
+    /// The body sent, sealed, when it carries a secret of its own (a portal's
+    /// password-reset token): `body` then shows it with the secret redacted, so that no
+    /// reader of the log learns it.
+    pub body_sealed: Option<String>,
     /// The receiver's signing secret, sealed; unsigned deliveries have none.
     pub secret_sealed: Option<String>,
     /// `pending`, `delivered` or `dead`.
@@ -101,14 +106,14 @@ pub struct AttemptResult {
     pub then: AfterAttempt,
 }
 
-const COLUMNS: &str = "id, org_id, source, event, method, url, headers, body, secret_sealed, \
-     status, attempts, max_attempts, next_attempt_at, lease_until, last_status, last_error, \
+const COLUMNS: &str = "id, org_id, source, event, method, url, headers, body, body_sealed, \
+     secret_sealed, status, attempts, max_attempts, next_attempt_at, lease_until, last_status, last_error, \
      created_at, updated_at";
 
 const INSERT: &str = "INSERT INTO deliveries (id, org_id, source, event, method, url, headers, \
      body, secret_sealed, status, attempts, max_attempts, next_attempt_at, lease_until, \
-     last_error, created_at, updated_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, 0, $10, $11, 0, $13, $11, $11) \
+     last_error, created_at, updated_at, body_sealed) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $12, 0, $10, $11, 0, $13, $11, $11, $14) \
      ON CONFLICT (id) DO NOTHING";
 
 const INSERT_ATTEMPT: &str = "INSERT INTO delivery_attempts \
@@ -229,6 +234,7 @@ impl Store {
                     .bind(now_ms)
                     .bind(status)
                     .bind(last_error)
+                    .bind(d.body_sealed.as_deref())
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
@@ -262,8 +268,9 @@ impl Store {
     }
 
     /// Claims up to `limit` due deliveries for `lease_ms`, oldest due first. With
-    /// `signed: false` only deliveries without a signing secret or sealed headers are
-    /// taken (a worker that cannot open sealed secrets leaves them to one that can).
+    /// `signed: false` only deliveries without a signing secret, sealed headers or a
+    /// sealed body are taken (a worker that cannot open sealed secrets leaves them to one
+    /// that can).
     pub async fn claim_deliveries(
         &self,
         now_ms: i64,
@@ -275,7 +282,7 @@ impl Store {
         let unsigned_only = if signed {
             ""
         } else {
-            " AND secret_sealed IS NULL AND headers NOT LIKE 'v1:%'"
+            " AND secret_sealed IS NULL AND body_sealed IS NULL AND headers NOT LIKE 'v1:%'"
         };
         // The outer condition repeats the inner one: a row another worker claimed between
         // the two is re-checked and skipped. It is written `status || ''` so that SQLite
@@ -506,6 +513,7 @@ mod tests {
             url: "http://127.0.0.1:1/".into(),
             headers: "{}".into(),
             body: b"{}".to_vec(),
+            body_sealed: None,
             secret_sealed: None,
             status: PENDING.into(),
             attempts: 0,
@@ -632,6 +640,27 @@ mod tests {
         assert!(store.replay_delivery("o1", "d2", 3, 700).await.unwrap());
         let got = store.claim_deliveries(700, 1000, 10, true).await.unwrap();
         assert_eq!((got[0].id.as_str(), got[0].max_attempts), ("d2", 4));
+    }
+
+    #[tokio::test]
+    async fn a_sealed_body_is_kept_apart_and_left_to_a_worker_that_can_open_it() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut reset = delivery("r1", "o1");
+        reset.body = br#"{"token":"[redacted]"}"#.to_vec();
+        reset.body_sealed = Some("v1:sealed".into());
+        store
+            .enqueue_deliveries(&[reset.clone()], 1, QueueBounds::NONE)
+            .await
+            .unwrap();
+        assert!(store
+            .claim_deliveries(2, 1000, 10, false)
+            .await
+            .unwrap()
+            .is_empty());
+        let got = store.claim_deliveries(2, 1000, 10, true).await.unwrap();
+        assert_eq!(got[0].body_sealed.as_deref(), Some("v1:sealed"));
+        let (shown, _) = store.delivery("o1", "r1").await.unwrap().unwrap();
+        assert_eq!(shown.body, reset.body);
     }
 
     /// An organisation's bound alone.

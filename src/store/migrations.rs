@@ -46,6 +46,10 @@ pub(super) const SQLITE: &[Embedded] = &[
         "0007_delivery_retention.sql",
         include_str!("../../migrations/sqlite/0007_delivery_retention.sql"),
     ),
+    (
+        "0008_sealed_delivery_bodies.sql",
+        include_str!("../../migrations/sqlite/0008_sealed_delivery_bodies.sql"),
+    ),
 ];
 
 /// PostgreSQL migrations, oldest first.
@@ -77,6 +81,10 @@ pub(super) const POSTGRES: &[Embedded] = &[
     (
         "0007_delivery_retention.sql",
         include_str!("../../migrations/postgres/0007_delivery_retention.sql"),
+    ),
+    (
+        "0008_sealed_delivery_bodies.sql",
+        include_str!("../../migrations/postgres/0008_sealed_delivery_bodies.sql"),
     ),
 ];
 

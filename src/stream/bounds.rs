@@ -56,7 +56,11 @@ pub const BOUNDS: &[(&str, &str, Cap)] = &[
     ("redis_streams", "limit", Cap::Count(10_000)),
     ("amqp_1", "credit", Cap::Count(10_000)),
     ("nats_jetstream", "max_ack_pending", Cap::Count(100_000)),
-    ("while", "max_loops", Cap::Count(100_000)),
+    (
+        "while",
+        "max_loops",
+        Cap::Count(crate::processor::while_::MAX_LOOPS as u64),
+    ),
     // Caches and rate limits.
     (
         "memory",
@@ -82,7 +86,11 @@ pub const BOUNDS: &[(&str, &str, Cap)] = &[
     ("*", "rate_limit", Cap::Time(DAY)),
     ("sleep", "duration", Cap::Time(HOUR)),
     ("*", "retries", Cap::Count(100)),
-    ("*", "max_retries", Cap::Count(100)),
+    (
+        "*",
+        "max_retries",
+        Cap::Count(crate::processor::retry::MAX_RETRIES as u64),
+    ),
     ("*", "retry_period", Cap::Time(Duration::from_secs(10 * 60))),
     ("*", "max_retry_backoff", Cap::Time(HOUR)),
     (

@@ -31,6 +31,7 @@ pub use input::InFlight;
 pub use pipeline::{process_all, ProcessorNode};
 pub use readiness::Readiness;
 
+use crate::component::cpu::{CpuShare, Metered};
 use crate::component::resources::Resources;
 use crate::component::{BuildContext, BuildError, Kind};
 use crate::egress::{EgressPolicy, EgressTarget};
@@ -57,6 +58,40 @@ pub struct Stream {
     /// The labels naming the stream in its metrics.
     labels: Vec<(&'static str, String)>,
     cancel: CancellationToken,
+    /// The CPU share its tasks are held to, if any.
+    cpu: Option<Arc<CpuShare>>,
+    /// For a posted stream with traces on, its organisation's span budget.
+    spans: Option<Arc<crate::telemetry::SpanBudget>>,
+}
+
+/// The tasks of a stream, each held to the stream's CPU share when it has one.
+pub(crate) struct Tasks {
+    set: JoinSet<()>,
+    cpu: Option<Arc<CpuShare>>,
+    /// The span budget the tasks' spans are held to (a posted stream's).
+    spans: Option<Arc<crate::telemetry::SpanBudget>>,
+}
+
+impl Tasks {
+    fn new(cpu: Option<Arc<CpuShare>>) -> Self {
+        Tasks {
+            set: JoinSet::new(),
+            cpu,
+            spans: None,
+        }
+    }
+
+    pub(crate) fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let task = crate::telemetry::within(self.spans.clone(), task);
+        match &self.cpu {
+            Some(share) => {
+                self.set.spawn(Metered::new(task, share.clone()));
+            }
+            None => {
+                self.set.spawn(task);
+            }
+        }
+    }
 }
 
 enum OutputTree {
@@ -93,6 +128,8 @@ pub struct StreamEnv {
     pub health: Arc<health::Health>,
     /// The API and organisation, for streams a gateway runs for an API.
     pub owner: Option<Arc<crate::metrics::StreamOwner>>,
+    /// The CPU share the streams' tasks are held to (their organisation's), if any.
+    pub cpu: Option<Arc<CpuShare>>,
 }
 
 impl StreamEnv {
@@ -108,6 +145,7 @@ impl StreamEnv {
             bus: None,
             health: health::Health::global(),
             owner: None,
+            cpu: None,
         }
     }
 
@@ -137,6 +175,12 @@ impl StreamEnv {
     /// The same environment with its streams' reads held to `budget`.
     pub fn with_budget(mut self, budget: Option<Arc<budget::MemoryBudget>>) -> Self {
         self.budget = budget;
+        self
+    }
+
+    /// The same environment with its streams' tasks held to `share`.
+    pub fn with_cpu(mut self, share: Option<Arc<CpuShare>>) -> Self {
+        self.cpu = share;
         self
     }
 
@@ -252,6 +296,7 @@ impl Stream {
             // Nothing built here runs: its health is nobody's.
             health: Arc::default(),
             owner: None,
+            cpu: None,
         };
         Self::build_all(name, config, &env)
             .err()
@@ -278,6 +323,7 @@ impl Stream {
             bus: None,
             health: Arc::default(),
             owner: None,
+            cpu: None,
         };
         let cx = Self::context(name, &env);
         let errors = Self::build_in(name, config, &env, cx.clone())
@@ -344,6 +390,11 @@ impl Stream {
                 health: env.health.clone(),
                 labels: cx.stream_labels(),
                 cancel,
+                cpu: env.cpu.clone(),
+                // Posted streams only: the operator's own record every span.
+                spans: env.egress.as_ref().and_then(|_| {
+                    crate::telemetry::org_budget(env.owner.as_ref().map_or("", |o| &o.org_id))
+                }),
             }),
             _ => {
                 env.routes.unmount_owned_by(&format!("{name}/"));
@@ -377,7 +428,8 @@ impl Stream {
             self.readiness.ids(&format!("{}/", self.name)),
             self.labels.clone(),
         );
-        let mut tasks = JoinSet::new();
+        let mut tasks = Tasks::new(self.cpu.clone());
+        tasks.spans = self.spans.clone();
         let span = info_span!("stream", stream = %self.name);
         // Messages reach the one writer as the input read them: a failed write can hand
         // them back (see the input node).
@@ -434,7 +486,7 @@ impl Stream {
         active.set(1.0);
         RunningStream {
             name: self.name,
-            tasks,
+            tasks: tasks.set,
             inflight,
             cancel: self.cancel,
             health: self.health,
@@ -669,7 +721,7 @@ fn build_output(
 fn spawn_output(
     tree: OutputTree,
     rx: mpsc::Receiver<Transaction>,
-    tasks: &mut JoinSet<()>,
+    tasks: &mut Tasks,
     readiness: &Arc<Readiness>,
     capacity: usize,
     span: &tracing::Span,

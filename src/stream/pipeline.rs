@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tracing::{Instrument, Span};
 
 use crate::component::Processor;
@@ -70,7 +69,7 @@ pub fn spawn(
     rx: mpsc::Receiver<Transaction>,
     tx: mpsc::Sender<Transaction>,
     threads: usize,
-    tasks: &mut JoinSet<()>,
+    tasks: &mut super::Tasks,
     span: &Span,
 ) {
     if threads <= 1 {

@@ -173,6 +173,8 @@ fn stream(
         health: Default::default(),
         labels: vec![("stream", "t".to_owned())],
         cancel: CancellationToken::new(),
+        cpu: None,
+        spans: None,
     }
 }
 

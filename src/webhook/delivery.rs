@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::sign;
+use crate::connect::outbound::{Outbound, OutboundError, OutboundRequest, OutboundSettings};
 use crate::duration::Duration;
-use crate::egress::{Egress, EgressPolicy};
+use crate::egress::EgressPolicy;
 use crate::store::seal::Sealer;
 use crate::store::{AfterAttempt, AttemptRecord, AttemptResult, DeliveryRecord, Store};
 
@@ -127,10 +128,10 @@ pub enum DeliveryError {
 /// Sends the store's queued deliveries until stopped.
 pub struct Deliverer {
     store: Store,
-    client: reqwest::Client,
+    client: Outbound,
     /// For deliveries an organisation asked for (its webhooks, its APIs' handlers, the
-    /// portal's subscriptions): the egress policy of posted streams and its client.
-    posted: Option<(Egress, reqwest::Client)>,
+    /// portal's subscriptions): a client held to the egress policy of posted streams.
+    posted: Option<Outbound>,
     sealer: Option<Arc<Sealer>>,
     config: DeliveryConfig,
     wake: Arc<Notify>,
@@ -147,12 +148,7 @@ impl Deliverer {
         config: DeliveryConfig,
         sealer: Option<Sealer>,
     ) -> Result<Deliverer, DeliveryError> {
-        let client = reqwest::Client::builder()
-            .timeout(config.timeout.0)
-            // A redirect would resend the body elsewhere: the receiver's URL is the one
-            // configured.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
+        let client = Outbound::new(Self::settings(&config), None)
             .map_err(|e| DeliveryError::Client(e.to_string()))?;
         Ok(Deliverer {
             store,
@@ -168,28 +164,30 @@ impl Deliverer {
     /// (the egress policy of posted streams). The operator's deliveries (the handlers of
     /// API files with no organisation) go anywhere.
     pub fn with_egress(mut self, policy: Arc<EgressPolicy>) -> Result<Self, DeliveryError> {
-        let egress = Egress::new(Some(policy), Vec::new());
-        let mut builder = reqwest::Client::builder()
-            .timeout(self.config.timeout.0)
-            .redirect(reqwest::redirect::Policy::none());
-        if let Some(resolver) = egress.resolver() {
-            builder = builder.dns_resolver(resolver);
-        }
-        let client = builder
-            .build()
+        let client = Outbound::new(Self::settings(&self.config), Some(policy))
             .map_err(|e| DeliveryError::Client(e.to_string()))?;
-        self.posted = Some((egress, client));
+        self.posted = Some(client);
         Ok(self)
     }
 
-    /// The client a delivery goes out with, and the policy it is held to.
-    fn client_for(&self, d: &DeliveryRecord) -> (&reqwest::Client, Option<&Egress>) {
+    fn settings(config: &DeliveryConfig) -> OutboundSettings {
+        OutboundSettings {
+            timeout: config.timeout.0,
+            accept_invalid_certs: false,
+            // A redirect would resend the body elsewhere: the receiver's URL is the one
+            // configured.
+            max_redirects: 0,
+        }
+    }
+
+    /// The client a delivery goes out with.
+    fn client_for(&self, d: &DeliveryRecord) -> &Outbound {
         // Handlers of API files carry no organisation; everything else was asked for by
         // one (its webhooks, its posted APIs' handlers, its portal's subscribers).
         let operators = d.source.starts_with("handler:") && d.org_id.is_empty();
         match &self.posted {
-            Some((egress, client)) if !operators => (client, Some(egress)),
-            _ => (&self.client, None),
+            Some(client) if !operators => client,
+            _ => &self.client,
         }
     }
 
@@ -285,7 +283,7 @@ impl Deliverer {
         let attempt = d.attempts + 1;
         let at = now_ms();
         let started = Instant::now();
-        let (client, egress) = self.client_for(&d);
+        let client = self.client_for(&d);
         let dead = |why: String| {
             self.finish(
                 &d,
@@ -297,18 +295,8 @@ impl Deliverer {
                 AfterAttempt::Dead,
             )
         };
-        if let Some(egress) = egress {
-            let refused = match reqwest::Url::parse(&d.url) {
-                Ok(url) => egress.check_url(&url).await.err().map(|e| e.to_string()),
-                Err(e) => Some(format!("`{}` is not a URL: {e}", d.url)),
-            };
-            if let Some(why) = refused {
-                // Where it goes is refused: trying again will not help.
-                return dead(why);
-            }
-        }
-        let (status, error) = match self.request(&d, client) {
-            Ok(req) => match req.send().await {
+        let (status, error) = match self.request(&d) {
+            Ok(req) => match client.send(req).await {
                 Ok(resp) => {
                     let status = resp.status();
                     if status.is_success() {
@@ -322,6 +310,8 @@ impl Deliverer {
                         )
                     }
                 }
+                // Where it goes is refused: trying again will not help.
+                Err(OutboundError::Refused(e)) => return dead(e.to_string()),
                 Err(e) => (None, Some(describe(&e))),
             },
             // Nothing can be sent: trying again will not help.
@@ -382,11 +372,7 @@ impl Deliverer {
     /// The request of one attempt: the stored method, URL, headers and body, the
     /// idempotency key and event headers, and a fresh signature when the delivery is
     /// signed.
-    fn request(
-        &self,
-        d: &DeliveryRecord,
-        client: &reqwest::Client,
-    ) -> Result<reqwest::RequestBuilder, String> {
+    fn request(&self, d: &DeliveryRecord) -> Result<OutboundRequest, String> {
         let method = Method::from_bytes(d.method.as_bytes())
             .map_err(|_| format!("`{}` is not an HTTP method", d.method))?;
         let plain = super::sealed::open_delivery_headers(self.sealer.as_deref(), &d.headers)
@@ -411,6 +397,17 @@ impl Deliverer {
                 HeaderValue::from_static("application/json"),
             );
         }
+        // A body with a secret of its own (a reset token) is sent from its sealed copy;
+        // `body` is the log's, with the secret redacted.
+        let body = match &d.body_sealed {
+            Some(sealed) => self
+                .sealer
+                .as_ref()
+                .ok_or("no secret to open the sealed body with")?
+                .open(sealed)
+                .map_err(|_| "the sealed body cannot be opened with this secret".to_owned())?,
+            None => d.body.clone(),
+        };
         if let Some(sealed) = &d.secret_sealed {
             let sealer = self
                 .sealer
@@ -419,13 +416,17 @@ impl Deliverer {
             let secret = sealer
                 .open(sealed)
                 .map_err(|_| "the signing secret cannot be opened with this secret".to_owned())?;
-            let signature = sign::sign(&secret, now_ms() / 1000, &d.body);
+            let signature = sign::sign(&secret, now_ms() / 1000, &body);
             headers.insert(sign::SIGNATURE_HEADER, header(&signature)?);
         }
-        Ok(client
-            .request(method, &d.url)
-            .headers(headers)
-            .body(d.body.clone()))
+        let url =
+            reqwest::Url::parse(&d.url).map_err(|e| format!("`{}` is not a URL: {e}", d.url))?;
+        Ok(OutboundRequest {
+            method,
+            url,
+            headers,
+            body: Some(body.into()),
+        })
     }
 }
 
@@ -437,16 +438,14 @@ fn retried_client_error(status: StatusCode) -> bool {
     )
 }
 
-fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        "timed out".into()
-    } else if e.is_connect() {
-        format!(
+fn describe(e: &OutboundError) -> String {
+    match e {
+        OutboundError::Http(e) if e.is_timeout() => "timed out".into(),
+        OutboundError::Http(e) if e.is_connect() => format!(
             "cannot connect: {}",
             std::error::Error::source(e).map_or_else(|| e.to_string(), |s| s.to_string())
-        )
-    } else {
-        e.to_string()
+        ),
+        e => e.to_string(),
     }
 }
 

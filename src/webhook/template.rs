@@ -9,7 +9,8 @@ use std::path::{Component, Path, PathBuf};
 
 use minijinja::machinery::ast::{BinOpKind, CallArg, Expr, Stmt};
 use minijinja::machinery::Span;
-use minijinja::Environment;
+use minijinja::value::{Rest, Value, ValueKind};
+use minijinja::{filters, Environment, State};
 use serde::Serialize;
 
 /// Why a body could not be rendered.
@@ -23,7 +24,8 @@ pub enum TemplateError {
     Read { path: String, message: String },
     #[error("template `{path}`: {message}")]
     Render { path: String, message: String },
-    /// It took more steps than [`FUEL`] or made more than [`MAX_BODY`] bytes.
+    /// It took more steps than [`FUEL`], made more than [`MAX_BODY`] bytes, or a
+    /// filter made (or was given) a value of more than [`MAX_BODY`] bytes.
     #[error("template `{path}`: {message}")]
     OverBudget { path: String, message: String },
 }
@@ -37,31 +39,126 @@ pub const MAX_BODY: usize = 64 * 1024;
 /// The longest template source.
 pub const MAX_SOURCE: usize = 64 * 1024;
 
-/// The filters a template may use: none of them makes a value much larger than what it
-/// is given, and none takes a size (`indent`, `center`, `tojson(indent=...)` could ask
-/// for gigabytes in one step, which no step budget would stop).
-const FILTERS: &[&str] = &[
-    "tojson",
-    "default",
-    "d",
-    "upper",
-    "lower",
-    "title",
-    "capitalize",
-    "trim",
-    "length",
-    "count",
-    "abs",
-    "int",
-    "float",
-    "round",
-    "escape",
-    "e",
-    "string",
-    "bool",
-    "first",
-    "last",
+/// Makes the built-in filter a name stands for.
+type Builtin = fn() -> Value;
+
+/// The filters a template may use, each with the built-in it stands for. None takes a
+/// size (`indent`, `center`, `tojson(indent=...)` could ask for gigabytes in one step,
+/// which no step budget would stop), and each is registered through [`bounded`], so no
+/// value one of them is given or makes is larger than [`MAX_BODY`]: a chain of them
+/// (`tojson` forty times doubles a value forty times) stops at the first step past it.
+const FILTERS: &[(&str, Builtin)] = &[
+    ("tojson", || Value::from_function(filters::tojson)),
+    ("default", || Value::from_function(filters::default)),
+    ("d", || Value::from_function(filters::default)),
+    ("upper", || Value::from_function(filters::upper)),
+    ("lower", || Value::from_function(filters::lower)),
+    ("title", || Value::from_function(filters::title)),
+    ("capitalize", || Value::from_function(filters::capitalize)),
+    ("trim", || Value::from_function(filters::trim)),
+    ("length", || Value::from_function(filters::length)),
+    ("count", || Value::from_function(filters::length)),
+    ("abs", || Value::from_function(filters::abs)),
+    ("int", || Value::from_function(filters::int)),
+    ("float", || Value::from_function(filters::float)),
+    ("round", || Value::from_function(filters::round)),
+    ("escape", || Value::from_function(filters::escape)),
+    ("e", || Value::from_function(filters::escape)),
+    ("string", || Value::from_function(filters::string)),
+    ("bool", || Value::from_function(filters::bool)),
+    ("first", || Value::from_function(filters::first)),
+    ("last", || Value::from_function(filters::last)),
 ];
+
+/// The names of the [`FILTERS`], for errors.
+fn filter_names() -> String {
+    FILTERS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Why a filter stopped: the value it was given or made is larger than [`MAX_BODY`].
+/// Carried as the source of minijinja's error, so that rendering reports it as
+/// [`TemplateError::OverBudget`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TooLarge(String);
+
+/// `builtin`, refusing an argument or a result larger than [`MAX_BODY`]. Only filters
+/// make values in a body template (the audit refuses every other way to build one;
+/// attributes, items and slices are parts of what they read), so with every filter
+/// bounded no value in flight is larger than a few times [`MAX_BODY`]: the largest a
+/// filter makes from an argument within the bound (`tojson` writes `<` as six bytes).
+fn bounded(
+    name: &'static str,
+    builtin: Value,
+) -> impl Fn(&State<'_, '_>, Rest<Value>) -> Result<Value, minijinja::Error> + Send + Sync + 'static
+{
+    move |state: &State<'_, '_>, args: Rest<Value>| {
+        if args.iter().any(|a| over_body(a, 0)) {
+            return Err(too_large(format!(
+                "the filter `{name}` was given a value larger than {MAX_BODY} bytes"
+            )));
+        }
+        let made = builtin.call(state, &args)?;
+        if over_body(&made, 0) {
+            return Err(too_large(format!(
+                "the filter `{name}` made a value larger than {MAX_BODY} bytes"
+            )));
+        }
+        Ok(made)
+    }
+}
+
+fn too_large(message: String) -> minijinja::Error {
+    minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message.clone())
+        .with_source(TooLarge(message))
+}
+
+/// Whether `v` holds more than [`MAX_BODY`] bytes: its text, or the text of its items
+/// and keys. The walk stops as soon as it knows.
+fn over_body(v: &Value, depth: usize) -> bool {
+    let mut left = MAX_BODY;
+    !fits(v, &mut left, depth)
+}
+
+/// Takes the size of `v` from `left`; false once that runs out (or past a depth no
+/// event has, which is then refused as well).
+fn fits(v: &Value, left: &mut usize, depth: usize) -> bool {
+    let own = match v.kind() {
+        ValueKind::String => v.as_str().map_or(0, str::len),
+        ValueKind::Bytes => v.as_bytes().map_or(0, <[u8]>::len),
+        // A number, a bool, none: a few bytes when written.
+        _ => 8,
+    };
+    let Some(rest) = left.checked_sub(own) else {
+        return false;
+    };
+    *left = rest;
+    match v.kind() {
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable if depth < 32 => {
+            let Ok(items) = v.try_iter() else {
+                return true;
+            };
+            for item in items {
+                if !fits(&item, left, depth + 1) {
+                    return false;
+                }
+                if v.kind() == ValueKind::Map {
+                    match v.get_item(&item) {
+                        Ok(member) if !fits(&member, left, depth + 1) => return false,
+                        _ => {}
+                    }
+                }
+            }
+            true
+        }
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable => false,
+        _ => true,
+    }
+}
 
 /// A buffer that refuses to grow past [`MAX_BODY`], so that rendering stops there.
 struct Capped(Vec<u8>);
@@ -128,7 +225,8 @@ impl Templates {
     /// Renders `source` (named `name` in errors) with `context`, within [`FUEL`] steps
     /// and [`MAX_BODY`] bytes: templates are written by tenants, and one rendering must
     /// neither hold the events of others nor fill the store. The template is audited
-    /// first (see [`Templates::check`]), so no step can build a large value.
+    /// first (see [`Templates::check`]), so only filters make values, and each filter
+    /// refuses a value of more than [`MAX_BODY`] bytes (see [`bounded`]).
     pub fn render(
         name: &str,
         source: &str,
@@ -136,6 +234,15 @@ impl Templates {
     ) -> Result<String, TemplateError> {
         let render_error = |e: minijinja::Error| {
             let path = name.to_owned();
+            if let Some(too_large) = source_of::<TooLarge>(&e) {
+                return TemplateError::OverBudget {
+                    path,
+                    message: match e.line() {
+                        Some(line) => format!("line {line}: {too_large}"),
+                        None => too_large.to_string(),
+                    },
+                };
+            }
             match e.kind() {
                 minijinja::ErrorKind::OutOfFuel => TemplateError::OverBudget {
                     path,
@@ -163,6 +270,9 @@ impl Templates {
         // rather than as an empty value in every call.
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.set_fuel(Some(FUEL));
+        for (filter, builtin) in FILTERS {
+            env.add_filter(*filter, bounded(filter, builtin()));
+        }
         env.add_template("body", source).map_err(render_error)?;
         let mut out = Capped(Vec::new());
         env.get_template("body")
@@ -182,6 +292,18 @@ impl Templates {
             message,
         })
     }
+}
+
+/// The first error of type `T` in the chain of `e`'s sources.
+fn source_of<T: std::error::Error + 'static>(e: &minijinja::Error) -> Option<&T> {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(found) = c.downcast_ref::<T>() {
+            return Some(found);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 /// Checks that `source` is a template whose every value stays about as small as the
@@ -276,13 +398,13 @@ fn expression(expr: &Expr<'_>) -> Result<(), String> {
             i.false_expr.iter().try_for_each(expression)
         }
         Expr::Filter(f) => {
-            if !FILTERS.contains(&f.name) {
+            if !FILTERS.iter().any(|(name, _)| *name == f.name) {
                 return Err(refused(
                     f.span(),
                     &format!(
                         "the filter `{}` (the filters are {})",
                         f.name,
-                        FILTERS.join(", ")
+                        filter_names()
                     ),
                 ));
             }
@@ -345,6 +467,84 @@ mod tests {
         let long = "x".repeat(MAX_SOURCE + 1);
         let e = Templates::check("t", &long).unwrap_err();
         assert!(e.to_string().contains("at most 65536"), "{e}");
+    }
+
+    /// Renders `source` over `ctx` and expects it stopped by the value bound, quickly.
+    fn stopped_by_the_bound(source: &str, ctx: &serde_json::Value) -> String {
+        let started = std::time::Instant::now();
+        let e = Templates::render("t", source, ctx).unwrap_err();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{source}"
+        );
+        assert!(
+            matches!(e, TemplateError::OverBudget { .. }),
+            "{source}: {e}"
+        );
+        let e = e.to_string();
+        assert!(e.contains("larger than 65536 bytes"), "{source}: {e}");
+        e
+    }
+
+    #[test]
+    fn a_chain_of_filters_stops_at_the_value_bound() {
+        // Each `tojson` doubles the backslashes before every quote: forty of them would
+        // ask for terabytes, from a kilobyte, within a few hundred steps of fuel.
+        let kib = serde_json::json!({"message": "\"<'&".repeat(256), "event": "auth_failure"});
+        let e = stopped_by_the_bound(&format!("{{{{ message{} }}}}", "|tojson".repeat(40)), &kib);
+        assert!(e.contains("the filter `tojson` made a value"), "{e}");
+        assert!(e.contains("line 1"), "{e}");
+        // Plain text grows too (each layer escapes the quotes of the one before).
+        let plain = serde_json::json!({"message": "m"});
+        stopped_by_the_bound(
+            &format!("{{{{ message{} }}}}", "|tojson".repeat(40)),
+            &plain,
+        );
+        // Escaping and converting in turn, and `default` handing on a grown value.
+        stopped_by_the_bound(
+            &format!("{{{{ message{} }}}}", "|escape|string|tojson".repeat(40)),
+            &kib,
+        );
+        stopped_by_the_bound(
+            &format!("{{{{ nope|default(message{}) }}}}", "|e|tojson".repeat(40)),
+            &kib,
+        );
+        stopped_by_the_bound(
+            &format!(
+                "{{% if event %}}{{{{ message{}|length }}}}{{% endif %}}",
+                "|tojson|upper|lower|title|trim".repeat(20)
+            ),
+            &kib,
+        );
+        // Upper case of some letters takes three times their bytes.
+        let wide = serde_json::json!({"message": "\u{390}".repeat(12 * 1024)});
+        let e = stopped_by_the_bound("{{ message|upper|length }}", &wide);
+        assert!(e.contains("the filter `upper` made a value"), "{e}");
+        // A value already past the bound is not taken by any filter.
+        let big = serde_json::json!({"message": "m".repeat(MAX_BODY + 1)});
+        let e = stopped_by_the_bound("{{ message|length }}", &big);
+        assert!(e.contains("the filter `length` was given a value"), "{e}");
+    }
+
+    #[test]
+    fn filters_within_the_bound_render_as_the_built_ins_do() {
+        let ctx =
+            serde_json::json!({"message": "<a href='x'>&</a> \u{390}", "n": -2.5, "key_id": null});
+        let source = "{{ message|tojson }} {{ message|tojson|tojson }} {{ message|e }} \
+            {{ message|upper }} {{ message|lower|title|capitalize }} {{ n|abs }} {{ n|round }} \
+            {{ n|int }} {{ n|float }} {{ key_id|d('k', true) }} {{ nope|default('d') }} \
+            {{ message|length }} {{ message|count }} {{ message|first }}{{ message|last }} \
+            {{ ' x '|trim }} {{ n|string }} {{ 0|bool }} {{ message|escape|string|e }}";
+        let body = Templates::render("t", source, &ctx).unwrap();
+        let mut plain = Environment::new();
+        plain.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        let want = plain.render_str(source, &ctx).unwrap();
+        assert_eq!(body, want);
+        assert!(body.starts_with(r#""\u003ca href=\u0027x\u0027"#), "{body}");
+        // Up to the bound, a filter's value is whole.
+        let ctx = serde_json::json!({"message": "m".repeat(MAX_BODY - 2)});
+        let body = Templates::render("t", "{{ message|tojson }}", &ctx).unwrap();
+        assert_eq!(body.len(), MAX_BODY);
     }
 
     #[test]

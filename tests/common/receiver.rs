@@ -42,6 +42,8 @@ pub struct Receiver {
     received: Arc<Mutex<Vec<Received>>>,
     script: Arc<Mutex<VecDeque<u16>>>,
     then: Arc<AtomicU16>,
+    /// A `Location` sent with every answer: a receiver answering 3xx is a redirector.
+    location: Arc<Mutex<Option<String>>>,
 }
 
 impl Receiver {
@@ -54,16 +56,23 @@ impl Receiver {
         let received = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(script.iter().copied().collect::<VecDeque<_>>()));
         let then = Arc::new(AtomicU16::new(then));
-        let (rec, scr, th) = (received.clone(), script.clone(), then.clone());
+        let location = Arc::new(Mutex::new(None::<String>));
+        let (rec, scr, th, loc) = (
+            received.clone(),
+            script.clone(),
+            then.clone(),
+            location.clone(),
+        );
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
-                let (rec, scr, th) = (rec.clone(), scr.clone(), th.clone());
+                let (rec, scr, th, loc) = (rec.clone(), scr.clone(), th.clone(), loc.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let (rec, scr, th) = (rec.clone(), scr.clone(), th.clone());
+                        let (rec, scr, th, loc) =
+                            (rec.clone(), scr.clone(), th.clone(), loc.clone());
                         async move {
                             let (parts, body) = req.into_parts();
                             let body = body
@@ -85,6 +94,9 @@ impl Receiver {
                             });
                             let mut resp = Response::new(Full::new(Bytes::from_static(b"noted")));
                             *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+                            if let Some(to) = loc.lock().unwrap().clone() {
+                                resp.headers_mut().insert("location", to.parse().unwrap());
+                            }
                             Ok::<_, Infallible>(resp)
                         }
                     });
@@ -99,7 +111,13 @@ impl Receiver {
             received,
             script,
             then,
+            location,
         }
+    }
+
+    /// Sends `Location: to` with every later answer.
+    pub fn redirect_to(&self, to: &str) {
+        *self.location.lock().unwrap() = Some(to.to_owned());
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -40,9 +40,15 @@ impl Serve {
     /// `sluice serve` in `dir` (which may hold the store of an earlier one), with `env`
     /// added. Returns once both servers answer.
     pub async fn start_in(dir: &Path, env: &[(&str, &str)]) -> Serve {
+        Serve::start_in_with_args(dir, &[], env).await
+    }
+
+    /// [`Serve::start_in`] with `args` after `serve` (`--gateway-config gw.yaml`).
+    pub async fn start_in_with_args(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Serve {
         let (db, gw, control) = (free_port(), free_port(), free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .arg("serve")
+            .args(args)
             .current_dir(dir)
             .env("SLUICE_DB_ADMIN_KEY", ADMIN_KEY)
             .env("SLUICE_DB_LISTEN_PORT", db.to_string())
@@ -70,6 +76,11 @@ impl Serve {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         serve
+    }
+
+    /// The process's id, to read what it uses from `/proc`.
+    pub fn pid(&self) -> u32 {
+        self._child.id().expect("sluice serve is running")
     }
 
     /// Whether the server on `port` answers `/ping`.

@@ -41,6 +41,7 @@ pub struct Hook {
 pub fn check(
     handlers: &[EventHandler],
     at: &str,
+    egress: Option<&crate::egress::EgressPolicy>,
     errors: &mut Vec<(String, String)>,
 ) -> Vec<Handler> {
     let mut checked = Vec::new();
@@ -89,7 +90,7 @@ pub fn check(
                 ));
                 None
             }
-            (None, Some(url)) => inline(h, url, &here, errors).map(Target::Inline),
+            (None, Some(url)) => inline(h, url, &here, egress, errors).map(Target::Inline),
         };
         if errors.len() == before && h.enabled {
             if let Some(target) = target {
@@ -104,12 +105,22 @@ fn inline(
     h: &EventHandler,
     url: &str,
     here: &dyn Fn(&str) -> String,
+    egress: Option<&crate::egress::EgressPolicy>,
     errors: &mut Vec<(String, String)>,
 ) -> Option<Hook> {
     let before = errors.len();
     let url = webhook::check_url(url)
         .map_err(|e| errors.push((here("targetPath"), e)))
         .ok();
+    // A posted definition's literal address is refused now; a name when delivered.
+    if let (Some(policy), Some(parsed)) =
+        (egress, url.as_deref().and_then(|u| url::Url::parse(u).ok()))
+    {
+        let port = parsed.port_or_known_default().unwrap_or(80);
+        if let Err(e) = policy.check_literal(parsed.host_str().unwrap_or_default(), port) {
+            errors.push((here("targetPath"), e.to_string()));
+        }
+    }
     let method = webhook::check_method(h.method.as_deref().unwrap_or("POST"))
         .map_err(|e| errors.push((here("method"), e)))
         .ok();
@@ -158,6 +169,7 @@ mod tests {
                 handler("enabled: false\nevents: [auth_failure]\nwebhook: off\n"),
             ],
             "h",
+            None,
             &mut errors,
         );
         assert!(errors.is_empty(), "{errors:?}");
@@ -185,6 +197,7 @@ mod tests {
                 handler("events: [auth_failure]\n"),
             ],
             "h",
+            None,
             &mut errors,
         );
         let paths: Vec<&str> = errors.iter().map(|(p, _)| p.as_str()).collect();

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::config::yaml::{Document, Mark, Node, NodeKind};
 use crate::config::{de, yaml, ConfigError, ConfigErrors};
-use crate::egress::EgressPolicy;
+use crate::egress::{EgressPolicy, EgressTarget};
 
 use super::auth::api_key::KeyLocation;
 use super::auth::hmac::HmacSettings;
@@ -64,6 +64,9 @@ pub struct Api {
     pub stream_paths: Vec<String>,
     /// The webhooks its events fire.
     pub handlers: Vec<handlers::Handler>,
+    /// The named hosts a posted definition's own settings reach (its upstream, its
+    /// JWKS), for the dashboard to resolve in a dry run; its streams keep their own.
+    pub egress_targets: Vec<EgressTarget>,
     /// Where the definition came from (a file path, or `store`).
     pub source: String,
     /// The whole document, for the parts other modules read (streams).
@@ -428,7 +431,8 @@ fn compile(
                 (Vec::new(), Vec::new())
             }
         };
-    let upstream = upstream_of(doc, &ext, &mut problems);
+    let mut egress_targets = Vec::new();
+    let upstream = upstream_of(doc, &ext, egress, &mut egress_targets, &mut problems);
     let rate = match ext.upstream.as_ref().and_then(|u| u.rate_limit.as_ref()) {
         Some(r) => check_rate(r, &x("upstream.rateLimit"), &mut problems),
         None => None,
@@ -437,7 +441,13 @@ fn compile(
     let global = ext.middleware.global.clone();
     check_global(&global, &mut problems);
     let auth = match &ext.server.authentication {
-        Some(a) if a.enabled => match auth_of(&whole, a, &x("server.authentication")) {
+        Some(a) if a.enabled => match auth_of(
+            &whole,
+            a,
+            &x("server.authentication"),
+            egress,
+            &mut egress_targets,
+        ) {
             Ok(auth) => Some(auth),
             Err((path, e)) => {
                 problems.at(&path, e);
@@ -450,6 +460,7 @@ fn compile(
     let handlers = handlers::check(
         &ext.server.event_handlers,
         &x("server.eventHandlers"),
+        egress.map(|p| &**p),
         &mut handler_errors,
     );
     for (path, message) in handler_errors {
@@ -477,6 +488,7 @@ fn compile(
         rate,
         streams,
         stream_paths,
+        egress_targets,
         source: source.to_owned(),
         document: whole,
         metrics: std::sync::OnceLock::new(),
@@ -509,18 +521,36 @@ fn listen_path_of(ext: &Extension, problems: &mut Problems<'_>) -> String {
 }
 
 /// The upstream: needed unless the API serves streams only.
-fn upstream_of(doc: &Document, ext: &Extension, problems: &mut Problems<'_>) -> Option<Upstream> {
+fn upstream_of(
+    doc: &Document,
+    ext: &Extension,
+    egress: Option<&Arc<EgressPolicy>>,
+    targets: &mut Vec<EgressTarget>,
+    problems: &mut Problems<'_>,
+) -> Option<Upstream> {
     let url = ext
         .upstream
         .as_ref()
         .and_then(|u| u.url.as_deref())
         .filter(|u| !u.is_empty());
     match url {
-        Some(url) => match parse_upstream(url) {
-            Ok(upstream) => Some(Upstream {
-                timeout: ext.upstream.as_ref().and_then(|u| u.timeout).map(|d| d.0),
-                ..upstream
-            }),
+        Some(url) => match parse_upstream(url, egress) {
+            Ok(upstream) => {
+                if egress.is_some() {
+                    let (host, port) = upstream.target.host_port();
+                    if host.parse::<std::net::IpAddr>().is_err() {
+                        targets.push(EgressTarget {
+                            path: x("upstream.url"),
+                            host: host.to_owned(),
+                            port,
+                        });
+                    }
+                }
+                Some(Upstream {
+                    timeout: ext.upstream.as_ref().and_then(|u| u.timeout).map(|d| d.0),
+                    ..upstream
+                })
+            }
             Err(e) => {
                 problems.at(&x("upstream.url"), e);
                 None
@@ -770,8 +800,9 @@ fn check_transform(t: &HeaderTransform, at: &str, problems: &mut Problems<'_>) {
     }
 }
 
-/// The upstream of `url`, with no timeout of its own.
-fn parse_upstream(url: &str) -> Result<Upstream, String> {
+/// The upstream of `url`, with no timeout of its own. Under `egress` (a posted
+/// definition) a literal address is checked now and a name whenever it is connected to.
+fn parse_upstream(url: &str, egress: Option<&Arc<EgressPolicy>>) -> Result<Upstream, String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
@@ -792,7 +823,14 @@ fn parse_upstream(url: &str) -> Result<Upstream, String> {
         return Err(format!("`{url}`: an upstream URL takes no query"));
     }
     let base_path = uri.path().trim_end_matches('/').to_owned();
-    let target = Target::new(https, &authority).map_err(|e| format!("`{url}`: {e}"))?;
+    let mut target = Target::new(https, &authority).map_err(|e| format!("`{url}`: {e}"))?;
+    if let Some(policy) = egress {
+        let (host, port) = target.host_port();
+        policy
+            .check_literal(host, port)
+            .map_err(|e| format!("`{url}`: {e}"))?;
+        target = target.held_to(policy.clone(), authority.as_str());
+    }
     let host = http::HeaderValue::from_str(authority.as_str())
         .map_err(|_| format!("`{url}`: the host cannot be sent as a header"))?;
     Ok(Upstream {
@@ -862,6 +900,8 @@ fn auth_of(
     whole: &Value,
     a: &extension::Authentication,
     at: &str,
+    egress: Option<&Arc<EgressPolicy>>,
+    targets: &mut Vec<EgressTarget>,
 ) -> Result<Auth, (String, String)> {
     let defined = whole
         .pointer("/components/securitySchemes")
@@ -918,7 +958,7 @@ fn auth_of(
             {
                 continue;
             }
-            let scheme = scheme_of(def, &def_at, settings, &settings_at)?;
+            let scheme = scheme_of(def, &def_at, settings, &settings_at, egress, targets)?;
             schemes.push(NamedScheme { name, scheme });
             alt.push(schemes.len() - 1);
         }
@@ -943,6 +983,8 @@ fn scheme_of(
     def_at: &str,
     settings: Option<&Value>,
     settings_at: &str,
+    egress: Option<&Arc<EgressPolicy>>,
+    targets: &mut Vec<EgressTarget>,
 ) -> Result<Scheme, (String, String)> {
     let ty = def.get("type").and_then(Value::as_str).unwrap_or("");
     let bad = |m: String| (def_at.to_owned(), m);
@@ -991,7 +1033,20 @@ fn scheme_of(
                 })?;
                 let jwt: JwtSettings = serde_json::from_value(settings.clone())
                     .map_err(|e| (settings_at.to_owned(), e.to_string()))?;
-                let verifier = JwtVerifier::new(&jwt).map_err(|e| (settings_at.to_owned(), e))?;
+                let verifier = JwtVerifier::with_egress(&jwt, egress.cloned())
+                    .map_err(|e| (settings_at.to_owned(), e))?;
+                if let Some(url) = egress
+                    .and(jwt.jwks_uri.as_deref())
+                    .and_then(|u| url::Url::parse(u.trim()).ok())
+                {
+                    if let Some(url::Host::Domain(host)) = url.host() {
+                        targets.push(EgressTarget {
+                            path: format!("{settings_at}.jwksUri"),
+                            host: host.to_owned(),
+                            port: url.port_or_known_default().unwrap_or(80),
+                        });
+                    }
+                }
                 Ok(Scheme::Jwt(Arc::new(verifier)))
             }
             Some("signature") => {

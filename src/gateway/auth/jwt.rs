@@ -22,6 +22,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{authorization, strip_scheme, AuthError, MAX_CREDENTIAL_LEN};
+use crate::connect::outbound::{Outbound, OutboundRequest, OutboundSettings};
+use crate::egress::EgressPolicy;
 
 /// The shortest time between two JWKS fetches caused by unknown key ids or failures.
 pub const MIN_REFETCH_INTERVAL: Duration = Duration::from_secs(5);
@@ -269,6 +271,15 @@ impl JwtVerifier {
     /// and says what is wrong. No network access happens here: the JWKS is fetched on
     /// first use.
     pub fn new(settings: &JwtSettings) -> Result<Self, String> {
+        Self::with_egress(settings, None)
+    }
+
+    /// [`new`](Self::new) for a posted definition: its JWKS is fetched only where
+    /// `egress` allows, redirects included.
+    pub fn with_egress(
+        settings: &JwtSettings,
+        egress: Option<Arc<EgressPolicy>>,
+    ) -> Result<Self, String> {
         let method = settings.signing_method;
         let keys = match (settings.source.as_deref(), settings.jwks_uri.as_deref()) {
             (Some(_), Some(_)) => {
@@ -280,6 +291,7 @@ impl JwtVerifier {
                 method,
                 uri,
                 settings.jwks_cache_timeout,
+                egress,
             )?)),
         };
         if settings.issuer.as_deref().is_some_and(str::is_empty) {
@@ -539,7 +551,7 @@ fn unix_now() -> i64 {
 struct Jwks {
     uri: url::Url,
     method: SigningMethod,
-    client: reqwest::Client,
+    client: Outbound,
     ttl: Duration,
     min_refetch: Duration,
     state: parking_lot::Mutex<JwksState>,
@@ -598,7 +610,12 @@ enum Decision {
 }
 
 impl Jwks {
-    fn new(method: SigningMethod, uri: &str, cache_timeout: u64) -> Result<Self, String> {
+    fn new(
+        method: SigningMethod,
+        uri: &str,
+        cache_timeout: u64,
+        egress: Option<Arc<EgressPolicy>>,
+    ) -> Result<Self, String> {
         if method.key_kind() == KeyKind::Secret {
             return Err(format!(
                 "jwksUri: {method} tokens are checked with a shared secret given in source, \
@@ -612,11 +629,21 @@ impl Jwks {
                 uri.scheme()
             ));
         }
-        let client = reqwest::Client::builder()
-            .timeout(JWKS_FETCH_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::limited(3))
-            .build()
-            .map_err(|e| format!("jwksUri: cannot build an HTTP client ({e})"))?;
+        if let (Some(policy), Some(host)) = (&egress, uri.host_str()) {
+            let port = uri.port_or_known_default().unwrap_or(80);
+            policy
+                .check_literal(host, port)
+                .map_err(|e| format!("jwksUri: {e}"))?;
+        }
+        let client = Outbound::new(
+            OutboundSettings {
+                timeout: JWKS_FETCH_TIMEOUT,
+                accept_invalid_certs: false,
+                max_redirects: 3,
+            },
+            egress,
+        )
+        .map_err(|e| format!("jwksUri: {e}"))?;
         Ok(Jwks {
             uri,
             method,
@@ -712,20 +739,27 @@ impl Jwks {
 
     async fn fetch_inner(&self) -> Result<KeySet, (String, String)> {
         let fail = |short: &str, detail: String| (short.to_owned(), detail);
-        let mut response = self
-            .client
-            .get(self.uri.clone())
-            .header(http::header::ACCEPT, "application/json")
-            .send()
-            .await
-            .map_err(|e| {
-                let short = if e.is_timeout() {
-                    "JWKS request timed out"
-                } else {
-                    "JWKS request failed"
-                };
-                fail(short, e.to_string())
-            })?;
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_static("application/json"),
+        );
+        let request = OutboundRequest {
+            method: http::Method::GET,
+            url: self.uri.clone(),
+            headers,
+            body: None,
+        };
+        let mut response = self.client.send(request).await.map_err(|e| {
+            let short = if e.is_timeout() {
+                "JWKS request timed out"
+            } else if matches!(e, crate::connect::outbound::OutboundError::Refused(_)) {
+                "JWKS address refused"
+            } else {
+                "JWKS request failed"
+            };
+            fail(short, e.to_string())
+        })?;
         let status = response.status();
         if !status.is_success() {
             return Err(fail(

@@ -1,6 +1,11 @@
 //! Per-client stream instances: a stream with `$sluice_context.` placeholders runs one
 //! instance per distinct set of resolved values, started by the first request that needs
 //! it, stopped once no client has used it for the idle time, and capped in number.
+//!
+//! An organisation's quota is held under concurrency: an instance takes its place in
+//! its organisation's count (one lock for the look and the increment) before it is
+//! built, and keeps it until it has stopped, so first requests arriving together on
+//! every serving thread cannot start more than the quota between them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +18,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::component::cpu::CpuShare;
 use crate::config::yaml::Document;
 use crate::egress::EgressPolicy;
 use crate::gateway::api::streaming::ApiStream;
@@ -32,6 +38,47 @@ pub struct Instance {
     /// Requests and open responses (an SSE connection counts until it closes).
     active: Arc<AtomicUsize>,
     last_used: Mutex<Instant>,
+    /// Its place in its organisation's count, given back once it is dropped (stopped).
+    _slot: Slot,
+}
+
+/// The per-client instances one organisation's APIs run, all APIs together.
+#[derive(Default)]
+pub struct OrgInstances {
+    count: Mutex<usize>,
+}
+
+impl OrgInstances {
+    /// A place for one more instance, or `None` when `quota` (if any) is reached. The
+    /// count is read and raised under one lock, so two callers cannot both take the
+    /// last place.
+    pub fn take(self: &Arc<Self>, quota: Option<usize>) -> Option<Slot> {
+        let mut count = self.count.lock();
+        if quota.is_some_and(|quota| *count >= quota) {
+            return None;
+        }
+        *count += 1;
+        Some(Slot(self.clone()))
+    }
+
+    /// The instances running (or starting, or stopping) now.
+    pub fn len(&self) -> usize {
+        *self.count.lock()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One instance's place in its organisation's count.
+pub struct Slot(Arc<OrgInstances>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut count = self.0.count.lock();
+        *count = count.saturating_sub(1);
+    }
 }
 
 impl Instance {
@@ -57,10 +104,14 @@ impl Drop for Active {
 pub struct Limits {
     /// Instances the API may run at once.
     pub api: usize,
-    /// The organisation's quota on instances, when its APIs run that many already.
-    pub org_full: Option<usize>,
+    /// The instances the organisation's APIs run, which a new one is counted in.
+    pub org: Arc<OrgInstances>,
+    /// The organisation's quota on instances, for an API it posted.
+    pub org_quota: Option<usize>,
     /// The organisation's in-flight memory, which new instances share.
     pub budget: Option<Arc<MemoryBudget>>,
+    /// The organisation's CPU share, which new instances are held to.
+    pub cpu: Option<Arc<CpuShare>>,
     /// When the instances' inputs stop trying to connect.
     pub give_up: Option<GiveUp>,
     /// Where the instances of a posted API may connect.
@@ -88,13 +139,16 @@ impl Clients {
         if let Some(found) = instances.get(&key) {
             return Ok(found.clone());
         }
-        if let Some(quota) = limits.org_full {
+        // Taken before anything is built and kept by the instance: a refusal below, or a
+        // build that fails, gives it back as it drops.
+        let Some(slot) = limits.org.take(limits.org_quota) else {
+            let quota = limits.org_quota.unwrap_or_default();
             warn!(api_id = %api.id, stream = %stream.name, quota, "Per-client stream refused: the organisation's quota is reached.");
             return Err(error(
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!("the organisation's quota of {quota} per-client stream instances (`max_client_streams`) is reached; try again once one is idle"),
             ));
-        }
+        };
         if instances.len() >= limits.api {
             return Err(error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -119,6 +173,7 @@ impl Clients {
         let mut env = StreamEnv::standalone()
             .with_owner(&api.id, &api.org_id)
             .with_budget(limits.budget.clone())
+            .with_cpu(limits.cpu.clone())
             .with_give_up(limits.give_up.clone())
             .with_health(Arc::default());
         if api.posted() {
@@ -134,6 +189,7 @@ impl Clients {
             running: Mutex::new(Some(built.start())),
             active: Arc::new(AtomicUsize::new(0)),
             last_used: Mutex::new(Instant::now()),
+            _slot: slot,
         });
         instances.insert(key, instance.clone());
         Ok(instance)
@@ -208,5 +264,35 @@ impl http_body::Body for Tracked {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_taking_places_together_get_no_more_than_the_quota() {
+        let org = Arc::new(OrgInstances::default());
+        let barrier = Arc::new(std::sync::Barrier::new(16));
+        let taken: Vec<Option<Slot>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16)
+                .map(|_| {
+                    let (org, barrier) = (org.clone(), barrier.clone());
+                    s.spawn(move || {
+                        barrier.wait();
+                        org.take(Some(5))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(taken.iter().filter(|t| t.is_some()).count(), 5);
+        assert_eq!(org.len(), 5);
+        // A place is given back when its instance goes; without a quota there is no cap.
+        drop(taken);
+        assert!(org.is_empty());
+        let all: Vec<_> = (0..8).map(|_| org.take(None)).collect();
+        assert!(all.iter().all(Option::is_some));
     }
 }

@@ -27,6 +27,7 @@ use tracing::{error, info};
 use super::api::Api;
 use super::reply::error;
 use super::table::Table;
+use crate::component::cpu::CpuShare;
 use crate::egress::EgressPolicy;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::stream::budget::MemoryBudget;
@@ -74,6 +75,8 @@ pub struct StreamSettings {
     pub org_max_client_streams: usize,
     /// Bytes one organisation's streams may hold in flight, together.
     pub org_max_inflight_bytes: usize,
+    /// Cores one organisation's posted streams may use, together.
+    pub org_cpu_share: f64,
     /// Failed connections in a row after which an input of a posted stream gives up.
     pub max_connect_failures: u32,
     /// Where the streams of posted APIs may connect (`streaming.egress`).
@@ -96,6 +99,10 @@ pub struct StreamHost {
     next_runtime: std::sync::atomic::AtomicUsize,
     /// Each organisation's in-flight memory, shared by all its streams.
     budgets: parking_lot::Mutex<HashMap<String, Arc<MemoryBudget>>>,
+    /// Each organisation's CPU share, shared by all its posted streams.
+    cpu: parking_lot::Mutex<HashMap<String, Arc<CpuShare>>>,
+    /// The per-client instances each organisation's APIs run, counted where they start.
+    instances: parking_lot::Mutex<HashMap<String, Arc<clients::OrgInstances>>>,
 }
 
 impl StreamHost {
@@ -107,6 +114,8 @@ impl StreamHost {
             runtimes: RwLock::new(Vec::new()),
             next_runtime: std::sync::atomic::AtomicUsize::new(0),
             budgets: parking_lot::Mutex::new(HashMap::new()),
+            cpu: parking_lot::Mutex::new(HashMap::new()),
+            instances: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -119,14 +128,27 @@ impl StreamHost {
             .clone()
     }
 
-    /// The per-client instances organisation `org`'s APIs run now.
-    fn org_client_streams(&self, org: &str) -> usize {
-        self.apis
-            .read()
-            .values()
-            .filter(|s| s.org == org)
-            .map(|s| s.clients.len())
-            .sum()
+    /// The CPU share of organisation `org`'s posted streams.
+    fn cpu(&self, org: &str) -> Arc<CpuShare> {
+        self.cpu
+            .lock()
+            .entry(org.to_owned())
+            .or_insert_with(|| {
+                CpuShare::new(
+                    self.settings.org_cpu_share,
+                    vec![("org_id", org.to_owned())],
+                )
+            })
+            .clone()
+    }
+
+    /// The count of the per-client instances organisation `org`'s APIs run.
+    fn org_instances(&self, org: &str) -> Arc<clients::OrgInstances> {
+        self.instances
+            .lock()
+            .entry(org.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// Where the streams of posted APIs may connect.
@@ -295,11 +317,10 @@ impl StreamHost {
             };
             let limits = clients::Limits {
                 api: self.settings.max_client_streams,
-                org_full: (api.posted()
-                    && self.org_client_streams(&streams.org)
-                        >= self.settings.org_max_client_streams)
-                    .then_some(self.settings.org_max_client_streams),
+                org: self.org_instances(&streams.org),
+                org_quota: api.posted().then_some(self.settings.org_max_client_streams),
                 budget: streams.env.budget.clone(),
+                cpu: streams.env.cpu.clone(),
                 give_up: streams.env.give_up.clone(),
                 egress: self.settings.egress.clone(),
             };
@@ -354,6 +375,7 @@ impl StreamHost {
                 old.stop(&api.id, self.settings.drain).await;
             }
             let budget = api.posted().then(|| self.budget(&api.org_id));
+            let cpu = api.posted().then(|| self.cpu(&api.org_id));
             let streams =
                 self.apis
                     .write()
@@ -367,6 +389,7 @@ impl StreamHost {
                             StreamEnv::standalone()
                                 .with_owner(&api.id, &api.org_id)
                                 .with_budget(budget)
+                                .with_cpu(cpu)
                                 .with_give_up(give_up)
                                 .with_bus(self.settings.bus.clone().map(|bus| {
                                     crate::component::bus::Scoped::wrap(bus, &api.org_id)

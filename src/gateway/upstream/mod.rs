@@ -27,6 +27,7 @@ use self::body::UpstreamBody;
 use self::conn::{Conn, Io, PoolKey, PoolLimits};
 use self::wire::{Decoder, Framing, RequestFraming, WireError};
 use self::writer::BodyWriter;
+use crate::egress::{EgressError, EgressPolicy};
 use crate::http::rewind::Rewind;
 use crate::http::{self as h, Body};
 
@@ -94,6 +95,9 @@ pub enum ClientError {
     Closed,
     #[error("the request body failed: {0}")]
     RequestBody(#[from] RequestBodyError),
+    /// The upstream of a posted definition resolved to an address it may not reach.
+    #[error("cannot connect to the upstream: {0}")]
+    Refused(#[source] EgressError),
 }
 
 /// Why the client's request body could not be sent on.
@@ -117,6 +121,10 @@ pub struct Target {
     /// The same number for the same scheme and authority, whichever API names them: it
     /// files their idle connections together.
     id: u64,
+    /// For the upstream of a posted definition: where it may connect. Its name is
+    /// resolved and checked (with the port) for each new connection, which goes to
+    /// exactly the checked addresses.
+    egress: Option<Arc<EgressPolicy>>,
 }
 
 impl Target {
@@ -133,20 +141,37 @@ impl Target {
             port: authority.port_u16().unwrap_or(if https { 443 } else { 80 }),
             host,
             server_name,
-            id: upstream_id(https, authority.as_str()),
+            id: upstream_id(https, authority.as_str(), false),
+            egress: None,
         })
+    }
+
+    /// The same target, connected to only where `policy` allows. Its idle connections
+    /// are filed apart from the operator's to the same authority, which were not checked.
+    pub fn held_to(mut self, policy: Arc<EgressPolicy>, authority: &str) -> Self {
+        self.id = upstream_id(self.https, authority, true);
+        self.egress = Some(policy);
+        self
+    }
+
+    /// The host and port it connects to.
+    pub fn host_port(&self) -> (&str, u16) {
+        (&self.host, self.port)
     }
 }
 
 /// A number per distinct upstream, so that a request finds its pool by a plain integer
 /// rather than by a shared string whose reference count every thread would touch.
-fn upstream_id(https: bool, authority: &str) -> u64 {
+/// Scheme (https), authority, and whether the egress policy holds it.
+type UpstreamKey = (bool, String, bool);
+
+fn upstream_id(https: bool, authority: &str, held: bool) -> u64 {
     static IDS: std::sync::LazyLock<
-        parking_lot::Mutex<std::collections::HashMap<(bool, String), u64>>,
+        parking_lot::Mutex<std::collections::HashMap<UpstreamKey, u64>>,
     > = std::sync::LazyLock::new(Default::default);
     let mut ids = IDS.lock();
     let next = ids.len() as u64;
-    *ids.entry((https, authority.to_ascii_lowercase()))
+    *ids.entry((https, authority.to_ascii_lowercase(), held))
         .or_insert(next)
 }
 
@@ -328,7 +353,16 @@ impl Client {
 
     async fn connect(&self, target: &Target) -> Result<Conn, ClientError> {
         let connect = async {
-            let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
+            let tcp = match &target.egress {
+                None => TcpStream::connect((target.host.as_str(), target.port)).await?,
+                Some(policy) => {
+                    let addrs = policy
+                        .resolve(&target.host, target.port)
+                        .await
+                        .map_err(|e| io::Error::new(io::ErrorKind::PermissionDenied, e))?;
+                    TcpStream::connect(&addrs[..]).await?
+                }
+            };
             tcp.set_nodelay(true)?;
             if !target.https {
                 return Ok(Io::Plain(tcp));
@@ -338,6 +372,12 @@ impl Client {
         };
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(io)) => Ok(Conn::new(io)),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                match e.downcast::<EgressError>() {
+                    Ok(refused) => Err(ClientError::Refused(refused)),
+                    Err(e) => Err(ClientError::Connect(e)),
+                }
+            }
             Ok(Err(e)) => Err(ClientError::Connect(e)),
             Err(_) => Err(ClientError::ConnectTimeout(self.connect_timeout)),
         }

@@ -185,6 +185,7 @@ fn zero_bytes<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     if !(0..=MAX_BYTES).contains(&n) {
         return Err(format!("length must be between 0 and {MAX_BYTES}, got {n}"));
     }
+    crate::mapping::budget::fits((n as usize).saturating_add(crate::value::NODE))?;
     own(Value::Bytes(vec![0u8; n as usize].into()))
 }
 
@@ -229,6 +230,7 @@ fn range<'a>(_: &'a FuncCall, args: &Args<'_>, _: &Ctx<'a>) -> Res<V<'a>> {
     if n > 1_000_000.0 {
         return Err("range would have more than a million items".into());
     }
+    crate::mapping::budget::fits((n as usize + 1).saturating_mul(crate::value::NODE))?;
     let mut out = Vec::new();
     let mut i = start;
     while (step > 0 && i < stop) || (step < 0 && i > stop) {

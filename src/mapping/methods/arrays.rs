@@ -1,6 +1,7 @@
 //! Arrays: building, reshaping and summarising.
 
 use super::{array, text};
+use crate::mapping::budget;
 use crate::mapping::exec::{compare, own, to_float, V};
 use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
 use crate::value::{Object, Value};
@@ -52,6 +53,14 @@ pub static SPECS: &[MethodSpec] = &[
 ];
 
 fn append<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    // The result holds a copy of each: an array appended to itself doubles.
+    budget::fits_together(
+        std::iter::once(v).chain(
+            (0..args.len())
+                .filter(|i| args.given(*i))
+                .map(|i| args.get(i)),
+        ),
+    )?;
     let mut out = array(v)?.clone();
     for i in 0..args.len() {
         if args.given(i) {
@@ -61,6 +70,13 @@ fn append<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(Value::Array(out))
 }
 fn concat<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    budget::fits_together(
+        std::iter::once(v).chain(
+            (0..args.len())
+                .filter(|i| args.given(*i))
+                .map(|i| args.get(i)),
+        ),
+    )?;
     let mut out = array(v)?.clone();
     for i in 0..args.len() {
         if args.given(i) {
@@ -105,10 +121,13 @@ fn join<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         .iter()
         .map(|x| match x {
             Value::String(s) => s.len() + d.len(),
+            Value::Bytes(b) => b.len() + d.len(),
             _ => d.len(),
         })
-        .sum();
-    let mut out = String::with_capacity(room);
+        .fold(0, usize::saturating_add);
+    // A long delimiter between many short items: the product of the two sizes.
+    budget::fits(room.saturating_add(crate::value::NODE))?;
+    let mut out = String::with_capacity(room.min(crate::mapping::exec::MAX_CONCAT));
     for (i, x) in items.iter().enumerate() {
         if i > 0 {
             out.push_str(d);
@@ -133,16 +152,12 @@ fn sum<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     }
 }
 fn enumerated<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let out = array(v)?
-        .iter()
-        .enumerate()
-        .map(|(i, x)| {
-            let mut o = Object::new();
-            o.insert("index".into(), Value::Int(i as i64));
-            o.insert("value".into(), x.clone());
-            Value::Object(o)
-        })
-        .collect();
+    let out = budget::collect(array(v)?.iter().enumerate().map(|(i, x)| {
+        let mut o = Object::new();
+        o.insert("index".into(), Value::Int(i as i64));
+        o.insert("value".into(), x.clone());
+        Value::Object(o)
+    }))?;
     own(Value::Array(out))
 }
 fn zip<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -159,11 +174,9 @@ fn zip<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             other.len()
         ));
     }
-    own(Value::Array(
-        (0..n)
-            .map(|i| Value::Array(arrays.iter().map(|a| a[i].clone()).collect()))
-            .collect(),
-    ))
+    own(Value::Array(budget::collect((0..n).map(|i| {
+        Value::Array(arrays.iter().map(|a| a[i].clone()).collect())
+    }))?))
 }
 fn first<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     array(v)?
@@ -178,7 +191,15 @@ fn last<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         .ok_or_else(|| "the array is empty".into())
 }
 
-fn collapse_into(prefix: &str, v: &Value, keep_empty: bool, out: &mut Object) {
+/// Each leaf's key is its whole path, so the keys of a deep value take many times its
+/// size: counted by `meter` as they are made.
+fn collapse_into(
+    prefix: &str,
+    v: &Value,
+    keep_empty: bool,
+    out: &mut Object,
+    meter: &mut budget::Meter,
+) -> Res<()> {
     let key = |k: &str| {
         if prefix.is_empty() {
             k.to_string()
@@ -189,26 +210,29 @@ fn collapse_into(prefix: &str, v: &Value, keep_empty: bool, out: &mut Object) {
     match v {
         Value::Object(o) if !o.is_empty() => {
             for (k, x) in o {
-                collapse_into(&key(k), x, keep_empty, out);
+                collapse_into(&key(k), x, keep_empty, out, meter)?;
             }
         }
         Value::Array(a) if !a.is_empty() => {
             for (i, x) in a.iter().enumerate() {
-                collapse_into(&key(&i.to_string()), x, keep_empty, out);
+                collapse_into(&key(&i.to_string()), x, keep_empty, out, meter)?;
             }
         }
         Value::Object(_) | Value::Array(_) if !keep_empty => {}
         other => {
+            meter.add_key(prefix)?;
+            meter.add_value(other)?;
             out.insert(prefix.to_string(), other.clone());
         }
     }
+    Ok(())
 }
 fn collapse<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     if !matches!(v, Value::Object(_) | Value::Array(_)) {
         return Err(type_err("object or array", v));
     }
     let mut out = Object::new();
-    collapse_into("", v, args.bool(0)?, &mut out);
+    collapse_into("", v, args.bool(0)?, &mut out, &mut budget::Meter::new())?;
     own(Value::Object(out))
 }
 fn explode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
@@ -229,11 +253,12 @@ fn explode<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         *cur = item.clone();
         doc
     };
+    // One copy of the whole document per item: counted as each is made.
     match target {
-        Value::Array(a) => own(Value::Array(a.iter().map(with).collect())),
-        Value::Object(o) => own(Value::Object(
-            o.iter().map(|(k, x)| (k.clone(), with(x))).collect(),
-        )),
+        Value::Array(a) => own(Value::Array(budget::collect(a.iter().map(with))?)),
+        Value::Object(o) => own(Value::Object(budget::collect_object(
+            o.iter().map(|(k, x)| (k.clone(), with(x))),
+        )?)),
         other => Err(type_err("array or object at the path", other)),
     }
 }

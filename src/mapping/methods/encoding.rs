@@ -232,8 +232,19 @@ pub(crate) fn compress_bytes(algorithm: &str, data: &[u8], level: i64) -> Result
 pub(crate) fn decompress_bytes(algorithm: &str, data: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     let io = |e: std::io::Error| format!("failed to decompress: {e}");
+    // A tenant's run is held to its value cap: a few kilobytes can inflate to that.
+    let cap = crate::mapping::budget::value_cap().map(|c| c as u64);
+    let limit = cap.map_or(MAX_INFLATE, |c| c.min(MAX_INFLATE));
     let read = |r: &mut dyn Read, out: &mut Vec<u8>| {
-        r.take(MAX_INFLATE).read_to_end(out).map(|_| ()).map_err(io)
+        let want = if cap.is_some() { limit + 1 } else { limit };
+        r.take(want).read_to_end(out).map_err(io)?;
+        if cap.is_some() && out.len() as u64 > limit {
+            return Err(format!(
+                "failed to decompress: {}",
+                crate::mapping::budget::TooLarge::Value
+            ));
+        }
+        Ok(())
     };
     match algorithm {
         "gzip" | "pgzip" => read(&mut flate2::read::MultiGzDecoder::new(data), &mut out)?,
@@ -251,9 +262,9 @@ pub(crate) fn decompress_bytes(algorithm: &str, data: &[u8]) -> Result<Vec<u8>, 
             // allocating for it.
             let len = snap::raw::decompress_len(data)
                 .map_err(|e| format!("failed to decompress: {e}"))?;
-            if len as u64 > MAX_INFLATE {
+            if len as u64 > limit {
                 return Err(format!(
-                    "failed to decompress: {len} bytes is over the {MAX_INFLATE} byte limit"
+                    "failed to decompress: {len} bytes is over the {limit} byte limit"
                 ));
             }
             out = snap::raw::Decoder::new()

@@ -1,5 +1,6 @@
 //! Methods that run a lambda (or a query with `this` bound) per item.
 
+use crate::mapping::budget;
 use crate::mapping::exec::{call_lambda, compare, values_eq, Ctx, ExecError, V};
 use crate::mapping::program::{Lambda, MethodCall};
 use crate::mapping::spec::{
@@ -127,13 +128,20 @@ fn map_items<'a>(
             r => Some(r.into_owned()),
         })
     };
+    // Each item may map to a value as large as any: counted as they come, where the
+    // whole would be many times the cap before the result is checked.
+    let mut meter = budget::Meter::new();
+    let mut count = |v: &Value| meter.add_value(v).map_err(|e| call.err(e));
     match recv.get() {
         Value::Array(items) => {
             // Room for every item: one allocation, where growing would take several.
             let mut out = Vec::with_capacity(items.len());
             for it in items {
                 if passes(it)? {
-                    out.extend(mapped(it, it)?);
+                    if let Some(r) = mapped(it, it)? {
+                        count(&r)?;
+                        out.push(r);
+                    }
                 }
             }
             Ok(V::Own(Value::Array(out)))
@@ -144,6 +152,7 @@ fn map_items<'a>(
                 let entry = kv(k, v);
                 if passes(&entry)? {
                     if let Some(r) = mapped(&entry, v)? {
+                        count(&r)?;
                         out.insert(k.clone(), r);
                     }
                 }
@@ -191,6 +200,7 @@ fn map_each_key<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecErr
         )));
     };
     let mut out = Object::new();
+    let mut meter = budget::Meter::new();
     for (k, v) in o {
         let key = Value::String(k.clone());
         match call_lambda(l, &key, cx)? {
@@ -200,6 +210,8 @@ fn map_each_key<'a>(call: &'a MethodCall, cx: &Ctx<'a>) -> Result<V<'a>, ExecErr
             }
             r => match r.into_owned() {
                 Value::String(s) => {
+                    // A key can be made as long as any string, one per member.
+                    meter.add_key(&s).map_err(|e| call.err(e))?;
                     out.insert(s, v.clone());
                 }
                 other => {

@@ -2,6 +2,7 @@
 
 use super::general::split_path;
 use super::object;
+use crate::mapping::budget;
 use crate::mapping::exec::{field, own, V};
 use crate::mapping::spec::{ex, method, opt, p, type_err, Args, Default, MethodSpec, Res};
 use crate::value::{Object, Value};
@@ -177,6 +178,8 @@ pub(crate) fn merge_values(a: Value, b: Value) -> Value {
 }
 
 fn merge<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    // The result holds both: a value merged with itself doubles.
+    budget::fits_together([v, args.get(0)])?;
     own(merge_values(v.clone(), args.get(0).clone()))
 }
 
@@ -199,6 +202,7 @@ fn assign_values(a: Value, b: Value) -> Value {
 }
 
 fn assign<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
+    budget::fits_together([v, args.get(0)])?;
     match (v, args.get(0)) {
         // Into an array: an array's items are added, any other value is appended.
         (Value::Array(a), Value::Array(b)) => {

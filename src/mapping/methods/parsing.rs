@@ -1,6 +1,7 @@
 //! Parsing structured text (JSON, YAML, CSV, URLs, forms) and writing it back.
 
 use super::{raw, text};
+use crate::mapping::budget;
 use crate::mapping::exec::{own, V};
 use crate::mapping::spec::{ex, method, opt, Args, Default, MethodSpec, Res};
 use crate::value::{Object, Value};
@@ -127,8 +128,10 @@ fn parse_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let exact = args.bool(0)?;
     if !exact {
         // The fast reader takes a whole document; the reference reads the first value
-        // and says what is wrong in Go's words, which the slower reader does.
-        if let Ok(value) = Value::from_json(&bytes) {
+        // and says what is wrong in Go's words, which the slower reader does. In a
+        // tenant's run both count what they read against the value cap.
+        if let Ok(value) = crate::value::with_room(budget::value_cap(), || Value::from_json(&bytes))
+        {
             return own(value);
         }
     }
@@ -142,16 +145,47 @@ fn format_json<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
         v.to_json()
     } else {
         let indent = args.str(0)?;
-        let mut out = Vec::new();
+        // The indentation is given: a long one is written once per level on every line,
+        // so the text is held to the value cap as it is written.
+        let mut out = CappedText {
+            text: Vec::new(),
+            cap: budget::value_cap(),
+        };
         let fmt = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
         let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-        serde::Serialize::serialize(v, &mut ser).map_err(|e| e.to_string())?;
-        out
+        serde::Serialize::serialize(v, &mut ser).map_err(|e| match e.io_error_kind() {
+            Some(std::io::ErrorKind::OutOfMemory) => budget::TooLarge::Value.to_string(),
+            _ => e.to_string(),
+        })?;
+        out.text
     };
     if args.bool(2)? {
         return own(Value::Bytes(escape_json_html(out).into()));
     }
     own(Value::Bytes(out.into()))
+}
+
+/// Text being written, refused past `cap` bytes (with `OutOfMemory`).
+struct CappedText {
+    text: Vec<u8>,
+    cap: Option<usize>,
+}
+
+impl std::io::Write for CappedText {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self
+            .cap
+            .is_some_and(|cap| self.text.len() + buf.len() > cap)
+        {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        self.text.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Escapes `<`, `>`, `&`, U+2028 and U+2029 as Go's JSON encoder does by default. In JSON
@@ -209,6 +243,9 @@ fn yaml_to_value(y: serde_yaml::Value) -> Value {
     }
 }
 
+/// What the YAML reader holds for each value of the text while it reads it, at most.
+const YAML_EVENT: usize = 128;
+
 fn parse_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let text = raw(v)?;
     // The YAML scanner's work per token grows with the flow collections open, and the
@@ -216,16 +253,41 @@ fn parse_yaml<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     // flow nesting first. Brackets inside strings count too, which only ever refuses
     // text nested absurdly deep anyway.
     let mut depth = 0usize;
+    // Every value but the first starts after one of these (an item, a key, a line, an
+    // alias): an upper bound on the values the text holds.
+    let mut starts = 1usize;
     for b in text.iter() {
         match b {
             b'[' | b'{' => {
+                starts += 1;
                 depth += 1;
                 if depth > crate::value::MAX_DEPTH {
                     return Err(format!("failed to parse YAML: {}", crate::value::TooDeep));
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' | b':' | b'-' | b'\n' | b'*' | b'?' => starts += 1,
             _ => {}
+        }
+    }
+    if let Some(cap) = budget::value_cap() {
+        // The YAML reader holds every event of the text (about a hundred bytes each) and
+        // then a tree of its own, neither counted as they are made, and text of a few
+        // megabytes can hold millions of tiny values. In a tenant's run the text is
+        // first held to what its events could take, then read into values that are
+        // counted (aliases repeat what they name), to know that it fits. (Only running
+        // out of room matters there; the read below reports any other error.)
+        budget::fits(starts.saturating_mul(YAML_EVENT))
+            .map_err(|e| format!("failed to parse YAML: {e}"))?;
+        let fits = crate::value::with_room(Some(cap), || {
+            serde_yaml::from_slice::<Value>(&text).map(|_| ())
+        });
+        if let Err(e) = fits {
+            if e.to_string()
+                .contains(&crate::value::OutOfRoom(cap).to_string())
+            {
+                return Err(format!("failed to parse YAML: {}", budget::TooLarge::Value));
+            }
         }
     }
     let y: serde_yaml::Value =
@@ -337,15 +399,36 @@ fn delimiter(args: &Args<'_>, i: usize) -> Res<u8> {
 fn parse_csv<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let header = args.bool(0)?;
     let data = raw(v)?;
+    let delim = delimiter(args, 1)?;
+    if budget::limited() {
+        // The reader holds a whole record (a few words per field) before the fields
+        // below are counted, and a record of one-byte fields has millions: each field
+        // ends at a delimiter or a line, so their count bounds what they will take.
+        let ends = data.iter().filter(|&&b| b == delim || b == b'\n').count();
+        budget::fits(
+            ends.saturating_add(1)
+                .saturating_mul(crate::value::NODE)
+                .saturating_add(data.len()),
+        )?;
+    }
     let mut r = csv::ReaderBuilder::new()
         .has_headers(false)
-        .delimiter(delimiter(args, 1)?)
+        .delimiter(delim)
         .flexible(args.bool(2)?)
         .from_reader(&data[..]);
     let mut rows = Vec::new();
+    // Each field takes a value's room however short: counted as read. With a header,
+    // every row repeats its names as keys, counted as they are made.
+    let mut meter = budget::Meter::new();
     for rec in r.records() {
         let rec = rec.map_err(|e| format!("failed to parse CSV: {e}"))?;
-        rows.push(rec.iter().map(str::to_string).collect::<Vec<_>>());
+        let mut row = Vec::with_capacity(rec.len());
+        for field in rec.iter() {
+            meter.add_text(field.len())?;
+            row.push(field.to_string());
+        }
+        meter.add(crate::value::NODE)?;
+        rows.push(row);
     }
     if !header {
         return own(Value::Array(
@@ -358,16 +441,16 @@ fn parse_csv<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let Some(head) = it.next() else {
         return own(Value::Array(Vec::new()));
     };
-    let out = it
-        .map(|r| {
-            Value::Object(
-                head.iter()
-                    .cloned()
-                    .zip(r.into_iter().map(Value::String))
-                    .collect::<Object>(),
-            )
-        })
-        .collect();
+    let mut out = Vec::new();
+    for r in it {
+        meter.add(crate::value::OBJECT)?;
+        let mut o = Object::new();
+        for (k, field) in head.iter().zip(r) {
+            meter.add_key(k)?;
+            o.insert(k.clone(), Value::String(field));
+        }
+        out.push(Value::Object(o));
+    }
     own(Value::Array(out))
 }
 
@@ -405,9 +488,13 @@ fn format_csv<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 
 fn form_object<'x>(
     pairs: impl Iterator<Item = (std::borrow::Cow<'x, str>, std::borrow::Cow<'x, str>)>,
-) -> Value {
+) -> Res<Value> {
     let mut o = Object::new();
+    // `a&a&a...`: two bytes of text per value, each taking a value's room.
+    let mut meter = budget::Meter::new();
     for (k, v) in pairs {
+        meter.add_key(&k)?;
+        meter.add_text(v.len())?;
         let v = Value::String(v.into_owned());
         match o.get_mut(k.as_ref()) {
             Some(Value::Array(a)) => a.push(v),
@@ -420,11 +507,11 @@ fn form_object<'x>(
             }
         }
     }
-    Value::Object(o)
+    Ok(Value::Object(o))
 }
 
 fn parse_form<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    own(form_object(url::form_urlencoded::parse(&raw(v)?)))
+    own(form_object(url::form_urlencoded::parse(&raw(v)?))?)
 }
 
 /// Go's `url.PathUnescape`/`QueryUnescape`: `%XX` escapes (and `+` as a space in a query).
@@ -635,7 +722,10 @@ fn parse_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
     let mut o = Object::new();
     let mut rest = s.trim_start();
+    // `a b c ...`: two bytes of text per value, each taking a value's room.
+    let mut meter = budget::Meter::new();
     while !rest.is_empty() {
+        meter.add(crate::value::NODE + crate::value::KEY)?;
         let key_end = rest
             .find(|c: char| c == '=' || c.is_whitespace())
             .unwrap_or(rest.len());
@@ -697,8 +787,11 @@ fn format_logfmt<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 }
 
 fn parse_msgpack<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
-    let out = rmp_serde::from_slice::<Value>(&raw(v)?)
-        .map_err(|e| format!("failed to parse MessagePack: {e}"))?;
+    // One byte of MessagePack can stand for a value taking forty: counted as read.
+    let out = crate::value::with_room(budget::value_cap(), || {
+        rmp_serde::from_slice::<Value>(&raw(v)?)
+            .map_err(|e| format!("failed to parse MessagePack: {e}"))
+    })?;
     if out.nesting_exceeds(crate::value::MAX_DEPTH) {
         return Err("failed to parse MessagePack: nested too deeply".into());
     }
@@ -782,6 +875,21 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             Value::Object(fields)
         }
     };
+    // `<a/><a/>...`: a few bytes of text per value, each taking a value's room, so
+    // elements, attributes and text are counted as they are read.
+    let mut meter = budget::Meter::new();
+    let mut element = |name: &str, attrs: &Object| -> Res<()> {
+        meter.add_key(name)?;
+        meter.add(crate::value::NODE)?;
+        if !attrs.is_empty() {
+            meter.add(crate::value::OBJECT)?;
+        }
+        for (k, v) in attrs {
+            meter.add_key(k)?;
+            meter.add_value(v)?;
+        }
+        Ok(())
+    };
     loop {
         match reader
             .read_event()
@@ -792,11 +900,15 @@ fn parse_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                     return Err("failed to parse XML: nested too deeply".into());
                 }
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                stack.push((name, xml_attrs(&e, cast)?, String::new()));
+                let attrs = xml_attrs(&e, cast)?;
+                element(&name, &attrs)?;
+                stack.push((name, attrs, String::new()));
             }
             Event::Empty(e) => {
                 let name = String::from_utf8_lossy(e.name().as_ref()).into_owned();
-                let value = finish(xml_attrs(&e, cast)?, String::new());
+                let attrs = xml_attrs(&e, cast)?;
+                element(&name, &attrs)?;
+                let value = finish(attrs, String::new());
                 match stack.last_mut() {
                     Some(parent) => xml_insert(&mut parent.1, name, value),
                     None => xml_insert(&mut root, name, value),
@@ -849,8 +961,14 @@ fn xml_escape(s: &str, out: &mut String) {
 }
 
 /// Writes the line break and indentation before an element at `depth`, when indenting.
-fn xml_break(indent: Option<&str>, depth: usize, out: &mut String) {
+fn xml_break(indent: Option<&str>, depth: usize, out: &mut String) -> Res<()> {
     if let Some(ind) = indent {
+        // The indentation is given: a long one, times the depth, times every element.
+        budget::fits(
+            ind.len()
+                .saturating_mul(depth)
+                .saturating_add(out.len() + 1),
+        )?;
         if !out.is_empty() {
             out.push('\n');
         }
@@ -858,6 +976,7 @@ fn xml_break(indent: Option<&str>, depth: usize, out: &mut String) {
             out.push_str(ind);
         }
     }
+    Ok(())
 }
 
 /// Writes one element; `level` is its indentation, `depth` its nesting (arrays count).
@@ -878,7 +997,9 @@ fn xml_element(
         }
         return Ok(());
     }
-    xml_break(indent, level, out);
+    // An array repeats its name for every item: the text is checked as it grows.
+    budget::fits(out.len())?;
+    xml_break(indent, level, out)?;
     out.push('<');
     out.push_str(name);
     match v {
@@ -903,7 +1024,7 @@ fn xml_element(
                 xml_element(k, child, (level + 1, depth + 1), indent, out)?;
             }
             if children {
-                xml_break(indent, level, out);
+                xml_break(indent, level, out)?;
             }
         }
         Value::Null => out.push('>'),
@@ -928,5 +1049,6 @@ fn format_xml<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     for (k, child) in super::object(v)? {
         xml_element(k, child, (0, 0), indent, &mut out)?;
     }
+    budget::fits(out.len())?;
     own(Value::Bytes(out.into_bytes().into()))
 }

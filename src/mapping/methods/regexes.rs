@@ -2,6 +2,7 @@
 //! when the mapping does.
 
 use super::text;
+use crate::mapping::budget;
 use crate::mapping::exec::{own, V};
 use crate::mapping::spec::{ex, method, p, re, Args, MethodSpec, Res};
 use crate::value::{Object, Value};
@@ -95,28 +96,25 @@ fn re_match<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     own(args.regex(0)?.is_match(&text(v)?))
 }
 
+// The matches of a pattern that matches everywhere (`""`, `.`) are one value per
+// character, each taking a value's room: counted as they are made.
 fn re_find_all<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = args.regex(0)?;
-    own(Value::Array(
-        r.find_iter(&text(v)?)
-            .map(|m| Value::from(m.as_str()))
-            .collect(),
-    ))
+    own(Value::Array(budget::collect(
+        r.find_iter(&text(v)?).map(|m| Value::from(m.as_str())),
+    )?))
 }
 
 fn re_find_all_submatch<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = args.regex(0)?;
     let s = text(v)?;
-    let out = r
-        .captures_iter(&s)
-        .map(|c| {
-            Value::Array(
-                c.iter()
-                    .map(|g| Value::from(g.map(|m| m.as_str()).unwrap_or("")))
-                    .collect(),
-            )
-        })
-        .collect();
+    let out = budget::collect(r.captures_iter(&s).map(|c| {
+        Value::Array(
+            c.iter()
+                .map(|g| Value::from(g.map(|m| m.as_str()).unwrap_or("")))
+                .collect(),
+        )
+    }))?;
     own(Value::Array(out))
 }
 
@@ -142,15 +140,31 @@ fn re_find_object<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
 fn re_find_all_object<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = args.regex(0)?;
     let s = text(v)?;
-    own(Value::Array(
-        r.captures_iter(&s)
-            .map(|c| captures_object(&r, &c))
-            .collect(),
-    ))
+    own(Value::Array(budget::collect(
+        r.captures_iter(&s).map(|c| captures_object(&r, &c)),
+    )?))
 }
 
 fn re_replace_all<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let r = args.regex(0)?;
     let with = args.str(1)?;
-    own(r.replace_all(&text(v)?, with).into_owned())
+    let s = text(v)?;
+    if !budget::limited() {
+        return own(r.replace_all(&s, with).into_owned());
+    }
+    // Each match can grow by the whole replacement (`$0$0$0...` repeats it): the result
+    // is checked as it grows. The same text as `replace_all` makes.
+    let mut out = String::with_capacity(s.len());
+    let mut last = 0;
+    for caps in r.captures_iter(&s) {
+        let Some(m) = caps.get(0) else {
+            continue;
+        };
+        out.push_str(&s[last..m.start()]);
+        caps.expand(with, &mut out);
+        last = m.end();
+        budget::fits(out.len())?;
+    }
+    out.push_str(&s[last..]);
+    own(out)
 }

@@ -2,6 +2,7 @@
 //! one in half.
 
 use super::{raw, text};
+use crate::mapping::budget;
 use crate::mapping::exec::{own, slice_value, V};
 use crate::mapping::spec::{
     describe, ex, method, opt, p, type_err, Args, Default, MethodSpec, Res,
@@ -213,8 +214,27 @@ fn length<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
         other => return Err(type_err("string, bytes, array or object", other)),
     })
 }
+/// In a tenant's run, refuses replacing `from` with `to` in `s` when the result would be
+/// past the value cap: each match can grow by all of `to` (an empty `from` matches
+/// between every two characters), so the result can be the product of the two sizes.
+fn replace_fits(s: &str, from: &str, to: &str) -> Res<()> {
+    if !budget::limited() || to.len() <= from.len() {
+        return Ok(());
+    }
+    let matches = if from.is_empty() {
+        s.chars().count() + 1
+    } else {
+        s.matches(from).count()
+    };
+    let len = matches
+        .saturating_mul(to.len() - from.len())
+        .saturating_add(s.len());
+    Ok(budget::fits(len.saturating_add(crate::value::NODE))?)
+}
 fn replace_all<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    s_own(text(v)?.replace(args.str(0)?, args.str(1)?))
+    let (s, from, to) = (text(v)?, args.str(0)?, args.str(1)?);
+    replace_fits(&s, from, to)?;
+    s_own(s.replace(from, to))
 }
 fn replace_many<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let pairs = super::array(args.get(0))?;
@@ -223,7 +243,9 @@ fn replace_many<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     }
     let mut s = text(v)?.into_owned();
     for pair in pairs.chunks(2) {
-        s = s.replace(text(&pair[0])?.as_ref(), text(&pair[1])?.as_ref());
+        let (from, to) = (text(&pair[0])?, text(&pair[1])?);
+        replace_fits(&s, &from, &to)?;
+        s = s.replace(from.as_ref(), to.as_ref());
     }
     s_own(s)
 }
@@ -242,10 +264,12 @@ fn split<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                     describe(d)
                 ));
             };
-            let parts: Vec<Value> = if d.is_empty() {
-                s.chars().map(|c| Value::String(c.to_string())).collect()
+            // Counted as they are made: each piece takes a value's room, so splitting
+            // text into many short pieces takes many times the text's size.
+            let parts = if d.is_empty() {
+                budget::collect(s.chars().map(|c| Value::String(c.to_string())))?
             } else {
-                s.split(d.as_str()).map(Value::from).collect()
+                budget::collect(s.split(d.as_str()).map(Value::from))?
             };
             own(Value::Array(parts))
         }
@@ -258,13 +282,19 @@ fn split<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
             };
             let d = d.as_bytes();
             let mut parts = Vec::new();
+            let mut meter = budget::Meter::new();
+            let mut push = |piece: bytes::Bytes| -> Res<()> {
+                meter.add_text(piece.len())?;
+                parts.push(Value::Bytes(piece));
+                Ok(())
+            };
             if d.is_empty() {
                 // One piece per UTF-8 sequence, as splitting a string by "" gives characters.
                 let text = String::from_utf8_lossy(b);
                 let mut at = 0;
                 for c in text.chars() {
                     let n = c.len_utf8().min(b.len() - at);
-                    parts.push(Value::Bytes(b.slice(at..at + n)));
+                    push(b.slice(at..at + n))?;
                     at += n;
                 }
             } else {
@@ -272,14 +302,14 @@ fn split<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                 let mut i = 0;
                 while i + d.len() <= b.len() {
                     if &b[i..i + d.len()] == d {
-                        parts.push(Value::Bytes(b.slice(start..i)));
+                        push(b.slice(start..i))?;
                         i += d.len();
                         start = i;
                     } else {
                         i += 1;
                     }
                 }
-                parts.push(Value::Bytes(b.slice(start..)));
+                push(b.slice(start..))?;
             }
             own(Value::Array(parts))
         }
@@ -295,6 +325,7 @@ fn repeat<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     if n < 0 || (n as usize).saturating_mul(s.len()) > 64 << 20 {
         return Err(format!("cannot repeat {n} times"));
     }
+    budget::fits((n as usize * s.len()).saturating_add(crate::value::NODE))?;
     s_own(s.repeat(n as usize))
 }
 fn reverse<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
@@ -510,6 +541,8 @@ pub(crate) fn printf(fmt: &str, args: &[&Value]) -> Res<String> {
             None => (spec_t.parse::<usize>().ok(), None),
         };
         let (w, prec) = (w.map(|w| w.min(1024)), prec.map(|p| p.min(64)));
+        // Eight arguments of a few megabytes each, or a long format: checked as it grows.
+        budget::fits(out.len())?;
         if matches!(verb, 's' | 'v') && w.is_none() {
             // The common case: write the text straight in, no copy.
             match arg {
@@ -597,10 +630,9 @@ fn filepath_split<'b>(v: &'b Value, _: &Args<'_>) -> Res<V<'b>> {
 fn unicode_segments<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let s = text(v)?;
     let parts: Vec<Value> = match args.str(0)? {
-        "grapheme" => s.chars().map(|c| Value::String(c.to_string())).collect(),
-        "word" => s
-            .split_inclusive(|c: char| !c.is_alphanumeric())
-            .flat_map(|w| {
+        "grapheme" => budget::collect(s.chars().map(|c| Value::String(c.to_string())))?,
+        "word" => budget::collect(s.split_inclusive(|c: char| !c.is_alphanumeric()).flat_map(
+            |w| {
                 let (word, sep) =
                     w.split_at(w.trim_end_matches(|c: char| !c.is_alphanumeric()).len());
                 [word, sep]
@@ -608,12 +640,9 @@ fn unicode_segments<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
                     .filter(|x| !x.is_empty())
                     .map(Value::from)
                     .collect::<Vec<_>>()
-            })
-            .collect(),
-        "sentence" => s
-            .split_inclusive(['.', '!', '?'])
-            .map(Value::from)
-            .collect(),
+            },
+        ))?,
+        "sentence" => budget::collect(s.split_inclusive(['.', '!', '?']).map(Value::from))?,
         other => return Err(format!("unknown segmentation type {other:?}")),
     };
     own(Value::Array(parts))

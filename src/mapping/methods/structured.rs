@@ -151,9 +151,11 @@ fn json_path<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     let doc = serde_json::to_value(v).map_err(|e| e.to_string())?;
     let nodes = path.query(&doc).all();
     if *many {
-        return own(Value::Array(
-            nodes.into_iter().map(|n| Value::from(n.clone())).collect(),
-        ));
+        // `$..*` gives every part of the document with all that is under it: a deep
+        // document many times over, counted as it is copied.
+        return own(Value::Array(crate::mapping::budget::collect(
+            nodes.into_iter().map(|n| Value::from(n.clone())),
+        )?));
     }
     own(nodes
         .first()
