@@ -111,8 +111,7 @@ async fn a_producer_reaches_consumers_round_robin_behind_key_auth() {
     for _ in 0..3 {
         clients.push(Sse::open(&gw, "/live/events", &key).await);
     }
-    // Let all three register before the first message.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each is in the rotation once opened (it waited for `: connected`).
     publish_numbered(&gw, "/live/publish", &key, 9).await;
     let mut seen = Vec::new();
     for client in &mut clients {
@@ -151,7 +150,6 @@ async fn consumers_accepted_on_any_serving_thread_get_every_message() {
     for _ in 0..8 {
         clients.push(Sse::open(&gw, "/live/other/events", &key).await);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
     publish_numbered(&gw, "/live/other/publish", &key, 16).await;
     let mut got = Vec::new();
     for client in &mut clients {
@@ -173,7 +171,6 @@ async fn changing_one_stream_keeps_the_clients_of_the_others() {
     let key = key_for(&gw, "live").await;
     let mut main = Sse::open(&gw, "/live/events", &key).await;
     let mut other = Sse::open(&gw, "/live/other/events", &key).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         publish(&gw, "/live/other/publish", &key, r#"{"n":1}"#).await,
         200
@@ -198,7 +195,6 @@ async fn changing_one_stream_keeps_the_clients_of_the_others() {
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(
             publish(&gw, "/live/other/publish", &key, r#"{"n":1}"#).await,
             200

@@ -55,7 +55,27 @@ impl Sse {
         if resp.status() != 200 {
             return Err(resp.status().as_u16());
         }
-        Ok(Sse::of(resp))
+        let mut sse = Sse::of(resp);
+        sse.registered().await;
+        Ok(sse)
+    }
+
+    /// Waits for the server's `: connected` comment, which it sends once this client is
+    /// in the rotation: a message published after it reaches this client or another.
+    async fn registered(&mut self) {
+        const GREETING: &str = ": connected\n\n";
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self.buf.contains(GREETING) {
+            let chunk = tokio::time::timeout_at(deadline, self.body.next())
+                .await
+                .expect("no `: connected` from the server within 10 s")
+                .expect("the stream ended before `: connected`")
+                .expect("the stream failed before `: connected`");
+            self.buf.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        if let Some(at) = self.buf.find(GREETING) {
+            self.buf.drain(..at + GREETING.len());
+        }
     }
 
     /// Reads the events of a response already open.
