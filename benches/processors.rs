@@ -134,6 +134,26 @@ fn main() {
         a[0].iter().map(parse).collect::<Vec<_>>(),
         b[0].iter().map(parse).collect::<Vec<_>>()
     );
+    // Each case's sides do the work they are said to, or the ratio compares unlike work:
+    // dedupe keeps the first of each repeated id (half of them), the others pass
+    // everything on as their comparison does.
+    for case in &cases {
+        let count = |out: Vec<Batch>| out.iter().map(Vec::len).sum::<usize>();
+        let s = count(rt.block_on(case.subject.process(batch(1))));
+        let b = count(rt.block_on(case.baseline.process(batch(1))));
+        let want = if case.name == "dedupe" { BATCH / 2 } else { b };
+        assert_eq!(
+            (s, b),
+            (want, BATCH),
+            "{}: not the work compared",
+            case.name
+        );
+    }
+    // `cargo bench` passes `--bench`; without it (`cargo test --all-targets`) the checks
+    // above are the test, not a measurement in a debug build.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
 
     println!("processor / comparison, {BATCH}-message batches (median of 21 alternating rounds):");
     let mut seed = 0usize;

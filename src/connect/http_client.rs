@@ -12,7 +12,9 @@ use metrics::{counter, Counter};
 use crate::backoff::Backoff;
 use crate::component::{BuildContext, BuildError, ConnectorError};
 use crate::config::Interp;
-use crate::connect::outbound::{Outbound, OutboundError, OutboundRequest, OutboundSettings};
+use crate::connect::outbound::{
+    Outbound, OutboundError, OutboundRequest, OutboundSettings, RESERVED_FIELDS,
+};
 use crate::duration::Duration;
 use crate::message::Batch;
 use crate::metrics::{CONNECTION_ATTEMPTS, CONNECTION_ERRORS};
@@ -152,6 +154,12 @@ impl HttpClient {
         for (k, v) in &settings.headers {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| cx.error(format!("invalid header name `{k}`")))?;
+            // `Host` would reach another site behind an address the policy allows.
+            if cx.egress.is_some() && RESERVED_FIELDS.contains(&name.as_str()) {
+                return Err(cx.error(format!(
+                    "`headers.{k}`: set by the HTTP client itself; a stream posted by an organisation cannot set it"
+                )));
+            }
             match v.static_value() {
                 Some(value) => {
                     let value = HeaderValue::from_str(value)
@@ -368,6 +376,20 @@ mod tests {
         s.headers
             .insert("bad header".into(), Interp::parse("x").unwrap());
         assert!(HttpClient::new(s, &cx()).is_err());
+    }
+
+    #[test]
+    fn a_posted_stream_may_not_set_the_host_or_the_framing() {
+        let mut posted = cx();
+        posted.egress = Some(Default::default());
+        for name in ["Host", "transfer-encoding", "Connection"] {
+            let mut s = settings("http://203.0.113.7/");
+            s.headers.insert(name.into(), Interp::parse("x").unwrap());
+            let e = HttpClient::new(s.clone(), &posted).err().expect(name);
+            assert!(e.to_string().contains("set by the HTTP client"), "{e}");
+            // The operator's streams may.
+            assert!(HttpClient::new(s, &cx()).is_ok());
+        }
     }
 
     #[tokio::test]

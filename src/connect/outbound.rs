@@ -31,6 +31,21 @@ const PIN_FOR: Duration = Duration::from_secs(30);
 /// The most hosts one client keeps pinned clients for; past it the stalest go.
 const MAX_PINNED: usize = 64;
 
+/// Fields a tenant may not set on a request: the client owns the message's framing and
+/// connection, and `Host` would reach other sites behind an address the policy allows.
+pub const RESERVED_FIELDS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-authorization",
+    "proxy-connection",
+];
+
 /// How a client is made: the settings of the component that sends.
 #[derive(Debug, Clone)]
 pub struct OutboundSettings {
@@ -56,11 +71,18 @@ pub enum OutboundError {
     TooManyRedirects(usize),
     #[error("a redirect to `{location}` cannot be followed: {why}")]
     BadRedirect { location: String, why: String },
+    /// The redirects together took longer than one request may.
+    #[error("no answer within {0:?}, redirects included")]
+    Timeout(Duration),
 }
 
 impl OutboundError {
     pub fn is_timeout(&self) -> bool {
-        matches!(self, OutboundError::Http(e) if e.is_timeout())
+        match self {
+            OutboundError::Http(e) => e.is_timeout(),
+            OutboundError::Timeout(_) => true,
+            _ => false,
+        }
     }
 }
 
@@ -97,7 +119,7 @@ impl Outbound {
             (Some(_), _) | (None, 0) => reqwest::redirect::Policy::none(),
             (None, n) => reqwest::redirect::Policy::limited(n),
         };
-        let direct = builder(&settings)
+        let direct = builder(&settings, policy.is_some())
             .redirect(redirects)
             .build()
             .map_err(OutboundError::Client)?;
@@ -130,6 +152,19 @@ impl Outbound {
                 .await
                 .map_err(OutboundError::Http);
         };
+        // One deadline for the request and its redirects, as one request has.
+        let timeout = self.settings.timeout;
+        tokio::time::timeout(timeout, self.follow(policy, req))
+            .await
+            .unwrap_or(Err(OutboundError::Timeout(timeout)))
+    }
+
+    /// Sends `req` under `policy`, following redirects hop by hop.
+    async fn follow(
+        &self,
+        policy: &EgressPolicy,
+        req: OutboundRequest,
+    ) -> Result<reqwest::Response, OutboundError> {
         let OutboundRequest {
             mut method,
             mut url,
@@ -164,15 +199,23 @@ impl Outbound {
             }
             hops += 1;
             let next = next_url(&url, location)?;
-            // As browsers and reqwest do: 303 (and 301/302 after a POST) become a GET
-            // without a body; 307 and 308 repeat the request as it was.
-            let to_get = status == StatusCode::SEE_OTHER && method != Method::HEAD
-                || matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
-                    && method == Method::POST;
+            // As browsers and reqwest do: 303, 301 and 302 turn anything but GET and
+            // HEAD into a GET without a body; 307 and 308 repeat the request as it was.
+            let keeps = matches!(method, Method::GET | Method::HEAD);
+            let to_get = !keeps
+                && matches!(
+                    status,
+                    StatusCode::SEE_OTHER | StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND
+                );
             if to_get {
                 method = Method::GET;
                 body = None;
-                for h in ["content-type", "content-length", "content-encoding"] {
+                for h in [
+                    "content-type",
+                    "content-length",
+                    "content-encoding",
+                    "transfer-encoding",
+                ] {
                     headers.remove(h);
                 }
             }
@@ -208,7 +251,7 @@ impl Outbound {
             return Ok(p.client.clone());
         }
         let addrs: Vec<SocketAddr> = policy.resolve(&name, port).await?;
-        let client = builder(&self.settings)
+        let client = builder(&self.settings, true)
             .redirect(reqwest::redirect::Policy::none())
             .resolve_to_addrs(&name, &addrs)
             .build()
@@ -237,10 +280,17 @@ impl Outbound {
     }
 }
 
-fn builder(settings: &OutboundSettings) -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
+/// A client builder; `held` (a policy applies) leaves out a proxy from the environment,
+/// which would resolve the name itself and so reach what was never checked.
+fn builder(settings: &OutboundSettings, held: bool) -> reqwest::ClientBuilder {
+    let b = reqwest::Client::builder()
         .timeout(settings.timeout)
-        .danger_accept_invalid_certs(settings.accept_invalid_certs)
+        .danger_accept_invalid_certs(settings.accept_invalid_certs);
+    if held {
+        b.no_proxy()
+    } else {
+        b
+    }
 }
 
 fn build(client: &reqwest::Client, req: OutboundRequest) -> reqwest::RequestBuilder {

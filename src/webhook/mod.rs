@@ -37,22 +37,10 @@ pub fn check_url(url: &str) -> Result<String, String> {
     Ok(url.trim().to_owned())
 }
 
-/// Headers a webhook may not set: the HTTP client owns the message's framing and
-/// connection, `Host` would reach other sites behind a shared address the egress policy
-/// allows, and the `Sluice-` headers are the service's own (signature, event).
-const RESERVED: &[&str] = &[
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "upgrade",
-    "te",
-    "trailer",
-    "proxy-authorization",
-    "proxy-connection",
-    "idempotency-key",
-];
+/// Headers a webhook may not set besides the client's own
+/// ([`RESERVED_FIELDS`](crate::connect::outbound::RESERVED_FIELDS)): the idempotency key
+/// and the `Sluice-` headers are the service's own (signature, event).
+const RESERVED: &[&str] = &["idempotency-key"];
 
 /// Checks that every name and value can be sent as an HTTP header; the first that
 /// cannot comes back with the header's name and why.
@@ -62,7 +50,10 @@ pub fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), (String, 
             return Err((name.clone(), "not a valid header name"));
         }
         let lower = name.to_ascii_lowercase();
-        if RESERVED.contains(&lower.as_str()) || lower.starts_with("sluice-") {
+        if RESERVED.contains(&lower.as_str())
+            || crate::connect::outbound::RESERVED_FIELDS.contains(&lower.as_str())
+            || lower.starts_with("sluice-")
+        {
             return Err((
                 name.clone(),
                 "set by the service itself (framing, connection, host, idempotency and Sluice- headers cannot be given)",
