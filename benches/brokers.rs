@@ -434,8 +434,7 @@ mod kafka {
 
     pub async fn run(out: &mut Vec<(String, f64)>) {
         let Some(addr) = addr() else {
-            println!("kafka: no broker address (run scripts/brokers.sh); skipped");
-            return;
+            panic!("kafka: no broker address: run scripts/brokers.sh, or BENCH_ONLY=nats|mqtt");
         };
         // Producing runs at a million messages a second or more: a run of 200 000 would
         // be as much start-up (connecting, learning the topic's leader) as throughput.
@@ -564,8 +563,7 @@ mod nats {
 
     pub async fn run(out: &mut Vec<(String, f64)>) {
         if async_nats::connect(URL).await.is_err() {
-            println!("nats: no server on 4222 (run scripts/brokers.sh); skipped");
-            return;
+            panic!("nats: no server on 4222: run scripts/brokers.sh, or BENCH_ONLY=kafka|mqtt");
         }
         let n = scale(300_000);
         let produce = paired(
@@ -679,8 +677,7 @@ mod mqtt {
 
     pub async fn run(out: &mut Vec<(String, f64)>) {
         if std::net::TcpStream::connect("127.0.0.1:1883").is_err() {
-            println!("mqtt: no broker on 1883 (run scripts/brokers.sh); skipped");
-            return;
+            panic!("mqtt: no broker on 1883: run scripts/brokers.sh, or BENCH_ONLY=kafka|nats");
         }
         let n = scale(50_000);
         let produce = paired(
