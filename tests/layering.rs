@@ -251,7 +251,13 @@ fn folder_graphs(src: &Path) -> BTreeMap<String, Graph> {
     let mut graphs: BTreeMap<String, Graph> = BTreeMap::new();
     for file in &files {
         let here = module_path(src, file);
-        let text = std::fs::read_to_string(file).unwrap();
+        // Comments (doc links among them) name modules without depending on them.
+        let text: String = std::fs::read_to_string(file)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
         for target in referenced_paths(&text, &here) {
             // The deepest folder holding both, and the child of it on each side.
             let common = here.iter().zip(&target).take_while(|(a, b)| a == b).count();
@@ -281,7 +287,6 @@ fn folder_graphs(src: &Path) -> BTreeMap<String, Graph> {
 /// The cycles inside folders that stood when this rule came, each as its folder and the
 /// sorted modules on it: they are to go, and no other may come.
 const KNOWN_FOLDER_CYCLES: &[(&str, &[&str])] = &[
-    ("config", &["de", "yaml"]),
     ("dashboard", &["devapps", "developers"]),
     ("dashboard", &["devapps", "developers", "portal"]),
     ("dashboard", &["devapps", "portal"]),
@@ -301,6 +306,7 @@ fn no_new_cycle_inside_a_folder() {
     let graphs = folder_graphs(&src);
     assert!(graphs.contains_key("gateway"), "folders were not read");
     let mut new = Vec::new();
+    let mut seen: Vec<(String, Vec<String>)> = Vec::new();
     for (folder, graph) in &graphs {
         let mut graph = graph.clone();
         // Each cycle found is reported, then broken at its first edge to look for more.
@@ -316,6 +322,7 @@ fn no_new_cycle_inside_a_folder() {
             if !known {
                 new.push(format!("in {folder}:\n{}", describe(&graph, &cycle)));
             }
+            seen.push((folder.clone(), on.iter().map(|m| m.to_string()).collect()));
             graph.get_mut(&cycle[0]).unwrap().remove(&cycle[1]);
         }
     }
@@ -323,6 +330,16 @@ fn no_new_cycle_inside_a_folder() {
         new.is_empty(),
         "modules inside a folder import each other in a cycle:\n{}",
         new.join("\n")
+    );
+    // A cycle that went is taken off the list, so that it cannot come back.
+    let gone: Vec<String> = KNOWN_FOLDER_CYCLES
+        .iter()
+        .filter(|(f, mods)| !seen.iter().any(|(sf, sm)| sf == f && sm[..] == mods[..]))
+        .map(|(f, mods)| format!("{f}: {}", mods.join(", ")))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "these cycles are gone; take them off KNOWN_FOLDER_CYCLES: {gone:?}"
     );
 }
 
