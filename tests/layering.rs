@@ -292,7 +292,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str])] = &[
     ("dashboard", &["devapps", "portal"]),
     ("gateway", &["middleware", "shared"]),
     ("gateway", &["shared", "streams"]),
-    ("http", &["history", "hub"]),
     ("mapping", &["exec", "functions", "program"]),
     ("mapping", &["exec", "spec"]),
     ("mapping", &["functions", "methods"]),

@@ -10,30 +10,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream};
 use futures::StreamExt;
 
 use super::hub::{gap, Event, Hub, RouteMetrics, Subscription};
-use crate::message::Message;
-
-/// A broker's record of a hub's messages, by position.
-pub trait History: Send + Sync {
-    /// The messages after position `after`, oldest first, through the newest there is
-    /// now, each with its position under [`History::position_key`].
-    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>>;
-
-    /// The metadata key of the positions it reads by: a hub takes the history only when
-    /// its ids come from the same key.
-    fn position_key(&self) -> &str;
-}
-
-/// What the broker still holds after a position.
-pub struct Past {
-    /// Whether it holds every message after the position (its retention dropped none).
-    pub complete: bool,
-    pub messages: BoxStream<'static, Result<Message, String>>,
-}
+pub use super::record::{History, Past};
 
 /// Clients of one hub caught up at once; more resume with a `gap` notice.
 pub const MAX_AT_ONCE: usize = 16;
@@ -136,6 +117,8 @@ mod tests {
     use super::*;
     use crate::duration::Duration;
     use crate::http::hub::{DeliveryMode, HubOptions, ReplayConfig, Transport, GAP_EVENT};
+    use crate::message::Message;
+    use futures::future::BoxFuture;
     use tokio_util::sync::CancellationToken;
 
     /// A broker that holds positions `first..=last`, and knows whether it dropped any.

@@ -337,7 +337,7 @@ pub struct Hub {
     shutdown: CancellationToken,
     /// Where a client resuming from before the replay buffer is caught up from, when
     /// the ids are positions in a broker that keeps what came before.
-    history: OnceLock<Arc<dyn super::history::History>>,
+    history: OnceLock<Arc<dyn super::record::History>>,
     /// Clients being caught up from the history now.
     pub(crate) catching_up: std::sync::atomic::AtomicUsize,
     /// Catch-ups started in the current second (its start, and how many): each one
@@ -394,14 +394,14 @@ impl Hub {
 
     /// Gives the hub the history that clients resuming from before its replay buffer
     /// catch up from. Only for a broadcast hub whose ids are broker positions.
-    pub fn set_history(&self, history: Arc<dyn super::history::History>) {
+    pub fn set_history(&self, history: Arc<dyn super::record::History>) {
         let same_key = self.opts.id_key.as_deref() == Some(history.position_key());
         if self.opts.mode == DeliveryMode::Broadcast && same_key {
             let _ = self.history.set(history);
         }
     }
 
-    pub(crate) fn history(&self) -> Option<&Arc<dyn super::history::History>> {
+    pub(crate) fn history(&self) -> Option<&Arc<dyn super::record::History>> {
         self.history.get()
     }
 

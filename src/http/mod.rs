@@ -9,6 +9,7 @@
 pub mod cors;
 pub mod history;
 pub mod hub;
+pub mod record;
 pub mod rewind;
 pub mod trace;
 pub mod wire;
