@@ -291,7 +291,6 @@ const KNOWN_FOLDER_CYCLES: &[(&str, &[&str])] = &[
     ("dashboard", &["devapps", "developers", "portal"]),
     ("dashboard", &["devapps", "portal"]),
     ("gateway", &["middleware", "shared"]),
-    ("gateway", &["shared", "streams"]),
     ("mapping", &["exec", "functions", "program"]),
     ("mapping", &["exec", "spec"]),
     ("mapping", &["functions", "methods"]),

@@ -248,7 +248,7 @@ impl Gateway {
     pub async fn serve(mut self, stop: CancellationToken) {
         let shared = self.shared.clone();
         let reloader = tokio::spawn(reload_loop(shared.clone(), stop.clone()));
-        let health = tokio::spawn(streams::watch_health(shared.clone(), stop.clone()));
+        let health = tokio::spawn(watch_health(shared.clone(), stop.clone()));
         let webhooks = self.start_webhooks(&stop);
 
         let timeouts = Timeouts {
@@ -690,5 +690,34 @@ fn access_log(
         error!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request failed.");
     } else {
         tracing::info!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request.");
+    }
+}
+
+/// Raises a `stream_error` event each time one of the APIs' streams changes state for the
+/// worse (failing, or stopped after failing) or recovers, until `stop`.
+pub async fn watch_health(
+    shared: Arc<crate::gateway::shared::Shared>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut changes = crate::stream::health::Health::global().subscribe();
+    loop {
+        let change = tokio::select! {
+            c = changes.recv() => c,
+            _ = stop.cancelled() => return,
+        };
+        let change = match change {
+            Ok(c) => c,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if let Some((api_id, stream, message)) = shared.streams.health_event(&change) {
+            shared.events.publish(
+                crate::gateway::events::EventKind::StreamError,
+                &api_id,
+                None,
+                &stream,
+                message,
+            );
+        }
     }
 }

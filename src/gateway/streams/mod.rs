@@ -233,7 +233,7 @@ impl StreamHost {
 
     /// The API and stream a health change is about, with the event's message; `None` for
     /// a stream of no API here, or a change that raises no event.
-    fn health_event(
+    pub(crate) fn health_event(
         &self,
         change: &crate::stream::health::Change,
     ) -> Option<(String, String, String)> {
@@ -524,35 +524,6 @@ async fn sync_api(
                     format!("stream `{name}` failed to start: {e}"),
                 );
             }
-        }
-    }
-}
-
-/// Raises a `stream_error` event each time one of the APIs' streams changes state for the
-/// worse (failing, or stopped after failing) or recovers, until `stop`.
-pub async fn watch_health(
-    shared: Arc<crate::gateway::shared::Shared>,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    let mut changes = crate::stream::health::Health::global().subscribe();
-    loop {
-        let change = tokio::select! {
-            c = changes.recv() => c,
-            _ = stop.cancelled() => return,
-        };
-        let change = match change {
-            Ok(c) => c,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-        };
-        if let Some((api_id, stream, message)) = shared.streams.health_event(&change) {
-            shared.events.publish(
-                crate::gateway::events::EventKind::StreamError,
-                &api_id,
-                None,
-                &stream,
-                message,
-            );
         }
     }
 }
