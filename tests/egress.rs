@@ -37,25 +37,39 @@ impl Serve {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// `sluice serve` whose dashboard and gateway both allow `allow` (a YAML list).
+    async fn allowing(allow: &str) -> Serve {
+        Serve::start(&[
+            ("SLUICE_DB_STREAMING_EGRESS_ALLOW", allow),
+            ("SLUICE_GW_STREAMING_EGRESS_ALLOW", allow),
+        ])
+        .await
+    }
+
+    /// The answer to the gateway request `req` makes once the gateway serves its API
+    /// (it loads what the dashboard stored within moments): the first that is not 404.
+    async fn served(
+        &self,
+        req: impl Fn(&reqwest::Client) -> reqwest::RequestBuilder,
+    ) -> reqwest::Response {
+        for _ in 0..200 {
+            let resp = req(&self.http).send().await.unwrap();
+            if resp.status() != 404 {
+                return resp;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the API was never served");
+    }
+
     /// What the fetching stream of `id` answers for `url`: the fetched body, or the
     /// error of the fetch.
     async fn fetch(&self, id: &str, url: &str) -> String {
         let gateway = format!("http://127.0.0.1:{}/{id}/fetch", self.gw);
-        // The gateway serves the API once it loaded it from the store.
-        for _ in 0..200 {
-            let resp = self
-                .http
-                .post(&gateway)
-                .body(url.to_owned())
-                .send()
-                .await
-                .unwrap();
-            if resp.status() != 404 {
-                return resp.text().await.unwrap();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{gateway} was never served");
+        let resp = self
+            .served(|http| http.post(&gateway).body(url.to_owned()))
+            .await;
+        resp.text().await.unwrap()
     }
 }
 
@@ -196,12 +210,7 @@ async fn posted_streams_are_refused_the_hosts_private_addresses() {
 
 #[tokio::test]
 async fn the_operator_allows_hosts_explicitly_but_not_the_servers_own_listeners() {
-    let allow = "[127.0.0.1]";
-    let serve = Serve::start(&[
-        ("SLUICE_DB_STREAMING_EGRESS_ALLOW", allow),
-        ("SLUICE_GW_STREAMING_EGRESS_ALLOW", allow),
-    ])
-    .await;
+    let serve = Serve::allowing("[127.0.0.1]").await;
     let upstream = Receiver::start(&[], 200).await;
     let (status, body) = serve.post_stream("fetcher", FETCH, false).await;
     assert_eq!(status, 201, "{body}");
@@ -252,22 +261,22 @@ impl Serve {
                 "securitySchemes": {"jwt": {"enabled": true, "signingMethod": "RS256", "jwksUri": jwks}}
             });
         }
+        self.post_oas(&doc).await
+    }
+
+    /// Posts a plain API document as the instance's admin.
+    async fn post_oas(&self, doc: &Value) -> (u16, Value) {
         let resp = self
             .http
             .post(format!("http://127.0.0.1:{}/api/apis/oas", self.db))
             .header("authorization", ADMIN_KEY)
-            .json(&doc)
+            .json(doc)
             .send()
             .await
             .unwrap();
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
-}
-
-/// Waits until `receiver` got `n` requests.
-async fn tried(receiver: &Receiver, n: usize) {
-    receiver.wait_for(n, common::DEADLINE).await;
 }
 
 #[tokio::test]
@@ -277,11 +286,7 @@ async fn redirects_and_names_cannot_get_around_the_policy() {
     let secret = Receiver::start(&[], 200).await;
     let redirector = Receiver::start(&[], 302).await;
     let allow = format!("[127.0.0.1:{}]", redirector.addr.port());
-    let serve = Serve::start(&[
-        ("SLUICE_DB_STREAMING_EGRESS_ALLOW", &allow),
-        ("SLUICE_GW_STREAMING_EGRESS_ALLOW", &allow),
-    ])
-    .await;
+    let serve = Serve::allowing(&allow).await;
     let (status, body) = serve.post_stream("fetcher", FETCH, false).await;
     assert_eq!(status, 201, "{body}");
     // The `http` processor: a 302 to a name or an address it may not reach, the
@@ -315,27 +320,16 @@ async fn redirects_and_names_cannot_get_around_the_policy() {
     assert_eq!(status, 201, "{body}");
     let before = redirector.received().len();
     let gateway = format!("http://127.0.0.1:{}/sender/send", serve.gw);
-    let mut answered = None;
-    for _ in 0..200 {
-        let resp = serve
-            .http
-            .post(&gateway)
-            .body("the body")
-            .send()
-            .await
-            .unwrap();
-        if resp.status() != 404 {
-            answered = Some(resp.status().as_u16());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let answered = answered.expect("the sender stream was never served");
+    let answered = serve
+        .served(|http| http.post(&gateway).body("the body"))
+        .await
+        .status()
+        .as_u16();
     assert_ne!(
         answered, 200,
         "the producer was told the message was delivered"
     );
-    tried(&redirector, before + 1).await;
+    redirector.wait_for(before + 1, common::DEADLINE).await;
 
     // An input: it polls the redirector, which sends it to the private service.
     redirector.answer(302);
@@ -347,7 +341,7 @@ async fn redirects_and_names_cannot_get_around_the_policy() {
     let before = redirector.received().len();
     let (status, body) = serve.post_stream("poller", &input, false).await;
     assert_eq!(status, 201, "{body}");
-    tried(&redirector, before + 2).await;
+    redirector.wait_for(before + 2, common::DEADLINE).await;
     assert!(
         secret.received().is_empty(),
         "a redirect reached the private service: {:?}",
@@ -360,11 +354,7 @@ async fn a_posted_apis_upstream_and_jwks_follow_the_policy() {
     let secret = Receiver::start(&[], 200).await;
     let allowed = Receiver::start(&[], 200).await;
     let allow = format!("[127.0.0.1:{}]", allowed.addr.port());
-    let serve = Serve::start(&[
-        ("SLUICE_DB_STREAMING_EGRESS_ALLOW", &allow),
-        ("SLUICE_GW_STREAMING_EGRESS_ALLOW", &allow),
-    ])
-    .await;
+    let serve = Serve::allowing(&allow).await;
     for (i, upstream) in [
         // The control port: every organisation's API ids, the gateway secret's lockout.
         format!("http://127.0.0.1:{}", serve.control),
@@ -419,16 +409,8 @@ async fn a_posted_apis_upstream_and_jwks_follow_the_policy() {
         "events": ["auth_failure"],
         "targetPath": format!("http://127.0.0.1:{}/sluice/keys", serve.control)
     }]);
-    let resp = serve
-        .http
-        .post(format!("http://127.0.0.1:{}/api/apis/oas", serve.db))
-        .header("authorization", ADMIN_KEY)
-        .json(&doc)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 422);
-    let body: Value = resp.json().await.unwrap();
+    let (status, body) = serve.post_oas(&doc).await;
+    assert_eq!(status, 422, "{body}");
     assert!(
         problem_paths(&body)
             .iter()
@@ -439,14 +421,6 @@ async fn a_posted_apis_upstream_and_jwks_follow_the_policy() {
     let (status, body) = serve.post_upstream("ok", &allowed.url(""), None).await;
     assert_eq!(status, 201, "{body}");
     let url = format!("http://127.0.0.1:{}/ok/data", serve.gw);
-    let mut status = 404;
-    for _ in 0..200 {
-        status = serve.http.get(&url).send().await.unwrap().status().as_u16();
-        if status != 404 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(status, 200);
+    assert_eq!(serve.served(|http| http.get(&url)).await.status(), 200);
     assert!(secret.received().is_empty());
 }

@@ -51,12 +51,7 @@ pub struct Caller {
 impl Caller {
     /// 403 unless the caller is an admin.
     pub fn require_admin(&self) -> Result<(), ApiError> {
-        match self.role {
-            Role::Admin => Ok(()),
-            Role::Member => Err(ApiError::Forbidden(
-                "only an admin of the organisation may do this".into(),
-            )),
-        }
+        self.require_admin_to("do this")
     }
 
     /// 403 naming what was refused (`what`: "change the portal's settings") unless the

@@ -57,7 +57,7 @@ const HASHING_WAIT: Duration = Duration::from_secs(5);
 /// The event a reset token is delivered as through a webhook.
 pub const RESET_EVENT: &str = "portal.password_reset";
 /// What the delivery log shows in place of a reset token.
-pub const REDACTED: &str = "[redacted]";
+const REDACTED: &str = "[redacted]";
 
 /// Who may sign up to an organisation's portal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]

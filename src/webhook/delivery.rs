@@ -148,8 +148,7 @@ impl Deliverer {
         config: DeliveryConfig,
         sealer: Option<Sealer>,
     ) -> Result<Deliverer, DeliveryError> {
-        let client = Outbound::new(Self::settings(&config), None)
-            .map_err(|e| DeliveryError::Client(e.to_string()))?;
+        let client = Self::outbound(&config, None)?;
         Ok(Deliverer {
             store,
             client,
@@ -164,10 +163,17 @@ impl Deliverer {
     /// (the egress policy of posted streams). The operator's deliveries (the handlers of
     /// API files with no organisation) go anywhere.
     pub fn with_egress(mut self, policy: Arc<EgressPolicy>) -> Result<Self, DeliveryError> {
-        let client = Outbound::new(Self::settings(&self.config), Some(policy))
-            .map_err(|e| DeliveryError::Client(e.to_string()))?;
-        self.posted = Some(client);
+        self.posted = Some(Self::outbound(&self.config, Some(policy))?);
         Ok(self)
+    }
+
+    /// A client with the deliveries' settings, held to `policy` when given.
+    fn outbound(
+        config: &DeliveryConfig,
+        policy: Option<Arc<EgressPolicy>>,
+    ) -> Result<Outbound, DeliveryError> {
+        Outbound::new(Self::settings(config), policy)
+            .map_err(|e| DeliveryError::Client(e.to_string()))
     }
 
     fn settings(config: &DeliveryConfig) -> OutboundSettings {

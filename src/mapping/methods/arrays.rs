@@ -52,36 +52,25 @@ pub static SPECS: &[MethodSpec] = &[
           ex("root = this.squash()", r#"[{"a":{"b":1}},{"a":{"c":2}}]"#, r#"{"a":{"b":1,"c":2}}"#)], squash),
 ];
 
+/// The arguments given, in order.
+fn given<'a>(args: &'a Args<'_>) -> impl Iterator<Item = &'a Value> + 'a {
+    (0..args.len())
+        .filter(|i| args.given(*i))
+        .map(|i| args.get(i))
+}
+
 fn append<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
     // The result holds a copy of each: an array appended to itself doubles.
-    budget::fits_together(
-        std::iter::once(v).chain(
-            (0..args.len())
-                .filter(|i| args.given(*i))
-                .map(|i| args.get(i)),
-        ),
-    )?;
+    budget::fits_together(std::iter::once(v).chain(given(args)))?;
     let mut out = array(v)?.clone();
-    for i in 0..args.len() {
-        if args.given(i) {
-            out.push(args.get(i).clone());
-        }
-    }
+    out.extend(given(args).cloned());
     own(Value::Array(out))
 }
 fn concat<'b>(v: &'b Value, args: &Args<'_>) -> Res<V<'b>> {
-    budget::fits_together(
-        std::iter::once(v).chain(
-            (0..args.len())
-                .filter(|i| args.given(*i))
-                .map(|i| args.get(i)),
-        ),
-    )?;
+    budget::fits_together(std::iter::once(v).chain(given(args)))?;
     let mut out = array(v)?.clone();
-    for i in 0..args.len() {
-        if args.given(i) {
-            out.extend(array(args.get(i))?.iter().cloned());
-        }
+    for a in given(args) {
+        out.extend(array(a)?.iter().cloned());
     }
     own(Value::Array(out))
 }
