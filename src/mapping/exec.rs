@@ -76,13 +76,6 @@ impl From<super::budget::OverBudget> for ExecError {
     }
 }
 
-impl From<super::budget::TooLarge> for ExecError {
-    #[cold]
-    fn from(e: super::budget::TooLarge) -> Self {
-        ExecError::new(e.to_string())
-    }
-}
-
 impl ExecError {
     pub fn new(msg: impl Into<String>) -> Self {
         ExecError { msg: msg.into() }
@@ -1035,14 +1028,14 @@ pub fn run<'m>(
                 let v = fr
                     .eval_detached(prog, this, msg, value)
                     .map_err(|e| err(e.msg))?;
-                stored(&v).map_err(&err)?;
+                stored(&v).map_err(|e| err(e.to_string()))?;
                 assign(&mut fr.root, target, v).map_err(err)?;
             }
             CStmt::Let { slot, value, line } => {
                 let v = fr
                     .eval_detached(prog, this, msg, value)
                     .map_err(|e| stmt_err(*line, "assignment")(e.msg))?;
-                stored(&v).map_err(stmt_err(*line, "assignment"))?;
+                stored(&v).map_err(|e| stmt_err(*line, "assignment")(e.to_string()))?;
                 match v {
                     V::Nothing => {}
                     V::Deleted => fr.vars[*slot] = None,
@@ -1054,7 +1047,7 @@ pub fn run<'m>(
                 let v = fr
                     .eval_detached(prog, this, msg, value)
                     .map_err(|e| err(e.msg))?;
-                stored(&v).map_err(&err)?;
+                stored(&v).map_err(|e| err(e.to_string()))?;
                 match (key, v) {
                     (_, V::Nothing) => {}
                     (Some(k), V::Deleted) => {
@@ -1102,10 +1095,10 @@ pub fn run<'m>(
 /// Counts what an assignment stores against the run's budget: values built were held to
 /// the value cap when built, but a run that assigns copies of them again and again
 /// would fill memory within its time budget, so what it stores adds up.
-fn stored(v: &V<'_>) -> Result<(), String> {
+fn stored(v: &V<'_>) -> Result<(), super::budget::TooLarge> {
     match v {
         V::Nothing | V::Deleted => Ok(()),
-        v => super::budget::store(v.get()).map_err(|e| e.to_string()),
+        v => super::budget::store(v.get()),
     }
 }
 
