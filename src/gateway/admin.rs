@@ -170,6 +170,8 @@ async fn update_key(gw: &Shared, id: &str, req: HttpRequest) -> HttpResponse {
     };
     match gw.keys.update(id, request, &known_apis(gw)).await {
         Ok((hmac_secret, session)) => {
+            // Open streams the change no longer lets in end before it is answered.
+            gw.review_leases().await;
             let mut body = serde_json::json!({
                 "key_id": session.id,
                 "action": "modified",
@@ -188,6 +190,8 @@ async fn delete_key(gw: &Shared, id: &str) -> HttpResponse {
     match gw.keys.delete(id).await {
         Ok(true) => {
             forget_counters(gw, id).await;
+            // Its open streams end before the deletion is answered.
+            gw.review_leases().await;
             h::json(
                 StatusCode::OK,
                 &serde_json::json!({"key_id": id, "action": "deleted"}),

@@ -617,6 +617,18 @@ impl Keys {
         Ok(self.store.key(id).await?.and_then(|r| session_of(&r)))
     }
 
+    /// The keys among `ids` as stored now, by id: a key that is gone is missing.
+    pub async fn current(&self, ids: &[String]) -> Result<HashMap<String, Session>, KeyError> {
+        Ok(self
+            .store
+            .keys_by_ids(ids)
+            .await?
+            .iter()
+            .filter_map(session_of)
+            .map(|s| (s.id.clone(), s))
+            .collect())
+    }
+
     pub async fn list(&self) -> Result<Vec<Session>, KeyError> {
         self.list_of(None).await
     }

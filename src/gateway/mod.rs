@@ -476,10 +476,13 @@ async fn reload_loop(shared: Arc<Shared>, stop: CancellationToken) {
             _ = stop.cancelled() => return,
         }
         shared.reload(false).await;
-        // Idle per-client streams are looked for about once a second.
+        shared.streams.leases.expire();
+        // Idle per-client streams, and open connections against the stored keys, are
+        // looked at about once a second.
         if last_collect.elapsed() >= Duration::from_secs(1) {
             last_collect = Instant::now();
             shared.streams.collect_idle().await;
+            shared.review_leases().await;
         }
     }
 }

@@ -43,7 +43,18 @@ impl Shared {
             for api in table.apis() {
                 self.cache.forget_api(&api.id);
             }
+            // Connections to an API that went are told why before its streams stop.
+            self.review_leases().await;
             self.streams.sync(&table).await;
+        }
+    }
+
+    /// Ends the open stream connections whose key or API no longer lets them in; run
+    /// before a change to a key is answered, and every second.
+    pub async fn review_leases(&self) {
+        let table = self.table.current();
+        if let Err(e) = self.streams.leases.review(&self.keys, &table).await {
+            tracing::warn!(error = %e, "Open stream connections could not be reviewed; they are at the next try.");
         }
     }
 }

@@ -7,6 +7,7 @@
 //! a prefix of its own.
 
 pub mod cors;
+pub mod ending;
 pub mod history;
 pub mod hub;
 pub mod record;

@@ -32,6 +32,7 @@ use crate::component::{
     BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Input, Kind, ReadBatch,
 };
 use crate::duration::Duration;
+use crate::http::ending::Ending;
 use crate::http::{self as h, ws, HttpRequest, HttpResponse};
 use crate::message::{Message, Outcome, ReplySlot};
 
@@ -230,6 +231,8 @@ impl Handler {
             );
         }
         // The request's headers, query and path go with every frame as metadata.
+        // Set by whoever let the client in (the gateway): the socket closes when it ends.
+        let ending = Ending::of(&req).unwrap_or_default();
         let (parts, body) = req.into_parts();
         let template = request_message(&parts, Bytes::new());
         let (resp, socket) = match ws::accept(http::Request::from_parts(parts, body)) {
@@ -238,7 +241,7 @@ impl Handler {
         };
         tokio::spawn(async move {
             if let Some(socket) = socket.await {
-                handler.serve_ws(socket, template).await;
+                handler.serve_ws(socket, template, ending).await;
             }
         });
         resp
@@ -246,13 +249,17 @@ impl Handler {
 
     /// Reads frames one at a time; the next is read only once the previous one is settled,
     /// so a slow stream slows the client down through TCP (backpressure).
-    async fn serve_ws(&self, socket: ws::ServerSocket, template: Message) {
+    async fn serve_ws(&self, socket: ws::ServerSocket, template: Message, ending: Ending) {
         let (mut sink, mut stream) = socket.split();
         loop {
             let frame = tokio::select! {
                 f = stream.next() => f,
                 _ = self.shutdown.cancelled() => {
                     let _ = sink.send(close(CloseCode::Away, "stream stopping")).await;
+                    return;
+                }
+                reason = ending.ended() => {
+                    let _ = sink.send(close(CloseCode::Policy, &reason)).await;
                     return;
                 }
             };

@@ -27,6 +27,7 @@ use crate::component::{
     bus, BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
 };
 use crate::duration::Duration;
+use crate::http::ending::Ending;
 use crate::http::history::{CatchUp, History, Past};
 use crate::http::hub::{
     query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
@@ -297,6 +298,8 @@ impl WsRoute {
             );
         }
         let last = query_param(req.uri().query(), "last_event_id");
+        // Set by whoever let the client in (the gateway): the socket closes when it ends.
+        let ending = Ending::of(&req).unwrap_or_default();
         let (resp, socket) = match ws::accept(req) {
             Ok(ok) => ok,
             Err(resp) => return *resp,
@@ -324,10 +327,11 @@ impl WsRoute {
                     let sent = loop {
                         let next = tokio::select! {
                             _ = shutdown.cancelled() => None,
+                            _ = ending.ended() => None,
                             next = past.next() => next,
                         };
                         let Some(event) = next else {
-                            break !shutdown.is_cancelled();
+                            break !shutdown.is_cancelled() && !ending.is_ended();
                         };
                         metrics.replayed.increment(u64::from(event.id.is_some()));
                         // A client that stops reading gives its place back, as a live
@@ -346,12 +350,22 @@ impl WsRoute {
                 (None, None) => None,
             };
             if let Some(sub) = sub {
-                serve_socket(socket, sub, opts, &metrics, shutdown).await;
+                serve_socket(socket, sub, opts, &metrics, shutdown, ending).await;
+            } else if let Some(reason) = ending.reason() {
+                let _ = socket.send(revoked(reason)).await;
             }
             metrics.active.decrement(1.0);
         });
         resp
     }
+}
+
+/// The close frame of a client no longer let in (1008, policy violation), with why.
+fn revoked(reason: &str) -> WsMessage {
+    WsMessage::Close(Some(CloseFrame {
+        code: CloseCode::Policy,
+        reason: Utf8Bytes::from(reason),
+    }))
 }
 
 /// Feeds one client until it leaves, dies or the stream stops. Frames from the client are
@@ -362,6 +376,7 @@ pub(crate) async fn serve_socket(
     opts: WsOptions,
     metrics: &RouteMetrics,
     shutdown: CancellationToken,
+    ending: Ending,
 ) {
     let (mut sink, mut stream) = socket.split();
     let mut ping = (!opts.heartbeat.is_zero()).then(|| {
@@ -380,6 +395,10 @@ pub(crate) async fn serve_socket(
                         reason: Utf8Bytes::from_static("stream stopping"),
                     })))
                     .await;
+                break;
+            }
+            reason = ending.ended() => {
+                let _ = sink.send(revoked(&reason)).await;
                 break;
             }
             d = sub.rx.recv() => {

@@ -42,6 +42,8 @@ const UPDATE: &str =
     "UPDATE gateway_keys SET org_id = $2, policy = $3, updated_at = $4 WHERE id = $1";
 const SELECT_BY_ID: &str = "SELECT id, hash, org_id, policy, created_at, updated_at \
      FROM gateway_keys WHERE id = $1";
+const SELECT_WHERE_ID_IN: &str = "SELECT id, hash, org_id, policy, created_at, updated_at \
+     FROM gateway_keys WHERE id IN";
 const SELECT_BY_HASH: &str = "SELECT id, hash, org_id, policy, created_at, updated_at \
      FROM gateway_keys WHERE hash = $1";
 const SELECT_ALL: &str = "SELECT id, hash, org_id, policy, created_at, updated_at \
@@ -101,6 +103,26 @@ impl Store {
     /// The key with this id, if any.
     pub async fn key(&self, id: &str) -> Result<Option<KeyRecord>, StoreError> {
         self.fetch_key(SELECT_BY_ID, id).await
+    }
+
+    /// The keys among `ids` that exist, in no order; a few queries, however many ids.
+    pub async fn keys_by_ids(&self, ids: &[String]) -> Result<Vec<KeyRecord>, StoreError> {
+        // Well under every backend's limit on bound parameters.
+        const CHUNK: usize = 500;
+        let mut found = Vec::new();
+        for chunk in ids.chunks(CHUNK) {
+            let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!("{SELECT_WHERE_ID_IN} ({})", marks.join(", "));
+            let rows: Vec<KeyRow> = with_pool!(self, |pool| {
+                let mut query = sqlx::query_as(&sql);
+                for id in chunk {
+                    query = query.bind(id.as_str());
+                }
+                query.fetch_all(pool).await?
+            });
+            found.extend(rows.into_iter().map(KeyRecord::from));
+        }
+        Ok(found)
     }
 
     /// The key with this hash, if any.
@@ -213,6 +235,31 @@ mod tests {
         assert_eq!(got.updated_at, 1_800_000_000);
         assert!(!store.update_key(&key("missing", "h", "o")).await.unwrap());
         assert_eq!(store.key("missing").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn found_by_ids_past_one_query() {
+        let (_dir, store) = store().await;
+        for i in 0..600 {
+            store
+                .insert_key(&key(&format!("k{i}"), &format!("h{i}"), "o1"))
+                .await
+                .unwrap();
+        }
+        // Ids of every second key, past the chunk of one query, and ids that name none.
+        let mut asked: Vec<String> = (0..1200).step_by(2).map(|i| format!("k{i}")).collect();
+        asked.push("k1' OR '1'='1".into());
+        let mut found: Vec<String> = store
+            .keys_by_ids(&asked)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|k| k.id)
+            .collect();
+        found.sort_by_key(|id| id[1..].parse::<usize>().unwrap());
+        let expected: Vec<String> = (0..600).step_by(2).map(|i| format!("k{i}")).collect();
+        assert_eq!(found, expected);
+        assert!(store.keys_by_ids(&[]).await.unwrap().is_empty());
     }
 
     #[tokio::test]

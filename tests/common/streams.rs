@@ -16,6 +16,16 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// What a stream gave next.
+#[derive(Debug)]
+pub enum Next {
+    Event(SseEvent),
+    /// The server ended the stream.
+    Ended,
+    /// Nothing came in the time given.
+    Quiet,
+}
+
 /// Reads SSE `data:` lines from a response as they come.
 pub struct Sse {
     body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
@@ -93,6 +103,15 @@ impl Sse {
 
     /// The next event (its id, name and data), or `None` when nothing comes within `wait`.
     pub async fn next_event(&mut self, wait: Duration) -> Option<SseEvent> {
+        match self.next_or_end(wait).await {
+            Next::Event(event) => Some(event),
+            Next::Ended | Next::Quiet => None,
+        }
+    }
+
+    /// The next event, or whether the server ended the stream or nothing came within
+    /// `wait`: a stream cut off is told from one that is quiet.
+    pub async fn next_or_end(&mut self, wait: Duration) -> Next {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if let Some(end) = self.buf.find("\n\n") {
@@ -108,16 +127,17 @@ impl Sse {
                 if data.is_empty() {
                     continue;
                 }
-                return Some(SseEvent {
+                return Next::Event(SseEvent {
                     id: field("id:").pop(),
                     name: field("event:").pop(),
                     data: data.join("\n"),
                 });
             }
-            let chunk = tokio::time::timeout_at(deadline, self.body.next())
-                .await
-                .ok()??;
-            self.buf.push_str(&String::from_utf8_lossy(&chunk.ok()?));
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return Next::Quiet,
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(Some(Err(_)) | None) => return Next::Ended,
+            }
         }
     }
 }

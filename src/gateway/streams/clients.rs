@@ -35,9 +35,7 @@ pub struct Instance {
     pub env: StreamEnv,
     stream: String,
     running: Mutex<Option<RunningStream>>,
-    /// Requests and open responses (an SSE connection counts until it closes).
-    active: Arc<AtomicUsize>,
-    last_used: Mutex<Instant>,
+    usage: Arc<Usage>,
     /// Its place in its organisation's count, given back once it is dropped (stopped).
     _slot: Slot,
 }
@@ -85,18 +83,50 @@ impl Instance {
     /// Counts a request as active until the returned guard (kept by its response body)
     /// drops.
     pub fn enter(&self) -> Active {
+        self.usage.enter()
+    }
+}
+
+/// Who uses an instance: the requests and open responses now (an SSE connection counts
+/// until it closes), and when the last one came or went.
+struct Usage {
+    active: AtomicUsize,
+    last_used: Mutex<Instant>,
+}
+
+impl Usage {
+    fn new() -> Arc<Self> {
+        Arc::new(Usage {
+            active: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+
+    fn enter(self: &Arc<Self>) -> Active {
         self.active.fetch_add(1, Ordering::SeqCst);
         *self.last_used.lock() = Instant::now();
-        Active(self.active.clone())
+        Active(self.clone())
+    }
+
+    /// Whether no one has used the instance for `idle`. The idle time runs from the last
+    /// client's leaving, not its arrival: a client connected for longer than `idle` keeps
+    /// its instance for `idle` after it goes, so that its reconnect finds it.
+    fn idle_for(&self, idle: Duration) -> bool {
+        // The lock is taken first: a client leaving sets the time under it, after its
+        // count went down.
+        let last_used = self.last_used.lock();
+        self.active.load(Ordering::SeqCst) == 0 && last_used.elapsed() >= idle
     }
 }
 
 /// Holds an instance active.
-pub struct Active(Arc<AtomicUsize>);
+pub struct Active(Arc<Usage>);
 
 impl Drop for Active {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        let mut last_used = self.0.last_used.lock();
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+        *last_used = Instant::now();
     }
 }
 
@@ -187,8 +217,7 @@ impl Clients {
             env,
             stream: stream.name.clone(),
             running: Mutex::new(Some(built.start())),
-            active: Arc::new(AtomicUsize::new(0)),
-            last_used: Mutex::new(Instant::now()),
+            usage: Usage::new(),
             _slot: slot,
         });
         instances.insert(key, instance.clone());
@@ -202,10 +231,7 @@ impl Clients {
             let mut instances = self.instances.lock();
             let mut out = Vec::new();
             instances.retain(|(stream, _), inst| {
-                let idle_out = idle.is_some_and(|idle| {
-                    inst.active.load(Ordering::SeqCst) == 0
-                        && inst.last_used.lock().elapsed() >= idle
-                });
+                let idle_out = idle.is_some_and(|idle| inst.usage.idle_for(idle));
                 let keep = !idle_out && !only.contains(stream);
                 if !keep {
                     out.push(inst.clone());
@@ -294,5 +320,29 @@ mod tests {
         assert!(org.is_empty());
         let all: Vec<_> = (0..8).map(|_| org.take(None)).collect();
         assert!(all.iter().all(Option::is_some));
+    }
+
+    #[test]
+    fn the_idle_time_runs_from_the_last_client_leaving() {
+        let idle = Duration::from_millis(50);
+        let usage = Usage::new();
+        assert!(!usage.idle_for(idle), "a new instance is not idle");
+        let first = usage.enter();
+        let second = usage.enter();
+        // Connected for longer than the idle time.
+        std::thread::sleep(idle * 2);
+        assert!(!usage.idle_for(idle), "an instance in use is never idle");
+        drop(first);
+        assert!(!usage.idle_for(idle), "one client is still there");
+        drop(second);
+        assert!(
+            !usage.idle_for(idle),
+            "the last client just left: the instance stays for the idle time"
+        );
+        std::thread::sleep(idle * 2);
+        assert!(
+            usage.idle_for(idle),
+            "no one came back within the idle time"
+        );
     }
 }

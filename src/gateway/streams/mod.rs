@@ -11,6 +11,7 @@
 pub mod clients;
 pub mod cluster;
 pub mod context;
+pub mod leases;
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -103,6 +104,8 @@ pub struct StreamHost {
     cpu: parking_lot::Mutex<HashMap<String, Arc<CpuShare>>>,
     /// The per-client instances each organisation's APIs run, counted where they start.
     instances: parking_lot::Mutex<HashMap<String, Arc<clients::OrgInstances>>>,
+    /// The open connections a key or a token let in, reviewed for as long as they last.
+    pub leases: leases::Leases,
 }
 
 impl StreamHost {
@@ -116,6 +119,7 @@ impl StreamHost {
             budgets: parking_lot::Mutex::new(HashMap::new()),
             cpu: parking_lot::Mutex::new(HashMap::new()),
             instances: parking_lot::Mutex::new(HashMap::new()),
+            leases: leases::Leases::default(),
         }
     }
 
@@ -335,12 +339,52 @@ impl StreamHost {
                 return Err(req);
             };
             let active = instance.enter();
-            return Ok(async move { clients::tracked(handler.call(req).await, active) }.boxed());
+            let served = self.call(handler.as_ref(), api, rest, req, caller);
+            return Ok(async move { clients::tracked(served.await, active) }.boxed());
         }
         match streams.env.routes.get(&path) {
-            Some(handler) => Ok(handler.call(req)),
+            Some(handler) => Ok(self.call(handler.as_ref(), api, rest, req, caller)),
             None => Err(req),
         }
+    }
+
+    /// `handler`'s answer to `req`, held to a lease when a key or a token let the caller
+    /// in: the connection ends once the lease no longer holds ([`leases`]). A WebSocket
+    /// finds the lease's ending in the request; any other answer's body is ended by it.
+    fn call(
+        &self,
+        handler: &dyn h::Handler,
+        api: &Api,
+        rest: &str,
+        mut req: HttpRequest,
+        caller: &context::Caller<'_>,
+    ) -> BoxFuture<'static, HttpResponse> {
+        let token_expires = caller
+            .claims
+            .and_then(|c| c.get("exp"))
+            .and_then(Value::as_f64)
+            .map(|exp| exp as i64);
+        if caller.key_id.is_none() && token_expires.is_none() {
+            return handler.call(req);
+        }
+        let ending = self.leases.open(leases::Terms {
+            api_id: api.id.clone(),
+            key_id: caller.key_id.map(str::to_owned),
+            method: req.method().clone(),
+            rest: rest.to_owned(),
+            token_expires,
+        });
+        req.extensions_mut().insert(ending.clone());
+        let answer = handler.call(req);
+        async move {
+            let resp = answer.await;
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                resp
+            } else {
+                crate::http::ending::govern(resp, ending)
+            }
+        }
+        .boxed()
     }
 
     /// Brings the running streams in line with `table`: starts new and changed streams,

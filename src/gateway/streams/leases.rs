@@ -1,0 +1,245 @@
+//! Access decided for the whole life of a stream connection, not only at its first byte.
+//!
+//! Each SSE, long-poll or WebSocket connection that a key or a token let in holds a lease:
+//! who let it in (the key, the token's expiry), on which API, method and path. The leases
+//! are reviewed against the keys as stored and the API table, at once when this gateway
+//! changes or deletes a key (before it answers, so that nothing published after the
+//! answer reaches a revoked client) and every second otherwise; a lease that no longer
+//! holds ends its connection with the reason (see [`crate::http::ending`]).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http::Method;
+use parking_lot::Mutex;
+
+use crate::gateway::keys::{KeyError, Keys, Session};
+use crate::gateway::table::Table;
+use crate::http::ending::Ending;
+
+/// Why a connection was ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revoked {
+    KeyDeleted,
+    KeyInactive,
+    KeyExpired,
+    NoAccess,
+    TokenExpired,
+    ApiGone,
+}
+
+impl Revoked {
+    /// What the client reads.
+    pub fn text(self) -> &'static str {
+        match self {
+            Revoked::KeyDeleted => "the key was revoked",
+            Revoked::KeyInactive => "the key was deactivated",
+            Revoked::KeyExpired => "the key has expired",
+            Revoked::NoAccess => "the key no longer has access to this API",
+            Revoked::TokenExpired => "the token has expired",
+            Revoked::ApiGone => "the API was removed or deactivated",
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Revoked::KeyDeleted => "key_deleted",
+            Revoked::KeyInactive => "key_inactive",
+            Revoked::KeyExpired => "key_expired",
+            Revoked::NoAccess => "no_access",
+            Revoked::TokenExpired => "token_expired",
+            Revoked::ApiGone => "api_gone",
+        }
+    }
+}
+
+/// What a connection was let in on.
+#[derive(Debug, Clone)]
+pub struct Terms {
+    pub api_id: String,
+    /// The key that authenticated it, if one did.
+    pub key_id: Option<String>,
+    pub method: Method,
+    /// The path below the API's listen path, which the key's rights are checked on.
+    pub rest: String,
+    /// When the caller's token stops being good (its `exp`), in unix seconds.
+    pub token_expires: Option<i64>,
+}
+
+struct Lease {
+    terms: Terms,
+    ending: Ending,
+}
+
+/// The leases of the open connections of one gateway.
+#[derive(Default)]
+pub struct Leases {
+    open: Mutex<HashMap<u64, Lease>>,
+    next: AtomicU64,
+}
+
+impl Leases {
+    /// A lease on `terms`: the returned ending is to be held by the connection for as long
+    /// as it is open. A lease whose ending no connection holds any more is forgotten at
+    /// the next review.
+    pub fn open(&self, terms: Terms) -> Ending {
+        let ending = Ending::new();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.open.lock().insert(
+            id,
+            Lease {
+                terms,
+                ending: ending.clone(),
+            },
+        );
+        ending
+    }
+
+    /// The connections open under a lease.
+    pub fn len(&self) -> usize {
+        self.open.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The open connections by key, for the operator's view.
+    pub fn by_key(&self) -> HashMap<String, usize> {
+        let mut out = HashMap::new();
+        for lease in self.open.lock().values() {
+            if let Some(key) = &lease.terms.key_id {
+                *out.entry(key.clone()).or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Reviews every lease against the keys as stored now and `table`; returns how many
+    /// connections were ended.
+    pub async fn review(&self, keys: &Keys, table: &Table) -> Result<usize, KeyError> {
+        let ids: Vec<String> = {
+            let open = self.open.lock();
+            let ids: BTreeSet<&String> = open
+                .values()
+                .filter_map(|l| l.terms.key_id.as_ref())
+                .collect();
+            ids.into_iter().cloned().collect()
+        };
+        let current = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            keys.current(&ids).await?
+        };
+        let now = chrono::Utc::now().timestamp();
+        Ok(self.end_where(|terms| verdict(terms, now, Some(&current), Some(table))))
+    }
+
+    /// Ends the connections whose token has expired, between full reviews.
+    pub fn expire(&self) -> usize {
+        let now = chrono::Utc::now().timestamp();
+        self.end_where(|terms| verdict(terms, now, None, None))
+    }
+
+    /// Ends the connections `verdict` refuses, and forgets the leases no connection holds.
+    fn end_where(&self, verdict: impl Fn(&Terms) -> Option<Revoked>) -> usize {
+        let mut ended = 0;
+        self.open.lock().retain(|_, lease| {
+            if !lease.ending.in_use() {
+                return false;
+            }
+            let Some(why) = verdict(&lease.terms) else {
+                return true;
+            };
+            lease.ending.end(why.text());
+            metrics::counter!(
+                "sluice_stream_connections_revoked_total",
+                "api_id" => lease.terms.api_id.clone(),
+                "reason" => why.label(),
+            )
+            .increment(1);
+            ended += 1;
+            false
+        });
+        ended
+    }
+}
+
+/// Why the connection let in on `terms` may no longer be served at `now`, if it may not.
+/// `keys` (the stored keys among those of the leases, by id) and `table` are left out
+/// between full reviews, when only the clock is looked at.
+fn verdict(
+    terms: &Terms,
+    now: i64,
+    keys: Option<&HashMap<String, Session>>,
+    table: Option<&Table>,
+) -> Option<Revoked> {
+    if terms.token_expires.is_some_and(|exp| exp <= now) {
+        return Some(Revoked::TokenExpired);
+    }
+    let (Some(keys), Some(table)) = (keys, table) else {
+        return None;
+    };
+    let Some(api) = table.get(&terms.api_id) else {
+        return Some(Revoked::ApiGone);
+    };
+    let key_id = terms.key_id.as_ref()?;
+    let Some(key) = keys.get(key_id) else {
+        return Some(Revoked::KeyDeleted);
+    };
+    if key.policy.inactive {
+        return Some(Revoked::KeyInactive);
+    }
+    if key.expired(now) {
+        return Some(Revoked::KeyExpired);
+    }
+    // As the key checks decide for a request: a key of an organisation reaches only its
+    // organisation's APIs, and only those its rights name, on their methods and paths.
+    let other_org = !key.org_id.is_empty() && key.org_id != api.org_id;
+    match key.policy.access_rights.get(&terms.api_id) {
+        Some(right) if !other_org && right.allows(&terms.method, &terms.rest) => None,
+        _ => Some(Revoked::NoAccess),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn terms(key: Option<&str>) -> Terms {
+        Terms {
+            api_id: "api".into(),
+            key_id: key.map(str::to_owned),
+            method: Method::GET,
+            rest: "/events".into(),
+            token_expires: None,
+        }
+    }
+
+    #[test]
+    fn a_token_past_its_expiry_ends_its_connection() {
+        let leases = Leases::default();
+        let mut t = terms(None);
+        t.token_expires = Some(chrono::Utc::now().timestamp() + 3600);
+        let later = leases.open(t.clone());
+        t.token_expires = Some(chrono::Utc::now().timestamp() - 1);
+        let past = leases.open(t);
+        assert_eq!(leases.expire(), 1);
+        assert_eq!(past.reason(), Some("the token has expired"));
+        assert!(!later.is_ended());
+        assert_eq!(leases.len(), 1);
+    }
+
+    #[test]
+    fn a_lease_no_connection_holds_is_forgotten() {
+        let leases = Leases::default();
+        let held = leases.open(terms(Some("k")));
+        drop(leases.open(terms(Some("k"))));
+        assert_eq!(leases.len(), 2);
+        assert_eq!(leases.expire(), 0);
+        assert_eq!(leases.len(), 1);
+        assert_eq!(leases.by_key().get("k"), Some(&1));
+        drop(held);
+    }
+}
