@@ -371,7 +371,7 @@ fn paths_are_read_relative_to_their_file() {
 /// Results whose error is a plain `String` outside `src/mapping/` (whose texts are the
 /// documented exception: they are the user-facing messages of the language), when this
 /// rule came. Lower it as they become typed errors; it may not grow.
-const STRING_RESULTS: usize = 125;
+const STRING_RESULTS: usize = 79;
 
 #[test]
 fn string_typed_results_do_not_grow() {

@@ -15,7 +15,7 @@ use super::{
     decode, encode_meta, keep_reading, pause, JetStreamBusConfig, Seal, ACK_WAIT, IDLE_CHECK,
     INACTIVE,
 };
-use crate::component::bus::{Bus, Feed, Past};
+use crate::component::bus::{Bus, Feed, HistoryError, Past};
 use crate::component::ConnectorError;
 use crate::connect::nats::{messages_after, NatsConn};
 use crate::egress::Egress;
@@ -201,11 +201,13 @@ impl JetStreamBus {
 
 impl JetStreamBus {
     /// The messages of `topic` after stream sequence `after`, through what it holds now.
-    async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
-        let js = self.context().await?;
-        let past = messages_after(js, &self.config.stream, self.subject(topic), after, message)
+    async fn read_back(&self, topic: &str, after: u64) -> Result<Past, HistoryError> {
+        let js = self
+            .context()
             .await
-            .map_err(|e| ConnectorError::not_connected(format!("reading the bus back: {e}")))?;
+            .map_err(|e| HistoryError::failed("connecting to the bus", e))?;
+        let past =
+            messages_after(js, &self.config.stream, self.subject(topic), after, message).await?;
         Ok(self.seal.open_past(topic.to_owned(), past))
     }
 }
@@ -304,13 +306,8 @@ impl Bus for JetStreamBus {
         self: Arc<Self>,
         topic: String,
         after: u64,
-    ) -> BoxFuture<'static, Result<Past, String>> {
-        async move {
-            self.read_back(&topic, after)
-                .await
-                .map_err(|e| e.to_string())
-        }
-        .boxed()
+    ) -> BoxFuture<'static, Result<Past, HistoryError>> {
+        async move { self.read_back(&topic, after).await }.boxed()
     }
 
     fn kind(&self) -> &'static str {

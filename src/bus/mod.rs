@@ -130,7 +130,7 @@ impl BusConfig {
         }
         if let Some(c) = &self.nats_jetstream {
             if let Err(e) = crate::connect::nats::validate(&c.urls, &c.tls, &c.auth) {
-                problem(".nats_jetstream", e);
+                problem(".nats_jetstream", e.to_string());
             }
             if !is_name(&c.stream) {
                 problem(
@@ -165,7 +165,7 @@ impl BusConfig {
         }
         if let Some(c) = &self.redis_streams {
             if let Err(e) = crate::connect::redis::validate(&c.url, &c.tls) {
-                problem(".redis_streams", e);
+                problem(".redis_streams", e.to_string());
             }
             if c.key_prefix.is_empty() {
                 // Posted streams are kept off the keys under it: none would be kept off.
@@ -195,7 +195,9 @@ impl BusConfig {
             return Ok(Some(Arc::new(JetStreamBus::new(c.clone(), node, seal))));
         }
         if let Some(c) = &self.redis_streams {
-            return Ok(Some(Arc::new(RedisBus::new(c.clone(), node, seal)?)));
+            let bus = RedisBus::new(c.clone(), node, seal)
+                .map_err(|e| format!("cluster.bus.redis_streams: {e}"))?;
+            return Ok(Some(Arc::new(bus)));
         }
         Ok(None)
     }

@@ -18,7 +18,7 @@ use tracing::warn;
 use super::{
     decode, encode_meta, keep_reading, pause, RedisBusConfig, Seal, ACK_WAIT, IDLE_CHECK, READ_WAIT,
 };
-use crate::component::bus::{Bus, Feed, Past};
+use crate::component::bus::{Bus, Feed, HistoryError, Past};
 use crate::component::ConnectorError;
 use crate::connect::redis::{classify, connect, entries_after, entry_position};
 use crate::message::{Batch, Message};
@@ -46,9 +46,12 @@ pub struct RedisBus {
 
 impl RedisBus {
     /// Reads the TLS files, if any; connects later.
-    pub fn new(config: RedisBusConfig, node: &str, seal: Seal) -> Result<Self, String> {
-        let client = crate::connect::redis::client(&config.url, &config.tls)
-            .map_err(|e| format!("cluster.bus.redis_streams: {e}"))?;
+    pub fn new(
+        config: RedisBusConfig,
+        node: &str,
+        seal: Seal,
+    ) -> Result<Self, crate::connect::redis::SetupError> {
+        let client = crate::connect::redis::client(&config.url, &config.tls)?;
         Ok(RedisBus {
             config,
             node: node.to_owned(),
@@ -195,8 +198,10 @@ impl RedisBus {
 impl RedisBus {
     /// The entries of `topic` after the one at position `after`, up to the last there is
     /// now.
-    async fn read_back(&self, topic: &str, after: u64) -> Result<Past, ConnectorError> {
-        let conn = connect(&self.client, std::time::Duration::from_secs(10)).await?;
+    async fn read_back(&self, topic: &str, after: u64) -> Result<Past, HistoryError> {
+        let conn = connect(&self.client, std::time::Duration::from_secs(10))
+            .await
+            .map_err(|e| HistoryError::failed("connecting to the bus", e))?;
         let past = entries_after(conn, self.key(topic), after, message).await?;
         Ok(self.seal.open_past(topic.to_owned(), past))
     }
@@ -284,13 +289,8 @@ impl Bus for RedisBus {
         self: Arc<Self>,
         topic: String,
         after: u64,
-    ) -> BoxFuture<'static, Result<Past, String>> {
-        async move {
-            self.read_back(&topic, after)
-                .await
-                .map_err(|e| e.to_string())
-        }
-        .boxed()
+    ) -> BoxFuture<'static, Result<Past, HistoryError>> {
+        async move { self.read_back(&topic, after).await }.boxed()
     }
 
     fn kind(&self) -> &'static str {

@@ -69,7 +69,7 @@ impl BuildCache for RedisCacheConfig {
         Ok(Arc::new(RedisCache {
             config: self.clone(),
             egress: cx.egress_addresses(std::slice::from_ref(&self.url), 6379)?,
-            reserved: cx.egress.as_ref().map(|p| p.reserved().clone()),
+            reserved: cx.reach.policy.as_ref().map(|p| p.reserved().clone()),
             conn: OnceCell::new(),
         }))
     }
@@ -96,7 +96,7 @@ impl RedisCache {
                     .await
                     .map_err(|e| CacheError::Failed(e.to_string()))?;
                 let client = crate::connect::redis::client(&self.config.url, &self.config.tls)
-                    .map_err(CacheError::Failed)?;
+                    .map_err(|e| CacheError::Failed(e.to_string()))?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(timeout)
                     .set_response_timeout(timeout);

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use super::{ConnectorError, Output};
-pub use crate::http::history::Past;
+pub use crate::http::history::{HistoryError, Past};
 use crate::message::Batch;
 
 /// A bus carrying the messages of one topic between the nodes of a cluster.
@@ -38,7 +38,7 @@ pub trait Bus: Send + Sync {
         self: Arc<Self>,
         topic: String,
         after: u64,
-    ) -> BoxFuture<'static, Result<Past, String>>;
+    ) -> BoxFuture<'static, Result<Past, HistoryError>>;
 
     /// The bus's kind, for logs and errors (`nats_jetstream`, `redis_streams`).
     fn kind(&self) -> &'static str;
@@ -122,7 +122,7 @@ impl Bus for Scoped {
         self: Arc<Self>,
         topic: String,
         after: u64,
-    ) -> BoxFuture<'static, Result<Past, String>> {
+    ) -> BoxFuture<'static, Result<Past, HistoryError>> {
         let topic = self.topic(&topic);
         self.inner.clone().history(topic, after)
     }

@@ -296,11 +296,32 @@ pub struct BuildError {
     pub message: String,
 }
 
-/// What a component may use while it is built: kept small on purpose.
+/// What a component may use while it is built: kept small on purpose. What only some
+/// components need is handed to them by their own builder (the hub outputs get their
+/// [`crate::output::hub::HubWiring`] that way).
 #[derive(Clone)]
 pub struct BuildContext {
-    /// The stream's name, for labels and logs.
+    /// Which component is being built, in which stream.
+    pub id: Identity,
+    /// Where HTTP-serving components mount their handlers.
+    pub routes: Arc<Routes>,
+    /// The caches, rate limits and component resources components may name.
+    pub resources: Arc<resources::Resources>,
+    /// When the stream stops.
+    pub lifecycle: Lifecycle,
+    /// Where the stream may connect.
+    pub reach: Reach,
+    /// What the stream's build took so far, checked as it goes.
+    claims: Claims,
+}
+
+/// Which component is being built, in which stream: for labels, logs and errors.
+#[derive(Clone)]
+pub struct Identity {
+    /// The stream's name.
     pub stream: Arc<str>,
+    /// The API and organisation of a stream a gateway runs for an API.
+    pub owner: Option<Arc<crate::metrics::StreamOwner>>,
     /// The component's path in its document (`input.http_server`), for errors.
     pub path: String,
     /// The component's name in metrics and logs: its label, or else its path.
@@ -308,75 +329,76 @@ pub struct BuildContext {
     /// Its kind and type key, for metric labels.
     pub kind: Kind,
     pub type_name: &'static str,
-    /// Where HTTP-serving components mount their handlers.
-    pub routes: Arc<Routes>,
+}
+
+/// How the stream's components learn that it stops.
+#[derive(Clone, Default)]
+pub struct Lifecycle {
     /// Cancelled when the stream starts shutting down.
     pub shutdown: CancellationToken,
-    /// Labels already used in this stream (they name metrics, so they must be unique).
-    labels: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
-    /// The caches, rate limits and component resources components may name.
-    pub resources: Arc<resources::Resources>,
-    /// Component resources being built around this component, to refuse a resource that
-    /// refers to itself.
-    resource_trail: Vec<String>,
-    /// Where the stream may connect: `None` for the operator's own streams, the
-    /// `streaming.egress` policy for streams posted by organisations.
-    pub egress: Option<Arc<EgressPolicy>>,
-    /// The named hosts this build's components connect to, for a dry run to resolve.
-    egress_targets: Arc<parking_lot::Mutex<Vec<EgressTarget>>>,
     /// Set once an output of the stream stopped for good ([`ErrorKind::Stopped`]): a
     /// failed batch is then not sent again, so that stopping does not wait out its
     /// deadline for deliveries that cannot happen.
     pub halted: Arc<std::sync::atomic::AtomicBool>,
-    /// The cluster's bus, set while building the outputs of a stream fed by HTTP
-    /// clients on a gateway that has one (`cluster.bus`): its HTTP outputs then reach the
-    /// clients of every node.
-    pub bus: Option<Arc<dyn bus::Bus>>,
-    /// Set while building the output of a stream that hands on what its one input read
-    /// unchanged (no processors between them) to one hub output: the input's record by
-    /// position, which that output's resuming clients catch up from.
-    pub history: Option<Arc<dyn crate::http::history::History>>,
-    /// The API and organisation of a stream a gateway runs for an API, for its labels.
-    pub owner: Option<Arc<crate::metrics::StreamOwner>>,
+}
+
+/// Where the stream may connect.
+#[derive(Clone, Default)]
+pub struct Reach {
+    /// `None` for the operator's own streams, the `streaming.egress` policy for streams
+    /// posted by organisations.
+    pub policy: Option<Arc<EgressPolicy>>,
+    /// The named hosts this build's components connect to, for a dry run to resolve.
+    targets: Arc<parking_lot::Mutex<Vec<EgressTarget>>>,
+}
+
+/// What the build of one stream took so far.
+#[derive(Clone, Default)]
+struct Claims {
+    /// Labels already used in this stream (they name metrics, so they must be unique).
+    labels: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// Component resources being built around this component, to refuse a resource that
+    /// refers to itself.
+    resource_trail: Vec<String>,
 }
 
 impl BuildContext {
     pub fn new(stream: &str, routes: Arc<Routes>, shutdown: CancellationToken) -> Self {
         BuildContext {
-            stream: stream.into(),
-            path: String::new(),
-            component: String::new(),
-            kind: Kind::Input,
-            type_name: "",
+            id: Identity {
+                stream: stream.into(),
+                owner: None,
+                path: String::new(),
+                component: String::new(),
+                kind: Kind::Input,
+                type_name: "",
+            },
             routes,
-            shutdown,
-            labels: Default::default(),
             resources: Default::default(),
-            resource_trail: Vec::new(),
-            egress: None,
-            egress_targets: Default::default(),
-            halted: Default::default(),
-            bus: None,
-            history: None,
-            owner: None,
+            lifecycle: Lifecycle {
+                shutdown,
+                halted: Default::default(),
+            },
+            reach: Reach::default(),
+            claims: Claims::default(),
         }
     }
 
     /// The same context for a stream of a gateway's API: its metrics are labelled with
     /// the API and its organisation.
     pub fn with_owner(mut self, owner: Option<Arc<crate::metrics::StreamOwner>>) -> Self {
-        self.owner = owner;
+        self.id.owner = owner;
         self
     }
 
     /// The labels naming the stream in its metrics.
     pub fn stream_labels(&self) -> Vec<(&'static str, String)> {
-        crate::metrics::stream_labels(&self.stream, self.owner.as_deref())
+        crate::metrics::stream_labels(&self.id.stream, self.id.owner.as_deref())
     }
 
     /// The same context for a stream posted by an organisation, held to `policy`.
     pub fn with_egress(mut self, policy: Option<Arc<EgressPolicy>>) -> Self {
-        self.egress = policy;
+        self.reach.policy = policy;
         self
     }
 
@@ -384,15 +406,15 @@ impl BuildContext {
     /// connects. A literal address the policy refuses is an error now; names are
     /// recorded for [`egress_targets`](Self::egress_targets).
     pub fn egress_to(&self, targets: Vec<(String, u16)>) -> Result<Egress, BuildError> {
-        let Some(policy) = &self.egress else {
+        let Some(policy) = &self.reach.policy else {
             return Ok(Egress::open());
         };
         for (host, port) in &targets {
             match policy.check_literal(host, *port) {
                 Err(e) => return Err(self.error(e)),
                 Ok(Some(())) => {}
-                Ok(None) => self.egress_targets.lock().push(EgressTarget {
-                    path: self.path.clone(),
+                Ok(None) => self.reach.targets.lock().push(EgressTarget {
+                    path: self.id.path.clone(),
                     host: host.clone(),
                     port: *port,
                 }),
@@ -409,7 +431,7 @@ impl BuildContext {
         addresses: &[String],
         default_port: u16,
     ) -> Result<Egress, BuildError> {
-        if self.egress.is_none() {
+        if self.reach.policy.is_none() {
             return Ok(Egress::open());
         }
         let mut targets = Vec::new();
@@ -421,7 +443,7 @@ impl BuildContext {
 
     /// The named hosts recorded while building (see [`egress_to`](Self::egress_to)).
     pub fn egress_targets(&self) -> Vec<EgressTarget> {
-        self.egress_targets.lock().clone()
+        self.reach.targets.lock().clone()
     }
 
     /// The same context with these resources to look names up in.
@@ -434,8 +456,8 @@ impl BuildContext {
     /// reference to it; refuses a resource that (through others) refers to itself.
     pub fn entering_resource(&self, kind: Kind, label: &str) -> Result<Self, BuildError> {
         let id = format!("{kind} resource `{label}`");
-        if self.resource_trail.contains(&id) {
-            let mut cycle = self.resource_trail.clone();
+        if self.claims.resource_trail.contains(&id) {
+            let mut cycle = self.claims.resource_trail.clone();
             cycle.push(id);
             return Err(self.error(format!(
                 "resources refer to each other in a loop: {}",
@@ -443,13 +465,13 @@ impl BuildContext {
             )));
         }
         let mut cx = self.clone();
-        cx.resource_trail.push(id);
+        cx.claims.resource_trail.push(id);
         Ok(cx)
     }
 
     /// Records a component's label; a label used twice in one stream is an error.
     pub fn claim_label(&self, label: &str) -> Result<(), BuildError> {
-        if self.labels.lock().insert(label.to_owned()) {
+        if self.claims.labels.lock().insert(label.to_owned()) {
             Ok(())
         } else {
             Err(self.error(format!("label `{label}` is used twice in this stream")))
@@ -458,10 +480,9 @@ impl BuildContext {
 
     /// The context for a component below this one.
     pub fn child(&self, path: impl Into<String>) -> Self {
-        BuildContext {
-            path: path.into(),
-            ..self.clone()
-        }
+        let mut cx = self.clone();
+        cx.id.path = path.into();
+        cx
     }
 
     /// The context for building one component.
@@ -472,34 +493,33 @@ impl BuildContext {
         kind: Kind,
         type_name: &'static str,
     ) -> Self {
-        BuildContext {
-            path,
-            component,
-            kind,
-            type_name,
-            ..self.clone()
-        }
+        let mut cx = self.clone();
+        cx.id.path = path;
+        cx.id.component = component;
+        cx.id.kind = kind;
+        cx.id.type_name = type_name;
+        cx
     }
 
     /// The standard labels of this component's metrics.
     pub fn metric_labels(&self) -> Vec<(&'static str, String)> {
         let mut labels = self.stream_labels();
         labels.extend([
-            ("component", self.component.clone()),
-            ("kind", self.kind.as_str().to_owned()),
-            ("type", self.type_name.to_owned()),
+            ("component", self.id.component.clone()),
+            ("kind", self.id.kind.as_str().to_owned()),
+            ("type", self.id.type_name.to_owned()),
         ]);
         labels
     }
 
     /// Who owns what this component mounts: `stream/path`.
     pub fn owner(&self) -> String {
-        format!("{}/{}", self.stream, self.path)
+        format!("{}/{}", self.id.stream, self.id.path)
     }
 
     pub fn error(&self, message: impl fmt::Display) -> BuildError {
         BuildError {
-            path: self.path.clone(),
+            path: self.id.path.clone(),
             message: message.to_string(),
         }
     }
@@ -512,11 +532,11 @@ impl BuildContext {
         field: &str,
         check: impl FnOnce(&crate::reserved::ReservedNames) -> Result<(), crate::reserved::Refused>,
     ) -> Result<(), BuildError> {
-        let Some(policy) = &self.egress else {
+        let Some(policy) = &self.reach.policy else {
             return Ok(());
         };
         check(policy.reserved()).map_err(|e| BuildError {
-            path: format!("{}.{field}", self.path),
+            path: format!("{}.{field}", self.id.path),
             message: e.to_string(),
         })
     }
@@ -528,7 +548,7 @@ impl BuildContext {
         &self,
         field: &crate::config::Interp,
     ) -> Option<crate::reserved::ReservedNames> {
-        let policy = self.egress.as_ref()?;
+        let policy = self.reach.policy.as_ref()?;
         field
             .static_value()
             .is_none()

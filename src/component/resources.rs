@@ -50,7 +50,45 @@ pub trait Cache: Send + Sync {
 pub trait RateLimit: Send + Sync {
     /// Takes one access. `Ok(None)` when allowed now; `Ok(Some(wait))` when refused, with
     /// how long to wait before asking again.
-    async fn access(&self) -> Result<Option<Duration>, String>;
+    async fn access(&self) -> Result<Option<Duration>, RateLimitError>;
+}
+
+/// Why a rate limit could not tell whether an access is allowed.
+#[derive(Debug, thiserror::Error)]
+pub enum RateLimitError {
+    /// The stream may not connect to where the limit is kept.
+    #[error(transparent)]
+    Refused(#[from] crate::egress::EgressError),
+    /// Where the limit is kept could not be reached or answered with an error.
+    #[error(transparent)]
+    Failed(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl RateLimitError {
+    pub fn failed(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        RateLimitError::Failed(source.into())
+    }
+}
+
+/// A resource that no layer has, with the labels there are of its kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no {} resource `{label}`{}", .kind.noun(), known_list(*.kind, .known))]
+pub struct Missing {
+    pub kind: ResourceKind,
+    pub label: String,
+    /// Every label of the kind, nearest layer first.
+    pub known: Vec<String>,
+}
+
+/// What a [`Missing`] resource's message says of the labels there are.
+fn known_list(kind: ResourceKind, known: &[String]) -> String {
+    let field = kind.field();
+    if known.is_empty() {
+        format!(": `{field}` defines none")
+    } else {
+        let list: Vec<String> = known.iter().map(|l| format!("`{l}`")).collect();
+        format!(" (`{field}` has {})", list.join(", "))
+    }
 }
 
 /// The resources components can name. Lookups fall back to the parent, so a stream's own
@@ -106,12 +144,12 @@ impl Resources {
         }
     }
 
-    pub fn cache(&self, label: &str) -> Result<Arc<dyn Cache>, String> {
+    pub fn cache(&self, label: &str) -> Result<Arc<dyn Cache>, Missing> {
         self.find(|r| r.caches.get(label).cloned())
             .ok_or_else(|| self.missing(ResourceKind::Cache, label))
     }
 
-    pub fn rate_limit(&self, label: &str) -> Result<Arc<dyn RateLimit>, String> {
+    pub fn rate_limit(&self, label: &str) -> Result<Arc<dyn RateLimit>, Missing> {
         self.find(|r| r.rate_limits.get(label).cloned())
             .ok_or_else(|| self.missing(ResourceKind::RateLimit, label))
     }
@@ -121,7 +159,7 @@ impl Resources {
         &self,
         kind: Kind,
         label: &str,
-    ) -> Result<Arc<T>, String> {
+    ) -> Result<Arc<T>, Missing> {
         self.find(|r| {
             r.components
                 .get(&(kind, label.to_owned()))
@@ -166,21 +204,11 @@ impl Resources {
         out
     }
 
-    fn missing(&self, kind: ResourceKind, label: &str) -> String {
-        let known = self.labels(kind);
-        let field = kind.field();
-        if known.is_empty() {
-            format!(
-                "no {} resource `{label}`: `{field}` defines none",
-                kind.noun()
-            )
-        } else {
-            let list: Vec<String> = known.iter().map(|l| format!("`{l}`")).collect();
-            format!(
-                "no {} resource `{label}` (`{field}` has {})",
-                kind.noun(),
-                list.join(", ")
-            )
+    fn missing(&self, kind: ResourceKind, label: &str) -> Missing {
+        Missing {
+            kind,
+            label: label.to_owned(),
+            known: self.labels(kind),
         }
     }
 }
@@ -223,7 +251,7 @@ mod tests {
 
     #[async_trait]
     impl RateLimit for Always {
-        async fn access(&self) -> Result<Option<Duration>, String> {
+        async fn access(&self) -> Result<Option<Duration>, RateLimitError> {
             Ok(None)
         }
     }
@@ -244,15 +272,18 @@ mod tests {
 
         let e = stream.rate_limit("other").err().unwrap();
         assert_eq!(
-            e,
+            e.to_string(),
             "no rate limit resource `other` (`rate_limit_resources` has `shared`)"
         );
         let e = stream.cache("c").err().unwrap();
-        assert_eq!(e, "no cache resource `c`: `cache_resources` defines none");
+        assert_eq!(
+            e.to_string(),
+            "no cache resource `c`: `cache_resources` defines none"
+        );
         let e = stream
             .component::<String>(Kind::Input, "upper")
             .err()
             .unwrap();
-        assert!(e.contains("input_resources"), "{e}");
+        assert!(e.to_string().contains("input_resources"), "{e}");
     }
 }

@@ -65,19 +65,35 @@ fn open_stream(uri: &AMQPUri, tls: Option<RustlsConnector>) -> HandshakeResult {
     Ok(stream)
 }
 
+/// An AMQP 0.9.1 connector's settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("`urls` is empty")]
+    NoUrls,
+    #[error("`{0}` is not an `amqp://` or `amqps://` URL")]
+    Scheme(String),
+    /// The URL parser says why only in words.
+    #[error("`urls`: `{url}`: {why}")]
+    Url { url: String, why: String },
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+}
+
 /// Checks the URLs and the `tls` block.
-pub fn validate(urls: &[String], tls: &TlsConfig) -> Result<(), String> {
+pub fn validate(urls: &[String], tls: &TlsConfig) -> Result<(), SetupError> {
     if urls.is_empty() {
-        return Err("`urls` is empty".into());
+        return Err(SetupError::NoUrls);
     }
     for u in urls {
         if !(u.starts_with("amqp://") || u.starts_with("amqps://")) {
-            return Err(format!("`{u}` is not an `amqp://` or `amqps://` URL"));
+            return Err(SetupError::Scheme(u.clone()));
         }
-        u.parse::<AMQPUri>()
-            .map_err(|e| format!("`urls`: `{u}`: {e}"))?;
+        u.parse::<AMQPUri>().map_err(|why| SetupError::Url {
+            url: u.clone(),
+            why,
+        })?;
     }
-    tls.validate().map_err(|e| e.to_string())
+    Ok(tls.validate()?)
 }
 
 /// A lapin error as the runtime sees it: a broken connection or channel is NotConnected.
@@ -132,16 +148,20 @@ mod tests {
     fn urls_and_tls_block_are_checked() {
         let ok = vec!["amqps://u:p@127.0.0.1:5671/%2f".to_owned()];
         assert!(validate(&ok, &TlsConfig::default()).is_ok());
-        let e = validate(&["http://h".to_owned()], &TlsConfig::default()).unwrap_err();
+        let e = validate(&["http://h".to_owned()], &TlsConfig::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("http://h"), "{e}");
-        let e = validate(&["amqp://h:port".to_owned()], &TlsConfig::default()).unwrap_err();
+        let e = validate(&["amqp://h:port".to_owned()], &TlsConfig::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("`urls`"), "{e}");
         let half = TlsConfig {
             enabled: true,
             client_key_file: Some("k.pem".into()),
             ..TlsConfig::default()
         };
-        let e = validate(&ok, &half).unwrap_err();
+        let e = validate(&ok, &half).unwrap_err().to_string();
         assert!(e.contains("tls.client_cert_file"), "{e}");
     }
 

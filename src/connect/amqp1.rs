@@ -70,21 +70,26 @@ impl Endpoint {
         url: Option<&str>,
         tls: &TlsConfig,
         sasl: &Sasl,
-    ) -> Result<Endpoint, String> {
+    ) -> Result<Endpoint, SetupError> {
         let mut all = split_addresses(urls);
         if let Some(u) = url.filter(|u| !u.trim().is_empty()) {
             all.push(u.trim().to_owned());
         }
         if all.is_empty() {
-            return Err("`urls` is empty".into());
+            return Err(SetupError::NoUrls);
         }
         let urls = all
             .iter()
-            .map(|u| parse_url(u).map_err(|e| format!("`urls`: `{u}`: {e}")))
+            .map(|u| {
+                parse_url(u).map_err(|source| SetupError::Url {
+                    url: u.clone(),
+                    source,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        tls.validate().map_err(|e| e.to_string())?;
+        tls.validate()?;
         if sasl.mechanism == SaslMechanism::Plain && sasl.user.is_empty() {
-            return Err("`sasl.user` is required with `mechanism: plain`".into());
+            return Err(SetupError::PlainWithoutUser);
         }
         Ok(Endpoint {
             urls,
@@ -188,13 +193,41 @@ fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
-fn parse_url(u: &str) -> Result<Url, String> {
-    let url = Url::parse(u).map_err(|e| e.to_string())?;
+/// An AMQP 1.0 connector's settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("`urls` is empty")]
+    NoUrls,
+    #[error("`urls`: `{url}`: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: UrlError,
+    },
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    #[error("`sasl.user` is required with `mechanism: plain`")]
+    PlainWithoutUser,
+}
+
+/// Why one of `urls` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error(transparent)]
+    Parse(#[from] url::ParseError),
+    #[error("not an `amqp://` or `amqps://` URL")]
+    Scheme,
+    #[error("no host")]
+    NoHost,
+}
+
+fn parse_url(u: &str) -> Result<Url, UrlError> {
+    let url = Url::parse(u)?;
     if !matches!(url.scheme(), "amqp" | "amqps") {
-        return Err("not an `amqp://` or `amqps://` URL".into());
+        return Err(UrlError::Scheme);
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err("no host".into());
+        return Err(UrlError::NoHost);
     }
     Ok(url)
 }
@@ -236,7 +269,7 @@ pub fn link_lost(e: &LinkStateError, what: &str) -> ConnectorError {
 mod tests {
     use super::*;
 
-    fn endpoint(urls: &[&str]) -> Result<Endpoint, String> {
+    fn endpoint(urls: &[&str]) -> Result<Endpoint, SetupError> {
         let urls: Vec<String> = urls.iter().map(|s| s.to_string()).collect();
         Endpoint::new(&urls, None, &TlsConfig::default(), &Sasl::default())
     }
@@ -245,11 +278,14 @@ mod tests {
     fn urls_are_checked_and_split() {
         let e = endpoint(&["amqp://a:5672, amqps://u:p@b"]).unwrap();
         assert_eq!(e.urls.len(), 2);
-        let err = endpoint(&["http://h"]).unwrap_err();
+        let err = endpoint(&["http://h"]).unwrap_err().to_string();
         assert!(err.contains("`urls`") && err.contains("http://h"), "{err}");
-        let err = endpoint(&["amqp://h:port"]).unwrap_err();
+        let err = endpoint(&["amqp://h:port"]).unwrap_err().to_string();
         assert!(err.contains("`urls`"), "{err}");
-        assert!(endpoint(&[]).unwrap_err().contains("`urls` is empty"));
+        assert!(endpoint(&[])
+            .unwrap_err()
+            .to_string()
+            .contains("`urls` is empty"));
         let one = Endpoint::new(
             &[],
             Some("amqp://h"),
@@ -266,8 +302,9 @@ mod tests {
             mechanism: SaslMechanism::Plain,
             ..Sasl::default()
         };
-        let err =
-            Endpoint::new(&["amqp://h".into()], None, &TlsConfig::default(), &sasl).unwrap_err();
+        let err = Endpoint::new(&["amqp://h".into()], None, &TlsConfig::default(), &sasl)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`sasl.user`"), "{err}");
         let e = endpoint(&["amqp://us%40er:p%3Aw@h"]).unwrap();
         match e.profile(&e.urls[0]) {

@@ -155,7 +155,7 @@ impl HttpClient {
             let name = HeaderName::from_bytes(k.as_bytes())
                 .map_err(|_| cx.error(format!("invalid header name `{k}`")))?;
             // `Host` would reach another site behind an address the policy allows.
-            if cx.egress.is_some() && RESERVED_FIELDS.contains(&name.as_str()) {
+            if cx.reach.policy.is_some() && RESERVED_FIELDS.contains(&name.as_str()) {
                 return Err(cx.error(format!(
                     "`headers.{k}`: set by the HTTP client itself; a stream posted by an organisation cannot set it"
                 )));
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn a_posted_stream_may_not_set_the_host_or_the_framing() {
         let mut posted = cx();
-        posted.egress = Some(Default::default());
+        posted.reach.policy = Some(Default::default());
         for name in ["Host", "transfer-encoding", "Connection"] {
             let mut s = settings("http://203.0.113.7/");
             s.headers.insert(name.into(), Interp::parse("x").unwrap());

@@ -47,13 +47,28 @@ pub fn client_config(
     c
 }
 
+/// A Kafka connector's settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("`addresses` is empty")]
+    NoAddresses,
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    #[error(transparent)]
+    Sasl(#[from] super::sasl::NoUser),
+}
+
 /// Checks what both connectors share.
-pub fn validate(addresses: &[String], tls: &TlsConfig, sasl: &SaslConfig) -> Result<(), String> {
+pub fn validate(
+    addresses: &[String],
+    tls: &TlsConfig,
+    sasl: &SaslConfig,
+) -> Result<(), SetupError> {
     if split_addresses(addresses).is_empty() {
-        return Err("`addresses` is empty".into());
+        return Err(SetupError::NoAddresses);
     }
-    tls.validate().map_err(|e| e.to_string())?;
-    sasl.validate()
+    tls.validate()?;
+    Ok(sasl.validate()?)
 }
 
 /// A topic as the input's `topics` lists it: a name, optionally with partitions
@@ -65,11 +80,22 @@ pub struct TopicSpec {
     pub partitions: Option<Vec<i32>>,
 }
 
-pub fn parse_topic(text: &str) -> Result<TopicSpec, String> {
+/// A `topics` entry that names no topic or no partitions.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    #[error("empty topic")]
+    Empty,
+    #[error("`{0}`: no topic name")]
+    NoName(String),
+    #[error("`{text}`: partitions must be `N` or `N-M` (e.g. `{topic}:0-3`)")]
+    Partitions { text: String, topic: String },
+}
+
+pub fn parse_topic(text: &str) -> Result<TopicSpec, TopicError> {
     let text = text.trim();
     let Some((topic, parts)) = text.rsplit_once(':') else {
         if text.is_empty() {
-            return Err("empty topic".into());
+            return Err(TopicError::Empty);
         }
         return Ok(TopicSpec {
             topic: text.to_owned(),
@@ -77,9 +103,12 @@ pub fn parse_topic(text: &str) -> Result<TopicSpec, String> {
         });
     };
     if topic.is_empty() {
-        return Err(format!("`{text}`: no topic name"));
+        return Err(TopicError::NoName(text.to_owned()));
     }
-    let bad = || format!("`{text}`: partitions must be `N` or `N-M` (e.g. `{topic}:0-3`)");
+    let bad = || TopicError::Partitions {
+        text: text.to_owned(),
+        topic: topic.to_owned(),
+    };
     let mut partitions = Vec::new();
     for part in parts.split(',') {
         match part.split_once('-') {

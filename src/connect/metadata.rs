@@ -16,12 +16,28 @@ pub struct MetadataConfig {
     pub exclude_patterns: Vec<String>,
 }
 
+/// A metadata pattern that is no regular expression.
+#[derive(Debug, thiserror::Error)]
+#[error("`metadata.{field}[{index}]`: {source}")]
+pub struct PatternError {
+    pub field: &'static str,
+    pub index: usize,
+    #[source]
+    pub source: regex::Error,
+}
+
 impl MetadataConfig {
-    pub fn compile(&self) -> Result<MetadataFilter, String> {
-        let compile = |field: &str, list: &[String]| {
+    pub fn compile(&self) -> Result<MetadataFilter, PatternError> {
+        let compile = |field: &'static str, list: &[String]| {
             list.iter()
                 .enumerate()
-                .map(|(i, p)| Regex::new(p).map_err(|e| format!("`metadata.{field}[{i}]`: {e}")))
+                .map(|(index, p)| {
+                    Regex::new(p).map_err(|source| PatternError {
+                        field,
+                        index,
+                        source,
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()
         };
         Ok(MetadataFilter {
@@ -120,7 +136,8 @@ mod tests {
             exclude_patterns: vec![],
         }
         .compile()
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("include_patterns[0]"), "{e}");
     }
 }

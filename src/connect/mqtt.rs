@@ -126,17 +126,49 @@ pub struct MqttConnect<'a> {
     pub max_packet_bytes: usize,
 }
 
-pub fn qos(level: u8) -> Result<QoS, String> {
+/// An MQTT connector's settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("QoS {0} does not exist: use 0, 1 or 2")]
+    Qos(u8),
+    #[error("`{url}`: unsupported scheme `{scheme}`")]
+    Scheme { url: String, scheme: String },
+    #[error("`{url}`: bad port `{port}`")]
+    Port {
+        url: String,
+        port: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("`{0}`: no host")]
+    NoHost(String),
+    #[error("`urls` is empty")]
+    NoUrls,
+    #[error("`protocol_version` {0} is not one Sluice speaks: use 3 (MQTT 3.1.1) or 5")]
+    Version(u8),
+    #[error("`max_packet_bytes` must be at least 1024")]
+    SmallPackets,
+    #[error("a persistent session (`clean_session: false`) needs a `client_id`")]
+    SessionWithoutId,
+    #[error("`keepalive` must be at least 1s (or 0s to disable it)")]
+    Keepalive,
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    #[error("`will.topic` is empty")]
+    WillWithoutTopic,
+}
+
+pub fn qos(level: u8) -> Result<QoS, SetupError> {
     match level {
         0 => Ok(QoS::AtMostOnce),
         1 => Ok(QoS::AtLeastOnce),
         2 => Ok(QoS::ExactlyOnce),
-        n => Err(format!("QoS {n} does not exist: use 0, 1 or 2")),
+        n => Err(SetupError::Qos(n)),
     }
 }
 
 /// An MQTT 5 QoS level (the same levels, rumqttc's type of its v5 client).
-pub fn qos_v5(level: u8) -> Result<rumqttc::v5::mqttbytes::QoS, String> {
+pub fn qos_v5(level: u8) -> Result<rumqttc::v5::mqttbytes::QoS, SetupError> {
     use rumqttc::v5::mqttbytes::QoS as Q;
     Ok(match qos(level)? {
         QoS::AtMostOnce => Q::AtMostOnce,
@@ -156,7 +188,7 @@ pub fn hosts(urls: &[String]) -> Vec<(String, u16)> {
         .collect()
 }
 
-pub fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
+pub fn parse_url(url: &str) -> Result<(String, u16, bool), SetupError> {
     let (scheme, rest) = match url.split_once("://") {
         Some((s, r)) => (s.to_ascii_lowercase(), r),
         None => ("tcp".to_owned(), url),
@@ -164,51 +196,56 @@ pub fn parse_url(url: &str) -> Result<(String, u16, bool), String> {
     let tls = match scheme.as_str() {
         "tcp" | "mqtt" => false,
         "ssl" | "tls" | "mqtts" => true,
-        other => return Err(format!("`{url}`: unsupported scheme `{other}`")),
+        other => {
+            return Err(SetupError::Scheme {
+                url: url.to_owned(),
+                scheme: other.to_owned(),
+            })
+        }
     };
     let rest = rest.trim_end_matches('/');
     let (host, port) = match rest.rsplit_once(':') {
         Some((h, p)) => (
             h,
-            p.parse::<u16>()
-                .map_err(|_| format!("`{url}`: bad port `{p}`"))?,
+            p.parse::<u16>().map_err(|source| SetupError::Port {
+                url: url.to_owned(),
+                port: p.to_owned(),
+                source,
+            })?,
         ),
         None => (rest, if tls { 8883 } else { 1883 }),
     };
     if host.is_empty() {
-        return Err(format!("`{url}`: no host"));
+        return Err(SetupError::NoHost(url.to_owned()));
     }
     Ok((host.trim_matches(['[', ']']).to_owned(), port, tls))
 }
 
 impl MqttConnect<'_> {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SetupError> {
         if self.urls.is_empty() {
-            return Err("`urls` is empty".into());
+            return Err(SetupError::NoUrls);
         }
         for u in self.urls {
             parse_url(u)?;
         }
         if !matches!(self.protocol_version, 3 | 5) {
-            return Err(format!(
-                "`protocol_version` {} is not one Sluice speaks: use 3 (MQTT 3.1.1) or 5",
-                self.protocol_version
-            ));
+            return Err(SetupError::Version(self.protocol_version));
         }
         if self.max_packet_bytes < 1024 {
-            return Err("`max_packet_bytes` must be at least 1024".into());
+            return Err(SetupError::SmallPackets);
         }
         if self.client_id.is_empty() && !self.clean_session {
-            return Err("a persistent session (`clean_session: false`) needs a `client_id`".into());
+            return Err(SetupError::SessionWithoutId);
         }
         if self.keepalive.0 < StdDuration::from_secs(1) && !self.keepalive.is_zero() {
-            return Err("`keepalive` must be at least 1s (or 0s to disable it)".into());
+            return Err(SetupError::Keepalive);
         }
-        self.tls.validate().map_err(|e| e.to_string())?;
+        self.tls.validate()?;
         if let Some(w) = self.will {
             qos(w.qos)?;
             if w.topic.is_empty() {
-                return Err("`will.topic` is empty".into());
+                return Err(SetupError::WillWithoutTopic);
             }
         }
         Ok(())
@@ -221,7 +258,10 @@ impl MqttConnect<'_> {
 
     /// The broker and client id of the `attempt`th connection (URLs are tried in turn, one
     /// per attempt), and the TLS transport when it asks for one.
-    fn endpoint(&self, attempt: usize) -> Result<(String, u16, String, Option<Transport>), String> {
+    fn endpoint(
+        &self,
+        attempt: usize,
+    ) -> Result<(String, u16, String, Option<Transport>), SetupError> {
         let url = &self.urls[attempt % self.urls.len()];
         let (host, port, url_tls) = parse_url(url)?;
         let id = if self.client_id.is_empty() {
@@ -232,7 +272,7 @@ impl MqttConnect<'_> {
         let transport = if self.tls.enabled || url_tls {
             // One rustls set-up for every TLS client: the configured CA (else the
             // system's), a client certificate, or no server check with `skip_cert_verify`.
-            let config = self.tls.rustls_client_config().map_err(|e| e.to_string())?;
+            let config = self.tls.rustls_client_config()?;
             Some(Transport::Tls(TlsConfiguration::Rustls(Arc::new(config))))
         } else {
             None
@@ -241,7 +281,7 @@ impl MqttConnect<'_> {
     }
 
     /// MQTT 5 options for the `attempt`th connection.
-    pub fn options_v5(&self, attempt: usize) -> Result<rumqttc::v5::MqttOptions, String> {
+    pub fn options_v5(&self, attempt: usize) -> Result<rumqttc::v5::MqttOptions, SetupError> {
         use rumqttc::v5::mqttbytes::v5::LastWill as LastWill5;
         let (host, port, id, transport) = self.endpoint(attempt)?;
         let mut o = rumqttc::v5::MqttOptions::new(id, host, port);
@@ -271,7 +311,7 @@ impl MqttConnect<'_> {
     }
 
     /// MQTT 3.1.1 options for the `attempt`th connection.
-    pub fn options(&self, attempt: usize) -> Result<MqttOptions, String> {
+    pub fn options(&self, attempt: usize) -> Result<MqttOptions, SetupError> {
         let (host, port, id, transport) = self.endpoint(attempt)?;
         let mut o = MqttOptions::new(id, host, port);
         o.set_max_packet_size(self.max_packet_bytes, self.max_packet_bytes);

@@ -16,6 +16,7 @@ use crate::egress::Egress;
 
 use super::TlsConfig;
 use crate::component::ConnectorError;
+use crate::http::history::HistoryError;
 use crate::message::Message;
 
 /// How a NATS client authenticates.
@@ -31,7 +32,27 @@ pub struct NatsAuth {
     pub user_credentials_file: Option<String>,
 }
 
-/// Checks the settings every NATS connector shares.
+/// A NATS connector's settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("`urls` is empty")]
+    NoUrls,
+    #[error("`{url}` is not a NATS URL: {source}")]
+    Url {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    #[error("`auth.user` and `auth.password` must be given together")]
+    UnpairedUser,
+    #[error("`subject` is empty")]
+    NoSubject,
+    #[error("`max_in_flight` must be at least 1")]
+    NoneInFlight,
+}
+
 /// The checks every NATS publishing output makes on top of [`validate`].
 pub fn validate_publisher(
     urls: &[String],
@@ -39,28 +60,32 @@ pub fn validate_publisher(
     auth: &NatsAuth,
     subject: &crate::config::Interp,
     max_in_flight: usize,
-) -> Result<(), String> {
+) -> Result<(), SetupError> {
     validate(urls, tls, auth)?;
     if subject.source().is_empty() {
-        return Err("`subject` is empty".into());
+        return Err(SetupError::NoSubject);
     }
     if max_in_flight == 0 {
-        return Err("`max_in_flight` must be at least 1".into());
+        return Err(SetupError::NoneInFlight);
     }
     Ok(())
 }
 
-pub fn validate(urls: &[String], tls: &TlsConfig, auth: &NatsAuth) -> Result<(), String> {
+/// Checks the settings every NATS connector shares.
+pub fn validate(urls: &[String], tls: &TlsConfig, auth: &NatsAuth) -> Result<(), SetupError> {
     if urls.is_empty() {
-        return Err("`urls` is empty".into());
+        return Err(SetupError::NoUrls);
     }
     for u in urls {
         u.parse::<async_nats::ServerAddr>()
-            .map_err(|e| format!("`{u}` is not a NATS URL: {e}"))?;
+            .map_err(|source| SetupError::Url {
+                url: u.clone(),
+                source,
+            })?;
     }
-    tls.validate().map_err(|e| e.to_string())?;
+    tls.validate()?;
     if auth.user.is_some() != auth.password.is_some() {
-        return Err("`auth.user` and `auth.password` must be given together".into());
+        return Err(SetupError::UnpairedUser);
     }
     Ok(())
 }
@@ -200,11 +225,17 @@ pub async fn messages_after(
     subject: String,
     after: u64,
     message: fn(&async_nats::jetstream::Message) -> Message,
-) -> Result<crate::http::history::Past, String> {
+) -> Result<crate::http::history::Past, HistoryError> {
     use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy, PullConsumer};
     use futures::StreamExt;
-    let mut stream = js.get_stream(stream).await.map_err(|e| e.to_string())?;
-    let info = stream.info().await.map_err(|e| e.to_string())?;
+    let mut stream = js
+        .get_stream(stream)
+        .await
+        .map_err(|e| HistoryError::failed("opening the stream", e))?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| HistoryError::failed("reading the stream's state", e))?;
     let (first, last) = (info.state.first_sequence, info.state.last_sequence);
     let complete = after.saturating_add(1) >= first;
     if after >= last {
@@ -225,18 +256,21 @@ pub async fn messages_after(
             ..Default::default()
         })
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| HistoryError::failed("creating a reader", e))?;
     let pending = consumer
         .info()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| HistoryError::failed("reading the reader's state", e))?
         .num_pending;
     let messages = consumer
         .messages()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| HistoryError::failed("reading the stream", e))?
         .take(usize::try_from(pending).unwrap_or(usize::MAX))
-        .map(move |m| m.map(|m| message(&m)).map_err(|e| e.to_string()));
+        .map(move |m| {
+            m.map(|m| message(&m))
+                .map_err(|e| HistoryError::failed("reading a message", e))
+        });
     Ok(crate::http::history::Past {
         complete,
         messages: messages.boxed(),

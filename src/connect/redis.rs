@@ -8,58 +8,62 @@ use redis::{
 
 use super::TlsConfig;
 use crate::component::ConnectorError;
+use crate::http::history::HistoryError;
 
-/// Checks the URL and the `tls` block without reading any file.
+/// Why a Redis client could not be made from its config.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("`url`: {0}")]
+    Url(#[source] RedisError),
+    #[error(transparent)]
+    Tls(#[from] super::tls::TlsError),
+    #[error("`tls.enabled`: TLS needs a `redis://` or `rediss://` URL, not a Unix socket")]
+    TlsOverUnix,
+    #[error("`tls`: {0}")]
+    Certificates(#[source] RedisError),
+}
+
 /// The stream entry field that holds the payload, for the `redis_streams` input and output.
 pub fn default_body_key() -> String {
     "body".into()
 }
 
-pub fn validate(url: &str, tls: &TlsConfig) -> Result<(), String> {
-    let info = url
-        .into_connection_info()
-        .map_err(|e| format!("`url`: {e}"))?;
-    tls.validate().map_err(|e| e.to_string())?;
+/// Checks the URL and the `tls` block without reading any file.
+pub fn validate(url: &str, tls: &TlsConfig) -> Result<(), SetupError> {
+    let info = url.into_connection_info().map_err(SetupError::Url)?;
+    tls.validate()?;
     with_tls(info, tls).map(drop)
 }
 
 /// A client for `url` with the `tls` block applied: TLS is on for a `rediss://` URL, or
 /// for a `redis://` one with `tls.enabled`. Reads the certificate files.
-pub fn client(url: &str, tls: &TlsConfig) -> Result<Client, String> {
-    let info = with_tls(
-        url.into_connection_info()
-            .map_err(|e| format!("`url`: {e}"))?,
-        tls,
-    )?;
+pub fn client(url: &str, tls: &TlsConfig) -> Result<Client, SetupError> {
+    let info = with_tls(url.into_connection_info().map_err(SetupError::Url)?, tls)?;
     let plain = !matches!(info.addr, ConnectionAddr::TcpTls { .. });
     if plain || (tls.root_cas_file.is_none() && tls.client_pair().is_none()) {
-        return Client::open(info).map_err(|e| format!("`url`: {e}"));
+        return Client::open(info).map_err(SetupError::Url);
     }
     let client_tls = match tls.client_pair() {
         Some((cert, key)) => Some(ClientTlsConfig {
-            client_cert: TlsConfig::read_field(cert, "tls.client_cert_file")
-                .map_err(|e| e.to_string())?,
-            client_key: TlsConfig::read_field(key, "tls.client_key_file")
-                .map_err(|e| e.to_string())?,
+            client_cert: TlsConfig::read_field(cert, "tls.client_cert_file")?,
+            client_key: TlsConfig::read_field(key, "tls.client_key_file")?,
         }),
         None => None,
     };
     let root_cert = match &tls.root_cas_file {
-        Some(path) => {
-            Some(TlsConfig::read_field(path, "tls.root_cas_file").map_err(|e| e.to_string())?)
-        }
+        Some(path) => Some(TlsConfig::read_field(path, "tls.root_cas_file")?),
         None => None,
     };
     let certs = TlsCertificates {
         client_tls,
         root_cert,
     };
-    Client::build_with_tls(info, certs).map_err(|e| format!("`tls`: {e}"))
+    Client::build_with_tls(info, certs).map_err(SetupError::Certificates)
 }
 
 /// The address with TLS switched on by `tls.enabled` and verification off by
 /// `tls.skip_cert_verify`.
-fn with_tls(mut info: ConnectionInfo, tls: &TlsConfig) -> Result<ConnectionInfo, String> {
+fn with_tls(mut info: ConnectionInfo, tls: &TlsConfig) -> Result<ConnectionInfo, SetupError> {
     info.addr = match info.addr {
         ConnectionAddr::Tcp(host, port) if tls.enabled => ConnectionAddr::TcpTls {
             host,
@@ -78,12 +82,7 @@ fn with_tls(mut info: ConnectionInfo, tls: &TlsConfig) -> Result<ConnectionInfo,
             insecure: insecure || tls.skip_cert_verify,
             tls_params,
         },
-        ConnectionAddr::Unix(_) if tls.enabled => {
-            return Err(
-                "`tls.enabled`: TLS needs a `redis://` or `rediss://` URL, not a Unix socket"
-                    .into(),
-            )
-        }
+        ConnectionAddr::Unix(_) if tls.enabled => return Err(SetupError::TlsOverUnix),
         other => other,
     };
     Ok(info)
@@ -173,14 +172,14 @@ pub async fn entries_after(
     key: String,
     after: u64,
     message: impl Fn(&redis::streams::StreamId) -> crate::message::Message + Send + Sync + 'static,
-) -> Result<crate::http::history::Past, ConnectorError> {
+) -> Result<crate::http::history::Past, HistoryError> {
     use futures::StreamExt;
     let info: redis::Value = redis::cmd("XINFO")
         .arg("STREAM")
         .arg(&key)
         .query_async(&mut conn)
         .await
-        .map_err(|e| classify(e, "XINFO STREAM failed"))?;
+        .map_err(|e| HistoryError::failed("XINFO STREAM failed", e))?;
     let field = |name: &str| stream_info_field(&info, name);
     let complete = match field("max-deleted-entry-id").as_deref().and_then(id_parts) {
         Some(deleted) => deleted <= (after >> 22, after & SEQ_MASK),
@@ -203,7 +202,10 @@ pub async fn entries_after(
             let page: Result<redis::streams::StreamRangeReply, _> =
                 redis::AsyncCommands::xrange_count(&mut conn, &key, &from, &end, PAGE).await;
             match page {
-                Err(e) => Some((vec![Err(e.to_string())], (conn, from, true))),
+                Err(e) => Some((
+                    vec![Err(HistoryError::failed("XRANGE failed", e))],
+                    (conn, from, true),
+                )),
                 Ok(page) => {
                     let last = page.ids.last().map(|e| format!("({}", e.id));
                     let done = page.ids.len() < PAGE || last.is_none();
@@ -259,7 +261,7 @@ mod tests {
     #[test]
     fn bad_settings_name_the_field() {
         let e = validate("redis+unix:///tmp/r.sock", &tls(true, false)).unwrap_err();
-        assert!(e.contains("`tls.enabled`"), "{e}");
+        assert!(e.to_string().contains("`tls.enabled`"), "{e}");
         let half = TlsConfig {
             client_cert_file: Some("c.pem".into()),
             ..TlsConfig::default()
@@ -270,7 +272,7 @@ mod tests {
             ..TlsConfig::default()
         };
         let e = client("rediss://h:1", &missing).unwrap_err();
-        assert!(e.contains("`tls.root_cas_file`"), "{e}");
+        assert!(e.to_string().contains("`tls.root_cas_file`"), "{e}");
     }
 
     #[test]

@@ -40,10 +40,15 @@ pub struct SaslConfig {
     pub password: String,
 }
 
+/// A SASL mechanism set without the user to authenticate as.
+#[derive(Debug, thiserror::Error)]
+#[error("`sasl.user` is required with a SASL mechanism")]
+pub struct NoUser;
+
 impl SaslConfig {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), NoUser> {
         if self.mechanism != SaslMechanism::None && self.user.is_empty() {
-            return Err("`sasl.user` is required with a SASL mechanism".into());
+            return Err(NoUser);
         }
         Ok(())
     }

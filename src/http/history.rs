@@ -14,7 +14,7 @@ use futures::stream::{self, BoxStream};
 use futures::StreamExt;
 
 use super::hub::{gap, Event, Hub, RouteMetrics, Subscription};
-pub use super::record::{History, Past};
+pub use super::record::{History, HistoryError, Past};
 
 /// Clients of one hub caught up at once; more resume with a `gap` notice.
 pub const MAX_AT_ONCE: usize = 16;
@@ -129,7 +129,7 @@ mod tests {
     }
 
     impl History for Kept {
-        fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>> {
+        fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, HistoryError>> {
             let messages: Vec<_> = (self.first.max(after + 1)..=self.last)
                 .map(|p| Ok(Message::new(format!("m{p}")).with_meta("pos", p as i64)))
                 .collect();

@@ -258,15 +258,32 @@ pub fn cookie<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
         })
 }
 
-pub fn parse_method(verb: &str) -> Result<http::Method, String> {
-    http::Method::from_bytes(verb.to_ascii_uppercase().as_bytes())
-        .map_err(|_| format!("`{verb}` is not an HTTP method"))
+/// A verb that is not an HTTP method, or none given.
+#[derive(Debug, thiserror::Error)]
+pub enum VerbError {
+    #[error("`{verb}` is not an HTTP method")]
+    NotAMethod {
+        verb: String,
+        #[source]
+        source: http::method::InvalidMethod,
+    },
+    #[error("`allowed_verbs` is empty")]
+    Empty,
+}
+
+pub fn parse_method(verb: &str) -> Result<http::Method, VerbError> {
+    http::Method::from_bytes(verb.to_ascii_uppercase().as_bytes()).map_err(|source| {
+        VerbError::NotAMethod {
+            verb: verb.to_owned(),
+            source,
+        }
+    })
 }
 
 /// A route's `allowed_verbs`: at least one, each a method.
-pub fn parse_verbs(verbs: &[String]) -> Result<Vec<http::Method>, String> {
+pub fn parse_verbs(verbs: &[String]) -> Result<Vec<http::Method>, VerbError> {
     if verbs.is_empty() {
-        return Err("`allowed_verbs` is empty".into());
+        return Err(VerbError::Empty);
     }
     verbs.iter().map(|v| parse_method(v)).collect()
 }

@@ -11,7 +11,7 @@ use crate::message::Message;
 pub trait History: Send + Sync {
     /// The messages after position `after`, oldest first, through the newest there is
     /// now, each with its position under [`History::position_key`].
-    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>>;
+    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, HistoryError>>;
 
     /// The metadata key of the positions it reads by: a hub takes the history only when
     /// its ids come from the same key.
@@ -22,5 +22,37 @@ pub trait History: Send + Sync {
 pub struct Past {
     /// Whether it holds every message after the position (its retention dropped none).
     pub complete: bool,
-    pub messages: BoxStream<'static, Result<Message, String>>,
+    pub messages: BoxStream<'static, Result<Message, HistoryError>>,
+}
+
+/// Why a broker's record could not be read back (the resuming client then gets the
+/// `gap` notice).
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    /// The stream may not connect to the broker.
+    #[error(transparent)]
+    Refused(#[from] crate::egress::EgressError),
+    /// What the broker holds has no positions to read by (a topic of several partitions).
+    #[error("{0}")]
+    NoPositions(String),
+    /// Talking to the broker failed.
+    #[error("{what}: {source}")]
+    Failed {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl HistoryError {
+    /// A failure of step `what`, caused by `source`.
+    pub fn failed(
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        HistoryError::Failed {
+            what,
+            source: source.into(),
+        }
+    }
 }

@@ -144,7 +144,7 @@ impl BuildInput for HttpServerInputConfig {
             max_body: self.max_body_bytes,
             sync,
             tx,
-            shutdown: cx.shutdown.clone(),
+            shutdown: cx.lifecycle.shutdown.clone(),
         });
         let ws_handler = handler.clone();
         let serve = move |req: HttpRequest| {

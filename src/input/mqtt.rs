@@ -178,7 +178,7 @@ impl MqttInput {
             .config
             .connection()
             .options(attempt)
-            .map_err(ConnectorError::rejected)?;
+            .map_err(|e| ConnectorError::rejected(e.to_string()))?;
         let (client, mut eventloop) = AsyncClient::new(options, RECEIVED_CAPACITY);
         // Wait for the broker's CONNACK here, so that a refused or unreachable broker is a
         // connect failure (retried with backoff) rather than a failed read.
@@ -234,9 +234,9 @@ impl MqttInput {
         let connection = self.config.connection();
         let options = connection
             .options_v5(attempt)
-            .map_err(ConnectorError::rejected)?;
-        let qos =
-            crate::connect::mqtt::qos_v5(self.config.qos).map_err(ConnectorError::rejected)?;
+            .map_err(|e| ConnectorError::rejected(e.to_string()))?;
+        let qos = crate::connect::mqtt::qos_v5(self.config.qos)
+            .map_err(|e| ConnectorError::rejected(e.to_string()))?;
         let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, RECEIVED_CAPACITY);
         loop {
             match eventloop.poll().await {

@@ -25,7 +25,7 @@ use crate::component::{
 use crate::connect::nats::{headers_to_meta, messages_after, validate, NatsAuth, NatsConn};
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
-use crate::http::history::{History, Past};
+use crate::http::history::{History, HistoryError, Past};
 use crate::message::{Message, Outcome};
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -222,11 +222,11 @@ struct JetStreamHistory {
 }
 
 impl JetStreamHistory {
-    async fn read(&self, after: u64) -> Result<Past, String> {
+    async fn read(&self, after: u64) -> Result<Past, HistoryError> {
         let c = &self.config;
         let conn = NatsConn::connect(&c.urls, &c.tls, &c.auth, &self.name, &self.egress)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| HistoryError::failed("connecting", e))?;
         let js = async_nats::jetstream::new(conn.client);
         let subject = c.subject.clone().unwrap_or_default();
         messages_after(&js, &c.stream, subject, after, to_message).await
@@ -234,7 +234,7 @@ impl JetStreamHistory {
 }
 
 impl History for JetStreamHistory {
-    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
+    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, HistoryError>> {
         let this = self.clone();
         async move { this.read(after).await }.boxed()
     }

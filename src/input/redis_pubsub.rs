@@ -86,8 +86,8 @@ impl Input for RedisPubSubInput {
     async fn connect(&mut self) -> Result<(), ConnectorError> {
         self.egress.check().await?;
         self.stream = None;
-        let client =
-            client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
+        let client = client(&self.config.url, &self.config.tls)
+            .map_err(|e| ConnectorError::rejected(e.to_string()))?;
         let mut pubsub = client
             .get_async_pubsub()
             .await

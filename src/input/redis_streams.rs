@@ -29,7 +29,7 @@ use crate::connect::redis::{
 };
 use crate::connect::{AckSpawner, TlsConfig};
 use crate::duration::Duration;
-use crate::http::history::{History, Past};
+use crate::http::history::{History, HistoryError, Past};
 use crate::message::{Batch, Message, Outcome};
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -192,20 +192,20 @@ struct StreamHistory {
 }
 
 impl History for StreamHistory {
-    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
+    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, HistoryError>> {
         let this = self.clone();
         async move {
-            this.egress.check().await.map_err(|e| e.to_string())?;
-            let client = client(&this.config.url, &this.config.tls)?;
+            this.egress.check().await?;
+            let client = client(&this.config.url, &this.config.tls)
+                .map_err(|e| HistoryError::failed("opening a client", e))?;
             let conn = connect(&client, StdDuration::from_secs(10))
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| HistoryError::failed("connecting", e))?;
             let (key, body_key) = (this.key.clone(), this.config.body_key.clone());
             entries_after(conn, this.key, after, move |e| {
                 message_of(&key, e, &body_key)
             })
             .await
-            .map_err(|e| e.to_string())
         }
         .boxed()
     }
@@ -327,7 +327,7 @@ impl Input for RedisStreamsInput {
         self.egress.check().await?;
         self.session = None;
         let c = &self.config;
-        let client = client(&c.url, &c.tls).map_err(ConnectorError::rejected)?;
+        let client = client(&c.url, &c.tls).map_err(|e| ConnectorError::rejected(e.to_string()))?;
         let read_timeout = c.timeout.0 + StdDuration::from_secs(5);
         let mut conn = connect(&client, read_timeout).await?;
         let acks = connect(&client, StdDuration::from_secs(5)).await?;

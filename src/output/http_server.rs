@@ -29,9 +29,10 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::hub::HubWiring;
 use super::websocket_server::{
-    default_event_key, default_heartbeat, default_max_in_flight, default_write_timeout, hub_id_key,
-    hub_writer, WsMessageType, WsOptions, WsRoute,
+    default_event_key, default_heartbeat, default_max_in_flight, default_write_timeout,
+    WsMessageType, WsOptions, WsRoute,
 };
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
@@ -172,7 +173,19 @@ impl Common {
 }
 
 impl BuildOutput for HttpServerOutputConfig {
+    /// Built alone, it serves this node's clients from its own hub.
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        self.build_hub(cx, &HubWiring::default())
+    }
+}
+
+impl HttpServerOutputConfig {
+    /// Builds the output wired as the stream says (see [`HubWiring`]).
+    pub fn build_hub(
+        &self,
+        cx: &BuildContext,
+        wiring: &HubWiring,
+    ) -> Result<OutputBuild, BuildError> {
         let verbs = h::parse_verbs(&self.allowed_verbs).map_err(|e| cx.error(e))?;
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
@@ -195,17 +208,17 @@ impl BuildOutput for HttpServerOutputConfig {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
                 event_key: Some(self.event_metadata.clone()),
-                id_key: hub_id_key(cx, self.delivery, self.id_metadata.as_ref()),
+                id_key: wiring.id_key(self.delivery, self.id_metadata.as_ref()),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
-            cx.shutdown.clone(),
+            cx.lifecycle.shutdown.clone(),
         );
         let common = Arc::new(Common {
             hub: hub.clone(),
             verbs,
             cors: self.cors.clone(),
-            shutdown: cx.shutdown.clone(),
+            shutdown: cx.lifecycle.shutdown.clone(),
         });
         let owner = cx.owner();
         // Mounted paths are undone if a later one conflicts, so a failed build leaves
@@ -275,7 +288,7 @@ impl BuildOutput for HttpServerOutputConfig {
                     &h::normalize(&ws_path),
                     Transport::WebSocket,
                 ),
-                shutdown: cx.shutdown.clone(),
+                shutdown: cx.lifecycle.shutdown.clone(),
             });
             let common = common.clone();
             mount(
@@ -294,7 +307,7 @@ impl BuildOutput for HttpServerOutputConfig {
             )?;
         }
         Ok(OutputBuild::Writer(Writer {
-            output: hub_writer(cx, hub),
+            output: wiring.writer(cx, hub),
             max_in_flight: self.max_in_flight,
             batching: self.batching.clone(),
         }))

@@ -9,6 +9,7 @@ pub mod fallback;
 pub mod file;
 pub mod http_client;
 pub mod http_server;
+pub mod hub;
 pub mod kafka;
 pub mod mqtt;
 pub mod nats;
@@ -52,6 +53,21 @@ pub enum OutputBuild {
     Writer(Writer),
     /// A router and its children, each with its path below the router (`outputs[0]`).
     Router(Box<dyn Router>, Vec<(String, OutputConfig)>),
+}
+
+impl OutputKind {
+    /// Builds the output; the hub outputs get `wiring`, which no other output needs.
+    pub fn build_wired(
+        &self,
+        cx: &BuildContext,
+        wiring: &hub::HubWiring,
+    ) -> Result<OutputBuild, BuildError> {
+        match self {
+            OutputKind::HttpServer(c) => c.build_hub(cx, wiring),
+            OutputKind::WebsocketServer(c) => c.build_hub(cx, wiring),
+            kind => kind.build(cx),
+        }
+    }
 }
 
 /// Implemented by every output config.

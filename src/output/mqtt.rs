@@ -307,7 +307,7 @@ impl Output for MqttOutput {
             use rumqttc::v5::mqttbytes::v5::{ConnectReturnCode, Packet as P};
             let options = connect
                 .options_v5(attempt)
-                .map_err(ConnectorError::rejected)?;
+                .map_err(|e| ConnectorError::rejected(e.to_string()))?;
             let (client, mut eventloop) = rumqttc::v5::AsyncClient::new(options, cap);
             await_connack!(
                 eventloop,
@@ -317,7 +317,9 @@ impl Output for MqttOutput {
             );
             (Client::V5(client), drive_v5(eventloop, waiters.clone()))
         } else {
-            let options = connect.options(attempt).map_err(ConnectorError::rejected)?;
+            let options = connect
+                .options(attempt)
+                .map_err(|e| ConnectorError::rejected(e.to_string()))?;
             let (client, mut eventloop) = AsyncClient::new(options, cap);
             await_connack!(
                 eventloop,
@@ -391,7 +393,7 @@ impl Output for MqttOutput {
                     Client::V5(c) => c
                         .publish_bytes_with_properties(
                             topic,
-                            qos_v5(self.config.qos).map_err(lost)?,
+                            qos_v5(self.config.qos).map_err(|e| lost(e.to_string()))?,
                             retained,
                             payload,
                             std::mem::take(&mut properties[i]),

@@ -174,8 +174,8 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        cx.egress = Some(std::sync::Arc::new(policy));
-        cx.path = "output.nats".into();
+        cx.reach.policy = Some(std::sync::Arc::new(policy));
+        cx.id.path = "output.nats".into();
         cx
     }
 

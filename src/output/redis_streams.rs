@@ -109,8 +109,8 @@ pub struct RedisStreamsOutput {
 impl Output for RedisStreamsOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
         self.egress.check().await?;
-        let client =
-            client(&self.config.url, &self.config.tls).map_err(ConnectorError::rejected)?;
+        let client = client(&self.config.url, &self.config.tls)
+            .map_err(|e| ConnectorError::rejected(e.to_string()))?;
         *self.conn.write().await = Some(connect(&client, StdDuration::from_secs(10)).await?);
         Ok(())
     }

@@ -47,7 +47,7 @@ impl Spec for RetryConfig {
 impl BuildOutput for RetryConfig {
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
         let max_retries = match self.max_retries {
-            0 if cx.egress.is_some() => crate::processor::retry::MAX_RETRIES,
+            0 if cx.reach.policy.is_some() => crate::processor::retry::MAX_RETRIES,
             n => n,
         };
         Ok(OutputBuild::Router(

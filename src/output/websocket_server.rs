@@ -9,7 +9,6 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use futures::{FutureExt, SinkExt, StreamExt};
 use http::StatusCode;
 use schemars::JsonSchema;
@@ -20,22 +19,20 @@ use tokio_tungstenite::tungstenite::{Message as WsMessage, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
+use super::hub::HubWiring;
 use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
 use crate::component::registry::Spec;
-use crate::component::{
-    bus, BuildContext, BuildError, ComponentSpec, ConnectorError, Example, Kind, Output, Writer,
-};
+use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Writer};
 use crate::duration::Duration;
 use crate::http::ending::Ending;
-use crate::http::history::{CatchUp, History, Past};
+use crate::http::history::CatchUp;
 use crate::http::hub::{
     query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
     Transport,
 };
 use crate::http::ws::{self, ServerSocket};
 use crate::http::{self as h, HttpRequest, HttpResponse};
-use crate::message::Batch;
 
 /// How messages are framed on a WebSocket.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Default)]
@@ -109,7 +106,19 @@ impl Spec for WebsocketServerOutputConfig {
 }
 
 impl BuildOutput for WebsocketServerOutputConfig {
+    /// Built alone, it serves this node's clients from its own hub.
     fn build(&self, cx: &BuildContext) -> Result<OutputBuild, BuildError> {
+        self.build_hub(cx, &HubWiring::default())
+    }
+}
+
+impl WebsocketServerOutputConfig {
+    /// Builds the output wired as the stream says (see [`HubWiring`]).
+    pub fn build_hub(
+        &self,
+        cx: &BuildContext,
+        wiring: &HubWiring,
+    ) -> Result<OutputBuild, BuildError> {
         if self.path.trim().is_empty() {
             return Err(cx.error("`path` is empty"));
         }
@@ -121,11 +130,11 @@ impl BuildOutput for WebsocketServerOutputConfig {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
                 event_key: Some(self.event_metadata.clone()),
-                id_key: hub_id_key(cx, self.delivery, None),
+                id_key: wiring.id_key(self.delivery, None),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
-            cx.shutdown.clone(),
+            cx.lifecycle.shutdown.clone(),
         );
         let route = WsRoute {
             hub: hub.clone(),
@@ -139,7 +148,7 @@ impl BuildOutput for WebsocketServerOutputConfig {
                 &h::normalize(&self.path),
                 Transport::WebSocket,
             ),
-            shutdown: cx.shutdown.clone(),
+            shutdown: cx.lifecycle.shutdown.clone(),
         };
         let route = Arc::new(route);
         let serve = move |req: HttpRequest| {
@@ -150,124 +159,10 @@ impl BuildOutput for WebsocketServerOutputConfig {
             .mount(&self.path, &cx.owner(), Arc::new(serve))
             .map_err(|e| cx.error(e))?;
         Ok(OutputBuild::Writer(Writer {
-            output: hub_writer(cx, hub),
+            output: wiring.writer(cx, hub),
             max_in_flight: self.max_in_flight,
             batching: self.batching.clone(),
         }))
-    }
-}
-
-/// The output side of a hub: writes publish to its clients.
-pub struct HubOutput {
-    pub(crate) hub: Arc<Hub>,
-}
-
-#[async_trait]
-impl Output for HubOutput {
-    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        Ok(self.hub.publish(batch).await?)
-    }
-}
-
-/// The writer of a hub output: its own clients, or, in a stream fed by HTTP clients on a
-/// gateway with a cluster bus, the bus, which feeds the hub of every node (see
-/// [`crate::component::bus`]).
-pub(crate) fn hub_writer(cx: &BuildContext, hub: Arc<Hub>) -> Box<dyn Output> {
-    match &cx.bus {
-        Some(bus) => {
-            let topic = bus::topic(&cx.stream, &cx.path);
-            hub.set_history(Arc::new(BusHistory {
-                bus: bus.clone(),
-                topic: topic.clone(),
-            }));
-            Box::new(BusOutput {
-                bus: bus.clone(),
-                topic,
-                hub,
-                stop: cx.shutdown.clone(),
-                feeding: std::sync::atomic::AtomicBool::new(false),
-            })
-        }
-        None => {
-            if let Some(history) = &cx.history {
-                hub.set_history(history.clone());
-            }
-            Box::new(HubOutput { hub })
-        }
-    }
-}
-
-/// A topic of the bus, read back by position for clients resuming from before the
-/// replay buffer.
-struct BusHistory {
-    bus: Arc<dyn bus::Bus>,
-    topic: String,
-}
-
-impl History for BusHistory {
-    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, String>> {
-        self.bus.clone().history(self.topic.clone(), after)
-    }
-
-    fn position_key(&self) -> &str {
-        self.bus.position_key().unwrap_or_default()
-    }
-}
-
-/// The ids of a broadcast hub: those the output names (`id_metadata`), else the bus's
-/// positions when it has a bus, so that a client resumes on any node.
-pub(crate) fn hub_id_key(
-    cx: &BuildContext,
-    delivery: DeliveryMode,
-    own: Option<&String>,
-) -> Option<String> {
-    match (own, &cx.bus) {
-        (Some(own), _) => Some(own.clone()),
-        (None, Some(bus)) if delivery == DeliveryMode::Broadcast => {
-            bus.position_key().map(str::to_owned)
-        }
-        _ => None,
-    }
-}
-
-/// How far before a stream's start on a node its new bus reader starts: the clocks of
-/// the node and of the bus's server differ a little.
-const FEED_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Publishes to the cluster's bus; the node's hub is fed from the bus, as every node's is.
-struct BusOutput {
-    bus: Arc<dyn bus::Bus>,
-    topic: String,
-    hub: Arc<Hub>,
-    stop: CancellationToken,
-    feeding: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait]
-impl Output for BusOutput {
-    async fn connect(&self) -> Result<(), ConnectorError> {
-        // The node's reader starts with the stream and stops with it.
-        if !self.feeding.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            let hub = self.hub.clone();
-            let shared = hub.mode() == DeliveryMode::RoundRobin;
-            let ready = {
-                let hub = hub.clone();
-                Arc::new(move || !shared || hub.clients() > 0)
-            };
-            tokio::spawn(self.bus.clone().feed(bus::Feed {
-                topic: self.topic.clone(),
-                shared,
-                sink: Arc::new(HubOutput { hub }),
-                ready,
-                stop: self.stop.clone(),
-                from: std::time::SystemTime::now() - FEED_MARGIN,
-            }));
-        }
-        Ok(())
-    }
-
-    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        self.bus.publish(&self.topic, batch).await
     }
 }
 

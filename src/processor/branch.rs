@@ -49,7 +49,7 @@ impl BuildProcessor for BranchConfig {
                 request_map: self.request_map.as_ref().map(|m| m.mapping().clone()),
                 result_map: self.result_map.as_ref().map(|m| m.mapping().clone()),
             },
-            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
+            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.id.path))?,
         }))
     }
 }

@@ -54,7 +54,7 @@ impl BuildProcessor for CachedConfig {
         if self.processors.is_empty() {
             return Err(cx.error("`processors` must list at least one processor"));
         }
-        let chain = Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?;
+        let chain = Chain::build(&self.processors, cx, &format!("{}.processors", cx.id.path))?;
         Ok(Box::new(Cached {
             cache,
             key: self.key.clone(),

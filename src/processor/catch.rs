@@ -30,7 +30,7 @@ impl Spec for CatchConfig {
 
 impl BuildProcessor for CatchConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        Ok(Box::new(Catch(Chain::build(&self.0, cx, &cx.path)?)))
+        Ok(Box::new(Catch(Chain::build(&self.0, cx, &cx.id.path)?)))
     }
 }
 

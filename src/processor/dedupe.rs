@@ -52,7 +52,7 @@ impl BuildProcessor for DedupeConfig {
             cache,
             key: self.key.clone(),
             drop_on_err: self.drop_on_err,
-            component: cx.component.clone(),
+            component: cx.id.component.clone(),
         }))
     }
 }

@@ -30,7 +30,7 @@ impl Spec for ForEachConfig {
 
 impl BuildProcessor for ForEachConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        Ok(Box::new(ForEach(Chain::build(&self.0, cx, &cx.path)?)))
+        Ok(Box::new(ForEach(Chain::build(&self.0, cx, &cx.id.path)?)))
     }
 }
 

@@ -55,7 +55,7 @@ impl BuildProcessor for GroupByConfig {
             chains.push(Chain::build(
                 &g.processors,
                 cx,
-                &format!("{}[{i}].processors", cx.path),
+                &format!("{}[{i}].processors", cx.id.path),
             )?);
         }
         Ok(Box::new(GroupBy { checks, chains }))

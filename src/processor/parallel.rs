@@ -41,7 +41,7 @@ impl BuildProcessor for ParallelConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
         Ok(Box::new(Parallel {
             cap: self.cap,
-            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
+            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.id.path))?,
         }))
     }
 }

@@ -30,7 +30,11 @@ impl Spec for ProcessorsConfig {
 
 impl BuildProcessor for ProcessorsConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
-        Ok(Box::new(Processors(Chain::build(&self.0, cx, &cx.path)?)))
+        Ok(Box::new(Processors(Chain::build(
+            &self.0,
+            cx,
+            &cx.id.path,
+        )?)))
     }
 }
 

@@ -46,8 +46,8 @@ impl BuildProcessor for RateLimitProcessorConfig {
             .map_err(|e| cx.error(e))?;
         Ok(Box::new(RateLimitProcessor {
             limit,
-            shutdown: cx.shutdown.clone(),
-            component: cx.component.clone(),
+            shutdown: cx.lifecycle.shutdown.clone(),
+            component: cx.id.component.clone(),
         }))
     }
 }

@@ -35,7 +35,7 @@ impl BuildProcessor for ResourceProcessorConfig {
             .map_err(|e| cx.error(e))?;
         let inner = cx.entering_resource(Kind::Processor, &self.0)?;
         let built = config.kind.build(&inner).map_err(|e| BuildError {
-            path: cx.path.clone(),
+            path: cx.id.path.clone(),
             message: format!("processor resource `{}`: {}", self.0, e.message),
         })?;
         Ok(Box::new(Resource(built)))

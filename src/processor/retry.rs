@@ -100,12 +100,12 @@ impl BuildProcessor for RetryConfig {
             },
             // A posted stream's retries end: 0 there is the most allowed, not "for ever".
             max_retries: match self.max_retries {
-                0 if cx.egress.is_some() => MAX_RETRIES,
+                0 if cx.reach.policy.is_some() => MAX_RETRIES,
                 n => n,
             },
             parallel: self.parallel,
-            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
-            shutdown: cx.shutdown.clone(),
+            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.id.path))?,
+            shutdown: cx.lifecycle.shutdown.clone(),
         }))
     }
 }

@@ -107,7 +107,7 @@ impl BuildProcessor for SwitchConfig {
         let mut cases = Vec::with_capacity(self.0.len());
         let mut checks = Vec::with_capacity(self.0.len());
         for (i, c) in self.0.iter().enumerate() {
-            let path = format!("{}[{i}]", cx.path);
+            let path = format!("{}[{i}]", cx.id.path);
             let check = c.check.as_ref().map(|m| m.mapping().clone());
             let chain = Chain::build(&c.processors, cx, &format!("{path}.processors"))?;
             checks.push(check);

@@ -34,7 +34,9 @@ impl BuildProcessor for TryConfig {
             .0
             .iter()
             .enumerate()
-            .map(|(i, c)| Chain::build(std::slice::from_ref(c), cx, &format!("{}[{i}]", cx.path)))
+            .map(|(i, c)| {
+                Chain::build(std::slice::from_ref(c), cx, &format!("{}[{i}]", cx.id.path))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Box::new(Try(steps)))
     }

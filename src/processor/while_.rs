@@ -55,14 +55,14 @@ impl BuildProcessor for WhileConfig {
     fn build(&self, cx: &BuildContext) -> Result<Box<dyn Processor>, BuildError> {
         // A posted stream's loops end: 0 there is the most allowed, not "for ever".
         let max_loops = match self.max_loops {
-            0 if cx.egress.is_some() => MAX_LOOPS,
+            0 if cx.reach.policy.is_some() => MAX_LOOPS,
             n => n,
         };
         Ok(Box::new(While {
             at_least_once: self.at_least_once,
             max_loops,
             check: self.check.mapping().clone(),
-            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.path))?,
+            chain: Chain::build(&self.processors, cx, &format!("{}.processors", cx.id.path))?,
         }))
     }
 }

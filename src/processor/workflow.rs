@@ -111,7 +111,7 @@ impl BuildProcessor for WorkflowConfig {
             if name.is_empty() {
                 return Err(cx.error("a branch name in `branches` is empty"));
             }
-            let path = format!("{}.branches.{name}", cx.path);
+            let path = format!("{}.branches.{name}", cx.id.path);
             stages.push(Stage {
                 name: name.clone(),
                 request_map: b.request_map.as_ref().map(|m| m.mapping().clone()),

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{default_count, default_interval, rate, BuildRateLimit};
 use crate::component::registry::Spec;
-use crate::component::resources::RateLimit;
+use crate::component::resources::{RateLimit, RateLimitError};
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind};
 use crate::duration::Duration;
 use crate::limit::{LocalLimiter, Rate};
@@ -53,11 +53,11 @@ pub struct LocalRateLimit {
 
 #[async_trait]
 impl RateLimit for LocalRateLimit {
-    async fn access(&self) -> Result<Option<StdDuration>, String> {
+    async fn access(&self) -> Result<Option<StdDuration>, RateLimitError> {
         let d = self
             .state
             .check_rate("", self.rate)
-            .map_err(|e| e.to_string())?;
+            .map_err(RateLimitError::failed)?;
         Ok(d.retry_after)
     }
 }

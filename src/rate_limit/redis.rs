@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::{default_count, default_interval, rate, BuildRateLimit};
 use crate::component::registry::Spec;
-use crate::component::resources::RateLimit;
+use crate::component::resources::{RateLimit, RateLimitError};
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind};
 use crate::duration::Duration;
 use crate::limit::{Rate, RedisLimiter};
@@ -79,19 +79,19 @@ pub struct RedisRateLimit {
 
 #[async_trait]
 impl RateLimit for RedisRateLimit {
-    async fn access(&self) -> Result<Option<StdDuration>, String> {
+    async fn access(&self) -> Result<Option<StdDuration>, RateLimitError> {
         if self.limiter.get().is_none() {
-            self.egress.check().await.map_err(|e| e.to_string())?;
+            self.egress.check().await?;
         }
         let limiter = self
             .limiter
             .get_or_try_init(|| RedisLimiter::connect(&self.config.url, "", self.config.timeout.0))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(RateLimitError::failed)?;
         let d = limiter
             .check_rate(&self.config.key, self.rate)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(RateLimitError::failed)?;
         Ok(d.retry_after)
     }
 }

@@ -102,14 +102,17 @@ impl Default for HttpConfig {
     }
 }
 
+/// A listen address binding could not read.
+#[derive(Debug, thiserror::Error)]
+#[error("`{0}` is not a listen address (write `host:port`, e.g. `127.0.0.1:4195`)")]
+pub struct BadAddress(pub String);
+
 /// Checks a listen address the way binding will read it: `host:port`, or `[v6]:port`.
-pub fn check_address(address: &str) -> Result<(), String> {
+pub fn check_address(address: &str) -> Result<(), BadAddress> {
     if address.parse::<std::net::SocketAddr>().is_ok() {
         return Ok(());
     }
-    let bad = || {
-        format!("`{address}` is not a listen address (write `host:port`, e.g. `127.0.0.1:4195`)")
-    };
+    let bad = || BadAddress(address.to_owned());
     let (host, port) = address.rsplit_once(':').ok_or_else(bad)?;
     let host_ok = !host.is_empty()
         && host
@@ -448,7 +451,7 @@ fn root_from_document(doc: Document, default_stream: &str) -> Result<FileRoot, C
                 de::from_node::<HttpConfig>(&doc, value, key).and_then(|mut v| {
                     check_address(&v.address).map_err(|e| {
                         let node = value.get("address").unwrap_or(value);
-                        ConfigError::new(e).at(doc.location("http.address", node.mark))
+                        ConfigError::new(e.to_string()).at(doc.location("http.address", node.mark))
                     })?;
                     // Asking for a server is asking for it to listen.
                     v.enabled.get_or_insert(true);

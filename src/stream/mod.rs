@@ -39,6 +39,7 @@ use crate::http::Routes;
 use crate::input::{InputBuild, InputConfig, InputKind};
 use crate::message::Transaction;
 use crate::metrics::NodeMetrics;
+use crate::output::hub::HubWiring;
 use crate::output::{OutputBuild, OutputConfig, OutputKind};
 use crate::processor::{self, ProcessorConfig};
 
@@ -133,9 +134,23 @@ pub struct StreamEnv {
 }
 
 impl StreamEnv {
+    /// The environment of streams run by this process alone: nothing shared, the
+    /// process's health registry.
     pub fn standalone() -> Self {
+        Self::new(Routes::new(), health::Health::global())
+    }
+
+    /// The environment of streams that are built to be checked and never run: their
+    /// health is nobody's.
+    fn dry_run(routes: &Arc<Routes>) -> Self {
+        Self::new(routes.clone(), Arc::default())
+    }
+
+    /// The one place an environment is made: serving on `routes`, health kept in
+    /// `health`, and nothing else set; the `with_*` methods add the rest.
+    fn new(routes: Arc<Routes>, health: Arc<health::Health>) -> Self {
         StreamEnv {
-            routes: Routes::new(),
+            routes,
             readiness: Arc::new(Readiness::default()),
             shutdown: CancellationToken::new(),
             resources: Arc::default(),
@@ -143,7 +158,7 @@ impl StreamEnv {
             give_up: None,
             egress: None,
             bus: None,
-            health: health::Health::global(),
+            health,
             owner: None,
             cpu: None,
         }
@@ -285,18 +300,8 @@ impl Stream {
         resources: Arc<Resources>,
     ) -> Vec<BuildError> {
         let env = StreamEnv {
-            routes: routes.clone(),
-            readiness: Arc::new(Readiness::default()),
-            shutdown: CancellationToken::new(),
             resources,
-            budget: None,
-            give_up: None,
-            egress: None,
-            bus: None,
-            // Nothing built here runs: its health is nobody's.
-            health: Arc::default(),
-            owner: None,
-            cpu: None,
+            ..StreamEnv::dry_run(routes)
         };
         Self::build_all(name, config, &env)
             .err()
@@ -312,19 +317,7 @@ impl Stream {
         routes: &Arc<Routes>,
         policy: Arc<EgressPolicy>,
     ) -> (Vec<BuildError>, Vec<EgressTarget>) {
-        let env = StreamEnv {
-            routes: routes.clone(),
-            readiness: Arc::new(Readiness::default()),
-            shutdown: CancellationToken::new(),
-            resources: Arc::default(),
-            budget: None,
-            give_up: None,
-            egress: Some(policy),
-            bus: None,
-            health: Arc::default(),
-            owner: None,
-            cpu: None,
-        };
+        let env = StreamEnv::dry_run(routes).posted(policy);
         let cx = Self::context(name, &env);
         let errors = Self::build_in(name, config, &env, cx.clone())
             .err()
@@ -357,7 +350,7 @@ impl Stream {
         // Every client that may speak TLS (brokers, HTTP) is built below: settle the
         // process's rustls provider once, before any of them.
         crate::connect::tls::install_crypto_provider();
-        let cancel = cx.shutdown.clone();
+        let cancel = cx.lifecycle.shutdown.clone();
         let resources = config
             .resources
             .build(Some(env.resources.clone()), &cx, "")?;
@@ -370,14 +363,14 @@ impl Stream {
             let path = format!("pipeline.processors[{i}]");
             processors.extend(collect(build_processor(p, &path, &cx), &mut errors));
         }
-        let mut cx = cx;
-        if fed_by_http(&config.input) {
-            cx.bus = env.bus.clone();
-        }
-        if hands_on_unchanged(config) {
-            cx.history = inputs.first().and_then(|i| i.input.history());
-        }
-        let output = build_output(&config.output, "output", &cx, env, &mut errors);
+        let wiring = HubWiring {
+            bus: env.bus.clone().filter(|_| fed_by_http(&config.input)),
+            history: inputs
+                .first()
+                .filter(|_| hands_on_unchanged(config))
+                .and_then(|i| i.input.history()),
+        };
+        let output = build_output(&config.output, "output", &cx, env, &wiring, &mut errors);
         match output {
             Some(output) if errors.is_empty() => Ok(Stream {
                 name: name.into(),
@@ -549,7 +542,7 @@ fn build_inputs(
     };
     match built {
         InputBuild::Leaf(input) => {
-            let id = node_id(&cx.stream, &config.display_name(&path));
+            let id = node_id(&cx.id.stream, &config.display_name(&path));
             env.readiness.register(&id);
             out.push(InputNode {
                 metrics: NodeMetrics::new(cx.metric_labels()),
@@ -558,8 +551,8 @@ fn build_inputs(
                 inflight: Arc::new(InFlight::default()),
                 budget: env.budget.clone(),
                 give_up: env.give_up.clone(),
-                stream: cx.stream.clone(),
-                halted: cx.halted.clone(),
+                stream: cx.id.stream.clone(),
+                halted: cx.lifecycle.halted.clone(),
                 health: env.health.clone(),
                 stream_labels: cx.stream_labels(),
             });
@@ -661,11 +654,13 @@ pub fn build_processor(
     })
 }
 
+/// Builds the output tree; its hub outputs get `wiring`.
 fn build_output(
     config: &OutputConfig,
     path: &str,
     cx: &BuildContext,
     env: &StreamEnv,
+    wiring: &HubWiring,
     errors: &mut Vec<BuildError>,
 ) -> Option<OutputTree> {
     let path = format!("{path}.{}", config.type_name());
@@ -685,18 +680,18 @@ fn build_output(
     if let Some(label) = &config.label {
         collect(cx.claim_label(label), errors);
     }
-    let built = collect(config.kind.build(&cx), errors)?;
+    let built = collect(config.kind.build_wired(&cx, wiring), errors)?;
     match attach_to_output(built, config, &path, &cx, errors)? {
         OutputBuild::Writer(writer) => {
-            let id = node_id(&cx.stream, &name);
+            let id = node_id(&cx.id.stream, &name);
             env.readiness.register(&id);
             Some(OutputTree::Writer(WriterNode {
                 id,
                 writer,
                 metrics,
-                tap: tap::of(&cx.stream),
-                halted: cx.halted.clone(),
-                stream: cx.stream.clone(),
+                tap: tap::of(&cx.id.stream),
+                halted: cx.lifecycle.halted.clone(),
+                stream: cx.id.stream.clone(),
                 health: env.health.clone(),
             }))
         }
@@ -706,7 +701,8 @@ fn build_output(
                 .iter()
                 .map(|(child_path, child)| {
                     let sep = if child_path.starts_with('[') { "" } else { "." };
-                    build_output(child, &format!("{path}{sep}{child_path}"), &cx, env, errors)
+                    let path = format!("{path}{sep}{child_path}");
+                    build_output(child, &path, &cx, env, wiring, errors)
                 })
                 .collect();
             let children = children.into_iter().collect::<Option<Vec<_>>>()?;

@@ -205,7 +205,7 @@ impl TestFile<'_> {
             let config = env
                 .resources
                 .component::<ProcessorConfig>(Kind::Processor, target)
-                .map_err(|e| placed("target_processors", e))?;
+                .map_err(|e| placed("target_processors", e.to_string()))?;
             return Ok((
                 vec![(*config).clone()],
                 format!("processor_resources.{target}"),

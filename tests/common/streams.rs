@@ -140,6 +140,23 @@ impl Sse {
             }
         }
     }
+
+    /// Whether the server closes the stream within `wait` with no event before: `false`
+    /// when an event comes, or when the stream is still open at the end of `wait`, so
+    /// that a client cut off is told from one that hears nothing.
+    pub async fn closed_within(&mut self, wait: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if self.buf.lines().any(|l| l.starts_with("data:")) {
+                return false;
+            }
+            match tokio::time::timeout_at(deadline, self.body.next()).await {
+                Err(_) => return false,
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(None) | Ok(Some(Err(_))) => return true,
+            }
+        }
+    }
 }
 
 /// The address of the tests' Kafka-protocol broker (`scripts/brokers.sh` writes it).

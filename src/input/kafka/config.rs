@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 use crate::component::registry::Spec;
 use crate::component::{ComponentSpec, Example, Kind};
-use crate::connect::kafka::{parse_topic, validate, TopicSpec};
+use crate::connect::kafka::{parse_topic, validate, SetupError, TopicError, TopicSpec};
 use crate::connect::{SaslConfig, TlsConfig};
 use crate::duration::Duration;
 
@@ -91,30 +91,49 @@ impl Spec for KafkaInputConfig {
     };
 }
 
+/// A `kafka` input's settings that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error("`topics` is empty")]
+    NoTopics,
+    #[error("`consumer_group` is empty")]
+    NoGroup,
+    #[error("`checkpoint_limit`, `max_batch` and `fetch_buffer_cap` must be at least 1")]
+    ZeroLimit,
+    #[error("`topics[{index}]`: {source}")]
+    Topic {
+        index: usize,
+        #[source]
+        source: TopicError,
+    },
+    #[error("`topics`: either every entry names partitions or none does")]
+    MixedPartitions,
+}
+
 impl KafkaInputConfig {
     /// Checks the config; returns the parsed topics.
-    pub fn parsed_topics(&self) -> Result<Vec<TopicSpec>, String> {
+    pub fn parsed_topics(&self) -> Result<Vec<TopicSpec>, ConfigError> {
         validate(&self.addresses, &self.tls, &self.sasl)?;
         if self.topics.is_empty() {
-            return Err("`topics` is empty".into());
+            return Err(ConfigError::NoTopics);
         }
         if self.consumer_group.is_empty() {
-            return Err("`consumer_group` is empty".into());
+            return Err(ConfigError::NoGroup);
         }
         if self.checkpoint_limit == 0 || self.max_batch == 0 || self.fetch_buffer_cap == 0 {
-            return Err(
-                "`checkpoint_limit`, `max_batch` and `fetch_buffer_cap` must be at least 1".into(),
-            );
+            return Err(ConfigError::ZeroLimit);
         }
         let topics = self
             .topics
             .iter()
             .enumerate()
-            .map(|(i, t)| parse_topic(t).map_err(|e| format!("`topics[{i}]`: {e}")))
+            .map(|(index, t)| parse_topic(t).map_err(|source| ConfigError::Topic { index, source }))
             .collect::<Result<Vec<_>, _>>()?;
         let explicit = topics.iter().filter(|t| t.partitions.is_some()).count();
         if explicit != 0 && explicit != topics.len() {
-            return Err("`topics`: either every entry names partitions or none does".into());
+            return Err(ConfigError::MixedPartitions);
         }
         Ok(topics)
     }

@@ -14,7 +14,7 @@ use rdkafka::{Message as _, Offset, TopicPartitionList};
 
 use super::{message_of, KafkaInputConfig};
 use crate::connect::kafka::{client_config, TopicSpec};
-use crate::http::history::{History, Past};
+use crate::http::history::{History, HistoryError, Past};
 
 /// How long one read back may wait for the next record before the catch-up ends there.
 const READ_WAIT: StdDuration = StdDuration::from_secs(10);
@@ -27,8 +27,8 @@ pub(super) struct KafkaHistory {
 }
 
 impl KafkaHistory {
-    async fn read(self, after: u64) -> Result<Past, String> {
-        self.egress.check().await.map_err(|e| e.to_string())?;
+    async fn read(self, after: u64) -> Result<Past, HistoryError> {
+        self.egress.check().await?;
         let c = &self.config;
         let mut cc = client_config(&c.addresses, &c.client_id, &c.tls, &c.sasl);
         // A group of its own that commits nothing: the input's group is not moved.
@@ -46,7 +46,9 @@ impl KafkaHistory {
         .set("queued.max.messages.kbytes", "1024")
         .set("queued.min.messages", "1000")
         .set("enable.partition.eof", "true");
-        let consumer: StreamConsumer = cc.create().map_err(|e| e.to_string())?;
+        let consumer: StreamConsumer = cc
+            .create()
+            .map_err(|e| HistoryError::failed("creating a reader", e))?;
         let consumer = Arc::new(consumer);
         let topic = self.topic.topic.clone();
         let named = self.topic.partitions.clone();
@@ -55,27 +57,31 @@ impl KafkaHistory {
             let wait = StdDuration::from_secs(5);
             let partition = match named.as_deref() {
                 Some([one]) => *one,
-                Some(_) => return Err("offsets of several partitions are no positions".into()),
+                Some(_) => {
+                    return Err(HistoryError::NoPositions(
+                        "offsets of several partitions are no positions".into(),
+                    ))
+                }
                 None => {
                     let meta = probe
                         .fetch_metadata(Some(&topic), wait)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| HistoryError::failed("reading the topic's metadata", e))?;
                     let count = meta.topics().first().map_or(0, |t| t.partitions().len());
                     if count != 1 {
-                        return Err(format!(
+                        return Err(HistoryError::NoPositions(format!(
                             "`{topic}` has {count} partitions: offsets are no positions"
-                        ));
+                        )));
                     }
                     0
                 }
             };
             let (low, high) = probe
                 .fetch_watermarks(&topic, partition, wait)
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((partition, low, high))
+                .map_err(|e| HistoryError::failed("reading the partition's offsets", e))?;
+            Ok::<_, HistoryError>((partition, low, high))
         })
         .await
-        .map_err(|e| e.to_string())??;
+        .map_err(|e| HistoryError::failed("reading the partition's offsets", e))??;
         let from = i64::try_from(after).unwrap_or(i64::MAX).saturating_add(1);
         // The topic's retention dropped messages after `after`.
         let complete = from >= low;
@@ -89,8 +95,10 @@ impl KafkaHistory {
         let mut assigned = TopicPartitionList::new();
         assigned
             .add_partition_offset(&self.topic.topic, partition, Offset::Offset(from))
-            .map_err(|e| e.to_string())?;
-        consumer.assign(&assigned).map_err(|e| e.to_string())?;
+            .map_err(|e| HistoryError::failed("naming the partition", e))?;
+        consumer
+            .assign(&assigned)
+            .map_err(|e| HistoryError::failed("assigning the partition", e))?;
         // Up to the last offset there was when it started. Offsets have holes (compacted
         // topics, transaction markers), so the end is that offset, the partition's end,
         // or a read that waits too long; never a count.
@@ -106,7 +114,10 @@ impl KafkaHistory {
                         Some((Ok(message_of(&m)), (consumer, reached)))
                     }
                     Ok(Err(rdkafka::error::KafkaError::PartitionEOF(_))) | Err(_) => None,
-                    Ok(Err(e)) => Some((Err(e.to_string()), (consumer, true))),
+                    Ok(Err(e)) => Some((
+                        Err(HistoryError::failed("reading a record", e)),
+                        (consumer, true),
+                    )),
                 }
             });
         Ok(Past {
@@ -117,7 +128,7 @@ impl KafkaHistory {
 }
 
 impl History for KafkaHistory {
-    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, String>> {
+    fn after(&self, after: u64) -> BoxFuture<'static, Result<Past, HistoryError>> {
         self.clone().read(after).boxed()
     }
 

@@ -1,0 +1,137 @@
+//! The writer side of the hub outputs (`http_server`, `websocket_server`), which serve
+//! HTTP clients from a hub. Only they need to know of the cluster's bus and of the
+//! input's record by position, so the stream builder hands them these as their
+//! [`HubWiring`] instead of carrying them on every component's build context.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::{bus, BuildContext, ConnectorError, Output};
+use crate::http::history::{History, HistoryError, Past};
+use crate::http::hub::{DeliveryMode, Hub};
+use crate::message::Batch;
+
+/// What the stream builder gives a hub output beyond its build context.
+#[derive(Clone, Default)]
+pub struct HubWiring {
+    /// The cluster's bus, in a stream fed by HTTP clients on a gateway that has one
+    /// (`cluster.bus`): the output then reaches the clients of every node.
+    pub bus: Option<Arc<dyn bus::Bus>>,
+    /// In a stream that hands on what its one input read unchanged to one hub output:
+    /// the input's record by position, which the output's resuming clients catch up from.
+    pub history: Option<Arc<dyn History>>,
+}
+
+impl HubWiring {
+    /// The ids of a broadcast hub: those the output names (`id_metadata`), else the bus's
+    /// positions when it has a bus, so that a client resumes on any node.
+    pub(crate) fn id_key(&self, delivery: DeliveryMode, own: Option<&String>) -> Option<String> {
+        match (own, &self.bus) {
+            (Some(own), _) => Some(own.clone()),
+            (None, Some(bus)) if delivery == DeliveryMode::Broadcast => {
+                bus.position_key().map(str::to_owned)
+            }
+            _ => None,
+        }
+    }
+
+    /// The writer of a hub output: its own clients, or, in a stream fed by HTTP clients on a
+    /// gateway with a cluster bus, the bus, which feeds the hub of every node (see
+    /// [`crate::component::bus`]).
+    pub(crate) fn writer(&self, cx: &BuildContext, hub: Arc<Hub>) -> Box<dyn Output> {
+        match &self.bus {
+            Some(bus) => {
+                let topic = bus::topic(&cx.id.stream, &cx.id.path);
+                hub.set_history(Arc::new(BusHistory {
+                    bus: bus.clone(),
+                    topic: topic.clone(),
+                }));
+                Box::new(BusOutput {
+                    bus: bus.clone(),
+                    topic,
+                    hub,
+                    stop: cx.lifecycle.shutdown.clone(),
+                    feeding: std::sync::atomic::AtomicBool::new(false),
+                })
+            }
+            None => {
+                if let Some(history) = &self.history {
+                    hub.set_history(history.clone());
+                }
+                Box::new(HubOutput { hub })
+            }
+        }
+    }
+}
+
+/// The output side of a hub: writes publish to its clients.
+pub struct HubOutput {
+    pub(crate) hub: Arc<Hub>,
+}
+
+#[async_trait]
+impl Output for HubOutput {
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        Ok(self.hub.publish(batch).await?)
+    }
+}
+
+/// A topic of the bus, read back by position for clients resuming from before the
+/// replay buffer.
+struct BusHistory {
+    bus: Arc<dyn bus::Bus>,
+    topic: String,
+}
+
+impl History for BusHistory {
+    fn after(&self, after: u64) -> futures::future::BoxFuture<'static, Result<Past, HistoryError>> {
+        self.bus.clone().history(self.topic.clone(), after)
+    }
+
+    fn position_key(&self) -> &str {
+        self.bus.position_key().unwrap_or_default()
+    }
+}
+
+/// How far before a stream's start on a node its new bus reader starts: the clocks of
+/// the node and of the bus's server differ a little.
+const FEED_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Publishes to the cluster's bus; the node's hub is fed from the bus, as every node's is.
+struct BusOutput {
+    bus: Arc<dyn bus::Bus>,
+    topic: String,
+    hub: Arc<Hub>,
+    stop: CancellationToken,
+    feeding: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl Output for BusOutput {
+    async fn connect(&self) -> Result<(), ConnectorError> {
+        // The node's reader starts with the stream and stops with it.
+        if !self.feeding.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            let hub = self.hub.clone();
+            let shared = hub.mode() == DeliveryMode::RoundRobin;
+            let ready = {
+                let hub = hub.clone();
+                Arc::new(move || !shared || hub.clients() > 0)
+            };
+            tokio::spawn(self.bus.clone().feed(bus::Feed {
+                topic: self.topic.clone(),
+                shared,
+                sink: Arc::new(HubOutput { hub }),
+                ready,
+                stop: self.stop.clone(),
+                from: std::time::SystemTime::now() - FEED_MARGIN,
+            }));
+        }
+        Ok(())
+    }
+
+    async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
+        self.bus.publish(&self.topic, batch).await
+    }
+}
