@@ -4,6 +4,7 @@
 #![deny(unsafe_code)]
 #![deny(rust_2018_idioms)]
 
+pub mod apidef;
 pub mod backoff;
 pub mod batching;
 pub mod bus;

@@ -510,8 +510,8 @@ fn is_api_document(file: &std::path::Path) -> bool {
         return false;
     };
     [
-        crate::gateway::api::streaming::STREAMING,
-        crate::gateway::api::EXTENSION,
+        crate::apidef::streaming::STREAMING,
+        crate::apidef::EXTENSION,
     ]
     .iter()
     .any(|key| top.contains_key(*key))
@@ -536,7 +536,7 @@ fn lint_api(
         Err(e) => errors.extend(e.errors.0),
         Ok(api) => {
             let doc = crate::config::yaml::parse(&name, &text, &crate::config::process_env).ok();
-            for (path, message) in crate::gateway::streams::cluster::warnings(&api) {
+            for (path, message) in crate::apidef::streaming::cluster_warnings(&api) {
                 let mut warning = ConfigError::new(message);
                 if let Some(doc) = &doc {
                     warning = warning.at(doc.location(&path, doc.locate(&path)));

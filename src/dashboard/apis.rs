@@ -18,9 +18,9 @@ use super::ids::{new_id, now, rfc3339};
 use super::request::{Ctx, Outcome, Reply};
 use std::sync::Arc;
 
+use crate::apidef::{self, EXTENSION};
 use crate::config::yaml;
 use crate::egress::{EgressError, EgressPolicy, EgressTarget};
-use crate::gateway::api::{self as gw_api, EXTENSION};
 use crate::store::{Store, StoredApi};
 
 /// The media type of a streaming API definition (JSON or YAML).
@@ -331,11 +331,11 @@ fn prepare(
             serde_json::json!({"value": format!("/{id}/"), "strip": true}),
         );
     }
-    let options = gw_api::CompileOptions {
+    let options = apidef::CompileOptions {
         egress: egress.cloned(),
         ..Default::default()
     };
-    let compiled = gw_api::from_json_with("request", doc, &options).map_err(|e| {
+    let compiled = apidef::from_json_with("request", doc, &options).map_err(|e| {
         let errors: Vec<Problem> = e
             .errors
             .0
@@ -364,7 +364,7 @@ fn prepare(
             .flat_map(|s| s.egress_targets.iter().cloned())
             .chain(compiled.egress_targets.iter().cloned())
             .collect(),
-        warnings: crate::gateway::streams::cluster::warnings(&compiled)
+        warnings: apidef::streaming::cluster_warnings(&compiled)
             .into_iter()
             .map(|(path, message)| Problem::at(&path, &message))
             .collect(),
@@ -431,7 +431,7 @@ async fn check_egress(prepared: &Prepared, policy: &Arc<EgressPolicy>) -> Result
 /// object, or a non-empty `streams` object of stream objects. The streams' contents are
 /// the compiler's to check.
 fn check_streaming_shape(ext: &Value) -> Result<(), ApiError> {
-    if gw_api::streaming::is_bare(ext) {
+    if apidef::streaming::is_bare(ext) {
         return Ok(());
     }
     let at = format!("{STREAMING_EXTENSION}.streams");
@@ -522,19 +522,19 @@ impl ListenPaths {
                 "listen path `{listen_path}` is already used{whose}"
             )));
         }
-        let mine = gw_api::path_key(listen_path);
+        let mine = apidef::path_key(listen_path);
         let nested = others
             .filter(|(_, (org, _))| org != caller_org)
-            .find_map(|(_, (_, lp))| gw_api::nesting(&mine, &gw_api::path_key(lp)));
+            .find_map(|(_, (_, lp))| apidef::nesting(&mine, &apidef::path_key(lp)));
         match nested {
             None => Ok(()),
-            Some(gw_api::Nesting::Same) => Err(ApiError::Conflict(format!(
+            Some(apidef::Nesting::Same) => Err(ApiError::Conflict(format!(
                 "listen path `{listen_path}` is already used"
             ))),
-            Some(gw_api::Nesting::Below) => Err(ApiError::Conflict(format!(
+            Some(apidef::Nesting::Below) => Err(ApiError::Conflict(format!(
                 "listen path `{listen_path}` is below a listen path of another organisation"
             ))),
-            Some(gw_api::Nesting::Above) => Err(ApiError::Conflict(format!(
+            Some(apidef::Nesting::Above) => Err(ApiError::Conflict(format!(
                 "listen path `{listen_path}` is above a listen path of another organisation"
             ))),
         }
@@ -679,7 +679,7 @@ async fn save(
 /// The streams a stored or posted document defines.
 fn stream_count(doc: &Value) -> usize {
     doc.get(STREAMING_EXTENSION)
-        .map_or(0, |ext| gw_api::streaming::streams_of(ext).len())
+        .map_or(0, |ext| apidef::streaming::streams_of(ext).len())
 }
 
 /// 403 when writing `doc` as the API `id` would take the caller's organisation past its

@@ -151,9 +151,9 @@ pub fn check_oas(doc: &Value, at: &str) -> Result<(), ApiError> {
     if !obj.get("paths").is_some_and(Value::is_object) {
         return bad("paths", "an object is required");
     }
-    if let Some(ext) = obj.get(crate::gateway::api::EXTENSION) {
+    if let Some(ext) = obj.get(crate::apidef::EXTENSION) {
         if !ext.is_object() {
-            return bad(crate::gateway::api::EXTENSION, "an object is expected");
+            return bad(crate::apidef::EXTENSION, "an object is expected");
         }
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! `GET /api/apis/streams/{apiId}/asyncapi`: the AsyncAPI 3.0 document of a streaming
-//! API, made from its `x-sluice-streaming` (see [`crate::gateway::api::asyncapi`]), for
+//! API, made from its `x-sluice-streaming` (see [`crate::apidef::asyncapi`]), for
 //! the API's own organisation: it describes the brokers the streams reach too.
 
 use std::collections::HashMap;
@@ -10,7 +10,7 @@ use http::StatusCode;
 use super::apis::{find, Kind};
 use super::error::{ApiError, ErrorBody};
 use super::request::{Ctx, Reply};
-use crate::gateway::api::{self as gw_api, asyncapi};
+use crate::apidef::{self, asyncapi};
 use crate::store::StoredApi;
 
 /// The longest `host` accepted.
@@ -56,7 +56,7 @@ pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
 
 /// Compiled definitions, by API id and a hash of the stored text.
 #[derive(Default)]
-pub struct Compiled(parking_lot::Mutex<HashMap<(String, u64), Arc<gw_api::Api>>>);
+pub struct Compiled(parking_lot::Mutex<HashMap<(String, u64), Arc<apidef::Definition>>>);
 
 /// Definitions kept compiled at most; past it the cache starts again.
 const MAX_COMPILED: usize = 256;
@@ -67,7 +67,7 @@ const MAX_COMPILED: usize = 256;
 pub(super) async fn compile(
     ctx: &Ctx,
     stored: &StoredApi,
-) -> Result<Option<Arc<gw_api::Api>>, ApiError> {
+) -> Result<Option<Arc<apidef::Definition>>, ApiError> {
     let key = (
         stored.id.clone(),
         xxhash_rust::xxh64::xxh64(stored.document.as_bytes(), 0),
@@ -81,11 +81,11 @@ pub(super) async fn compile(
     let egress = ctx.state.egress.clone();
     let id = stored.id.clone();
     let compiled = tokio::task::spawn_blocking(move || {
-        let options = gw_api::CompileOptions {
+        let options = apidef::CompileOptions {
             egress: Some(egress),
             ..Default::default()
         };
-        gw_api::from_json_with(&id, &doc, &options).ok()
+        apidef::from_json_with(&id, &doc, &options).ok()
     })
     .await
     .map_err(|e| ApiError::Internal(format!("compiling the definition stopped: {e}")))?;

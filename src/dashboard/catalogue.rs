@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::portal::KeyApproval;
 use super::request::{Ctx, Reply};
-use crate::gateway::api::{asyncapi, streaming::STREAMING, EXTENSION};
+use crate::apidef::{asyncapi, streaming::STREAMING, EXTENSION};
 use crate::store::ProductRecord;
 
 /// A published product as developers see it.

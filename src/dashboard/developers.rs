@@ -31,9 +31,9 @@ use super::auth::{generate_key, hash_key};
 use super::error::{ApiError, ErrorBody};
 use super::ids::{new_id, now, rfc3339};
 use super::request::{Ctx, Reply};
-use crate::gateway::auth::basic::{hash_password, verify_password};
 use crate::http::cookie;
 use crate::limit::{LocalLimiter, Rate};
+use crate::secret::{hash_password, verify_password};
 use crate::store::{DeveloperRecord, HookRecord, PortalSettings, TokenKind};
 
 /// The session cookie: a random token; the store keeps its hash.
@@ -803,7 +803,7 @@ async fn deliver_reset(
         .into_bytes()
     };
     let max_attempts = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
-    let mut delivery = crate::gateway::hooks::stored_delivery(
+    let mut delivery = crate::webhook::stored::stored_delivery(
         hook,
         Some(sealer),
         RESET_EVENT,

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use super::apis::{find, Kind};
 use super::error::{ApiError, ErrorBody};
 use super::request::{Ctx, Reply};
-use crate::gateway::api::streaming::{self, STREAMING};
+use crate::apidef::streaming::{self, STREAMING};
 use crate::metrics as m;
 
 /// The live view of a streaming API.

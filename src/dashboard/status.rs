@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::apis::{find, Kind};
 use super::error::{ApiError, ErrorBody};
 use super::request::{Ctx, Reply};
-use crate::gateway::api::streaming::{self, STREAMING};
+use crate::apidef::streaming::{self, STREAMING};
 use crate::stream::health::{Health, StreamHealth};
 
 /// The health of a streaming API's streams.

@@ -481,7 +481,7 @@ impl GatewayConfig {
             errors.push(ConfigError::new(problem).at(at(&path)));
         }
         for (i, name) in self.streaming.allow_unsafe.iter().enumerate() {
-            let allowable = crate::gateway::api::streaming::allowable();
+            let allowable = crate::apidef::streaming::allowable();
             if !allowable.contains(&name.as_str()) {
                 let path = format!("streaming.allow_unsafe[{i}]");
                 errors.push(

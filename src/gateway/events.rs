@@ -6,44 +6,7 @@
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EventKind {
-    AuthFailure,
-    RateLimitExceeded,
-    QuotaExceeded,
-    KeyExpired,
-    UpstreamError,
-    StreamError,
-}
-
-impl EventKind {
-    /// Every event, for documentation and checks.
-    pub const ALL: [EventKind; 6] = [
-        EventKind::AuthFailure,
-        EventKind::RateLimitExceeded,
-        EventKind::QuotaExceeded,
-        EventKind::KeyExpired,
-        EventKind::UpstreamError,
-        EventKind::StreamError,
-    ];
-
-    /// The event named `name` (as [`as_str`](EventKind::as_str) writes it).
-    pub fn from_name(name: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::AuthFailure => "auth_failure",
-            EventKind::RateLimitExceeded => "rate_limit_exceeded",
-            EventKind::QuotaExceeded => "quota_exceeded",
-            EventKind::KeyExpired => "key_expired",
-            EventKind::UpstreamError => "upstream_error",
-            EventKind::StreamError => "stream_error",
-        }
-    }
-}
+pub use crate::apidef::handlers::EventKind;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Event {

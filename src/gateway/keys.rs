@@ -13,8 +13,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::api::extension::Per;
-use super::auth::basic;
+use crate::apidef::extension::Per;
 use crate::limit::Rate;
 use crate::store::{KeyRecord, Store, StoreError};
 
@@ -387,7 +386,7 @@ impl Keys {
             s.policy
                 .basic_password_hash
                 .as_deref()
-                .is_some_and(|phc| basic::verify_password(password, phc))
+                .is_some_and(|phc| crate::secret::verify_password(password, phc))
         });
         self.remember(pair, verified.clone());
         Ok(verified)
@@ -698,7 +697,7 @@ impl Keys {
                 }
                 (
                     Some(b.username.clone()),
-                    Some(basic::hash_password(&b.password)),
+                    Some(crate::secret::hash_password(&b.password)),
                 )
             }
             None => (

@@ -155,7 +155,7 @@ impl Gateway {
         let table = ApiTable::new(Sources {
             dir: config.apps.path.clone(),
             store: config.store.apis.then(|| store.clone()),
-            options: api::CompileOptions {
+            options: crate::apidef::CompileOptions {
                 allow_unsafe: config.streaming.allow_unsafe.clone(),
                 egress: Some(egress.clone()),
             },
@@ -420,7 +420,7 @@ impl server::Serve for Control {
         if let Some(own) = gw.own_answer(path) {
             return Box::pin(std::future::ready(own));
         }
-        if api::listen_rest("/sluice", path).is_some() {
+        if crate::apidef::listen_rest("/sluice", path).is_some() {
             return Box::pin(admin::handle(gw, req, peer));
         }
         let resp = reply::error(

@@ -10,7 +10,8 @@ use std::time::SystemTime;
 use arc_swap::{ArcSwap, Cache};
 use tracing::{info, warn};
 
-use super::api::{self, Api, ApiError};
+use super::api::{self, Api};
+use crate::apidef::ApiError;
 use crate::store::Store;
 
 /// The APIs of one moment.
@@ -37,7 +38,7 @@ impl Table {
         let at = self
             .by_path
             .iter()
-            .position(|api| api::listen_rest(&api.listen_path, path).is_some());
+            .position(|api| crate::apidef::listen_rest(&api.listen_path, path).is_some());
         if self.disputed.is_empty() {
             return at;
         }
@@ -47,7 +48,7 @@ impl Table {
         let blocked = self
             .disputed
             .iter()
-            .any(|d| d.len() >= found && api::listen_rest(d, path).is_some());
+            .any(|d| d.len() >= found && crate::apidef::listen_rest(d, path).is_some());
         if blocked {
             None
         } else {
@@ -95,7 +96,7 @@ impl std::ops::Deref for TableRef {
 pub struct Sources {
     pub dir: Option<PathBuf>,
     pub store: Option<Store>,
-    pub options: api::CompileOptions,
+    pub options: crate::apidef::CompileOptions,
 }
 
 /// What the sources looked like at the last load, to tell whether anything changed.
@@ -326,7 +327,7 @@ fn disputes(table: &mut Table) {
     let keys: Vec<String> = table
         .by_path
         .iter()
-        .map(|a| api::path_key(&a.listen_path))
+        .map(|a| crate::apidef::path_key(&a.listen_path))
         .collect();
     let mut by_key: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, key) in keys.iter().enumerate() {
@@ -415,7 +416,7 @@ mod tests {
         let table = ApiTable::new(Sources {
             dir: Some(dir.path().to_owned()),
             store: None,
-            options: api::CompileOptions::default(),
+            options: crate::apidef::CompileOptions::default(),
         });
         table.refresh(true).await;
         assert!(table.for_request().is_empty());
@@ -434,7 +435,7 @@ mod tests {
         let other = ApiTable::new(Sources {
             dir: None,
             store: None,
-            options: api::CompileOptions::default(),
+            options: crate::apidef::CompileOptions::default(),
         });
         assert!(other.for_request().is_empty());
         assert_eq!(table.for_request().len(), 2);

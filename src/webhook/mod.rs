@@ -4,12 +4,27 @@
 pub mod delivery;
 pub mod sealed;
 pub mod sign;
+pub mod stored;
 pub mod template;
 
 pub use delivery::{Deliverer, DeliveryConfig, DeliveryError};
 pub use template::{TemplateError, Templates};
 
 use std::collections::BTreeMap;
+
+/// A webhook call: what the dashboard's webhook resource holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    pub method: String,
+    pub url: String,
+    pub headers: BTreeMap<String, String>,
+    /// Relative to the templates directory; empty for none.
+    pub template_path: String,
+    /// An inline template, which wins over `template_path`.
+    pub template: Option<String>,
+    /// Seconds before the same event fires again for the same key; 0 for never waiting.
+    pub event_timeout: u64,
+}
 
 /// The methods a webhook may call its target with.
 pub const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];

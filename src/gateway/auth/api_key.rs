@@ -2,21 +2,9 @@
 //! security scheme. Only extraction lives here; whether a key is known is the key
 //! store's business.
 
-use serde::Deserialize;
-
 use super::{header_text, strip_scheme, MAX_CREDENTIAL_LEN};
 
-/// Where a request carries its API key: the `in` field of an OpenAPI `apiKey` scheme.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyLocation {
-    /// A request header (`in: header`).
-    Header,
-    /// A query-string parameter (`in: query`).
-    Query,
-    /// A cookie (`in: cookie`).
-    Cookie,
-}
+pub use crate::apidef::security::KeyLocation;
 
 /// Takes the API key named `name` from `location`, or `None` when it is absent, empty or
 /// unreadable.

@@ -1,7 +1,6 @@
-//! HTTP Basic authentication (RFC 7617) and the hashing of the passwords stored for it.
+//! HTTP Basic authentication (RFC 7617). The passwords stored for it are hashed and
+//! checked by [`crate::secret`].
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use argon2::Argon2;
 use base64::Engine as _;
 
 use super::{authorization, strip_scheme, AuthError};
@@ -41,39 +40,6 @@ pub fn credentials(parts: &http::request::Parts) -> Result<(String, String), Aut
         return Err(AuthError::malformed("empty user name"));
     }
     Ok((user.to_owned(), pass.to_owned()))
-}
-
-/// Hashes `password` for storage as an Argon2id PHC string
-/// (`$argon2id$v=19$m=...,t=...,p=...$salt$hash`) with a fresh random salt and the
-/// crate's default cost parameters (the OWASP-recommended minimum).
-///
-/// Argon2 refuses only passwords longer than 4 GiB; for those the result is an empty
-/// string, which [`verify_password`] never accepts, so the failure is closed rather
-/// than a panic.
-pub fn hash_password(password: &str) -> String {
-    let salt_bytes: [u8; 16] = rand::random();
-    let Ok(salt) = SaltString::encode_b64(&salt_bytes) else {
-        return String::new();
-    };
-    Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|h| h.to_string())
-        .unwrap_or_default()
-}
-
-/// True when `password` matches the PHC string `phc` made by [`hash_password`].
-///
-/// The cost parameters and salt come from `phc`, so hashes stored with older
-/// parameters keep verifying. The final comparison is constant-time inside the
-/// `password-hash` crate. A `phc` that does not parse, or names another algorithm,
-/// verifies nothing.
-pub fn verify_password(password: &str, phc: &str) -> bool {
-    let Ok(hash) = PasswordHash::new(phc) else {
-        return false;
-    };
-    Argon2::default()
-        .verify_password(password.as_bytes(), &hash)
-        .is_ok()
 }
 
 #[cfg(test)]
@@ -151,32 +117,5 @@ mod tests {
         assert!(credentials(&with_auth(b"Basic \xff")).is_err());
         let huge = format!("Basic {}", "A".repeat(super::super::MAX_CREDENTIAL_LEN));
         assert!(credentials(&with_auth(huge.as_bytes())).is_err());
-    }
-
-    #[test]
-    fn password_hash_round_trip() {
-        let phc = hash_password("correct horse");
-        assert!(phc.starts_with("$argon2id$"), "{phc}");
-        assert!(verify_password("correct horse", &phc));
-        assert!(!verify_password("correct horsE", &phc));
-        assert!(!verify_password("", &phc));
-        // Salts differ, so equal passwords give different hashes that both verify.
-        let other = hash_password("correct horse");
-        assert_ne!(phc, other);
-        assert!(verify_password("correct horse", &other));
-    }
-
-    #[test]
-    fn unusable_hashes_verify_nothing() {
-        assert!(!verify_password("x", ""));
-        assert!(!verify_password("x", "plaintext"));
-        assert!(!verify_password(
-            "x",
-            "$argon2id$v=19$m=19456,t=2,p=1$garbage"
-        ));
-        assert!(!verify_password(
-            "x",
-            "$pbkdf2-sha256$i=1000$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA"
-        ));
     }
 }

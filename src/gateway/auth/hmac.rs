@@ -19,9 +19,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use serde::Deserialize;
 
 use super::{authorization, header_text, strip_scheme, AuthError};
+
+pub use crate::apidef::hmac::{HmacAlgorithm, HmacSettings};
 
 /// Standard base64, padding optional on input.
 const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
@@ -33,146 +34,46 @@ const B64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
 /// More signed headers than any real client lists; bounds the signing-string work.
 const MAX_SIGNED_HEADERS: usize = 64;
 
-/// Default for [`HmacSettings::allowed_clock_skew`]: five minutes.
-const DEFAULT_CLOCK_SKEW: u64 = 300;
-
-/// A supported signature algorithm, named as in the draft (`hmac-sha256`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HmacAlgorithm {
-    /// `hmac-sha1`: weak, accepted only for old clients and only when allowed.
-    Sha1,
-    /// `hmac-sha256`.
-    Sha256,
-    /// `hmac-sha384`.
-    Sha384,
-    /// `hmac-sha512`.
-    Sha512,
-}
-
-impl HmacAlgorithm {
-    /// Every supported algorithm.
-    pub const ALL: [HmacAlgorithm; 4] = [Self::Sha1, Self::Sha256, Self::Sha384, Self::Sha512];
-
-    /// The name used in the `algorithm` parameter.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Sha1 => "hmac-sha1",
-            Self::Sha256 => "hmac-sha256",
-            Self::Sha384 => "hmac-sha384",
-            Self::Sha512 => "hmac-sha512",
-        }
-    }
-
-    /// The algorithm called `name` (case-insensitive), if supported.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(name))
-    }
-
-    fn mac(self, secret: &[u8], message: &[u8]) -> Vec<u8> {
-        // `new_from_slice` fails only for fixed-length-key MACs; HMAC takes any key length.
-        macro_rules! mac {
-            ($digest:ty) => {
-                match Hmac::<$digest>::new_from_slice(secret) {
-                    Ok(mut m) => {
-                        m.update(message);
-                        m.finalize().into_bytes().to_vec()
-                    }
-                    Err(_) => Vec::new(),
+/// The MAC of `message` with `secret`.
+fn mac(algorithm: HmacAlgorithm, secret: &[u8], message: &[u8]) -> Vec<u8> {
+    // `new_from_slice` fails only for fixed-length-key MACs; HMAC takes any key length.
+    macro_rules! mac {
+        ($digest:ty) => {
+            match Hmac::<$digest>::new_from_slice(secret) {
+                Ok(mut m) => {
+                    m.update(message);
+                    m.finalize().into_bytes().to_vec()
                 }
-            };
-        }
-        match self {
-            Self::Sha1 => mac!(sha1::Sha1),
-            Self::Sha256 => mac!(sha2::Sha256),
-            Self::Sha384 => mac!(sha2::Sha384),
-            Self::Sha512 => mac!(sha2::Sha512),
-        }
-    }
-
-    /// Constant-time check of `tag` against the MAC of `message`.
-    fn verify(self, secret: &[u8], message: &[u8], tag: &[u8]) -> bool {
-        macro_rules! check {
-            ($digest:ty) => {
-                match Hmac::<$digest>::new_from_slice(secret) {
-                    Ok(mut m) => {
-                        m.update(message);
-                        m.verify_slice(tag).is_ok()
-                    }
-                    Err(_) => false,
-                }
-            };
-        }
-        match self {
-            Self::Sha1 => check!(sha1::Sha1),
-            Self::Sha256 => check!(sha2::Sha256),
-            Self::Sha384 => check!(sha2::Sha384),
-            Self::Sha512 => check!(sha2::Sha512),
-        }
-    }
-}
-
-impl std::fmt::Display for HmacAlgorithm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// HMAC settings of an API definition.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HmacSettings {
-    /// Whether the API requires HMAC signatures; read by the middleware, not by
-    /// [`verify`].
-    #[serde(default)]
-    pub enabled: bool,
-    /// Algorithm names accepted (`hmac-sha256`, ...). Empty accepts every supported
-    /// algorithm.
-    #[serde(default)]
-    pub allowed_algorithms: Vec<String>,
-    /// How far, in seconds, the signed `Date` header (or `(created)`) may be from the
-    /// gateway's clock. 0 turns the freshness check off, which allows replays.
-    #[serde(default = "default_clock_skew")]
-    pub allowed_clock_skew: u64,
-}
-
-fn default_clock_skew() -> u64 {
-    DEFAULT_CLOCK_SKEW
-}
-
-impl Default for HmacSettings {
-    fn default() -> Self {
-        HmacSettings {
-            enabled: false,
-            allowed_algorithms: Vec::new(),
-            allowed_clock_skew: DEFAULT_CLOCK_SKEW,
-        }
-    }
-}
-
-impl HmacSettings {
-    /// Checks the settings when an API definition loads, so a typo in an algorithm name
-    /// is an error at load time instead of every request being refused.
-    pub fn validate(&self) -> Result<(), String> {
-        for name in &self.allowed_algorithms {
-            if HmacAlgorithm::from_name(name).is_none() {
-                let known: Vec<_> = HmacAlgorithm::ALL.iter().map(|a| a.name()).collect();
-                return Err(format!(
-                    "allowedAlgorithms: unknown algorithm {name:?}; expected one of {}",
-                    known.join(", ")
-                ));
+                Err(_) => Vec::new(),
             }
-        }
-        Ok(())
+        };
     }
+    match algorithm {
+        HmacAlgorithm::Sha1 => mac!(sha1::Sha1),
+        HmacAlgorithm::Sha256 => mac!(sha2::Sha256),
+        HmacAlgorithm::Sha384 => mac!(sha2::Sha384),
+        HmacAlgorithm::Sha512 => mac!(sha2::Sha512),
+    }
+}
 
-    fn allows(&self, algorithm: HmacAlgorithm) -> bool {
-        self.allowed_algorithms.is_empty()
-            || self
-                .allowed_algorithms
-                .iter()
-                .any(|n| n.eq_ignore_ascii_case(algorithm.name()))
+/// Constant-time check of `tag` against the MAC of `message`.
+fn verify_tag(algorithm: HmacAlgorithm, secret: &[u8], message: &[u8], tag: &[u8]) -> bool {
+    macro_rules! check {
+        ($digest:ty) => {
+            match Hmac::<$digest>::new_from_slice(secret) {
+                Ok(mut m) => {
+                    m.update(message);
+                    m.verify_slice(tag).is_ok()
+                }
+                Err(_) => false,
+            }
+        };
+    }
+    match algorithm {
+        HmacAlgorithm::Sha1 => check!(sha1::Sha1),
+        HmacAlgorithm::Sha256 => check!(sha2::Sha256),
+        HmacAlgorithm::Sha384 => check!(sha2::Sha384),
+        HmacAlgorithm::Sha512 => check!(sha2::Sha512),
     }
 }
 
@@ -389,10 +290,12 @@ pub fn verify(
         return Err(AuthError::invalid("signature algorithm not allowed"));
     }
     let signing_string = signing_string(parts, &sig.headers, sig.created, sig.expires)?;
-    if !sig
-        .algorithm
-        .verify(secret, signing_string.as_bytes(), &sig.signature)
-    {
+    if !verify_tag(
+        sig.algorithm,
+        secret,
+        signing_string.as_bytes(),
+        &sig.signature,
+    ) {
         return Err(AuthError::invalid("signature mismatch"));
     }
     check_freshness(parts, sig, settings.allowed_clock_skew, unix_now())
@@ -540,7 +443,7 @@ pub fn sign(
     }
     let created = names.iter().any(|n| n == "(created)").then(unix_now);
     let signing_string = signing_string(parts, &names, created, None)?;
-    let signature = B64.encode(algorithm.mac(secret, signing_string.as_bytes()));
+    let signature = B64.encode(mac(algorithm, secret, signing_string.as_bytes()));
     let mut value = format!(
         "Signature keyId=\"{key_id}\",algorithm=\"{}\",headers=\"{}\"",
         algorithm.name(),
@@ -657,8 +560,11 @@ mod tests {
     fn default_header_list_is_date() {
         let date = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let mut p = request("GET", "/a", date);
-        let mac =
-            HmacAlgorithm::Sha256.mac(SECRET, format!("date: {}", http_date(date)).as_bytes());
+        let mac = mac(
+            HmacAlgorithm::Sha256,
+            SECRET,
+            format!("date: {}", http_date(date)).as_bytes(),
+        );
         let header = format!(
             "Signature keyId=\"k\", algorithm=\"hmac-sha256\", signature=\"{}\"",
             B64.encode(mac)

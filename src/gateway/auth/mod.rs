@@ -19,7 +19,7 @@ pub mod hmac;
 pub mod jwt;
 
 pub use api_key::KeyLocation;
-pub use basic::{credentials as basic_credentials, hash_password, verify_password};
+pub use basic::credentials as basic_credentials;
 pub use hmac::{HmacAlgorithm, HmacSettings, SignatureHeader};
 pub use jwt::{bearer, Claims, JwtSettings, JwtVerifier, SigningMethod};
 

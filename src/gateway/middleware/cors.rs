@@ -4,7 +4,7 @@
 use http::{header, HeaderValue, Method, StatusCode};
 
 use super::Ctx;
-use crate::gateway::api::extension::Cors;
+use crate::apidef::extension::Cors;
 use crate::http::{self as h, HttpResponse};
 
 fn config<'a>(ctx: &'a Ctx<'_>) -> Option<&'a Cors> {

@@ -4,7 +4,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::Ctx;
-use crate::gateway::api::extension::HeaderTransform;
+use crate::apidef::extension::HeaderTransform;
 use crate::http::HttpResponse;
 
 pub fn transform_request(ctx: &mut Ctx<'_>) {

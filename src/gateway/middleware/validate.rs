@@ -4,7 +4,7 @@ use http::StatusCode;
 
 use super::size_limit::buffer;
 use super::{Ctx, Verdict};
-use crate::gateway::api::validate::RequestView;
+use crate::apidef::validate::RequestView;
 use crate::http::{self as h, BodyError};
 
 /// Bodies are read whole to be validated; this bounds them when no size limit does.

@@ -18,11 +18,12 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tracing::{info, warn};
 
+use crate::apidef::node_of;
+use crate::apidef::streaming::ApiStream;
 use crate::component::cpu::CpuShare;
 use crate::config::yaml::Document;
 use crate::egress::EgressPolicy;
-use crate::gateway::api::streaming::ApiStream;
-use crate::gateway::api::{node_of, Api};
+use crate::gateway::api::Api;
 use crate::gateway::reply::error;
 use crate::http::{self as h, HttpResponse};
 use crate::stream::budget::MemoryBudget;

@@ -7,40 +7,10 @@
 
 use std::borrow::Cow;
 
-use crate::gateway::api::streaming::{is_bare, BARE_STREAM, STREAMING};
-use crate::gateway::api::Api;
 use crate::http::hub::DeliveryMode;
 use crate::input::InputKind;
 use crate::output::{OutputConfig, OutputKind};
 use crate::stream::StreamConfig;
-
-/// What a dry run or `sluice lint` warns of in a compiled API: each stream fed by HTTP
-/// clients that serves HTTP clients, which reaches the clients of other gateway nodes
-/// only over the cluster's bus. With the document path of each.
-pub fn warnings(api: &Api) -> Vec<(String, String)> {
-    api.streams
-        .iter()
-        .filter(|s| !s.per_client && crate::stream::node_local(&s.config))
-        .map(|s| {
-            let bare = api.document.get(STREAMING).is_some_and(is_bare);
-            let path = if s.name == BARE_STREAM && bare {
-                STREAMING.to_owned()
-            } else {
-                format!("{STREAMING}.streams.{}", s.name)
-            };
-            (
-                path,
-                format!(
-                    "stream `{}` takes messages from HTTP clients and serves them to HTTP \
-                     clients: on several gateways a message posted to one node reaches only \
-                     that node's clients, unless the gateways carry it over a bus \
-                     (`cluster.bus` in the gateway config)",
-                    s.name
-                ),
-            )
-        })
-        .collect()
-}
 
 /// `config` (of stream `stream`) as this node runs it: with its broker groups made the
 /// node's own when an output broadcasts to HTTP clients, else as it is.

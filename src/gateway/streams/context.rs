@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::gateway::api::streaming::CONTEXT;
+use crate::apidef::streaming::CONTEXT;
 use crate::http::HttpRequest;
 
 /// Who a request is from, as authentication found.

@@ -514,7 +514,7 @@ async fn sync_api(
     }
     let mut guard = streams.running.lock().await;
     let (manager, configs) = &mut *guard;
-    let wanted: BTreeMap<&str, &super::api::streaming::ApiStream> = api
+    let wanted: BTreeMap<&str, &crate::apidef::streaming::ApiStream> = api
         .streams
         .iter()
         .filter(|s| !s.per_client)

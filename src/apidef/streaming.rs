@@ -13,6 +13,8 @@ use crate::http::Routes;
 use crate::stream::config::stream_from_node;
 use crate::stream::{Stream, StreamConfig};
 
+use super::Definition;
+
 /// The extension key of an API's streams.
 pub const STREAMING: &str = "x-sluice-streaming";
 
@@ -315,4 +317,32 @@ fn unsafe_components(
             unsafe_components(doc, item, &format!("{path}[{i}]"), allow, errors);
         }
     }
+}
+
+/// What a dry run or `sluice lint` warns of in a compiled API: each stream fed by HTTP
+/// clients that serves HTTP clients, which reaches the clients of other gateway nodes
+/// only over the cluster's bus. With the document path of each.
+pub fn cluster_warnings(api: &Definition) -> Vec<(String, String)> {
+    api.streams
+        .iter()
+        .filter(|s| !s.per_client && crate::stream::node_local(&s.config))
+        .map(|s| {
+            let bare = api.document.get(STREAMING).is_some_and(is_bare);
+            let path = if s.name == BARE_STREAM && bare {
+                STREAMING.to_owned()
+            } else {
+                format!("{STREAMING}.streams.{}", s.name)
+            };
+            (
+                path,
+                format!(
+                    "stream `{}` takes messages from HTTP clients and serves them to HTTP \
+                     clients: on several gateways a message posted to one node reaches only \
+                     that node's clients, unless the gateways carry it over a bus \
+                     (`cluster.bus` in the gateway config)",
+                    s.name
+                ),
+            )
+        })
+        .collect()
 }

@@ -1,10 +1,49 @@
 //! `server.eventHandlers`: which gateway events fire which webhook, checked at load.
 
-use std::collections::BTreeMap;
+use serde::Serialize;
 
 use super::extension::EventHandler;
-use crate::gateway::events::EventKind;
-use crate::webhook::{self, Templates};
+use crate::webhook::{self, Hook, Templates};
+
+/// What went wrong for whom, as the gateway publishes it and handlers name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    AuthFailure,
+    RateLimitExceeded,
+    QuotaExceeded,
+    KeyExpired,
+    UpstreamError,
+    StreamError,
+}
+
+impl EventKind {
+    /// Every event, for documentation and checks.
+    pub const ALL: [EventKind; 6] = [
+        EventKind::AuthFailure,
+        EventKind::RateLimitExceeded,
+        EventKind::QuotaExceeded,
+        EventKind::KeyExpired,
+        EventKind::UpstreamError,
+        EventKind::StreamError,
+    ];
+
+    /// The event named `name` (as [`as_str`](EventKind::as_str) writes it).
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::AuthFailure => "auth_failure",
+            EventKind::RateLimitExceeded => "rate_limit_exceeded",
+            EventKind::QuotaExceeded => "quota_exceeded",
+            EventKind::KeyExpired => "key_expired",
+            EventKind::UpstreamError => "upstream_error",
+            EventKind::StreamError => "stream_error",
+        }
+    }
+}
 
 /// A checked event handler.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,20 +59,6 @@ pub enum Target {
     /// organisation; read when the event fires, so edits apply at once.
     Stored(String),
     Inline(Hook),
-}
-
-/// A webhook call: what the dashboard's webhook resource holds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Hook {
-    pub method: String,
-    pub url: String,
-    pub headers: BTreeMap<String, String>,
-    /// Relative to the templates directory; empty for none.
-    pub template_path: String,
-    /// An inline template, which wins over `template_path`.
-    pub template: Option<String>,
-    /// Seconds before the same event fires again for the same key; 0 for never waiting.
-    pub event_timeout: u64,
 }
 
 /// Checks the handlers at `at` (`x-sluice-api-gateway.server.eventHandlers`); problems go

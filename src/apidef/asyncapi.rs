@@ -9,7 +9,7 @@
 use serde_json::{json, Map, Value};
 
 use super::streaming::ApiStream;
-use super::Api;
+use super::Definition;
 use crate::input::{InputConfig, InputKind};
 use crate::output::{OutputConfig, OutputKind};
 
@@ -29,7 +29,7 @@ pub struct Target {
 }
 
 /// The AsyncAPI document of `api`.
-pub fn document(api: &Api, target: &Target) -> Value {
+pub fn document(api: &Definition, target: &Target) -> Value {
     let mut doc = Doc::default();
     let http = if target.tls { "https" } else { "http" };
     let ws = if target.tls { "wss" } else { "ws" };
@@ -522,7 +522,7 @@ fn id(text: &str) -> String {
 mod tests {
     use super::*;
 
-    fn api(streaming: &str) -> Api {
+    fn api(streaming: &str) -> Definition {
         let text = format!(
             "openapi: 3.0.3\ninfo: {{title: chat, version: '2', description: Talk.}}\npaths: {{}}\n\
              x-sluice-api-gateway:\n  info: {{id: chat, name: Chat}}\n  \
