@@ -7,6 +7,7 @@ use http::{header, HeaderValue, StatusCode};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use crate::gateway::keys::KeyError;
 use crate::http::{self as h, HttpResponse};
 use crate::store::StoreError;
 
@@ -53,6 +54,22 @@ pub enum ApiError {
     /// Something that is not the client's fault, with the cause for the log.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// A gateway key refused: its own rules are the caller's to meet.
+impl From<KeyError> for ApiError {
+    fn from(e: KeyError) -> ApiError {
+        match e {
+            KeyError::Invalid { field, message } => {
+                ApiError::bad_request(format!("invalid field `{field}`: {message}"))
+            }
+            KeyError::UserTaken(user) => ApiError::Conflict(format!(
+                "a key with basic-auth user `{user}` exists already"
+            )),
+            KeyError::NotFound => ApiError::not_found("key"),
+            KeyError::Store(e) => ApiError::Store(e),
+        }
+    }
 }
 
 /// Seconds a caller refused for a full delivery queue is asked to wait.

@@ -4,33 +4,22 @@
 //! published to them) and the log of webhook deliveries, on the shared [`Store`]. APIs it accepts are written to the store, where every
 //! gateway using the same store picks them up.
 //!
-//! One file per resource; `router.rs` holds the route table, `error.rs` the one error
-//! rendering, `auth.rs` who is calling, `openapi.rs` the API's own OpenAPI document,
-//! `console.rs` the web console's files (served at `/`, a client of the API only).
+//! Two applications on shared parts: `manage/` is the management API (one file per
+//! resource) and the web console's files, `portal/` the developer portal (its handlers
+//! over its rules in `portal::domain` and `portal::keys`). Shared by both: `router.rs`
+//! holds the route table, `request.rs` what a handler gets and gives back, `error.rs`
+//! the one error rendering, `auth.rs` who is calling, `openapi.rs` the API's own
+//! OpenAPI document.
 
-pub mod apis;
-pub mod assets;
-pub mod asyncapi;
 pub mod auth;
-pub mod catalogue;
-pub mod certs;
 pub mod config;
-pub mod console;
-pub mod deliveries;
-pub mod devapps;
-pub mod developers;
 pub mod error;
-pub mod gateway_keys;
-pub mod hooks;
 pub mod ids;
-pub mod live;
-pub mod mapping;
+pub mod manage;
 pub mod openapi;
-pub mod orgs;
 pub mod portal;
 pub mod request;
 pub mod router;
-pub mod status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -45,8 +34,12 @@ use crate::store::{Store, StoreError};
 use crate::webhook::{Deliverer, DeliveryError};
 use auth::NewAdmin;
 use config::DashboardConfig;
+use manage::ManageState;
+use portal::{developers, PortalState};
 
-/// What every request shares.
+/// What every request shares: the store, the config, the sealer, the route table and
+/// the signals to this process's gateway and delivery worker; and what each of the two
+/// applications keeps for itself.
 pub struct State {
     pub store: Store,
     pub config: DashboardConfig,
@@ -54,12 +47,6 @@ pub struct State {
     /// configured secret.
     pub sealer: Option<Sealer>,
     pub routes: Vec<router::Route>,
-    /// The web console's embedded files.
-    pub console: console::Console,
-    /// Serialises API writes in this process, so that the check for a listen path in use
-    /// and the write that takes it are not interleaved with another such pair; it holds
-    /// the listen paths in use, so a check need not read every stored API.
-    pub api_writes: tokio::sync::Mutex<apis::ListenPaths>,
     /// Signalled (`notify_one`) after every API this dashboard creates, replaces or
     /// deletes, for one listener in the same process: a gateway there can reload at once
     /// instead of at its next poll.
@@ -71,12 +58,8 @@ pub struct State {
     /// Where posted streams may connect (`streaming.egress`, this dashboard's listener
     /// refused too).
     pub egress: Arc<crate::egress::EgressPolicy>,
-    /// Stored definitions compiled for their AsyncAPI documents, by id and a hash of
-    /// the stored text, so that the public catalogue's readers do not compile one at
-    /// every request.
-    pub compiled: asyncapi::Compiled,
-    /// The portal's attempt limits and password hashing.
-    pub accounts: developers::Accounts,
+    pub manage: ManageState,
+    pub portal: PortalState,
 }
 
 /// Why the dashboard could not start.
@@ -149,14 +132,12 @@ impl Dashboard {
             store,
             config,
             routes: router::routes(),
-            console: console::Console::new(),
-            api_writes: tokio::sync::Mutex::new(apis::ListenPaths::default()),
             api_changed: tokio::sync::Notify::new(),
             deliveries_queued: deliverer
                 .as_ref()
                 .map_or_else(Default::default, Deliverer::waker),
-            compiled: Default::default(),
-            accounts,
+            manage: ManageState::new(),
+            portal: PortalState { accounts },
         });
         Ok(Dashboard {
             state,

@@ -23,8 +23,9 @@ pub struct Ctx {
     pub caller: Caller,
     /// The client's address (the TCP peer).
     pub peer: std::net::IpAddr,
-    /// The path's parameters, in the order of the route's pattern, percent-decoded.
-    pub params: Vec<String>,
+    /// The path's parameters by the names in the route's pattern, percent-decoded; read
+    /// them with [`Ctx::path`].
+    pub params: Vec<(&'static str, String)>,
     pub query: Vec<(String, String)>,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -112,9 +113,10 @@ impl Outcome {
 }
 
 impl Ctx {
-    /// The `i`th path parameter.
-    pub fn param(&self, i: usize) -> &str {
-        self.params.get(i).map(String::as_str).unwrap_or_default()
+    /// The path's parameters as `T`, whose fields are named (or renamed) as the route's
+    /// pattern names them; one that does not fit is a 400 naming it.
+    pub fn path<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        path_params(&self.params)
     }
 
     /// The last value of query parameter `name`.
@@ -236,6 +238,23 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// The path parameters `params` (name and value) as `T`.
+fn path_params<T: DeserializeOwned>(params: &[(&'static str, String)]) -> Result<T, ApiError> {
+    let map: serde_json::Map<String, Value> = params
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), Value::String(value.clone())))
+        .collect();
+    serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path.is_empty() || path == "." || path == "?" {
+            ApiError::bad_request(format!("the path is not valid: {inner}"))
+        } else {
+            ApiError::bad_request(format!("path parameter `{path}`: {inner}"))
+        }
+    })
+}
+
 /// An identifier a client chose: letters, digits and `-_.~`, 1 to 128 of them, so it
 /// can stand in a URL path as it is.
 pub fn check_identifier(field: &str, id: &str) -> Result<(), ApiError> {
@@ -295,6 +314,29 @@ mod tests {
         assert!(message(e).contains("array"));
         let e = parse_json::<Option<Input>>(b"[null]").unwrap_err();
         assert!(message(e).contains("array"));
+    }
+
+    #[test]
+    fn path_parameters_are_read_by_name_and_errors_name_them() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Path {
+            #[serde(rename = "appId")]
+            app: String,
+            n: u32,
+        }
+        let params = [("appId", "a1".to_owned()), ("n", "7".to_owned())];
+        let e = path_params::<Path>(&params).unwrap_err();
+        assert!(message(e).contains("`n`"));
+        #[derive(Debug, serde::Deserialize)]
+        struct App {
+            #[serde(rename = "appId")]
+            app: String,
+        }
+        let got: App = path_params(&params[..1]).unwrap();
+        assert_eq!(got.app, "a1");
+        let e = path_params::<Path>(&[]).unwrap_err();
+        assert!(message(e).contains("appId"));
     }
 
     #[test]

@@ -13,11 +13,12 @@ use http::{Method, StatusCode};
 use percent_encoding::percent_decode_str;
 
 use super::error::ApiError;
-use super::request::{Ctx, Reply};
-use super::{
-    apis, assets, asyncapi, auth, catalogue, certs, deliveries, devapps, developers, gateway_keys,
-    hooks, live, mapping, openapi, orgs, portal, status, State,
+use super::manage::{
+    apis, assets, asyncapi, certs, deliveries, gateway_keys, hooks, live, mapping, orgs, status,
 };
+use super::portal::{catalogue, devapps, developers, publisher};
+use super::request::{Ctx, Reply};
+use super::{auth, openapi, State};
 use crate::http::{self as h, HttpResponse};
 
 /// Runs one request.
@@ -96,13 +97,13 @@ pub fn routes() -> Vec<Route> {
         route!(GET "/api/apis/streams/{apiId}/asyncapi" => asyncapi::asyncapi),
         route!(GET "/api/apis/streams/{apiId}/status" => status::status),
         route!(POST "/api/apis/streams/{apiId}/tail" => live::tail),
-        route!(GET "/api/portal/products" => portal::list_products),
-        route!(POST "/api/portal/products" => portal::create_product),
-        route!(GET "/api/portal/products/{productId}" => portal::get_product),
-        route!(PUT "/api/portal/products/{productId}" => portal::update_product),
-        route!(DELETE "/api/portal/products/{productId}" => portal::delete_product),
+        route!(GET "/api/portal/products" => publisher::list_products),
+        route!(POST "/api/portal/products" => publisher::create_product),
+        route!(GET "/api/portal/products/{productId}" => publisher::get_product),
+        route!(PUT "/api/portal/products/{productId}" => publisher::update_product),
+        route!(DELETE "/api/portal/products/{productId}" => publisher::delete_product),
         // Signed with the product's publish secret instead of a dashboard key.
-        route!(POST "/api/portal/products/{productId}/events" => portal::publish_event, public),
+        route!(POST "/api/portal/products/{productId}/events" => publisher::publish_event, public),
         route!(GET "/portal/api/instance" => catalogue::instance, public),
         route!(GET "/portal/api/orgs/{orgId}/products" => catalogue::products, public),
         route!(GET "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi" => catalogue::asyncapi, public),
@@ -129,13 +130,13 @@ pub fn routes() -> Vec<Route> {
         route!(POST "/api/portal/invitations" => developers::invite),
         route!(GET "/api/portal/developers" => developers::list_developers),
         route!(DELETE "/api/portal/developers/{developerId}" => developers::delete_developer),
-        route!(GET "/api/portal/apps" => portal::list_apps),
-        route!(POST "/api/portal/apps" => portal::create_app),
-        route!(GET "/api/portal/apps/{appId}" => portal::get_app),
-        route!(PUT "/api/portal/apps/{appId}" => portal::update_app),
-        route!(DELETE "/api/portal/apps/{appId}" => portal::delete_app),
-        route!(POST "/api/portal/apps/{appId}/approve" => portal::approve_app),
-        route!(POST "/api/portal/apps/{appId}/reject" => portal::reject_app),
+        route!(GET "/api/portal/apps" => publisher::list_apps),
+        route!(POST "/api/portal/apps" => publisher::create_app),
+        route!(GET "/api/portal/apps/{appId}" => publisher::get_app),
+        route!(PUT "/api/portal/apps/{appId}" => publisher::update_app),
+        route!(DELETE "/api/portal/apps/{appId}" => publisher::delete_app),
+        route!(POST "/api/portal/apps/{appId}/approve" => publisher::approve_app),
+        route!(POST "/api/portal/apps/{appId}/reject" => publisher::reject_app),
         route!(GET "/api/deliveries" => deliveries::list),
         route!(GET "/api/deliveries/{deliveryId}" => deliveries::get),
         route!(POST "/api/deliveries/{deliveryId}/replay" => deliveries::replay),
@@ -143,7 +144,7 @@ pub fn routes() -> Vec<Route> {
 }
 
 /// The parameters of `path` if it matches `pattern`.
-fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
+fn matches(pattern: &'static str, path: &str) -> Option<Vec<(&'static str, String)>> {
     let mut params = Vec::new();
     let mut want = pattern.split('/');
     let mut got = path.split('/');
@@ -160,7 +161,8 @@ fn matches(pattern: &str, path: &str) -> Option<Vec<String>> {
                 if param.contains('\0') {
                     return None;
                 }
-                params.push(param.into_owned());
+                let name = w.trim_start_matches('{').trim_end_matches('}');
+                params.push((name, param.into_owned()));
             }
             (Some(w), Some(g)) if w == g => {}
             _ => return None,
@@ -175,6 +177,7 @@ pub async fn handle(
     peer: std::net::IpAddr,
 ) -> HttpResponse {
     if let Some(resp) = state
+        .manage
         .console
         .answer(req.method(), req.uri().path(), req.headers())
     {
@@ -299,7 +302,7 @@ mod tests {
         assert_eq!(matches("/api/assets", "/api/assets"), Some(vec![]));
         assert_eq!(
             matches("/api/assets/{id}", "/api/assets/a%20b"),
-            Some(vec!["a b".to_owned()])
+            Some(vec![("id", "a b".to_owned())])
         );
         assert_eq!(matches("/api/assets/{id}", "/api/assets"), None);
         assert_eq!(matches("/api/assets/{id}", "/api/assets/a/b"), None);
@@ -348,7 +351,7 @@ mod tests {
     /// The console's files need no key: none of them may shadow an API path.
     #[test]
     fn the_console_never_answers_an_api_path() {
-        let console = super::super::console::Console::new();
+        let console = super::super::manage::console::Console::new();
         for r in routes() {
             let path = r.pattern.replace(['{', '}'], "");
             assert!(

@@ -17,9 +17,10 @@ use x509_parser::objects::{oid2sn, oid_registry};
 use x509_parser::oid_registry::Oid;
 use x509_parser::x509::X509Name;
 
-use super::error::{ApiError, ErrorBody};
-use super::ids::now;
-use super::request::{Ctx, Outcome, Reply};
+use super::owned;
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::ids::now;
+use crate::dashboard::request::{Ctx, Outcome, Reply};
 use crate::store::{CertRecord, KeyFilter};
 
 /// A certificate in a list: the spec's summary.
@@ -168,7 +169,7 @@ fn oid_name(oid: &Oid<'_>) -> String {
 }
 
 fn time(t: x509_parser::time::ASN1Time) -> String {
-    super::ids::rfc3339(t.timestamp())
+    crate::dashboard::ids::rfc3339(t.timestamp())
 }
 
 fn ip_text(bytes: &[u8]) -> String {
@@ -560,12 +561,7 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record = ctx
-        .state
-        .store
-        .cert(&ctx.caller.org_id, ctx.param(0))
-        .await?
-        .ok_or_else(|| ApiError::not_found("certificate"))?;
+    let record: CertRecord = owned::find(&ctx).await?;
     Reply::json(
         StatusCode::OK,
         CertFull {
@@ -588,11 +584,8 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let id = ctx.param(0);
-    if !ctx.state.store.delete_cert(&ctx.caller.org_id, id).await? {
-        return Err(ApiError::not_found("certificate"));
-    }
-    Reply::outcome(StatusCode::OK, "certificate deleted", Some(id), id)
+    let record: CertRecord = owned::find(&ctx).await?;
+    owned::delete(&ctx, &record).await
 }
 
 #[cfg(test)]

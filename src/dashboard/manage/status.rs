@@ -10,8 +10,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::apis::{find, Kind};
-use super::error::{ApiError, ErrorBody};
-use super::request::{Ctx, Reply};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::apidef::streaming::{self, STREAMING};
 use crate::stream::health::{Health, StreamHealth};
 

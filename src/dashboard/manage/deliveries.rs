@@ -5,12 +5,19 @@
 //! `body`, which has the secret redacted.
 
 use http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody};
-use super::request::{Ctx, Outcome, Reply};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::request::{Ctx, Outcome, Reply};
 use crate::store::{AttemptRecord, DeliveryRecord, DEAD, DELIVERED, PENDING};
+
+/// The path of one delivery.
+#[derive(Deserialize)]
+struct DeliveryPath {
+    #[serde(rename = "deliveryId")]
+    id: String,
+}
 
 /// A delivery as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -73,7 +80,7 @@ fn rfc3339_ms(ms: i64) -> String {
 }
 
 /// A delivery with its attempts as the API shows them.
-pub(super) fn detail(d: DeliveryRecord, attempts: Vec<AttemptRecord>) -> DeliveryDetail {
+pub fn detail(d: DeliveryRecord, attempts: Vec<AttemptRecord>) -> DeliveryDetail {
     DeliveryDetail {
         delivery: view(d),
         attempts: attempts.into_iter().map(attempt_view).collect(),
@@ -172,7 +179,7 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     let (delivery, attempts) = ctx
         .state
         .store
-        .delivery(&ctx.caller.org_id, ctx.param(0))
+        .delivery(&ctx.caller.org_id, &ctx.path::<DeliveryPath>()?.id)
         .await?
         .ok_or_else(|| ApiError::not_found("delivery"))?;
     Reply::json(StatusCode::OK, detail(delivery, attempts))
@@ -192,7 +199,8 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn replay(ctx: Ctx) -> Result<Reply, ApiError> {
-    let id = ctx.param(0);
+    let DeliveryPath { id } = ctx.path()?;
+    let id = id.as_str();
     let Some((delivery, _)) = ctx.state.store.delivery(&ctx.caller.org_id, id).await? else {
         return Err(ApiError::not_found("delivery"));
     };
@@ -202,7 +210,7 @@ pub async fn replay(ctx: Ctx) -> Result<Reply, ApiError> {
 
 /// Queues a dead delivery again, due now, with `webhooks.max_attempts` more attempts;
 /// 409 when it is not dead.
-pub(super) async fn replay_dead(ctx: &Ctx, delivery: &DeliveryRecord) -> Result<(), ApiError> {
+pub async fn replay_dead(ctx: &Ctx, delivery: &DeliveryRecord) -> Result<(), ApiError> {
     let more = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
     let now_ms = chrono::Utc::now().timestamp_millis();
     // The store re-checks `dead` in the update itself, so a replay that races another

@@ -10,9 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody};
-use super::ids::{new_id, now};
-use super::request::{check_identifier, Ctx, Outcome, Reply};
+use super::owned;
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::ids::{new_id, now};
+use crate::dashboard::request::{check_identifier, Ctx, Outcome, Reply};
 use crate::store::HookRecord;
 use crate::webhook::{self, sealed};
 
@@ -265,14 +266,6 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     )
 }
 
-async fn find(ctx: &Ctx) -> Result<HookRecord, ApiError> {
-    ctx.state
-        .store
-        .hook(&ctx.caller.org_id, ctx.param(0))
-        .await?
-        .ok_or_else(|| ApiError::not_found("webhook"))
-}
-
 #[utoipa::path(
     get,
     path = "/api/hooks/{hookId}",
@@ -286,7 +279,10 @@ async fn find(ctx: &Ctx) -> Result<HookRecord, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
-    Reply::json(StatusCode::OK, view(opened(&ctx, find(&ctx).await?)))
+    Reply::json(
+        StatusCode::OK,
+        view(opened(&ctx, owned::find::<HookRecord>(&ctx).await?)),
+    )
 }
 
 #[utoipa::path(
@@ -309,8 +305,8 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: WebhookInput = ctx.json()?;
-    let mut record = find(&ctx).await?;
-    super::developers::guard_reset_hook(&ctx, &record.id).await?;
+    let mut record = owned::find::<HookRecord>(&ctx).await?;
+    guard_reset_hook(&ctx, &record.id).await?;
     apply(input, &mut record, &ctx.caller.org_id)?;
     seal(&ctx, &mut record)?;
     record.updated_at = now();
@@ -339,22 +335,21 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record = find(&ctx).await?;
-    super::developers::guard_reset_hook(&ctx, &record.id).await?;
-    if !ctx
-        .state
-        .store
-        .delete_hook(&ctx.caller.org_id, &record.id)
-        .await?
-    {
-        return Err(ApiError::not_found("webhook"));
+    let record: HookRecord = owned::find(&ctx).await?;
+    guard_reset_hook(&ctx, &record.id).await?;
+    owned::delete(&ctx, &record).await
+}
+
+/// 403 for a member when webhook `hook_id` (a database id) is the one that carries the
+/// portal's reset tokens: whoever points it elsewhere receives every developer's token.
+async fn guard_reset_hook(ctx: &Ctx, hook_id: &str) -> Result<(), ApiError> {
+    let settings = ctx.state.store.portal_settings(&ctx.caller.org_id).await?;
+    if settings.reset_hook_id.as_deref() == Some(hook_id) {
+        ctx.caller.require_admin_to(
+            "change or delete the webhook that carries the portal's reset tokens",
+        )?;
     }
-    Reply::outcome(
-        StatusCode::OK,
-        "webhook deleted",
-        Some(&record.id),
-        &record.webhook_id,
-    )
+    Ok(())
 }
 
 #[cfg(test)]

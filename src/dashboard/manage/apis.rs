@@ -7,21 +7,29 @@
 use std::collections::HashMap;
 
 use http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::assets::OAS_TEMPLATE;
-use super::error::{ApiError, ErrorBody, Problem};
 use super::gateway_keys;
-use super::ids::{new_id, now, rfc3339};
-use super::request::{Ctx, Outcome, Reply};
+use crate::dashboard::error::{ApiError, ErrorBody, Problem};
+use crate::dashboard::ids::{new_id, now, rfc3339};
+use crate::dashboard::request::{Ctx, Outcome, Reply};
 use std::sync::Arc;
 
 use crate::apidef::{self, EXTENSION};
 use crate::config::yaml;
 use crate::egress::{EgressError, EgressPolicy, EgressTarget};
 use crate::store::{Store, StoredApi};
+
+/// The path of one API, and of what is under it (its live view, status, AsyncAPI
+/// document).
+#[derive(Deserialize)]
+struct ApiPath {
+    #[serde(rename = "apiId")]
+    id: String,
+}
 
 /// The media type of a streaming API definition (JSON or YAML).
 pub const STREAMS_MEDIA_TYPE: &str = "application/vnd.sluice.streams.oas";
@@ -620,7 +628,7 @@ async fn create(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
 
 /// Checks what a dry run can without saving: that the listen path is free.
 async fn dry_run_reply(ctx: &Ctx, prepared: &Prepared) -> Result<Reply, ApiError> {
-    let mut paths = ctx.state.api_writes.lock().await;
+    let mut paths = ctx.state.manage.api_writes.lock().await;
     paths.refresh(&ctx.state.store).await?;
     paths.check(&ctx.caller.org_id, &prepared.id, &prepared.listen_path)?;
     drop(paths);
@@ -643,7 +651,7 @@ async fn save(
     prepared: &Prepared,
     replace: bool,
 ) -> Result<(), ApiError> {
-    let mut paths = ctx.state.api_writes.lock().await;
+    let mut paths = ctx.state.manage.api_writes.lock().await;
     if replace {
         // Deleted since it was found: replacing it would bring it back.
         find(ctx, kind).await?;
@@ -718,7 +726,7 @@ pub(super) async fn find(ctx: &Ctx, kind: Kind) -> Result<(StoredApi, Value), Ap
     let api = ctx
         .state
         .store
-        .api(ctx.param(0))
+        .api(&ctx.path::<ApiPath>()?.id)
         .await?
         .filter(|a| a.org_id == ctx.caller.org_id)
         .ok_or_else(missing)?;
@@ -734,7 +742,7 @@ async fn update(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     let dry_run = ctx.flag("dry_run")?;
     find(&ctx, kind).await?;
     let doc = read_document(&ctx, kind)?;
-    let (doc, prepared) = compile_posted(&ctx, doc, kind, Some(ctx.param(0).to_owned())).await?;
+    let (doc, prepared) = compile_posted(&ctx, doc, kind, Some(ctx.path::<ApiPath>()?.id)).await?;
     if dry_run {
         return dry_run_reply(&ctx, &prepared).await;
     }
@@ -750,7 +758,7 @@ async fn get(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
 
 async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     let (api, _) = find(&ctx, kind).await?;
-    let mut paths = ctx.state.api_writes.lock().await;
+    let mut paths = ctx.state.manage.api_writes.lock().await;
     // The map is brought up to date first, so that `wrote` compares with this write only.
     paths.refresh(&ctx.state.store).await?;
     if !ctx.state.store.delete_api(&api.id).await? {
@@ -764,7 +772,7 @@ async fn delete(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     gateway_keys::keys(&ctx)
         .forget_api(&api.org_id, &api.id)
         .await
-        .map_err(gateway_keys::key_error)?;
+        .map_err(ApiError::from)?;
     let message = format!("{} deleted", kind.noun());
     Reply::outcome(StatusCode::OK, &message, Some(&api.id), &api.id)
 }

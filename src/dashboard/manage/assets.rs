@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody};
-use super::ids::{new_id, now, rfc3339};
-use super::request::{check_identifier, Ctx, Outcome, Reply};
+use super::owned::{self, Owned};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::ids::{new_id, now, rfc3339};
+use crate::dashboard::request::{check_identifier, Ctx, Outcome, Reply};
 use crate::store::AssetRecord;
 
 /// The kinds of asset the dashboard accepts.
@@ -76,11 +77,6 @@ fn view(record: AssetRecord) -> Asset {
         created_at: rfc3339(record.created_at),
         updated_at: rfc3339(record.updated_at),
     }
-}
-
-/// The asset's identifier as the spec's answers give it.
-fn shown_id(record: &AssetRecord) -> &str {
-    record.custom_id.as_deref().unwrap_or(&record.id)
 }
 
 fn check_kind(kind: &str) -> Result<(), ApiError> {
@@ -242,7 +238,7 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
         StatusCode::CREATED,
         "asset created",
         Some(&record.id),
-        shown_id(&record),
+        record.shown_id(),
     )
 }
 
@@ -259,16 +255,8 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record = find(&ctx).await?;
+    let record = owned::find::<AssetRecord>(&ctx).await?;
     Reply::json(StatusCode::OK, view(record))
-}
-
-async fn find(ctx: &Ctx) -> Result<AssetRecord, ApiError> {
-    ctx.state
-        .store
-        .asset(&ctx.caller.org_id, ctx.param(0))
-        .await?
-        .ok_or_else(|| ApiError::not_found("asset"))
 }
 
 #[utoipa::path(
@@ -290,7 +278,7 @@ async fn find(ctx: &Ctx) -> Result<AssetRecord, ApiError> {
 )]
 pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: AssetInput = ctx.json()?;
-    let mut record = find(&ctx).await?;
+    let mut record = owned::find::<AssetRecord>(&ctx).await?;
     if let Some(kind) = input.kind {
         check_kind(&kind)?;
         record.kind = kind;
@@ -319,7 +307,7 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
         StatusCode::OK,
         "asset updated",
         Some(&record.id),
-        shown_id(&record),
+        record.shown_id(),
     )
 }
 
@@ -336,21 +324,8 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record = find(&ctx).await?;
-    if !ctx
-        .state
-        .store
-        .delete_asset(&ctx.caller.org_id, &record.id)
-        .await?
-    {
-        return Err(ApiError::not_found("asset"));
-    }
-    Reply::outcome(
-        StatusCode::OK,
-        "asset deleted",
-        Some(&record.id),
-        shown_id(&record),
-    )
+    let record: AssetRecord = owned::find(&ctx).await?;
+    owned::delete(&ctx, &record).await
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use sha2::{Digest, Sha256};
 
-use super::error::ApiError;
+use crate::dashboard::error::ApiError;
 use crate::http::{self as h, HttpResponse};
 
 /// Every embedded file: its path from the crate's root (`console/app.js`) and its bytes.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use http::StatusCode;
 
 use super::apis::{find, Kind};
-use super::error::{ApiError, ErrorBody};
-use super::request::{Ctx, Reply};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::apidef::{self, asyncapi};
 use crate::store::StoredApi;
 
@@ -64,15 +64,12 @@ const MAX_COMPILED: usize = 256;
 /// A stored definition compiled as the gateway compiles it; `None` when it does not.
 /// Compiling compiles the streams' mappings: off the serving threads, as for a write,
 /// and once per stored text.
-pub(super) async fn compile(
-    ctx: &Ctx,
-    stored: &StoredApi,
-) -> Result<Option<Arc<apidef::Definition>>, ApiError> {
+pub async fn compile(ctx: &Ctx, stored: &StoredApi) -> Result<Option<Arc<apidef::Definition>>, ApiError> {
     let key = (
         stored.id.clone(),
         xxhash_rust::xxh64::xxh64(stored.document.as_bytes(), 0),
     );
-    if let Some(api) = ctx.state.compiled.0.lock().get(&key) {
+    if let Some(api) = ctx.state.manage.compiled.0.lock().get(&key) {
         return Ok(Some(api.clone()));
     }
     let Ok(doc) = serde_json::from_str::<serde_json::Value>(&stored.document) else {
@@ -92,7 +89,7 @@ pub(super) async fn compile(
     let Some(api) = compiled.map(Arc::new) else {
         return Ok(None);
     };
-    let mut cache = ctx.state.compiled.0.lock();
+    let mut cache = ctx.state.manage.compiled.0.lock();
     if cache.len() >= MAX_COMPILED {
         cache.clear();
     }
@@ -108,7 +105,7 @@ fn first_server(doc: &serde_json::Value) -> Option<url::Url> {
 
 /// The gateway's `host[:port]` as the document's first `servers` URL names it, else
 /// `localhost:8080`.
-pub(super) fn default_host(doc: &serde_json::Value) -> String {
+pub fn default_host(doc: &serde_json::Value) -> String {
     first_server(doc)
         .and_then(|u| {
             let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
@@ -118,7 +115,7 @@ pub(super) fn default_host(doc: &serde_json::Value) -> String {
 }
 
 /// Whether the document's first `servers` URL is `https`.
-pub(super) fn default_tls(doc: &serde_json::Value) -> bool {
+pub fn default_tls(doc: &serde_json::Value) -> bool {
     first_server(doc).is_some_and(|u| u.scheme() == "https")
 }
 

@@ -24,17 +24,31 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
-use tracing::{info, warn};
+use tracing::info;
 use utoipa::ToSchema;
 
-use super::auth::{generate_key, hash_key};
-use super::error::{ApiError, ErrorBody};
-use super::ids::{new_id, now, rfc3339};
-use super::request::{Ctx, Reply};
+use crate::dashboard::auth::{generate_key, hash_key};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::ids::{new_id, now, rfc3339};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::http::cookie;
 use crate::limit::{LocalLimiter, Rate};
 use crate::secret::{hash_password, verify_password};
 use crate::store::{DeveloperRecord, HookRecord, PortalSettings, TokenKind};
+
+/// The path of an organisation's portal, and of everything under it.
+#[derive(Deserialize)]
+pub(super) struct OrgPath {
+    #[serde(rename = "orgId")]
+    pub org: String,
+}
+
+/// The path of one developer.
+#[derive(Deserialize)]
+struct DeveloperPath {
+    #[serde(rename = "developerId")]
+    id: String,
+}
 
 /// The session cookie: a random token; the store keeps its hash.
 pub const SESSION_COOKIE: &str = "sluice_portal";
@@ -244,8 +258,8 @@ fn well_formed(text: &str) -> bool {
 
 /// The organisation whose portal the path names; 404 when there is none.
 async fn portal_org(ctx: &Ctx) -> Result<String, ApiError> {
-    let org = ctx.param(0);
-    match ctx.state.store.org(org).await? {
+    let OrgPath { org } = ctx.path()?;
+    match ctx.state.store.org(&org).await? {
         Some(o) => Ok(o.id),
         None => Err(ApiError::not_found("portal")),
     }
@@ -256,17 +270,16 @@ pub async fn session(ctx: &Ctx) -> Result<Option<SignedIn>, ApiError> {
     let Some(token) = cookie(&ctx.headers, SESSION_COOKIE).filter(|t| well_formed(t)) else {
         return Ok(None);
     };
+    let OrgPath { org } = ctx.path()?;
     let found = ctx
         .state
         .store
         .session_developer(&hash_key(token), now())
         .await?;
-    Ok(found
-        .filter(|d| d.org_id == ctx.param(0))
-        .map(|developer| SignedIn {
-            developer,
-            token: token.to_owned(),
-        }))
+    Ok(found.filter(|d| d.org_id == org).map(|developer| SignedIn {
+        developer,
+        token: token.to_owned(),
+    }))
 }
 
 /// The signed-in developer; 401 otherwise.
@@ -349,7 +362,7 @@ fn account_bucket(kind: &str, org: &str, email: &str) -> String {
 /// of `portal.trusted_proxies`, the nearest address in `X-Forwarded-For` that is not.
 /// An IPv6 client counts by its /64, which one host usually holds whole.
 pub(super) fn client(ctx: &Ctx) -> String {
-    let trusted = &ctx.state.accounts.proxies;
+    let trusted = &ctx.state.portal.accounts.proxies;
     let is_proxy = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
     let mut ip: IpAddr = ctx.peer;
     if is_proxy(&ip) {
@@ -376,7 +389,7 @@ pub(super) fn client(ctx: &Ctx) -> String {
 
 /// One more attempt from the caller's address.
 fn address_attempt(ctx: &Ctx) -> Result<(), ApiError> {
-    ctx.state.accounts.attempt(
+    ctx.state.portal.accounts.attempt(
         &format!("portal:addr:{}", client(ctx)),
         ctx.state.config.portal.attempts_per_address,
         Duration::from_secs(60),
@@ -410,7 +423,7 @@ async fn account_write(ctx: &Ctx) -> Result<String, ApiError> {
 
 /// One more catalogue read from the caller's address.
 pub(super) fn address_read(ctx: &Ctx) -> Result<(), ApiError> {
-    ctx.state.accounts.attempt(
+    ctx.state.portal.accounts.attempt(
         &format!("portal:read:{}", client(ctx)),
         ctx.state.config.portal.reads_per_address,
         Duration::from_secs(60),
@@ -582,7 +595,7 @@ pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
             "the address has an account: sign in, or reset its password".into(),
         ));
     }
-    let password_hash = ctx.state.accounts.hash(input.password).await?;
+    let password_hash = ctx.state.portal.accounts.hash(input.password).await?;
     let at = now();
     let developer = DeveloperRecord {
         id: new_id(),
@@ -646,11 +659,16 @@ pub async fn signin(ctx: Ctx) -> Result<Reply, ApiError> {
     // would let a burst of attempts sent at once all pass the limit.
     let window = Duration::from_secs(15 * 60);
     for (bucket, rate) in account_limits(&ctx, "signin", &org, &email) {
-        ctx.state.accounts.attempt(&bucket, rate, window)?;
+        ctx.state.portal.accounts.attempt(&bucket, rate, window)?;
     }
     let found = ctx.state.store.developer_by_email(&org, &email).await?;
     let phc = found.as_ref().map(|d| d.password_hash.clone());
-    let ok = ctx.state.accounts.verify(input.password, phc).await?;
+    let ok = ctx
+        .state
+        .portal
+        .accounts
+        .verify(input.password, phc)
+        .await?;
     match found {
         Some(developer) if ok => start_session(&ctx, &developer, StatusCode::OK).await,
         _ => {
@@ -682,7 +700,7 @@ pub async fn signout(ctx: Ctx) -> Result<Reply, ApiError> {
         .delete_session(&hash_key(&signed.token))
         .await?;
     let csrf = generate_key();
-    let signup = portal_signup(&ctx, ctx.param(0)).await?;
+    let signup = portal_signup(&ctx, &ctx.path::<OrgPath>()?.org).await?;
     let mut reply = Reply::json(
         StatusCode::OK,
         Session {
@@ -729,6 +747,7 @@ pub async fn reset_request(ctx: Ctx) -> Result<Reply, ApiError> {
     let email = check_email("email", &input.email)?;
     for (bucket, rate) in account_limits(&ctx, "reset", &org, &email) {
         ctx.state
+            .portal
             .accounts
             .attempt(&bucket, rate, Duration::from_secs(3600))?;
     }
@@ -840,18 +859,6 @@ async fn reset_hook(ctx: &Ctx, org: &str) -> Result<Option<HookRecord>, ApiError
     Ok(ctx.state.store.hook(org, &id).await?.filter(|h| h.id == id))
 }
 
-/// 403 for a member when webhook `hook_id` (a database id) is the one that carries the
-/// portal's reset tokens: whoever points it elsewhere receives every developer's token.
-pub(super) async fn guard_reset_hook(ctx: &Ctx, hook_id: &str) -> Result<(), ApiError> {
-    let settings = ctx.state.store.portal_settings(&ctx.caller.org_id).await?;
-    if settings.reset_hook_id.as_deref() == Some(hook_id) {
-        ctx.caller.require_admin_to(
-            "change or delete the webhook that carries the portal's reset tokens",
-        )?;
-    }
-    Ok(())
-}
-
 /// What a developer sends to set a new password.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -893,7 +900,7 @@ pub async fn reset_confirm(ctx: Ctx) -> Result<Reply, ApiError> {
         .developer_by_email(&org, &email)
         .await?
         .ok_or_else(bad_token)?;
-    let hash = ctx.state.accounts.hash(input.password).await?;
+    let hash = ctx.state.portal.accounts.hash(input.password).await?;
     if !store
         .set_developer_password(&org, &developer.id, &hash, now())
         .await?
@@ -969,7 +976,7 @@ pub async fn put_settings(ctx: Ctx) -> Result<Reply, ApiError> {
         None => None,
         Some(id) => {
             // Tokens travel sealed in their deliveries, never readable in the log.
-            super::portal::sealer(&ctx)?;
+            super::domain::sealer(ctx.state.sealer.as_ref())?;
             let hook = if id.contains('\0') {
                 None
             } else {
@@ -1121,17 +1128,12 @@ pub async fn list_developers(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn delete_developer(ctx: Ctx) -> Result<Reply, ApiError> {
     let org = ctx.caller.org_id.clone();
-    let id = ctx.param(0).to_owned();
+    let DeveloperPath { id } = ctx.path()?;
     if !ctx.state.store.delete_developer(&org, &id).await? {
         return Err(ApiError::not_found("developer"));
     }
-    super::devapps::revoke_keys(&ctx, &org, super::devapps::KeyOf::Developer(&id)).await?;
+    super::keys::revoke_keys(&ctx.state.store, &org, super::keys::KeyOf::Developer(&id)).await?;
     Reply::outcome(StatusCode::OK, "developer deleted", Some(&id), &id)
-}
-
-/// Logs a key that could not be revoked; the caller goes on.
-pub(super) fn revoke_failed(key_id: &str, e: impl std::fmt::Display) {
-    warn!(key_id = %key_id, error = %e, "Portal: a gateway key could not be revoked; delete it by hand.");
 }
 
 #[cfg(test)]

@@ -8,11 +8,32 @@ use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::auth::{self, generate_key, hash_key, Role};
-use super::error::{ApiError, ErrorBody};
-use super::ids::{new_id, now, rfc3339};
-use super::request::{Ctx, Reply};
+use crate::dashboard::auth::{self, generate_key, hash_key, Role};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::ids::{new_id, now, rfc3339};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::store::{DashboardKeyRecord, UserRecord};
+
+/// The path of one organisation.
+#[derive(Deserialize)]
+struct OrgPath {
+    #[serde(rename = "orgId")]
+    id: String,
+}
+
+/// The path of one user.
+#[derive(Deserialize)]
+struct UserPath {
+    #[serde(rename = "userId")]
+    id: String,
+}
+
+/// The path of one dashboard key.
+#[derive(Deserialize)]
+struct KeyPath {
+    #[serde(rename = "keyId")]
+    id: String,
+}
 
 /// `POST /api/orgs`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -173,7 +194,7 @@ pub async fn create_org(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn get_org(ctx: Ctx) -> Result<Reply, ApiError> {
-    if ctx.param(0) != ctx.caller.org_id {
+    if ctx.path::<OrgPath>()?.id != ctx.caller.org_id {
         return Err(ApiError::not_found("organisation"));
     }
     let org = ctx
@@ -286,7 +307,7 @@ pub async fn create_user(ctx: Ctx) -> Result<Reply, ApiError> {
     tag = "orgs",
     params(("userId" = String, Path, description = "The user's id.")),
     responses(
-        (status = 200, description = "Deleted, with the user's keys.", body = super::request::Outcome),
+        (status = 200, description = "Deleted, with the user's keys.", body = crate::dashboard::request::Outcome),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
         (status = 403, description = "The caller is not an admin.", body = ErrorBody),
         (status = 404, description = "No such user in the organisation.", body = ErrorBody),
@@ -296,7 +317,8 @@ pub async fn create_user(ctx: Ctx) -> Result<Reply, ApiError> {
 )]
 pub async fn delete_user(ctx: Ctx) -> Result<Reply, ApiError> {
     ctx.caller.require_admin()?;
-    let id = ctx.param(0);
+    let UserPath { id } = ctx.path()?;
+    let id = id.as_str();
     if id == ctx.caller.user_id {
         return Err(ApiError::Conflict(
             "you cannot delete your own user: another admin must".into(),
@@ -395,7 +417,7 @@ pub async fn create_key(ctx: Ctx) -> Result<Reply, ApiError> {
     tag = "orgs",
     params(("keyId" = String, Path, description = "The key's id.")),
     responses(
-        (status = 200, description = "Revoked: the key stops working at once.", body = super::request::Outcome),
+        (status = 200, description = "Revoked: the key stops working at once.", body = crate::dashboard::request::Outcome),
         (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
         (status = 404, description = "No such key (of the caller, for a member).", body = ErrorBody),
         (status = 409, description = "The key is the one this request is made with.", body = ErrorBody),
@@ -403,7 +425,8 @@ pub async fn create_key(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn delete_key(ctx: Ctx) -> Result<Reply, ApiError> {
-    let id = ctx.param(0);
+    let KeyPath { id } = ctx.path()?;
+    let id = id.as_str();
     if id == ctx.caller.key_id {
         // Revoking the key in use could lock the last admin out.
         return Err(ApiError::Conflict(

@@ -4,13 +4,20 @@
 //! once, and the store keeps its hash.
 
 use http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody};
-use super::request::{Ctx, Reply};
-use crate::gateway::keys::{KeyError, KeyRequest, Keys};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::request::{Ctx, Reply};
+use crate::gateway::keys::{KeyRequest, Keys};
+
+/// The path of one gateway key.
+#[derive(Deserialize)]
+struct KeyPath {
+    #[serde(rename = "keyId")]
+    id: String,
+}
 
 /// The organisation's gateway keys.
 #[derive(Debug, Serialize, ToSchema)]
@@ -28,19 +35,6 @@ pub(super) fn keys(ctx: &Ctx) -> Keys {
     Keys::new(ctx.state.store.clone(), std::time::Duration::ZERO, None)
 }
 
-pub(super) fn key_error(e: KeyError) -> ApiError {
-    match e {
-        KeyError::Invalid { field, message } => {
-            ApiError::bad_request(format!("invalid field `{field}`: {message}"))
-        }
-        KeyError::UserTaken(user) => ApiError::Conflict(format!(
-            "a key with basic-auth user `{user}` exists already"
-        )),
-        KeyError::NotFound => ApiError::not_found("key"),
-        KeyError::Store(e) => ApiError::Store(e),
-    }
-}
-
 #[utoipa::path(
     get,
     path = "/api/gateway/keys",
@@ -55,7 +49,7 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     let sessions = keys(&ctx)
         .list_of(Some(&ctx.caller.org_id))
         .await
-        .map_err(key_error)?;
+        .map_err(ApiError::from)?;
     Reply::json(
         StatusCode::OK,
         GatewayKeyList {
@@ -108,7 +102,7 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     let (token, _, session) = keys(&ctx)
         .create(request, &known)
         .await
-        .map_err(key_error)?;
+        .map_err(ApiError::from)?;
     let mut body = serde_json::json!({
         "key_id": session.id,
         "policy": session.policy.public_view(&session.id),
@@ -133,14 +127,14 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let id = ctx.param(0).to_owned();
+    let KeyPath { id } = ctx.path()?;
     let keys = keys(&ctx);
     let mine = keys
         .get(&id)
         .await
-        .map_err(key_error)?
+        .map_err(ApiError::from)?
         .is_some_and(|s| s.org_id == ctx.caller.org_id);
-    if !mine || !keys.delete(&id).await.map_err(key_error)? {
+    if !mine || !keys.delete(&id).await.map_err(ApiError::from)? {
         return Err(ApiError::not_found("key"));
     }
     Reply::json(

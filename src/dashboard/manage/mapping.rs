@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody, Problem};
-use super::request::{Ctx, Reply};
+use crate::dashboard::error::{ApiError, ErrorBody, Problem};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::mapping::{budget, Env, Mapping};
 use crate::message::{Message, Metadata};
 use crate::value::Value;

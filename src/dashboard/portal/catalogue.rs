@@ -5,15 +5,27 @@
 //! streaming API's AsyncAPI document, which leaves out the brokers behind the streams.
 
 use http::StatusCode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody};
-use super::portal::KeyApproval;
-use super::request::{Ctx, Reply};
+use super::developers::OrgPath;
+use super::domain::KeyApproval;
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::apidef::{asyncapi, streaming::STREAMING, EXTENSION};
 use crate::store::ProductRecord;
+
+/// The path of one streaming API of a published product.
+#[derive(Deserialize)]
+struct ApiPath {
+    #[serde(rename = "orgId")]
+    org: String,
+    #[serde(rename = "productId")]
+    product_id: String,
+    #[serde(rename = "apiId")]
+    api_id: String,
+}
 
 /// A published product as developers see it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -134,7 +146,8 @@ pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
             ));
         }
     }
-    let org = ctx.param(0);
+    let OrgPath { org } = ctx.path()?;
+    let org = org.as_str();
     let (records, total) = ctx
         .state
         .store
@@ -171,7 +184,12 @@ pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     super::developers::address_read(&ctx)?;
     let missing = || ApiError::not_found("published streaming API");
-    let (org, product_id, api_id) = (ctx.param(0), ctx.param(1), ctx.param(2));
+    let ApiPath {
+        org,
+        product_id,
+        api_id,
+    } = ctx.path()?;
+    let (org, product_id, api_id) = (org.as_str(), product_id.as_str(), api_id.as_str());
     let product = ctx
         .state
         .store
@@ -190,12 +208,12 @@ pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     if doc.get(STREAMING).is_none() {
         return Err(missing());
     }
-    let compiled = super::asyncapi::compile(&ctx, &stored)
+    let compiled = crate::dashboard::manage::asyncapi::compile(&ctx, &stored)
         .await?
         .ok_or_else(missing)?;
     let target = asyncapi::Target {
-        host: super::asyncapi::default_host(&compiled.document),
-        tls: super::asyncapi::default_tls(&compiled.document),
+        host: crate::dashboard::manage::asyncapi::default_host(&compiled.document),
+        tls: crate::dashboard::manage::asyncapi::default_tls(&compiled.document),
         brokers: false,
     };
     Reply::json(StatusCode::OK, asyncapi::document(&compiled, &target))

@@ -8,22 +8,41 @@
 //!
 //! A developer sees their own apps only: any other app is "not found".
 
-use std::collections::BTreeMap;
-
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::deliveries::{self, DeliveryDetail};
 use super::developers::{check_csrf, signed_in, SignedIn};
-use super::error::{ApiError, ErrorBody};
-use super::gateway_keys::{key_error, keys};
-use super::ids::{new_id, now, rfc3339};
-use super::portal::{self as products, Subscription};
-use super::request::{Ctx, Reply};
-use crate::gateway::keys::{AccessRight, KeyRequest};
+use super::domain;
+use super::keys::{issue_key, revoke_key_id, revoke_keys, swap_key, KeyOf};
+use super::publisher::{subscription_view, Subscription};
+use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::ids::{new_id, now, rfc3339};
+use crate::dashboard::manage::deliveries::{self, DeliveryDetail};
+use crate::dashboard::request::{Ctx, Reply};
 use crate::store::{AppRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING_APPROVAL};
+
+/// The path of one of a developer's apps (its organisation is the session's to check).
+#[derive(Deserialize)]
+struct AppPath {
+    #[serde(rename = "appId")]
+    app: String,
+}
+
+/// The path of one subscription of an app.
+#[derive(Deserialize)]
+struct SubscriptionPath {
+    #[serde(rename = "subscriptionId")]
+    subscription: String,
+}
+
+/// The path of one delivery to an app's subscriptions.
+#[derive(Deserialize)]
+struct DeliveryPath {
+    #[serde(rename = "deliveryId")]
+    delivery: String,
+}
 
 /// The event a test delivery carries.
 pub const TEST_EVENT: &str = "sluice.test";
@@ -131,19 +150,19 @@ fn view(app: AppRecord, product: Option<&ProductRecord>) -> DeveloperApp {
         webhooks: app
             .subscriptions
             .into_iter()
-            .map(products::subscription_view)
+            .map(subscription_view)
             .collect(),
         created_at: rfc3339(app.created_at),
     }
 }
 
-/// The signed-in developer's app named by path parameter 1, with its product.
+/// The signed-in developer's app that the path names, with its product.
 async fn own_app(ctx: &Ctx, signed: &SignedIn) -> Result<(AppRecord, ProductRecord), ApiError> {
     let org = &signed.developer.org_id;
     let app = ctx
         .state
         .store
-        .app(org, ctx.param(1))
+        .app(org, &ctx.path::<AppPath>()?.app)
         .await?
         .filter(|a| a.developer_id.as_deref() == Some(signed.developer.id.as_str()))
         .ok_or_else(|| ApiError::not_found("app"))?;
@@ -161,153 +180,6 @@ async fn writer(ctx: &Ctx) -> Result<SignedIn, ApiError> {
     let signed = signed_in(ctx).await?;
     check_csrf(ctx, Some(&signed))?;
     Ok(signed)
-}
-
-/// A new gateway key for `app`, reaching the product's APIs that still exist.
-/// `None` when the product offers no API that exists (a product of webhooks only): a
-/// key would reach nothing.
-async fn issue_key(
-    ctx: &Ctx,
-    app: &AppRecord,
-    product: &ProductRecord,
-) -> Result<Option<(String, String)>, ApiError> {
-    let org = &app.org_id;
-    let apis = api_ids_of(ctx, org).await?;
-    let access_rights = access_rights(product, &apis);
-    if access_rights.is_empty() {
-        return Ok(None);
-    }
-    let mut meta = serde_json::Map::new();
-    meta.insert("portal_app".into(), app.id.clone().into());
-    meta.insert("portal_product".into(), product.id.clone().into());
-    if let Some(developer) = &app.developer_id {
-        meta.insert("portal_developer".into(), developer.clone().into());
-    }
-    let request = KeyRequest {
-        org_id: Some(org.clone()),
-        access_rights,
-        meta,
-        ..KeyRequest::default()
-    };
-    let known = move |id: &str| apis.iter().any(|a| a == id);
-    let (token, _, session) = keys(ctx).create(request, &known).await.map_err(key_error)?;
-    Ok(Some((session.id, token)))
-}
-
-/// Whose gateway keys to revoke. Every key the portal makes names its app, product and
-/// developer in its `meta`.
-pub(super) enum KeyOf<'a> {
-    App(&'a str),
-    Product(&'a str),
-    Developer(&'a str),
-}
-
-impl KeyOf<'_> {
-    fn matches(&self, meta: &serde_json::Map<String, serde_json::Value>) -> bool {
-        let (name, id) = match self {
-            KeyOf::App(id) => ("portal_app", id),
-            KeyOf::Product(id) => ("portal_product", id),
-            KeyOf::Developer(id) => ("portal_developer", id),
-        };
-        meta.get(name).and_then(serde_json::Value::as_str) == Some(*id)
-    }
-}
-
-/// Revokes every gateway key of the organisation that `of` names. Keys are found by
-/// what their `meta` says rather than by the `key_id` an app holds, so that a key made
-/// by a request that raced this one goes too. One that cannot be deleted is logged.
-pub(super) async fn revoke_keys(ctx: &Ctx, org: &str, of: KeyOf<'_>) -> Result<(), ApiError> {
-    let keys = keys(ctx);
-    let sessions = keys.list_of(Some(org)).await.map_err(key_error)?;
-    for s in sessions.iter().filter(|s| of.matches(&s.policy.meta)) {
-        revoke_key_id(ctx, &s.id).await;
-    }
-    Ok(())
-}
-
-/// Sets the access rights of every key of `product`'s apps to the product's APIs as they
-/// are now: an API taken out of a product is closed to its keys at once.
-pub(super) async fn rescope_keys(ctx: &Ctx, product: &ProductRecord) -> Result<(), ApiError> {
-    let keys = keys(ctx);
-    let org = &product.org_id;
-    let apis = api_ids_of(ctx, org).await?;
-    let rights = access_rights(product, &apis);
-    let known = move |id: &str| apis.iter().any(|a| a == id);
-    let sessions = keys.list_of(Some(org)).await.map_err(key_error)?;
-    for s in sessions
-        .iter()
-        .filter(|s| KeyOf::Product(&product.id).matches(&s.policy.meta))
-    {
-        if s.policy.access_rights == rights {
-            continue;
-        }
-        // A key must name an API: with none left, it reaches nothing and goes.
-        if rights.is_empty() {
-            revoke_key_id(ctx, &s.id).await;
-            continue;
-        }
-        let request = KeyRequest {
-            org_id: Some(org.clone()),
-            access_rights: rights.clone(),
-            meta: s.policy.meta.clone(),
-            ..KeyRequest::default()
-        };
-        keys.update(&s.id, request, &known)
-            .await
-            .map_err(key_error)?;
-    }
-    Ok(())
-}
-
-async fn api_ids_of(ctx: &Ctx, org: &str) -> Result<Vec<String>, ApiError> {
-    Ok(ctx
-        .state
-        .store
-        .list_apis_of_org(org)
-        .await?
-        .into_iter()
-        .map(|a| a.id)
-        .collect())
-}
-
-/// What a key of `product`'s apps may reach: its APIs that exist.
-fn access_rights(product: &ProductRecord, apis: &[String]) -> BTreeMap<String, AccessRight> {
-    product
-        .api_ids
-        .iter()
-        .filter(|id| apis.contains(id))
-        .map(|id| (id.clone(), AccessRight::default()))
-        .collect()
-}
-
-/// Revokes one gateway key; a failure is logged.
-async fn revoke_key_id(ctx: &Ctx, id: &str) {
-    if let Err(e) = keys(ctx).delete(id).await {
-        super::developers::revoke_failed(id, e);
-    }
-}
-
-/// Gives `app` the new key `new` in place of `old`, or revokes `new` when the app
-/// changed meanwhile (another rotation, a refusal, a deletion): 409 then.
-async fn swap_key(
-    ctx: &Ctx,
-    app: &AppRecord,
-    old: Option<&str>,
-    new: &str,
-) -> Result<(), ApiError> {
-    let swapped = ctx
-        .state
-        .store
-        .swap_app_key(&app.org_id, &app.id, old, Some(new), now())
-        .await;
-    if !matches!(swapped, Ok(true)) {
-        revoke_key_id(ctx, new).await;
-        swapped?;
-        return Err(ApiError::Conflict(
-            "the app changed meanwhile (its key was rotated or revoked, or its access refused): read it again".into(),
-        ));
-    }
-    Ok(())
 }
 
 #[utoipa::path(
@@ -355,7 +227,7 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     // Each one may make a gateway key: deleting and making apps in a loop must not.
     per_developer(&ctx, &signed, "apps", WRITES_PER_MINUTE)?;
     let input: DeveloperAppInput = ctx.json()?;
-    products::check_text("name", &input.name, true, 200)?;
+    domain::check_text("name", &input.name, true, 200)?;
     let d = &signed.developer;
     let store = &ctx.state.store;
     let product = if input.product_id.contains('\0') {
@@ -371,7 +243,7 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
         ))
     })?;
     let auto =
-        products::KeyApproval::stored_or_auto(&product.key_approval) == products::KeyApproval::Auto;
+        domain::KeyApproval::stored_or_auto(&product.key_approval) == domain::KeyApproval::Auto;
     let at = now();
     let mut app = AppRecord {
         id: new_id(),
@@ -399,8 +271,8 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     }
     let mut key = None;
     if auto {
-        if let Some((key_id, token)) = issue_key(&ctx, &app, &product).await? {
-            swap_key(&ctx, &app, None, &key_id).await?;
+        if let Some((key_id, token)) = issue_key(&ctx.state.store, &app, &product).await? {
+            swap_key(&ctx.state.store, &app, None, &key_id).await?;
             app.key_id = Some(key_id);
             key = Some(token);
         }
@@ -455,7 +327,7 @@ pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, _) = own_app(&ctx, &signed).await?;
     ctx.state.store.delete_app(&app.org_id, &app.id).await?;
-    revoke_keys(&ctx, &app.org_id, KeyOf::App(&app.id)).await?;
+    revoke_keys(&ctx.state.store, &app.org_id, KeyOf::App(&app.id)).await?;
     Reply::outcome(StatusCode::OK, "app deleted", Some(&app.id), &app.id)
 }
 
@@ -479,27 +351,27 @@ pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn rotate_key(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, product) = own_app(&ctx, &signed).await?;
-    approved(&app)?;
+    domain::approved(&app)?;
     if !product.published {
         return Err(ApiError::Conflict(format!(
             "product `{}` is no longer published: it issues no new keys",
             product.name
         )));
     }
-    ctx.state.accounts.attempt(
+    ctx.state.portal.accounts.attempt(
         &format!("portal:keys:{}", app.id),
         KEYS_PER_MINUTE,
         std::time::Duration::from_secs(60),
     )?;
-    let Some((key_id, key)) = issue_key(&ctx, &app, &product).await? else {
+    let Some((key_id, key)) = issue_key(&ctx.state.store, &app, &product).await? else {
         return Err(ApiError::Conflict(format!(
             "product `{}` offers no API yet: there is no key to issue",
             product.name
         )));
     };
-    swap_key(&ctx, &app, app.key_id.as_deref(), &key_id).await?;
+    swap_key(&ctx.state.store, &app, app.key_id.as_deref(), &key_id).await?;
     if let Some(old) = &app.key_id {
-        revoke_key_id(&ctx, old).await;
+        revoke_key_id(&ctx.state.store, old).await;
     }
     Reply::json(StatusCode::CREATED, NewKey { key_id, key })
 }
@@ -531,18 +403,8 @@ pub async fn revoke_key(ctx: Ctx) -> Result<Reply, ApiError> {
         .store
         .swap_app_key(&app.org_id, &app.id, Some(&key_id), None, now())
         .await?;
-    revoke_key_id(&ctx, &key_id).await;
+    revoke_key_id(&ctx.state.store, &key_id).await;
     Reply::outcome(StatusCode::OK, "key revoked", Some(&key_id), &app.id)
-}
-
-fn approved(app: &AppRecord) -> Result<(), ApiError> {
-    if app.status == APPROVED {
-        return Ok(());
-    }
-    Err(ApiError::Conflict(format!(
-        "the app's access to its product is {}: it gets a key once the publisher approves it",
-        app.status
-    )))
 }
 
 #[utoipa::path(
@@ -572,48 +434,19 @@ pub async fn subscribe(ctx: Ctx) -> Result<Reply, ApiError> {
     per_developer(&ctx, &signed, "subscribe", WRITES_PER_MINUTE)?;
     let input: DeveloperSubscriptionInput = ctx.json()?;
     let (mut app, product) = own_app(&ctx, &signed).await?;
-    approved(&app)?;
-    if app.subscriptions.len() >= products::MAX_SUBSCRIPTIONS {
-        return Err(ApiError::Conflict(format!(
-            "an app has at most {} subscriptions",
-            products::MAX_SUBSCRIPTIONS
-        )));
-    }
-    let url = products::check_url("url", &input.url)?;
+    domain::approved(&app)?;
+    domain::room_for_subscription(&app)?;
+    let url = domain::check_url("url", &input.url)?;
     reachable(&ctx, &url).await?;
-    if input.events.is_empty() {
-        return Err(ApiError::bad_request(
-            "invalid field `events`: choose at least one event",
-        ));
-    }
-    if input.events.len() > products::MAX_LIST_LEN {
-        return Err(ApiError::bad_request(format!(
-            "invalid field `events`: at most {} events",
-            products::MAX_LIST_LEN
-        )));
-    }
-    for (i, event) in input.events.iter().enumerate() {
-        let field = format!("events[{i}]");
-        if input.events[..i].contains(event) {
-            return Err(ApiError::bad_request(format!(
-                "invalid field `{field}`: `{event}` is listed twice"
-            )));
-        }
-        if !product.webhooks_enabled || !product.events.contains(event) {
-            return Err(ApiError::bad_request(format!(
-                "invalid field `{field}`: `{event}` is not an event product `{}` opens to subscription",
-                product.name
-            )));
-        }
-    }
+    domain::check_chosen_events(&product, &input.events)?;
     let secret = match input.secret {
         Some(secret) => {
-            products::check_secret("secret", &secret)?;
+            domain::check_secret("secret", &secret)?;
             secret
         }
-        None => products::generate_secret(),
+        None => domain::generate_secret(),
     };
-    let sealed = products::seal(products::sealer(&ctx)?, &secret)?;
+    let sealed = domain::seal(domain::sealer(ctx.state.sealer.as_ref())?, &secret)?;
     let at = now();
     let subscription = SubscriptionRecord {
         id: new_id(),
@@ -633,7 +466,7 @@ pub async fn subscribe(ctx: Ctx) -> Result<Reply, ApiError> {
     Reply::json(
         StatusCode::CREATED,
         NewSubscription {
-            subscription: products::subscription_view(subscription),
+            subscription: subscription_view(subscription),
             secret,
         },
     )
@@ -662,7 +495,7 @@ fn per_developer(
     kind: &str,
     per_minute: u64,
 ) -> Result<(), ApiError> {
-    ctx.state.accounts.attempt(
+    ctx.state.portal.accounts.attempt(
         &format!("portal:{kind}:{}", signed.developer.id),
         per_minute,
         std::time::Duration::from_secs(60),
@@ -689,7 +522,7 @@ fn per_developer(
 pub async fn unsubscribe(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (mut app, _) = own_app(&ctx, &signed).await?;
-    let id = ctx.param(2).to_owned();
+    let SubscriptionPath { subscription: id } = ctx.path()?;
     let before = app.subscriptions.len();
     app.subscriptions.retain(|s| s.id != id);
     if app.subscriptions.len() == before {
@@ -723,20 +556,20 @@ pub async fn unsubscribe(ctx: Ctx) -> Result<Reply, ApiError> {
 pub async fn test_event(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, product) = own_app(&ctx, &signed).await?;
+    let SubscriptionPath { subscription } = ctx.path()?;
     let sub = app
         .subscriptions
         .iter()
-        .find(|s| s.id == ctx.param(2))
+        .find(|s| s.id == subscription)
         .ok_or_else(|| ApiError::not_found("subscription"))?;
     // Per developer: a new subscription must not bring a fresh allowance.
     per_developer(&ctx, &signed, "test", TESTS_PER_MINUTE)?;
     let id = uuid::Uuid::now_v7().simple().to_string();
     let data = json!({"test": true, "app_id": app.id, "subscription_id": sub.id});
-    let body = products::envelope(&id, TEST_EVENT, &product.id, data);
+    let body = domain::envelope(&id, TEST_EVENT, &product.id, data);
     let now_ms = chrono::Utc::now().timestamp_millis();
     let max_attempts = i64::from(ctx.state.config.webhooks.max_attempts.max(1));
-    let delivery =
-        products::subscription_delivery(sub, &id, TEST_EVENT, body, max_attempts, now_ms);
+    let delivery = domain::subscription_delivery(sub, &id, TEST_EVENT, body, max_attempts, now_ms);
     ctx.state
         .store
         .enqueue_deliveries(
@@ -837,7 +670,8 @@ pub async fn redeliver(ctx: Ctx) -> Result<Reply, ApiError> {
     let signed = writer(&ctx).await?;
     let (app, _) = own_app(&ctx, &signed).await?;
     per_developer(&ctx, &signed, "redeliver", REDELIVERIES_PER_MINUTE)?;
-    let id = ctx.param(2);
+    let DeliveryPath { delivery: id } = ctx.path()?;
+    let id = id.as_str();
     let found = ctx.state.store.delivery(&app.org_id, id).await?;
     let delivery = found
         .map(|(d, _)| d)
