@@ -297,8 +297,8 @@ pub struct BuildError {
 }
 
 /// What a component may use while it is built: kept small on purpose. What only some
-/// components need is handed to them by their own builder (the hub outputs get their
-/// [`crate::output::hub::HubWiring`] that way).
+/// components need is handed to them by their own builder (the hub outputs get the
+/// cluster bus and the input's history as their wiring that way).
 #[derive(Clone)]
 pub struct BuildContext {
     /// Which component is being built, in which stream.
