@@ -949,35 +949,30 @@ fn concatenation_stops_before_it_takes_the_hosts_memory() {
 }
 
 /// Runs `src` as a tenant's mapping over `input`, with a deadline long enough that only
-/// the size bounds can stop it; how long it took.
-fn tenant(src: &str, input: &str) -> (Result<String, String>, std::time::Duration) {
+/// the size bounds can stop it.
+fn tenant(src: &str, input: &str) -> Result<String, String> {
     let env = Env {
         budget: Some(std::time::Duration::from_secs(60)),
         ..Env::default().sandboxed()
     };
     let m = Mapping::compile(src, &env).unwrap_or_else(|d| panic!("`{src}`: {d}"));
     let batch = vec![Message::new(input.as_bytes().to_vec())];
-    let started = std::time::Instant::now();
-    let out = match m.apply(&batch, 0) {
+    match m.apply(&batch, 0) {
         Ok(Some(out)) => Ok(String::from_utf8_lossy(out.payload()).into_owned()),
         Ok(None) => Ok("<deleted>".into()),
         Err(e) => Err(e.to_string()),
-    };
-    (out, started.elapsed())
+    }
 }
 
-/// `src` as a tenant's mapping fails, soon, for building a value past the cap.
+/// `src` as a tenant's mapping fails for building a value past the cap.
 fn stopped_at_the_value_cap(src: &str, input: &str) -> String {
-    let (out, took) = tenant(src, input);
+    let out = tenant(src, input);
     let e = out.expect_err(src);
+    // The bound's own error, not the CPU deadline's: the bound stopped it, not the clock
+    // (a clock would make the test depend on how loaded the machine is).
     assert!(
         e.contains("the mapping built a value larger than 67108864 bytes"),
         "`{src}`: {e}"
-    );
-    // Far below the deadline: the bound stopped it, not the clock.
-    assert!(
-        took < std::time::Duration::from_secs(20),
-        "`{src}` took {took:?}"
     );
     e
 }
@@ -1045,7 +1040,7 @@ root = [$big, $big, $big, $big]"#,
         stopped_at_the_value_cap(src, s);
     }
     // A few kilobytes that inflate past the cap.
-    let (out, _) = tenant(
+    let out = tenant(
         r#"let c = this.s.repeat(6000000).compress("gzip")
 root = ($c + $c + $c).decompress("gzip")"#,
         s,
@@ -1065,13 +1060,13 @@ root.d = $big
 root.e = $big
 root.f = $big
 root.g = $big"#;
-    let (out, _) = tenant(src, r#"{"s":"abcde"}"#);
+    let out = tenant(src, r#"{"s":"abcde"}"#);
     let e = out.unwrap_err();
     assert!(
         e.contains("the mapping stored more than 134217728 bytes"),
         "{e}"
     );
-    let (out, _) = tenant(
+    let out = tenant(
         r#"let big = this.s.repeat(4000000)
 root.a = $big
 meta b = $big"#,
@@ -1094,12 +1089,12 @@ fn within_the_cap_a_tenants_mapping_runs_as_the_operators_does() {
         r#"root = this.doc.format_xml().string().parse_xml()"#,
         "root = range(0, 1000000).length()",
     ] {
-        let (got, _) = tenant(src, input);
+        let got = tenant(src, input);
         assert_eq!(got, run(src, input), "`{src}`");
     }
     // The operator's mappings are not held to the tenant's cap.
     let big = "root = range(0, 26).fold(this.s, t -> t.tally + t.tally).length()";
     assert_eq!(ok(big, r#"{"s":"x"}"#), (1u64 << 26).to_string());
-    let (out, _) = tenant(big, r#"{"s":"x"}"#);
+    let out = tenant(big, r#"{"s":"x"}"#);
     assert!(out.unwrap_err().contains("larger than 67108864 bytes"));
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use http::StatusCode;
 
 use super::apis::{find, Kind};
+use crate::apidef::{self, asyncapi};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
-use crate::apidef::{self, asyncapi};
 use crate::store::StoredApi;
 
 /// The longest `host` accepted.
@@ -64,7 +64,10 @@ const MAX_COMPILED: usize = 256;
 /// A stored definition compiled as the gateway compiles it; `None` when it does not.
 /// Compiling compiles the streams' mappings: off the serving threads, as for a write,
 /// and once per stored text.
-pub async fn compile(ctx: &Ctx, stored: &StoredApi) -> Result<Option<Arc<apidef::Definition>>, ApiError> {
+pub async fn compile(
+    ctx: &Ctx,
+    stored: &StoredApi,
+) -> Result<Option<Arc<apidef::Definition>>, ApiError> {
     let key = (
         stored.id.clone(),
         xxhash_rust::xxh64::xxh64(stored.document.as_bytes(), 0),

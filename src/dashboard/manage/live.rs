@@ -12,9 +12,9 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::apis::{find, Kind};
+use crate::apidef::streaming::{self, STREAMING};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
-use crate::apidef::streaming::{self, STREAMING};
 use crate::metrics as m;
 
 /// The live view of a streaming API.

@@ -10,9 +10,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::apis::{find, Kind};
+use crate::apidef::streaming::{self, STREAMING};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
-use crate::apidef::streaming::{self, STREAMING};
 use crate::stream::health::{Health, StreamHealth};
 
 /// The health of a streaming API's streams.

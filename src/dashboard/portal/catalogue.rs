@@ -11,9 +11,9 @@ use utoipa::ToSchema;
 
 use super::developers::OrgPath;
 use super::domain::KeyApproval;
+use crate::apidef::{asyncapi, streaming::STREAMING, EXTENSION};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
-use crate::apidef::{asyncapi, streaming::STREAMING, EXTENSION};
 use crate::store::ProductRecord;
 
 /// The path of one streaming API of a published product.
