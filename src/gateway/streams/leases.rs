@@ -127,11 +127,20 @@ impl Leases {
                 .collect();
             ids.into_iter().cloned().collect()
         };
-        let current = if ids.is_empty() {
+        let mut stored = if ids.is_empty() {
             HashMap::new()
         } else {
             keys.current(&ids).await?
         };
+        // Every key asked for, found or gone: a lease opened since the ids were taken
+        // names a key not asked for, which this review leaves alone.
+        let current: HashMap<String, Option<Session>> = ids
+            .into_iter()
+            .map(|id| {
+                let key = stored.remove(&id);
+                (id, key)
+            })
+            .collect();
         let now = chrono::Utc::now().timestamp();
         Ok(self.end_where(|terms| verdict(terms, now, Some(&current), Some(table))))
     }
@@ -167,12 +176,12 @@ impl Leases {
 }
 
 /// Why the connection let in on `terms` may no longer be served at `now`, if it may not.
-/// `keys` (the stored keys among those of the leases, by id) and `table` are left out
-/// between full reviews, when only the clock is looked at.
+/// `keys` (each key asked for, by id, as stored or `None` when gone) and `table` are
+/// left out between full reviews, when only the clock is looked at.
 fn verdict(
     terms: &Terms,
     now: i64,
-    keys: Option<&HashMap<String, Session>>,
+    keys: Option<&HashMap<String, Option<Session>>>,
     table: Option<&Table>,
 ) -> Option<Revoked> {
     if terms.token_expires.is_some_and(|exp| exp <= now) {
@@ -185,7 +194,7 @@ fn verdict(
         return Some(Revoked::ApiGone);
     };
     let key_id = terms.key_id.as_ref()?;
-    let Some(key) = keys.get(key_id) else {
+    let Some(key) = keys.get(key_id)?.as_ref() else {
         return Some(Revoked::KeyDeleted);
     };
     if key.policy.inactive {

@@ -364,7 +364,10 @@ impl StreamHost {
             .and_then(|c| c.get("exp"))
             .and_then(Value::as_f64)
             .map(|exp| exp as i64);
-        if caller.key_id.is_none() && token_expires.is_none() {
+        // Only a GET stays open (an event stream, a long poll, a WebSocket); a publish
+        // is answered at once and needs no lease.
+        if req.method() != http::Method::GET || (caller.key_id.is_none() && token_expires.is_none())
+        {
             return handler.call(req);
         }
         let ending = self.leases.open(leases::Terms {
