@@ -29,6 +29,12 @@ pub const STREAM_STATE: &str = "sluice_stream_state";
 pub const STREAM_RECOVERIES: &str = "sluice_stream_recoveries_total";
 /// Streams stopped for good because an input gave up connecting (label `stream`).
 pub const STREAM_FAILURES: &str = "sluice_stream_failures_total";
+/// Open stream connections ended because their access no longer holds, by `api_id` and
+/// `reason`.
+pub const STREAM_CONNECTIONS_REVOKED: &str = "sluice_stream_connections_revoked_total";
+/// Changes of a running stream, by `api_id` and `outcome`: `live` (its clients stayed
+/// connected), `clients_ended` (a hub's routes or settings changed), `failed`.
+pub const STREAM_CHANGES: &str = "sluice_stream_changes_total";
 
 // Stream analytics of the HTTP stream routes (SSE, raw streams, WebSocket, GET), labelled
 // with the standard labels plus `route` (from config) and `transport`.
@@ -81,6 +87,8 @@ pub const ALL: &[&str] = &[
     STREAM_STATE,
     STREAM_RECOVERIES,
     STREAM_FAILURES,
+    STREAM_CONNECTIONS_REVOKED,
+    STREAM_CHANGES,
     HTTP_STREAM_CONNECTION_ATTEMPTS,
     HTTP_STREAM_ACTIVE_CONNECTIONS,
     HTTP_STREAM_DELIVERED_MESSAGES,

@@ -26,6 +26,7 @@ mod kafka;
 mod layering;
 mod limit_redis;
 mod lint;
+mod live_changes;
 mod live_streams;
 mod mapping;
 mod mqtt;

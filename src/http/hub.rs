@@ -269,8 +269,9 @@ impl RouteMetrics {
     }
 }
 
-/// How a hub behaves.
-#[derive(Debug, Clone)]
+/// How a hub behaves. A hub kept across a change of its stream is kept only when these
+/// are the same.
+#[derive(Debug, Clone, PartialEq)]
 pub struct HubOptions {
     pub mode: DeliveryMode,
     pub replay: ReplayConfig,
@@ -334,7 +335,12 @@ pub struct Hub {
     opts: HubOptions,
     state: Mutex<State>,
     joined: Notify,
-    shutdown: CancellationToken,
+    /// Cancelled when the hub is retired: its clients' connections end. The stream that
+    /// writes to it may stop without retiring it (a change keeps it for the next).
+    retired: CancellationToken,
+    /// Whether a reader of the cluster's bus feeds it already: one per hub, for as long
+    /// as the hub lives, whichever stream writes to it.
+    fed: std::sync::atomic::AtomicBool,
     /// Where a client resuming from before the replay buffer is caught up from, when
     /// the ids are positions in a broker that keeps what came before.
     history: OnceLock<Arc<dyn super::record::History>>,
@@ -361,7 +367,8 @@ impl Drop for Subscription {
 }
 
 impl Hub {
-    pub fn new(opts: HubOptions, shutdown: CancellationToken) -> Arc<Self> {
+    /// A hub whose clients are served until `retired` is cancelled.
+    pub fn new(opts: HubOptions, retired: CancellationToken) -> Arc<Self> {
         // Ids start at the current time in microseconds, so they keep growing across
         // restarts and a client resuming with an id from an earlier run is told of the
         // gap instead of being matched to an unrelated event.
@@ -385,7 +392,8 @@ impl Hub {
                 next_conn: 1,
             }),
             joined: Notify::new(),
-            shutdown,
+            retired,
+            fed: Default::default(),
             history: OnceLock::new(),
             catching_up: Default::default(),
             catch_up_starts: Mutex::new((Instant::now(), 0)),
@@ -451,6 +459,20 @@ impl Hub {
 
     pub fn mode(&self) -> DeliveryMode {
         self.opts.mode
+    }
+
+    pub fn options(&self) -> &HubOptions {
+        &self.opts
+    }
+
+    /// Cancelled when the hub is retired: a client's connection ends with it.
+    pub fn retired(&self) -> &CancellationToken {
+        &self.retired
+    }
+
+    /// True for the first caller only: that one starts the hub's bus reader.
+    pub fn start_feeding(&self) -> bool {
+        !self.fed.swap(true, std::sync::atomic::Ordering::AcqRel)
     }
 
     pub fn clients(&self) -> usize {
@@ -651,8 +673,16 @@ impl Hub {
         Stopped
     }
 
+    /// Resolves when the writer stops (`stop`) or the hub is retired.
+    async fn halted(&self, stop: &CancellationToken) {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = self.retired.cancelled() => {}
+        }
+    }
+
     /// Waits until at least one client is connected.
-    async fn wait_for_client(&self) -> Result<(), Stopped> {
+    async fn wait_for_client(&self, stop: &CancellationToken) -> Result<(), Stopped> {
         loop {
             let joined = self.joined.notified();
             tokio::pin!(joined);
@@ -662,7 +692,7 @@ impl Hub {
             }
             tokio::select! {
                 _ = joined => {}
-                _ = self.shutdown.cancelled() => return Err(self.stopped()),
+                _ = self.halted(stop) => return Err(self.stopped()),
             }
         }
     }
@@ -674,16 +704,26 @@ impl Hub {
     /// Delivers `batch`: returns once a client wrote it (round robin) or every client
     /// connected when it was sent did, at least one successfully (broadcast).
     pub async fn publish(&self, batch: &Batch) -> Result<(), Stopped> {
+        self.publish_until(batch, &self.retired).await
+    }
+
+    /// As [`publish`](Self::publish), giving up while waiting for a client once `stop`
+    /// (the writing stream's shutdown) is cancelled: the hub may outlive its writer.
+    pub async fn publish_until(
+        &self,
+        batch: &Batch,
+        stop: &CancellationToken,
+    ) -> Result<(), Stopped> {
         if batch.is_empty() {
             return Ok(());
         }
         match self.opts.mode {
-            DeliveryMode::RoundRobin => self.publish_one(batch).await,
-            DeliveryMode::Broadcast => self.publish_all(batch).await,
+            DeliveryMode::RoundRobin => self.publish_one(batch, stop).await,
+            DeliveryMode::Broadcast => self.publish_all(batch, stop).await,
         }
     }
 
-    async fn publish_one(&self, batch: &Batch) -> Result<(), Stopped> {
+    async fn publish_one(&self, batch: &Batch, stop: &CancellationToken) -> Result<(), Stopped> {
         loop {
             let picked = {
                 let mut st = self.state.lock();
@@ -702,7 +742,7 @@ impl Hub {
                 }
             };
             let Some((conn, tx, metrics)) = picked else {
-                self.wait_for_client().await?;
+                self.wait_for_client(stop).await?;
                 continue;
             };
             let permit = tokio::select! {
@@ -716,7 +756,7 @@ impl Hub {
                         continue;
                     }
                 },
-                _ = self.shutdown.cancelled() => return Err(self.stopped()),
+                _ = self.halted(stop) => return Err(self.stopped()),
             };
             let (done, written) = oneshot::channel();
             let chunk = {
@@ -750,7 +790,7 @@ impl Hub {
         }
     }
 
-    async fn publish_all(&self, batch: &Batch) -> Result<(), Stopped> {
+    async fn publish_all(&self, batch: &Batch, stop: &CancellationToken) -> Result<(), Stopped> {
         loop {
             let targets: Vec<_> = {
                 let st = self.state.lock();
@@ -760,7 +800,7 @@ impl Hub {
                     .collect()
             };
             if targets.is_empty() {
-                self.wait_for_client().await?;
+                self.wait_for_client(stop).await?;
                 continue;
             }
             let timeout = self.opts.write_timeout;
@@ -776,7 +816,7 @@ impl Hub {
                         }
                     }
                 })) => r,
-                _ = self.shutdown.cancelled() => return Err(self.stopped()),
+                _ = self.halted(stop) => return Err(self.stopped()),
             };
             let reserved: Vec<_> = reserved.into_iter().flatten().collect();
             if reserved.is_empty() {

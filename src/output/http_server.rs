@@ -203,7 +203,9 @@ impl HttpServerOutputConfig {
                  events of its own, which no position in the broker tells apart",
             ));
         }
-        let hub = Hub::new(
+        let hub = wiring.hub(
+            cx,
+            &[&path, &stream_path, &ws_path],
             HubOptions {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
@@ -212,7 +214,6 @@ impl HttpServerOutputConfig {
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
-            cx.lifecycle.shutdown.clone(),
         );
         let common = Arc::new(Common {
             hub: hub.clone(),
@@ -288,7 +289,7 @@ impl HttpServerOutputConfig {
                     &h::normalize(&ws_path),
                     Transport::WebSocket,
                 ),
-                shutdown: cx.lifecycle.shutdown.clone(),
+                shutdown: hub.retired().clone(),
             });
             let common = common.clone();
             mount(
@@ -417,7 +418,8 @@ impl StreamRoute {
             self.format,
             self.heartbeat,
             self.metrics.clone(),
-            self.common.shutdown.clone(),
+            // The hub's end, not the stream's: a change of the stream keeps its clients.
+            hub.retired().clone(),
         );
         let mut resp = HttpResponse::new(body.boxed());
         let h = resp.headers_mut();

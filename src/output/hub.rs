@@ -8,9 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use super::hubs::Hubs;
 use crate::component::{bus, BuildContext, ConnectorError, Output};
 use crate::http::history::{History, HistoryError, Past};
-use crate::http::hub::{DeliveryMode, Hub};
+use crate::http::hub::{DeliveryMode, Hub, HubOptions};
 use crate::message::Batch;
 
 /// What the stream builder gives a hub output beyond its build context.
@@ -22,6 +23,10 @@ pub struct HubWiring {
     /// In a stream that hands on what its one input read unchanged to one hub output:
     /// the input's record by position, which the output's resuming clients catch up from.
     pub history: Option<Arc<dyn History>>,
+    /// Where the hubs of a gateway API's streams are kept across a change of the stream,
+    /// so that its clients stay connected (see [`super::hubs`]); unset, a hub lives and
+    /// dies with its stream.
+    pub hubs: Option<Arc<Hubs>>,
 }
 
 impl HubWiring {
@@ -34,6 +39,18 @@ impl HubWiring {
                 bus.position_key().map(str::to_owned)
             }
             _ => None,
+        }
+    }
+
+    /// The hub of the output of `cx` that serves `routes`: its earlier version's when the
+    /// stream was changed and the hub kept for it, else a new one.
+    pub(crate) fn hub(&self, cx: &BuildContext, routes: &[&str], opts: HubOptions) -> Arc<Hub> {
+        match &self.hubs {
+            Some(hubs) => {
+                let place = format!("{}|{}", cx.id.path, routes.join("|"));
+                hubs.hub(&cx.id.stream, &place, opts)
+            }
+            None => Hub::new(opts, cx.lifecycle.shutdown.clone()),
         }
     }
 
@@ -52,15 +69,16 @@ impl HubWiring {
                     bus: bus.clone(),
                     topic,
                     hub,
-                    stop: cx.lifecycle.shutdown.clone(),
-                    feeding: std::sync::atomic::AtomicBool::new(false),
                 })
             }
             None => {
                 if let Some(history) = &self.history {
                     hub.set_history(history.clone());
                 }
-                Box::new(HubOutput { hub })
+                Box::new(HubOutput {
+                    hub,
+                    stop: cx.lifecycle.shutdown.clone(),
+                })
             }
         }
     }
@@ -69,12 +87,15 @@ impl HubWiring {
 /// The output side of a hub: writes publish to its clients.
 pub struct HubOutput {
     pub(crate) hub: Arc<Hub>,
+    /// The writer's shutdown: a write waiting for a client gives up with it, while the
+    /// hub may live on for the stream's next version.
+    pub(crate) stop: CancellationToken,
 }
 
 #[async_trait]
 impl Output for HubOutput {
     async fn write(&self, batch: &Batch) -> Result<(), ConnectorError> {
-        Ok(self.hub.publish(batch).await?)
+        Ok(self.hub.publish_until(batch, &self.stop).await?)
     }
 }
 
@@ -104,15 +125,15 @@ struct BusOutput {
     bus: Arc<dyn bus::Bus>,
     topic: String,
     hub: Arc<Hub>,
-    stop: CancellationToken,
-    feeding: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait]
 impl Output for BusOutput {
     async fn connect(&self) -> Result<(), ConnectorError> {
-        // The node's reader starts with the stream and stops with it.
-        if !self.feeding.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        // The node's reader starts with the hub and stops when it is retired: a hub kept
+        // across a change of the stream goes on being fed by the same reader, so that
+        // nothing is read twice.
+        if self.hub.start_feeding() {
             let hub = self.hub.clone();
             let shared = hub.mode() == DeliveryMode::RoundRobin;
             let ready = {
@@ -122,9 +143,12 @@ impl Output for BusOutput {
             tokio::spawn(self.bus.clone().feed(bus::Feed {
                 topic: self.topic.clone(),
                 shared,
-                sink: Arc::new(HubOutput { hub }),
+                sink: Arc::new(HubOutput {
+                    stop: hub.retired().clone(),
+                    hub,
+                }),
                 ready,
-                stop: self.stop.clone(),
+                stop: self.hub.retired().clone(),
                 from: std::time::SystemTime::now() - FEED_MARGIN,
             }));
         }

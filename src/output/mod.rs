@@ -10,6 +10,7 @@ pub mod file;
 pub mod http_client;
 pub mod http_server;
 pub mod hub;
+pub mod hubs;
 pub mod kafka;
 pub mod mqtt;
 pub mod nats;

@@ -125,7 +125,9 @@ impl WebsocketServerOutputConfig {
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }
-        let hub = Hub::new(
+        let hub = wiring.hub(
+            cx,
+            &[&self.path],
             HubOptions {
                 mode: self.delivery,
                 replay: self.replay_buffer.clone(),
@@ -134,7 +136,6 @@ impl WebsocketServerOutputConfig {
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
             },
-            cx.lifecycle.shutdown.clone(),
         );
         let route = WsRoute {
             hub: hub.clone(),
@@ -148,7 +149,8 @@ impl WebsocketServerOutputConfig {
                 &h::normalize(&self.path),
                 Transport::WebSocket,
             ),
-            shutdown: cx.lifecycle.shutdown.clone(),
+            // The hub's end, not the stream's: a change of the stream keeps its clients.
+            shutdown: hub.retired().clone(),
         };
         let route = Arc::new(route);
         let serve = move |req: HttpRequest| {

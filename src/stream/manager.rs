@@ -40,7 +40,9 @@ impl Manager {
     ) -> Result<(), Vec<BuildError>> {
         let mut built = Vec::new();
         let mut errors = Vec::new();
+        let mut names = Vec::new();
         for (name, config) in configs {
+            names.push(name);
             match Stream::build(name, config, &self.env) {
                 Ok(s) => built.push((name.clone(), s)),
                 Err(e) => errors.push(e),
@@ -50,6 +52,9 @@ impl Manager {
             for (name, _) in &built {
                 self.env.routes.unmount_owned_by(&format!("{name}/"));
                 self.env.readiness.remove_prefix(&format!("{name}/"));
+            }
+            if let Some(hubs) = &self.env.hubs {
+                names.iter().for_each(|name| hubs.failed(name));
             }
             return Err(errors);
         }
@@ -62,7 +67,11 @@ impl Manager {
 
     /// Adds one stream to the running set (for callers that start streams one at a time).
     pub fn start(&mut self, name: &str, config: &StreamConfig) -> Result<(), BuildError> {
-        let stream = Stream::build(name, config, &self.env)?;
+        let stream = Stream::build(name, config, &self.env).inspect_err(|_| {
+            if let Some(hubs) = &self.env.hubs {
+                hubs.failed(name);
+            }
+        })?;
         self.streams.insert(name.to_owned(), stream.start());
         Ok(())
     }
@@ -79,6 +88,9 @@ impl Manager {
     pub async fn stop(&mut self, name: &str, timeout: Duration) -> Option<ShutdownReport> {
         let stream = self.streams.remove(name)?;
         let report = stream.stop(timeout).await;
+        if let Some(hubs) = &self.env.hubs {
+            hubs.stopped(name);
+        }
         self.env.routes.unmount_owned_by(&format!("{name}/"));
         self.env.readiness.remove_prefix(&format!("{name}/"));
         Some(ShutdownReport {

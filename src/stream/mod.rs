@@ -131,6 +131,9 @@ pub struct StreamEnv {
     pub owner: Option<Arc<crate::metrics::StreamOwner>>,
     /// The CPU share the streams' tasks are held to (their organisation's), if any.
     pub cpu: Option<Arc<CpuShare>>,
+    /// Where the streams' hubs are kept across a change of a stream, so that its HTTP
+    /// clients stay connected; unset, a hub ends with its stream.
+    pub hubs: Option<Arc<crate::output::hubs::Hubs>>,
 }
 
 impl StreamEnv {
@@ -161,6 +164,7 @@ impl StreamEnv {
             health,
             owner: None,
             cpu: None,
+            hubs: None,
         }
     }
 
@@ -196,6 +200,12 @@ impl StreamEnv {
     /// The same environment with its streams' tasks held to `share`.
     pub fn with_cpu(mut self, share: Option<Arc<CpuShare>>) -> Self {
         self.cpu = share;
+        self
+    }
+
+    /// The same environment keeping its streams' hubs in `hubs` across their changes.
+    pub fn with_hubs(mut self, hubs: Arc<crate::output::hubs::Hubs>) -> Self {
+        self.hubs = Some(hubs);
         self
     }
 
@@ -369,6 +379,7 @@ impl Stream {
                 .first()
                 .filter(|_| hands_on_unchanged(config))
                 .and_then(|i| i.input.history()),
+            hubs: env.hubs.clone(),
         };
         let output = build_output(&config.output, "output", &cx, env, &wiring, &mut errors);
         match output {

@@ -1,7 +1,7 @@
 //! Access decided for the whole life of a stream connection, not only at its first byte.
 //!
-//! Each SSE, long-poll or WebSocket connection that a key or a token let in holds a lease:
-//! who let it in (the key, the token's expiry), on which API, method and path. The leases
+//! Each SSE, long-poll or WebSocket connection holds a lease: who let it in (the key, the
+//! token's expiry, or nobody), on which API, method and path. The leases
 //! are reviewed against the keys as stored and the API table, at once when this gateway
 //! changes or deletes a key (before it answers, so that nothing published after the
 //! answer reaches a revoked client) and every second otherwise; a lease that no longer
@@ -26,6 +26,8 @@ pub enum Revoked {
     NoAccess,
     TokenExpired,
     ApiGone,
+    RouteGone,
+    AuthRequired,
 }
 
 impl Revoked {
@@ -38,6 +40,8 @@ impl Revoked {
             Revoked::NoAccess => "the key no longer has access to this API",
             Revoked::TokenExpired => "the token has expired",
             Revoked::ApiGone => "the API was removed or deactivated",
+            Revoked::RouteGone => "the API no longer serves this stream",
+            Revoked::AuthRequired => "the API now requires credentials",
         }
     }
 
@@ -50,6 +54,8 @@ impl Revoked {
             Revoked::NoAccess => "no_access",
             Revoked::TokenExpired => "token_expired",
             Revoked::ApiGone => "api_gone",
+            Revoked::RouteGone => "route_gone",
+            Revoked::AuthRequired => "auth_required",
         }
     }
 }
@@ -65,6 +71,9 @@ pub struct Terms {
     pub rest: String,
     /// When the caller's token stops being good (its `exp`), in unix seconds.
     pub token_expires: Option<i64>,
+    /// Whether authentication let it in (a key, a token): one that came in without
+    /// credentials is ended when the API starts to require them.
+    pub authenticated: bool,
 }
 
 struct Lease {
@@ -163,7 +172,7 @@ impl Leases {
             };
             lease.ending.end(why.text());
             metrics::counter!(
-                "sluice_stream_connections_revoked_total",
+                crate::metrics::STREAM_CONNECTIONS_REVOKED,
                 "api_id" => lease.terms.api_id.clone(),
                 "reason" => why.label(),
             )
@@ -193,7 +202,15 @@ fn verdict(
     let Some(api) = table.get(&terms.api_id) else {
         return Some(Revoked::ApiGone);
     };
-    let key_id = terms.key_id.as_ref()?;
+    if !api
+        .stream_paths
+        .contains(&crate::http::normalize(&terms.rest))
+    {
+        return Some(Revoked::RouteGone);
+    }
+    let Some(key_id) = terms.key_id.as_ref() else {
+        return (!terms.authenticated && api.auth.is_some()).then_some(Revoked::AuthRequired);
+    };
     let Some(key) = keys.get(key_id)?.as_ref() else {
         return Some(Revoked::KeyDeleted);
     };
@@ -223,6 +240,7 @@ mod tests {
             method: Method::GET,
             rest: "/events".into(),
             token_expires: None,
+            authenticated: key.is_some(),
         }
     }
 

@@ -8,6 +8,7 @@
 // allocation.
 #![allow(clippy::result_large_err)]
 
+mod changes;
 pub mod clients;
 pub mod cluster;
 pub mod context;
@@ -36,6 +37,10 @@ use crate::stream::failures::GiveUp;
 use crate::stream::manager::Manager;
 use crate::stream::StreamEnv;
 
+/// How long a changed stream's new version may take to start, beyond the old one's drain,
+/// while requests for its routes wait.
+const CHANGE_START: Duration = Duration::from_secs(5);
+
 /// The running streams of one API.
 struct ApiStreams {
     /// The organisation that owns the API, whose quotas its streams count against.
@@ -49,6 +54,8 @@ struct ApiStreams {
     /// The serving thread each running stream is on (its index, see [`serving_thread`],
     /// and its runtime), by stream name.
     homes: RwLock<HashMap<String, (usize, tokio::runtime::Handle)>>,
+    /// The changes of the API's streams being applied, and the requests they wait for.
+    changes: changes::Changes,
 }
 
 thread_local! {
@@ -342,15 +349,45 @@ impl StreamHost {
             let served = self.call(handler.as_ref(), api, rest, req, caller);
             return Ok(async move { clients::tracked(served.await, active) }.boxed());
         }
+        // A publish is counted until answered, so that a change of its stream waits for
+        // it; a GET may stay open, on a hub that outlives the change.
+        let served = (req.method() != http::Method::GET).then(|| streams.changes.serve());
         match streams.env.routes.get(&path) {
-            Some(handler) => Ok(self.call(handler.as_ref(), api, rest, req, caller)),
+            Some(handler) => {
+                let answer = self.call(handler.as_ref(), api, rest, req, caller);
+                Ok(match served {
+                    Some(served) => async move {
+                        let resp = answer.await;
+                        drop(served);
+                        resp
+                    }
+                    .boxed(),
+                    None => answer,
+                })
+            }
+            // A stream being changed has taken its routes down until its new version is
+            // up: its requests wait for that instead of missing.
+            None if streams.changes.is_changing() && api.stream_paths.contains(&path) => {
+                drop(served);
+                let handler =
+                    streams
+                        .changes
+                        .after(streams.env.routes.clone(), path, self.change_wait());
+                Ok(self.call(&handler, api, rest, req, caller))
+            }
             None => Err(req),
         }
     }
 
-    /// `handler`'s answer to `req`, held to a lease when a key or a token let the caller
-    /// in: the connection ends once the lease no longer holds ([`leases`]). A WebSocket
-    /// finds the lease's ending in the request; any other answer's body is ended by it.
+    /// How long a request waits for a stream being changed: its old version's drain and
+    /// a start.
+    fn change_wait(&self) -> Duration {
+        self.settings.drain + CHANGE_START
+    }
+
+    /// `handler`'s answer to `req`, held to a lease: the connection ends once the lease no
+    /// longer holds ([`leases`]). A WebSocket finds the lease's ending in the request; any
+    /// other answer's body is ended by it.
     fn call(
         &self,
         handler: &dyn h::Handler,
@@ -366,8 +403,7 @@ impl StreamHost {
             .map(|exp| exp as i64);
         // Only a GET stays open (an event stream, a long poll, a WebSocket); a publish
         // is answered at once and needs no lease.
-        if req.method() != http::Method::GET || (caller.key_id.is_none() && token_expires.is_none())
-        {
+        if req.method() != http::Method::GET {
             return handler.call(req);
         }
         let ending = self.leases.open(leases::Terms {
@@ -376,6 +412,9 @@ impl StreamHost {
             method: req.method().clone(),
             rest: rest.to_owned(),
             token_expires,
+            authenticated: caller.key_id.is_some()
+                || caller.identity.is_some()
+                || caller.claims.is_some(),
         });
         req.extensions_mut().insert(ending.clone());
         let answer = handler.call(req);
@@ -444,6 +483,8 @@ impl StreamHost {
                         if api.posted() {
                             env = env.posted(self.settings.egress.clone());
                         }
+                        // Hubs outlive a change of their stream, so its clients stay.
+                        let env = env.with_hubs(Arc::default());
                         Arc::new(ApiStreams {
                             org: api.org_id.clone(),
                             running: tokio::sync::Mutex::new((
@@ -454,6 +495,7 @@ impl StreamHost {
                             clients: clients::Clients::default(),
                             templates: parking_lot::Mutex::new(BTreeMap::new()),
                             homes: RwLock::new(HashMap::new()),
+                            changes: changes::Changes::default(),
                         })
                     })
                     .clone();
@@ -529,6 +571,26 @@ async fn sync_api(
         .filter(|(name, raw)| wanted.get(name.as_str()).is_none_or(|s| &s.raw != *raw))
         .map(|(name, _)| name.clone())
         .collect();
+    // A changed stream is swapped for its new version: its hubs, with their clients,
+    // wait for the new version, and so do requests for its routes, which come down
+    // before the old version drains (so that none reaches a stream that is stopping).
+    let changed: Vec<String> = stale
+        .iter()
+        .filter(|name| wanted.contains_key(name.as_str()))
+        .cloned()
+        .collect();
+    let hubs = streams.env.hubs.clone().unwrap_or_default();
+    if !changed.is_empty() {
+        streams.changes.begin();
+    }
+    for name in &changed {
+        let full = stream_name(&api.id, name);
+        hubs.hold(&full);
+        manager.env().routes.unmount_owned_by(&format!("{full}/"));
+    }
+    if !changed.is_empty() {
+        streams.changes.quiesce(settings.drain).await;
+    }
     for name in stale {
         manager
             .stop(&stream_name(&api.id, &name), settings.drain)
@@ -562,6 +624,9 @@ async fn sync_api(
                 info!(api_id = %api.id, stream = %name, "Stream started.");
             }
             Err(e) => {
+                if changed.iter().any(|c| c == name) {
+                    metrics::counter!(crate::metrics::STREAM_CHANGES, "api_id" => api.id.clone(), "outcome" => "failed").increment(1);
+                }
                 error!(api_id = %api.id, stream = %name, error = %e, "Stream failed to start.");
                 events.publish(
                     crate::gateway::events::EventKind::StreamError,
@@ -572,6 +637,21 @@ async fn sync_api(
                 );
             }
         }
+    }
+    for name in &changed {
+        let settled = hubs.settle(&stream_name(&api.id, name));
+        if configs.contains_key(name) {
+            let outcome = if settled.retired == 0 {
+                "live"
+            } else {
+                "clients_ended"
+            };
+            metrics::counter!(crate::metrics::STREAM_CHANGES, "api_id" => api.id.clone(), "outcome" => outcome).increment(1);
+            info!(api_id = %api.id, stream = %name, hubs_kept = settled.kept, hubs_retired = settled.retired, "Stream changed.");
+        }
+    }
+    if !changed.is_empty() {
+        streams.changes.end();
     }
 }
 
