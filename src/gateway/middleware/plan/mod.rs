@@ -1,7 +1,10 @@
 //! An API's plan: the steps that act on its requests, each holding what it compiled from
 //! the API, in the order they run. The list is the decision: a step not in it does not
-//! run, and an API with none goes straight to the proxy. It is compiled once, with the
-//! table of APIs, so nothing a step needs is worked out again per request.
+//! run, and an API with none goes straight to the proxy. It is compiled when the table of
+//! APIs is built, so nothing a step needs is worked out again per request.
+//!
+//! A new step is a file beside the others (its compiled form, `compile`, its run), and
+//! here a variant, its place in [`compile`], its name and its arms in the phases.
 
 use super::{
     api_limit, auth, cache, cors, headers, key_checks, key_limits, mock, size_limit, stream,
