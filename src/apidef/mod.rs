@@ -127,18 +127,25 @@ impl Definition {
         method: &Method,
         path: &str,
     ) -> Option<(&Operation, Vec<(String, String)>)> {
-        let mut best: Option<(usize, &Operation, Params)> = None;
-        for op in &self.operations {
+        self.operation_index(method, path)
+            .map(|(i, params)| (&self.operations[i], params))
+    }
+
+    /// As [`operation`](Definition::operation), by the operation's place in
+    /// `operations`: what the gateway compiled per operation is kept in that order.
+    pub fn operation_index(&self, method: &Method, path: &str) -> Option<(usize, Params)> {
+        let mut best: Option<(usize, usize, Params)> = None;
+        for (i, op) in self.operations.iter().enumerate() {
             if op.method != method {
                 continue;
             }
             if let Some((score, params)) = op.template.matches(path) {
                 if best.as_ref().is_none_or(|(s, _, _)| score > *s) {
-                    best = Some((score, op, params));
+                    best = Some((score, i, params));
                 }
             }
         }
-        best.map(|(_, op, params)| (op, params))
+        best.map(|(_, i, params)| (i, params))
     }
 
     /// The part of a request path below the listen path, or `None` if it is not below.

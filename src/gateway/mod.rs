@@ -1,7 +1,8 @@
 //! The gateway (`sluice gateway`): serves APIs defined as OpenAPI documents with
-//! `x-sluice-api-gateway`, runs the middleware chain on every request and proxies what
-//! no step answered to the API's upstream. Its own API, under `/sluice/`, manages keys
-//! and reloads; `/ping`, `/ready` and `/metrics` report on it.
+//! `x-sluice-api-gateway`, runs each request through the steps of its API and proxies
+//! what no step answered to the API's upstream (the phases in order: `request`). Its own
+//! API, under `/sluice/`, manages keys and reloads; `/ping`, `/ready` and `/metrics`
+//! report on it.
 
 pub mod admin;
 pub mod api;
@@ -14,6 +15,9 @@ mod lockout;
 pub mod middleware;
 pub mod proxy;
 pub mod reply;
+mod request;
+pub mod response_cache;
+pub mod services;
 mod shared;
 pub mod streams;
 pub mod table;
@@ -28,21 +32,21 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::info;
 
 use crate::connect::tls::TlsError;
 use crate::http::{self as h, HttpResponse};
 use crate::limit::{self, Limiter};
 use crate::server::{self, Service, Timeouts};
 use crate::store::Store;
-use crate::telemetry;
 use crate::webhook::{Deliverer, Templates};
 use config::GatewayConfig;
 use events::EventBus;
 use keys::Keys;
-use middleware::cache::ResponseCache;
-use middleware::Ctx;
-use proxy::{Origin, Proxy};
+use proxy::Proxy;
+use request::Serving;
+use response_cache::ResponseCache;
+use services::Services;
 use streams::StreamHost;
 use table::{ApiTable, Sources};
 
@@ -165,14 +169,12 @@ impl Gateway {
             config.keys.cache_ttl.0,
             config.secret.as_deref(),
         );
-        let shared = Arc::new(Shared {
-            table,
+        let services = Services {
             keys,
             limiter,
             proxy,
             cache: ResponseCache::default(),
             events: events.clone(),
-            metrics,
             streams: StreamHost::new(
                 events,
                 streams::StreamSettings {
@@ -189,11 +191,18 @@ impl Gateway {
                     bus,
                 },
             ),
+            tls: tls.is_some(),
+            config,
+        };
+        let shared = Arc::new(Shared {
+            failed_secrets: lockout::FailedSecrets::new(
+                services.config.control.failed_secrets_per_minute,
+            ),
+            services,
+            table,
+            metrics,
             reload_now: tokio::sync::Notify::new(),
             ready: AtomicBool::new(false),
-            tls: tls.is_some(),
-            failed_secrets: lockout::FailedSecrets::new(config.control.failed_secrets_per_minute),
-            config,
         });
         // Streams start once the serving threads run (see `serve`).
         shared.table.refresh(true).await;
@@ -268,7 +277,11 @@ impl Gateway {
         let service: Service = Arc::new(Serving(shared));
         let placement: server::Placement = {
             let shared = self.shared.clone();
-            Arc::new(move |path| shared.streams.home(&shared.table.current(), path))
+            Arc::new(move |path| {
+                let table = shared.table.current();
+                let api = table.route(path)?;
+                shared.streams.home(api, path)
+            })
         };
         info!(address = %self.address, tls = self.tls.is_some(), "Gateway listening.");
         // One thread per core, each with a runtime and a listener of its own: a request
@@ -347,7 +360,10 @@ impl Gateway {
         }
         runtimes.sort_by_key(|(i, _)| *i);
         self.shared.streams.run_on(runtimes);
-        self.shared.streams.sync(&self.shared.table.current()).await;
+        self.shared
+            .streams
+            .sync(self.shared.table.current().all())
+            .await;
         // Ready once the APIs' streams run: before, a stream path would find no stream.
         self.shared.ready.store(true, Ordering::Release);
         stop.cancelled().await;
@@ -370,38 +386,6 @@ impl Gateway {
     }
 }
 
-/// The gateway as the server's service: a request's work borrows `Shared` from here.
-struct Serving(Arc<Shared>);
-
-impl server::Serve for Serving {
-    fn call(
-        &self,
-        req: http::Request<h::Body>,
-        peer: SocketAddr,
-    ) -> futures::future::BoxFuture<'_, HttpResponse> {
-        let gw = &*self.0;
-        let req = gw.watch_body(req);
-        let path = req.uri().path();
-        if path == "/ping" {
-            return Box::pin(std::future::ready(h::text(StatusCode::OK, "pong")));
-        }
-        let table = gw.table.for_request();
-        let Some(at) = table.position(path) else {
-            let resp = reply::error(StatusCode::NOT_FOUND, "no API is served at this path");
-            return Box::pin(std::future::ready(resp));
-        };
-        // Routed before the future is made, so that each kind of request gets a future
-        // sized for its own work: every request's future is copied to the heap whole,
-        // and the chain's is several times the proxy's. Boxed where it is made: through
-        // `FutureExt::boxed` the whole future was copied once more on its way.
-        if table.at(at).passes_through() {
-            Box::pin(gw.pass_through(table, at, req, peer))
-        } else {
-            Box::pin(gw.handle(table, at, req, peer))
-        }
-    }
-}
-
 /// Connections the control port holds open at once: Prometheus and operators.
 const CONTROL_CONNECTIONS: usize = 256;
 
@@ -415,7 +399,7 @@ impl server::Serve for Control {
         peer: SocketAddr,
     ) -> futures::future::BoxFuture<'_, HttpResponse> {
         let gw = &*self.0;
-        let req = gw.watch_body(req);
+        let req = request::watch_body(gw, req);
         let path = req.uri().path();
         if let Some(own) = gw.own_answer(path) {
             return Box::pin(std::future::ready(own));
@@ -500,199 +484,6 @@ impl Shared {
             },
             _ => return None,
         })
-    }
-
-    /// A request with a body gets a timer on it: a body that stalls for longer than
-    /// `http.body_read_timeout` ends the request. One without has nothing to stall on.
-    fn watch_body(&self, req: http::Request<h::Body>) -> http::Request<h::Body> {
-        if http_body::Body::is_end_stream(req.body()) {
-            return req;
-        }
-        let idle = self.config.http.body_read_timeout.0;
-        req.map(|body| h::boxed(h::IdleTimeout::new(body, idle)))
-    }
-
-    /// Answers a request for the API at `at` in `table` through the middleware chain.
-    async fn handle(
-        &self,
-        table: table::TableRef,
-        at: usize,
-        req: http::Request<h::Body>,
-        peer: SocketAddr,
-    ) -> HttpResponse {
-        let mut seen = Received::of(&req, peer, self.config.access_log);
-        let api = table.at(at);
-        let trace = seen.span(&req, &api.id, self.config.access_log);
-        let rest = api.below(seen.uri.path()).unwrap_or("");
-        let op = api.operation(&seen.method, if rest.is_empty() { "/" } else { rest });
-        let resp = middleware::run(Ctx {
-            gw: self,
-            api,
-            op,
-            rest,
-            req,
-            origin: self.origin(peer),
-            session: None,
-            identity: None,
-            claims: None,
-            limit: None,
-            trace: trace.as_ref(),
-        })
-        .await;
-        self.record(api, &seen, &resp);
-        end_request_span(trace, &resp);
-        resp
-    }
-
-    /// Answers a request for the API at `at` in `table`, on which no middleware step acts
-    /// ([`api::Api::passes_through`]): the proxy alone.
-    async fn pass_through(
-        &self,
-        table: table::TableRef,
-        at: usize,
-        req: http::Request<h::Body>,
-        peer: SocketAddr,
-    ) -> HttpResponse {
-        let mut seen = Received::of(&req, peer, self.config.access_log);
-        let api = table.at(at);
-        let trace = seen.span(&req, &api.id, self.config.access_log);
-        let mut req = req;
-        let upstream = middleware::upstream_span(trace.as_ref(), &mut req);
-        let rest = api.below(seen.uri.path()).unwrap_or("");
-        let forwarded = self.proxy.forward(api, req, rest, &self.origin(peer)).await;
-        middleware::end_upstream_span(upstream, &forwarded);
-        let resp = match forwarded {
-            Ok(resp) => resp,
-            Err(e) => middleware::proxy_failed(self, api, None, rest, e),
-        };
-        self.record(api, &seen, &resp);
-        end_request_span(trace, &resp);
-        resp
-    }
-
-    fn origin(&self, peer: SocketAddr) -> Origin {
-        Origin {
-            peer,
-            tls: self.tls,
-        }
-    }
-
-    /// A request's metrics and access log line.
-    fn record(&self, api: &api::Api, seen: &Received, resp: &HttpResponse) {
-        let (status, took) = (resp.status(), seen.started.elapsed());
-        api.metrics
-            .get_or_init(|| api::ApiMetrics::new(&api.id))
-            .record(status, took);
-        if self.config.access_log {
-            // Without the client's, the answer's request id (the upstream's, or the one
-            // a 502 names in its body) joins the line to what the client was told.
-            let answered = h::trace::request_id(resp.headers());
-            access_log(&api.id, seen, answered, status, took);
-        }
-    }
-}
-
-/// What a request's metrics and access log line are made of, kept from before the
-/// request went on its way.
-struct Received {
-    started: Instant,
-    method: http::Method,
-    /// The clone shares the request's bytes: the path below the listen path borrows it
-    /// rather than being copied for every request.
-    uri: http::Uri,
-    peer: SocketAddr,
-    /// The client's `X-Request-Id` and its `traceparent`'s trace id, for the access log
-    /// line (read only when lines are written).
-    request_id: Option<Box<str>>,
-    trace_id: Option<Box<str>>,
-}
-
-impl Received {
-    fn of(req: &http::Request<h::Body>, peer: SocketAddr, ids: bool) -> Self {
-        let headers = req.headers();
-        Received {
-            started: Instant::now(),
-            method: req.method().clone(),
-            uri: req.uri().clone(),
-            peer,
-            request_id: ids
-                .then(|| h::trace::request_id(headers))
-                .flatten()
-                .map(Into::into),
-            trace_id: ids
-                .then(|| h::trace::trace_id(headers))
-                .flatten()
-                .map(Into::into),
-        }
-    }
-}
-
-impl Received {
-    /// The request's trace span, when traces are on.
-    /// Without a trace id from the client, the access log line (when lines are written)
-    /// takes the new trace's.
-    fn span(
-        &mut self,
-        req: &http::Request<h::Body>,
-        api_id: &str,
-        logged: bool,
-    ) -> Option<telemetry::Span> {
-        let span =
-            telemetry::request_span(req.headers(), self.method.as_str(), api_id, self.uri.path())?;
-        if logged && self.trace_id.is_none() {
-            self.trace_id = Some(span.trace_id().into());
-        }
-        Some(span)
-    }
-}
-
-/// Ends a request's span with its answer's status (a 5xx marks it failed).
-fn end_request_span(span: Option<telemetry::Span>, resp: &HttpResponse) {
-    let Some(span) = span else {
-        return;
-    };
-    let status = resp.status();
-    span.set("http.response.status_code", i64::from(status.as_u16()));
-    if status.is_server_error() {
-        span.fail(status.to_string());
-    }
-}
-
-/// A request's access log line: the API, method, path, status, time and client, and the
-/// ids that join it to the client's and the upstream's lines (`request_id`, the client's
-/// `X-Request-Id`, else the answer's, else one made here; `trace_id`, from its
-/// `traceparent`).
-fn access_log(
-    api_id: &str,
-    seen: &Received,
-    answered: Option<&str>,
-    status: StatusCode,
-    took: Duration,
-) {
-    let failed = status.is_server_error();
-    // Nothing is made for a line the logger drops (`info` lines under `logger.level: warn`).
-    let wanted = if failed {
-        tracing::enabled!(target: "sluice::access", tracing::Level::ERROR)
-    } else {
-        tracing::enabled!(target: "sluice::access", tracing::Level::INFO)
-    };
-    if !wanted {
-        return;
-    }
-    let (method, path, peer) = (&seen.method, seen.uri.path(), seen.peer);
-    let made;
-    let request_id = match (seen.request_id.as_deref(), answered) {
-        (Some(id), _) | (None, Some(id)) => id,
-        (None, None) => {
-            made = uuid::Uuid::now_v7().simple().to_string();
-            made.as_str()
-        }
-    };
-    let trace_id = seen.trace_id.as_deref().unwrap_or_default();
-    if failed {
-        error!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request failed.");
-    } else {
-        tracing::info!(target: "sluice::access", api_id, %method, path, status = status.as_u16(), millis = took.as_secs_f64() * 1e3, %peer, request_id, trace_id, "Request.");
     }
 }
 

@@ -1,38 +1,34 @@
-//! What every request of the gateway may need, shared by all of them: the config, the
-//! API table, keys, limits, the proxy, the cache, events and streams.
+//! What the gateway's tasks share: what requests read ([`Services`]), the table of APIs
+//! that routes them, and the control plane around both (reloads, readiness, the gateway
+//! API's lockout, the metrics handle).
 
 use std::sync::atomic::AtomicBool;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use super::config::GatewayConfig;
-use super::events::EventBus;
-use super::keys::Keys;
 use super::lockout::FailedSecrets;
-use super::middleware::cache::ResponseCache;
-use super::proxy::Proxy;
-use super::streams::StreamHost;
+use super::services::Services;
 use super::table::ApiTable;
-use crate::limit::Limiter;
 
-/// Everything a request may need, shared by all of them.
+/// Everything the gateway's tasks share. It reads as its [`Services`] (`shared.keys`),
+/// which are what a request may need besides the table.
 pub struct Shared {
-    pub config: GatewayConfig,
+    pub services: Services,
     pub table: ApiTable,
-    pub keys: Keys,
-    pub limiter: Limiter,
-    pub proxy: Proxy,
-    pub cache: ResponseCache,
-    pub events: EventBus,
     pub metrics: Option<PrometheusHandle>,
-    /// The streams of the APIs (`x-sluice-streaming`), when streaming is on.
-    pub streams: StreamHost,
     /// Wakes the reload loop at once (the gateway API's reload).
     pub reload_now: tokio::sync::Notify,
     pub(super) ready: AtomicBool,
-    pub(super) tls: bool,
     /// Wrong secrets sent to the gateway API, per client address.
     pub(super) failed_secrets: FailedSecrets,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.services
+    }
 }
 
 impl Shared {
@@ -45,7 +41,7 @@ impl Shared {
             }
             // Connections to an API that went are told why before its streams stop.
             self.review_leases().await;
-            self.streams.sync(&table).await;
+            self.streams.sync(table.all()).await;
         }
     }
 
@@ -53,7 +49,7 @@ impl Shared {
     /// before a change to a key is answered, and every second.
     pub async fn review_leases(&self) {
         let table = self.table.current();
-        if let Err(e) = self.streams.leases.review(&self.keys, &table).await {
+        if let Err(e) = self.streams.leases.review(&self.keys, table.all()).await {
             tracing::warn!(error = %e, "Open stream connections could not be reviewed; they are at the next try.");
         }
     }

@@ -1,5 +1,7 @@
 //! The table of served APIs, swapped whole on reload: a request takes the table of the
 //! moment and keeps its API alive until it ends, so a reload never drops one in flight.
+//! Each API comes with the plan of steps its requests run, compiled with the table, so a
+//! request never meets a new API with an old plan or the reverse.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use arc_swap::{ArcSwap, Cache};
 use tracing::{info, warn};
 
 use super::api::{self, Api};
+use super::middleware::plan::{self, Plan};
 use crate::apidef::ApiError;
 use crate::store::Store;
 
@@ -19,6 +22,8 @@ use crate::store::Store;
 pub struct Table {
     /// Longest listen path first, so the most specific API takes a request.
     by_path: Vec<Arc<Api>>,
+    /// The plan of each API of `by_path`, at the same place.
+    plans: Box<[Plan]>,
     by_id: HashMap<String, Arc<Api>>,
     /// Definitions that did not load, with why.
     pub errors: Vec<ApiError>,
@@ -61,12 +66,22 @@ impl Table {
         &self.by_path[position]
     }
 
+    /// The plan of the API at a [`position`](Table::position) of this table.
+    pub fn plan(&self, position: usize) -> &Plan {
+        &self.plans[position]
+    }
+
     pub fn get(&self, id: &str) -> Option<&Arc<Api>> {
         self.by_id.get(id)
     }
 
     pub fn apis(&self) -> impl Iterator<Item = &Arc<Api>> {
         self.by_path.iter()
+    }
+
+    /// The APIs, longest listen path first.
+    pub fn all(&self) -> &[Arc<Api>] {
+        &self.by_path
     }
 
     pub fn len(&self) -> usize {
@@ -308,6 +323,7 @@ impl ApiTable {
         table
             .by_path
             .sort_by_key(|api| std::cmp::Reverse(api.listen_path.len()));
+        table.plans = table.by_path.iter().map(|api| plan::compile(api)).collect();
         table
     }
 }

@@ -1,8 +1,7 @@
 //! An API as the gateway serves it: its checked definition ([`crate::apidef`]) compiled
 //! into what requests use (the upstream to connect to, the verifiers of its security
-//! schemes, the steps of the chain) and the metrics it records.
-
-pub mod steps;
+//! schemes) and the metrics it records. The steps its requests run are compiled from it
+//! by the middleware, with the table (`middleware::plan`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,12 +25,8 @@ pub struct Api {
     pub definition: Definition,
     /// Where requests that no stream takes go; none for an API of streams only.
     pub upstream: Option<Upstream>,
-    pub auth: Option<Auth>,
-    /// The steps of the middleware chain that act on its requests, in order
-    /// ([`steps::plan`]); with none, requests go straight to the proxy.
-    pub steps: Box<[steps::Step]>,
-    /// The limiter's bucket of `rate`.
-    pub rate_bucket: String,
+    /// Shared with the authentication step of its plan.
+    pub auth: Option<Arc<Auth>>,
     /// The API's request metrics, registered on its first request.
     pub metrics: std::sync::OnceLock<ApiMetrics>,
 }
@@ -112,18 +107,6 @@ pub enum Scheme {
     Hmac(HmacSettings),
 }
 
-impl Api {
-    /// No step of the chain acts on its requests: they go straight to the proxy.
-    pub fn passes_through(&self) -> bool {
-        self.steps.is_empty()
-    }
-
-    /// Whether `step` acts on its requests.
-    pub fn has(&self, step: steps::Step) -> bool {
-        self.steps.contains(&step)
-    }
-}
-
 /// Parses and compiles one definition from a file's text (YAML or JSON). `${VAR}` is
 /// substituted from the environment, as in stream configs.
 pub fn from_file(file: &str, text: &str) -> Result<Api, ApiError> {
@@ -174,19 +157,17 @@ pub fn compile(definition: Definition) -> Result<Api, ApiError> {
         None => None,
     };
     let auth = match &definition.security {
-        Some(security) => Some(auth_of(security, egress).map_err(|(path, e)| fail(path, e))?),
+        Some(security) => Some(Arc::new(
+            auth_of(security, egress).map_err(|(path, e)| fail(path, e))?,
+        )),
         None => None,
     };
-    let mut api = Api {
-        rate_bucket: format!("api:{}:rate", definition.id),
+    Ok(Api {
         definition,
         upstream,
         auth,
-        steps: Box::new([]),
         metrics: std::sync::OnceLock::new(),
-    };
-    api.steps = steps::plan(&api);
-    Ok(api)
+    })
 }
 
 fn auth_of(
@@ -229,6 +210,3 @@ fn auth_of(
         alternatives: security.alternatives.clone(),
     })
 }
-
-#[cfg(test)]
-mod tests;

@@ -7,7 +7,7 @@ use http::StatusCode;
 use smallvec::SmallVec;
 
 use super::{error, Ctx, Verdict};
-use crate::gateway::api::Scheme;
+use crate::gateway::api::{self, Api, Scheme};
 use crate::gateway::auth::{api_key, basic, hmac, jwt, AuthError};
 use crate::gateway::events::EventKind;
 use crate::gateway::keys::Session;
@@ -18,10 +18,33 @@ enum Passed {
     Identity(String, serde_json::Map<String, serde_json::Value>),
 }
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
-    let Some(auth) = &ctx.api.auth else {
-        return Ok(());
-    };
+/// The API's security requirements, with their schemes' verifiers.
+pub struct Auth {
+    requirements: Arc<api::Auth>,
+    /// A refusal asks for HTTP basic credentials: a scheme takes them.
+    asks_basic: bool,
+}
+
+impl Auth {
+    /// When the API has security requirements.
+    pub fn compile(api: &Api) -> Option<Self> {
+        let requirements = api.auth.clone()?;
+        let asks_basic = requirements
+            .schemes
+            .iter()
+            .any(|s| matches!(s.scheme, Scheme::Basic));
+        Some(Auth {
+            requirements,
+            asks_basic,
+        })
+    }
+
+    pub async fn run(&self, ctx: &mut Ctx<'_>) -> Verdict {
+        run(&self.requirements, self.asks_basic, ctx).await
+    }
+}
+
+async fn run(auth: &api::Auth, asks_basic: bool, ctx: &mut Ctx<'_>) -> Verdict {
     let req = ctx.take_req();
     let (parts, body) = req.into_parts();
     let mut first_error: Option<AuthError> = None;
@@ -87,11 +110,7 @@ pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
                 _ => StatusCode::UNAUTHORIZED,
             };
             let mut resp = error(status, &message);
-            if auth
-                .schemes
-                .iter()
-                .any(|s| matches!(s.scheme, Scheme::Basic))
-            {
+            if asks_basic {
                 resp.headers_mut().insert(
                     http::header::WWW_AUTHENTICATE,
                     http::HeaderValue::from_static("Basic realm=\"sluice\""),

@@ -1,141 +1,97 @@
 //! The response cache (`middleware.global.cache`): safe requests are answered from
-//! memory while their entry is fresh. Only whole responses of known, modest length are
-//! kept; an event stream or a large download always streams from the upstream.
+//! memory while their entry is fresh; a miss goes on, and the upstream's answer is kept
+//! (see [`ResponseCache`] for which answers are).
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
-use http_body_util::BodyExt;
-use parking_lot::Mutex;
+use http::{HeaderName, Method};
 
-use super::Ctx;
+use super::{Ctx, Verdict};
 use crate::gateway::api::Api;
-use crate::http::{self as h, HttpResponse};
+use crate::gateway::response_cache::ResponseCache;
+use crate::http::HttpResponse;
 
-/// Responses larger than this are not cached.
-const MAX_CACHED_BODY: u64 = 1024 * 1024;
-/// Entries kept at most; expired ones go first, then the cache starts afresh.
-const MAX_ENTRIES: usize = 10_000;
-
-struct Entry {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-    expires: Instant,
+/// The API's cache settings.
+pub struct Cache {
+    /// Every safe request is cached, not only those of operations marked `cache`.
+    all_safe: bool,
+    /// The headers whose values are part of the key (none for a name that is no
+    /// header's: it never has a value).
+    by_headers: Box<[Option<HeaderName>]>,
+    /// The statuses kept; 200 alone when none are listed.
+    codes: Box<[u16]>,
+    ttl: Duration,
 }
 
-#[derive(Default)]
-pub struct ResponseCache {
-    entries: Mutex<HashMap<String, Entry>>,
+/// A request the cache step took on a miss: the upstream's answer is to be kept under
+/// its key.
+pub struct Pending<'a> {
+    cache: &'a Cache,
+    key: String,
 }
 
-/// The cache key of a request, when its response may be cached.
-pub fn key(ctx: &Ctx<'_>) -> Option<String> {
-    let cache = ctx.api.global.cache.as_ref().filter(|c| c.enabled)?;
-    let method = ctx.req.method();
-    if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return None;
-    }
-    if !cache.cache_all_safe_requests && !ctx.operation().is_some_and(|op| op.cache) {
-        return None;
-    }
-    let mut key = format!(
-        "{}\0{}\0{}?{}",
-        ctx.api.id,
-        method,
-        ctx.req.uri().path(),
-        ctx.req.uri().query().unwrap_or("")
-    );
-    for name in &cache.cache_by_headers {
-        key.push('\0');
-        if let Some(v) = ctx.req.headers().get(name.as_str()) {
-            key.push_str(&String::from_utf8_lossy(v.as_bytes()));
-        }
-    }
-    Some(key)
-}
-
-impl ResponseCache {
-    pub fn get(&self, key: &str) -> Option<HttpResponse> {
-        let entries = self.entries.lock();
-        let entry = entries.get(key).filter(|e| e.expires > Instant::now())?;
-        let mut resp = HttpResponse::new(h::full(entry.body.clone()));
-        *resp.status_mut() = entry.status;
-        *resp.headers_mut() = entry.headers.clone();
-        resp.headers_mut()
-            .insert("x-cache", HeaderValue::from_static("HIT"));
-        Some(resp)
+impl Cache {
+    /// When the API has the cache on. An operation's `cache` marks it for this cache;
+    /// without one it does nothing.
+    pub fn compile(api: &Api) -> Option<Self> {
+        let cache = api.global.cache.as_ref().filter(|c| c.enabled)?;
+        Some(Cache {
+            all_safe: cache.cache_all_safe_requests,
+            by_headers: cache
+                .cache_by_headers
+                .iter()
+                .map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+                .collect(),
+            codes: cache.cache_response_codes.clone().into(),
+            ttl: Duration::from_secs(cache.timeout),
+        })
     }
 
-    /// Keeps `resp` under `key` if it is worth caching, and returns it to be sent.
-    pub async fn store(&self, api: &Api, key: String, resp: HttpResponse) -> HttpResponse {
-        let Some(cache) = api.global.cache.as_ref() else {
-            return resp;
+    /// Answers from the cache when it holds the request's answer; on a miss, marks the
+    /// request for the upstream's answer to be kept.
+    pub fn lookup<'a>(&'a self, ctx: &mut Ctx<'a>) -> Verdict {
+        let Some(key) = self.key(ctx) else {
+            return Ok(());
         };
-        let status_ok = if cache.cache_response_codes.is_empty() {
-            resp.status() == StatusCode::OK
-        } else {
-            cache.cache_response_codes.contains(&resp.status().as_u16())
-        };
-        let length = resp
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let streaming = resp
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        let no_store = resp
-            .headers()
-            .get(http::header::CACHE_CONTROL)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.contains("no-store") || v.contains("private"));
-        if !status_ok || streaming || no_store || length.is_none_or(|n| n > MAX_CACHED_BODY) {
-            return resp;
+        if let Some(hit) = ctx.gw.cache.get(&key) {
+            return Err(hit);
         }
-        let (mut parts, body) = resp.into_parts();
-        let body = match body.collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                // The upstream broke off: the client gets the same failure.
-                return HttpResponse::from_parts(
-                    parts,
-                    h::boxed(http_body_util::StreamBody::new(futures::stream::once(
-                        async move { Err::<http_body::Frame<Bytes>, _>(e) },
-                    ))),
-                );
+        ctx.cache = Some(Pending { cache: self, key });
+        Ok(())
+    }
+
+    /// The cache key of a request, when its response may be cached.
+    fn key(&self, ctx: &Ctx<'_>) -> Option<String> {
+        let method = ctx.req.method();
+        if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            return None;
+        }
+        if !self.all_safe && !ctx.operation().is_some_and(|op| op.cache) {
+            return None;
+        }
+        let mut key = format!(
+            "{}\0{}\0{}?{}",
+            ctx.api.id,
+            method,
+            ctx.req.uri().path(),
+            ctx.req.uri().query().unwrap_or("")
+        );
+        for name in &self.by_headers {
+            key.push('\0');
+            if let Some(v) = name.as_ref().and_then(|n| ctx.req.headers().get(n)) {
+                key.push_str(&String::from_utf8_lossy(v.as_bytes()));
             }
-        };
-        let entry = Entry {
-            status: parts.status,
-            headers: parts.headers.clone(),
-            body: body.clone(),
-            expires: Instant::now() + Duration::from_secs(cache.timeout),
-        };
-        {
-            let mut entries = self.entries.lock();
-            if entries.len() >= MAX_ENTRIES {
-                let now = Instant::now();
-                entries.retain(|_, e| e.expires > now);
-                if entries.len() >= MAX_ENTRIES {
-                    entries.clear();
-                }
-            }
-            entries.insert(key, entry);
         }
-        parts
-            .headers
-            .insert("x-cache", HeaderValue::from_static("MISS"));
-        HttpResponse::from_parts(parts, h::full(body))
+        Some(key)
     }
+}
 
-    /// Drops the entries of an API (after it changed).
-    pub fn forget_api(&self, api_id: &str) {
-        let prefix = format!("{api_id}\0");
-        self.entries.lock().retain(|k, _| !k.starts_with(&prefix));
+impl Pending<'_> {
+    /// Keeps the upstream's answer in `store` when it is worth keeping, and returns it
+    /// to be sent.
+    pub async fn keep(self, store: &ResponseCache, resp: HttpResponse) -> HttpResponse {
+        store
+            .store(self.key, resp, &self.cache.codes, self.cache.ttl)
+            .await
     }
 }

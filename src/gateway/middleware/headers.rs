@@ -5,36 +5,72 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::Ctx;
 use crate::apidef::extension::HeaderTransform;
+use crate::gateway::api::Api;
 use crate::http::HttpResponse;
 
-pub fn transform_request(ctx: &mut Ctx<'_>) {
-    if let Some(t) = ctx.api.global.transform_request_headers.as_ref() {
-        apply(t, ctx.req.headers_mut());
+/// `transformRequestHeaders`.
+pub struct RequestHeaders(Transform);
+
+/// `transformResponseHeaders`.
+pub struct ResponseHeaders(Transform);
+
+/// A transform with its names and values parsed.
+struct Transform {
+    remove: Box<[HeaderName]>,
+    add: Box<[(HeaderName, HeaderValue)]>,
+}
+
+impl RequestHeaders {
+    /// When the API transforms its requests' headers.
+    pub fn compile(api: &Api) -> Option<Self> {
+        Transform::compile(api.global.transform_request_headers.as_ref()).map(RequestHeaders)
+    }
+
+    pub fn run(&self, ctx: &mut Ctx<'_>) {
+        self.0.apply(ctx.req.headers_mut());
     }
 }
 
-pub fn transform_response(ctx: &Ctx<'_>, resp: &mut HttpResponse) {
-    if let Some(t) = ctx.api.global.transform_response_headers.as_ref() {
-        apply(t, resp.headers_mut());
+impl ResponseHeaders {
+    /// When the API transforms its answers' headers.
+    pub fn compile(api: &Api) -> Option<Self> {
+        Transform::compile(api.global.transform_response_headers.as_ref()).map(ResponseHeaders)
+    }
+
+    pub fn run(&self, resp: &mut HttpResponse) {
+        self.0.apply(resp.headers_mut());
     }
 }
 
-fn apply(t: &HeaderTransform, headers: &mut HeaderMap) {
-    if !t.enabled {
-        return;
+impl Transform {
+    fn compile(t: Option<&HeaderTransform>) -> Option<Self> {
+        let t = t.filter(|t| t.enabled)?;
+        // Names and values were checked when the API loaded.
+        Some(Transform {
+            remove: t
+                .remove
+                .iter()
+                .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+                .collect(),
+            add: t
+                .add
+                .iter()
+                .filter_map(|nv| {
+                    Some((
+                        HeaderName::from_bytes(nv.name.as_bytes()).ok()?,
+                        HeaderValue::from_str(&nv.value).ok()?,
+                    ))
+                })
+                .collect(),
+        })
     }
-    for name in &t.remove {
-        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+
+    fn apply(&self, headers: &mut HeaderMap) {
+        for name in &self.remove {
             headers.remove(name);
         }
-    }
-    // Names and values were checked when the API loaded.
-    for nv in &t.add {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(nv.name.as_bytes()),
-            HeaderValue::from_str(&nv.value),
-        ) {
-            headers.insert(name, value);
+        for (name, value) in &self.add {
+            headers.insert(name.clone(), value.clone());
         }
     }
 }

@@ -5,9 +5,42 @@
 use http::StatusCode;
 
 use super::{error, Ctx, Verdict};
+use crate::gateway::api::Api;
 use crate::gateway::events::EventKind;
 
-pub fn run(ctx: &mut Ctx<'_>) -> Verdict {
+pub struct KeyChecks {
+    /// Some operation is on the allow list: every other one is refused.
+    allow_list: bool,
+}
+
+impl KeyChecks {
+    /// When the API authenticates keys (a key is there only once authentication found
+    /// one), or has an allow or a block list.
+    pub fn compile(api: &Api) -> Option<Self> {
+        let acts = api.auth.is_some() || api.allow_list || api.operations.iter().any(|op| op.block);
+        acts.then_some(KeyChecks {
+            allow_list: api.allow_list,
+        })
+    }
+
+    pub fn run(&self, ctx: &Ctx<'_>) -> Verdict {
+        check_key(ctx)?;
+        let op = ctx.operation();
+        if op.is_some_and(|op| op.block) {
+            return Err(error(StatusCode::FORBIDDEN, "this operation is blocked"));
+        }
+        if self.allow_list && !op.is_some_and(|op| op.allow) {
+            return Err(error(
+                StatusCode::FORBIDDEN,
+                "this operation is not allowed",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The authenticated key, if any: its state and its rights on this API.
+fn check_key(ctx: &Ctx<'_>) -> Verdict {
     if let Some(session) = &ctx.session {
         if session.policy.inactive {
             return Err(error(StatusCode::FORBIDDEN, "the key is inactive"));
@@ -47,16 +80,6 @@ pub fn run(ctx: &mut Ctx<'_>) -> Verdict {
             }
             Some(_) => {}
         }
-    }
-    let op = ctx.operation();
-    if op.is_some_and(|op| op.block) {
-        return Err(error(StatusCode::FORBIDDEN, "this operation is blocked"));
-    }
-    if ctx.api.allow_list && !op.is_some_and(|op| op.allow) {
-        return Err(error(
-            StatusCode::FORBIDDEN,
-            "this operation is not allowed",
-        ));
     }
     Ok(())
 }

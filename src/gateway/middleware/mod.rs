@@ -1,8 +1,8 @@
-//! The middleware chain, one small module per step, run in this order:
-//! authentication -> key checks (expiry, access rights, allow/block) -> key rate limit and
-//! quota -> API rate limit -> request size limit -> request validation -> stream
-//! middleware -> cache -> mock response -> proxy. Each step either lets the request go
-//! on or answers it.
+//! The steps an API's requests run, one module per step, each holding what it compiled
+//! from the API, its compile and its run; [`plan`] lists them in the order they run.
+//! Each request step either lets the request go on or answers it; what no step answered
+//! goes to the [`upstream`]; the response steps then see the answer. The phases of a
+//! request, in that order, are read in `gateway::request`.
 
 // A step's refusal is the response itself; boxing it would cost every refused request
 // an allocation to save a move.
@@ -16,31 +16,31 @@ pub mod headers;
 pub mod key_checks;
 pub mod key_limits;
 pub mod mock;
+pub mod plan;
 pub mod size_limit;
 pub mod stream;
 pub mod validate;
 
 use std::sync::Arc;
 
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 
-use super::api::steps::Step;
-use super::api::{Api, Operation};
+use super::api::{Api, Operation, Params};
 use super::events::EventKind;
 use super::keys::Session;
 use super::proxy::{Origin, ProxyError};
 use super::reply::error;
-use super::shared::Shared;
+use super::services::Services;
 use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::limit::{Decision, LimitError};
 use crate::telemetry::{self, SpanKind};
 
-/// One request on its way through the chain.
+/// One request on its way through the steps: what every phase reads and writes.
 pub struct Ctx<'a> {
-    pub gw: &'a Shared,
+    pub gw: &'a Services,
     pub api: &'a Arc<Api>,
-    /// The operation the request resolved to, with its path parameters.
-    pub op: Option<(&'a Operation, Vec<(String, String)>)>,
+    /// The operation the request resolved to.
+    pub op: Option<Matched<'a>>,
     /// The path below the listen path.
     pub rest: &'a str,
     pub req: HttpRequest,
@@ -53,13 +53,70 @@ pub struct Ctx<'a> {
     pub claims: Option<serde_json::Map<String, serde_json::Value>>,
     /// The tightest limit met on the way, for the `X-RateLimit-*` headers.
     pub limit: Option<Decision>,
+    /// The request's origin when CORS allows it, read before the request is consumed,
+    /// for the answer's marks.
+    pub cors_origin: Option<HeaderValue>,
+    /// Where the upstream's answer is to be kept, when the cache step took the request.
+    pub cache: Option<cache::Pending<'a>>,
     /// The request's trace span, when traces are on.
     pub trace: Option<&'a telemetry::Span>,
 }
 
+/// The operation a request resolved to.
+pub struct Matched<'a> {
+    /// Its place among the API's operations, by which steps keep what they compiled for
+    /// it.
+    pub index: usize,
+    pub op: &'a Operation,
+    /// The path parameters.
+    pub params: Params,
+}
+
+impl<'a> Ctx<'a> {
+    /// A request for `api`, `rest` being its path below the listen path, resolved to
+    /// its operation.
+    pub fn new(
+        gw: &'a Services,
+        api: &'a Arc<Api>,
+        method: &Method,
+        rest: &'a str,
+        req: HttpRequest,
+        origin: Origin,
+        trace: Option<&'a telemetry::Span>,
+    ) -> Self {
+        let op = api
+            .operation_index(method, if rest.is_empty() { "/" } else { rest })
+            .map(|(index, params)| Matched {
+                index,
+                op: &api.operations[index],
+                params,
+            });
+        Ctx {
+            gw,
+            api,
+            op,
+            rest,
+            req,
+            origin,
+            session: None,
+            identity: None,
+            claims: None,
+            limit: None,
+            cors_origin: None,
+            cache: None,
+            trace,
+        }
+    }
+}
+
 impl Ctx<'_> {
     pub fn operation(&self) -> Option<&Operation> {
-        self.op.as_ref().map(|(op, _)| *op)
+        self.op.as_ref().map(|m| m.op)
+    }
+
+    /// The operation's place among the API's operations.
+    pub fn op_index(&self) -> Option<usize> {
+        self.op.as_ref().map(|m| m.index)
     }
 
     /// The request, taken out for a step that consumes it (an empty one is left).
@@ -82,90 +139,39 @@ impl Ctx<'_> {
 /// A step's verdict: go on, or this answer.
 pub type Verdict = Result<(), HttpResponse>;
 
-/// Runs the chain for a request that belongs to `api`: the steps its plan lists
-/// ([`Api::steps`]), then the proxy.
-pub async fn run(mut ctx: Ctx<'_>) -> HttpResponse {
-    let api = ctx.api;
-    let mut origin = None;
-    if api.has(Step::Cors) {
-        if let Some(resp) = cors::preflight(&ctx) {
-            return resp;
-        }
-        origin = cors::origin(&ctx);
-    }
-    let mut resp = match chain(&mut ctx, &api.steps).await {
-        Ok(resp) | Err(resp) => resp,
-    };
-    if let Some(d) = ctx.limit {
-        limit_headers(&mut resp, &d);
-    }
-    if api.has(Step::ResponseHeaders) {
-        headers::transform_response(&ctx, &mut resp);
-    }
-    if let Some(origin) = origin {
-        cors::mark(&ctx, origin, &mut resp);
-    }
-    resp
+/// Why the request steps stopped before the upstream.
+pub enum Stop {
+    /// A step answered (a refusal, or an answer from the cache, a mock or a stream): the
+    /// response steps still see it.
+    Answered(HttpResponse),
+    /// A CORS preflight, answered for the API as a whole before its steps: it goes out
+    /// as it is.
+    Preflight(HttpResponse),
 }
 
-/// The request steps in order, then the proxy (through the cache when it is a step).
-/// The match has an arm for every step: a new step cannot be listed yet never run.
-async fn chain(ctx: &mut Ctx<'_>, steps: &[Step]) -> Result<HttpResponse, HttpResponse> {
-    let mut cache_key = None;
-    for step in steps {
-        // A span for each step that acts here, ended as the step ends.
-        let step_span = ctx
-            .trace
-            .filter(|_| !matches!(step, Step::Cors | Step::ResponseHeaders))
-            .and_then(|t| t.child(step.name(), SpanKind::Internal));
-        match step {
-            // They act on the answer, in `run`.
-            Step::Cors | Step::ResponseHeaders => {}
-            Step::Auth => auth::run(ctx).await?,
-            Step::KeyChecks => key_checks::run(ctx)?,
-            Step::KeyLimits => key_limits::run(ctx).await?,
-            Step::ApiLimit => api_limit::run(ctx).await?,
-            Step::SizeLimit => size_limit::run(ctx).await?,
-            Step::Validate => validate::run(ctx).await?,
-            Step::RequestHeaders => headers::transform_request(ctx),
-            Step::Streams => {
-                let mut req = ctx.take_req();
-                // The stream's messages are children of this step.
-                if let Some(span) = &step_span {
-                    span.inject(req.headers_mut());
-                }
-                match stream::divert(ctx, req) {
-                    Ok(diverted) => return Ok(diverted.await),
-                    Err(req) => ctx.req = req,
-                }
-            }
-            Step::Cache => {
-                cache_key = cache::key(ctx);
-                if let Some(hit) = cache_key.as_ref().and_then(|key| ctx.gw.cache.get(key)) {
-                    return Ok(hit);
-                }
-            }
-            Step::Mock => {
-                if let Some(resp) = mock::respond(ctx) {
-                    return Ok(resp);
-                }
-            }
-        }
+impl From<HttpResponse> for Stop {
+    fn from(resp: HttpResponse) -> Self {
+        Stop::Answered(resp)
     }
+}
+
+/// The upstream phase: the proxy forwards what no step answered, and the cache keeps
+/// its answer when the cache step asked for it.
+pub async fn upstream(ctx: &mut Ctx<'_>) -> HttpResponse {
     let mut req = ctx.take_req();
-    let upstream = upstream_span(ctx.trace, &mut req);
+    let span = upstream_span(ctx.trace, &mut req);
     let forwarded = ctx
         .gw
         .proxy
         .forward(ctx.api, req, ctx.rest, &ctx.origin)
         .await;
-    end_upstream_span(upstream, &forwarded);
+    end_upstream_span(span, &forwarded);
     match forwarded {
-        Ok(resp) => Ok(match cache_key {
-            Some(key) => ctx.gw.cache.store(ctx.api, key, resp).await,
+        Ok(resp) => match ctx.cache.take() {
+            Some(pending) => pending.keep(&ctx.gw.cache, resp).await,
             None => resp,
-        }),
-        Err(e) => Err(proxy_failed(ctx.gw, ctx.api, ctx.key_id(), ctx.rest, e)),
+        },
+        Err(e) => proxy_failed(ctx.gw, ctx.api, ctx.key_id(), ctx.rest, e),
     }
 }
 
@@ -203,7 +209,7 @@ pub fn end_upstream_span<E: std::fmt::Display>(
 #[cold]
 #[inline(never)]
 pub fn proxy_failed(
-    gw: &Shared,
+    gw: &Services,
     api: &Api,
     key_id: Option<&str>,
     rest: &str,

@@ -5,24 +5,57 @@
 use http::StatusCode;
 
 use super::{error, Ctx, Verdict};
+use crate::gateway::api::Api;
 use crate::http::{self as h, BodyError, HttpRequest};
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
-    let global = ctx
-        .api
-        .global
-        .request_size_limit
-        .as_ref()
-        .filter(|l| l.enabled)
-        .map(|l| l.value);
-    let op = ctx.operation().and_then(|op| op.size_limit);
-    let limit = match (global, op) {
-        (Some(a), Some(b)) => a.min(b),
-        (a, b) => match a.or(b) {
-            Some(l) => l,
-            None => return Ok(()),
-        },
-    };
+/// The limits, resolved: the global one, and for each operation the smaller of its own
+/// and the global one.
+pub struct SizeLimit {
+    global: Option<u64>,
+    /// In the order of the API's operations.
+    operations: Box<[Option<u64>]>,
+}
+
+impl SizeLimit {
+    /// When the API or one of its operations has a size limit.
+    pub fn compile(api: &Api) -> Option<Self> {
+        let global = api
+            .global
+            .request_size_limit
+            .as_ref()
+            .filter(|l| l.enabled)
+            .map(|l| l.value);
+        let own = api.operations.iter().map(|op| op.size_limit);
+        let acts = global.is_some() || own.clone().any(|l| l.is_some());
+        acts.then(|| SizeLimit {
+            global,
+            operations: own
+                .map(|op| match (global, op) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                })
+                .collect(),
+        })
+    }
+
+    /// The limit of a request for the operation at `op` (none when no operation
+    /// matched).
+    pub(super) fn limit(&self, op: Option<usize>) -> Option<u64> {
+        match op {
+            Some(i) => self.operations[i],
+            None => self.global,
+        }
+    }
+
+    pub async fn run(&self, ctx: &mut Ctx<'_>) -> Verdict {
+        match self.limit(ctx.op_index()) {
+            Some(limit) => enforce(ctx, limit).await,
+            None => Ok(()),
+        }
+    }
+}
+
+async fn enforce(ctx: &mut Ctx<'_>, limit: u64) -> Verdict {
     let declared = ctx
         .req
         .headers()

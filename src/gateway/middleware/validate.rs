@@ -5,14 +5,32 @@ use http::StatusCode;
 use super::size_limit::buffer;
 use super::{Ctx, Verdict};
 use crate::apidef::validate::RequestView;
+use crate::gateway::api::Api;
 use crate::http::{self as h, BodyError};
 
 /// Bodies are read whole to be validated; this bounds them when no size limit does.
 const MAX_VALIDATED_BODY: usize = 16 * 1024 * 1024;
 
-pub async fn run(ctx: &mut Ctx<'_>) -> Verdict {
+/// The validators are the operations' own, compiled with them.
+pub struct Validate;
+
+impl Validate {
+    /// When one of the API's operations validates its requests.
+    pub fn compile(api: &Api) -> Option<Self> {
+        api.operations
+            .iter()
+            .any(|op| op.validator.is_some())
+            .then_some(Validate)
+    }
+
+    pub async fn run(&self, ctx: &mut Ctx<'_>) -> Verdict {
+        validate(ctx).await
+    }
+}
+
+async fn validate(ctx: &mut Ctx<'_>) -> Verdict {
     // The operation outlives the context: holding it does not hold the context.
-    let Some((op, params)) = ctx.op.as_ref().map(|(op, p)| (*op, p.clone())) else {
+    let Some((op, params)) = ctx.op.as_ref().map(|m| (m.op, m.params.clone())) else {
         return Ok(());
     };
     let Some((validator, status)) = &op.validator else {

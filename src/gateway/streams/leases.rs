@@ -9,12 +9,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use http::Method;
 use parking_lot::Mutex;
 
+use crate::gateway::api::Api;
 use crate::gateway::keys::{KeyError, Keys, Session};
-use crate::gateway::table::Table;
 use crate::http::ending::Ending;
 
 /// Why a connection was ended.
@@ -125,9 +126,9 @@ impl Leases {
         out
     }
 
-    /// Reviews every lease against the keys as stored now and `table`; returns how many
-    /// connections were ended.
-    pub async fn review(&self, keys: &Keys, table: &Table) -> Result<usize, KeyError> {
+    /// Reviews every lease against the keys as stored now and `served` (the APIs of the
+    /// table); returns how many connections were ended.
+    pub async fn review(&self, keys: &Keys, served: &[Arc<Api>]) -> Result<usize, KeyError> {
         let ids: Vec<String> = {
             let open = self.open.lock();
             let ids: BTreeSet<&String> = open
@@ -150,8 +151,9 @@ impl Leases {
                 (id, key)
             })
             .collect();
+        let apis: HashMap<&str, &Api> = served.iter().map(|a| (a.id.as_str(), &**a)).collect();
         let now = chrono::Utc::now().timestamp();
-        Ok(self.end_where(|terms| verdict(terms, now, Some(&current), Some(table))))
+        Ok(self.end_where(|terms| verdict(terms, now, Some(&current), Some(&apis))))
     }
 
     /// Ends the connections whose token has expired, between full reviews.
@@ -185,21 +187,21 @@ impl Leases {
 }
 
 /// Why the connection let in on `terms` may no longer be served at `now`, if it may not.
-/// `keys` (each key asked for, by id, as stored or `None` when gone) and `table` are
-/// left out between full reviews, when only the clock is looked at.
+/// `keys` (each key asked for, by id, as stored or `None` when gone) and `apis` (the
+/// served APIs by id) are left out between full reviews, when only the clock is looked at.
 fn verdict(
     terms: &Terms,
     now: i64,
     keys: Option<&HashMap<String, Option<Session>>>,
-    table: Option<&Table>,
+    apis: Option<&HashMap<&str, &Api>>,
 ) -> Option<Revoked> {
     if terms.token_expires.is_some_and(|exp| exp <= now) {
         return Some(Revoked::TokenExpired);
     }
-    let (Some(keys), Some(table)) = (keys, table) else {
+    let (Some(keys), Some(apis)) = (keys, apis) else {
         return None;
     };
-    let Some(api) = table.get(&terms.api_id) else {
+    let Some(api) = apis.get(terms.api_id.as_str()) else {
         return Some(Revoked::ApiGone);
     };
     if !api

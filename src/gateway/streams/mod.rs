@@ -15,7 +15,7 @@ pub mod context;
 pub mod leases;
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,7 +28,6 @@ use tracing::{error, info};
 
 use super::api::Api;
 use super::reply::error;
-use super::table::Table;
 use crate::component::cpu::CpuShare;
 use crate::egress::EgressPolicy;
 use crate::http::{self as h, HttpRequest, HttpResponse};
@@ -186,16 +185,12 @@ impl StreamHost {
         Some(runtimes[i % runtimes.len()].clone())
     }
 
-    /// The runtime a connection whose first request is for `path` is best served on: that
-    /// of the stream serving the path, when it runs on another serving thread than this.
+    /// The runtime a connection whose first request is for `path` (routed to `api`) is
+    /// best served on: that of the stream serving the path, when it runs on another serving thread than this.
     /// Its requests and the stream then meet on one thread, with no wake-up across
     /// threads per message.
-    pub fn home(&self, table: &Table, path: &str) -> Option<tokio::runtime::Handle> {
-        if !self.settings.enabled {
-            return None;
-        }
-        let api = table.route(path)?;
-        if api.streams.is_empty() {
+    pub fn home(&self, api: &Api, path: &str) -> Option<tokio::runtime::Handle> {
+        if !self.settings.enabled || api.streams.is_empty() {
             return None;
         }
         let rest = h::normalize(api.below(path)?);
@@ -429,16 +424,22 @@ impl StreamHost {
         .boxed()
     }
 
-    /// Brings the running streams in line with `table`: starts new and changed streams,
-    /// stops removed and changed ones. Failures are logged; the API's other streams run.
-    pub async fn sync(&self, table: &Table) {
+    /// Brings the running streams in line with `served` (the APIs of the table): starts
+    /// new and changed streams, stops removed and changed ones. Failures are logged; the
+    /// API's other streams run.
+    pub async fn sync(&self, served: &[Arc<Api>]) {
         if !self.settings.enabled {
             return;
         }
+        let streaming: HashSet<&str> = served
+            .iter()
+            .filter(|api| !api.streams.is_empty())
+            .map(|api| api.id.as_str())
+            .collect();
         let gone: Vec<(String, Arc<ApiStreams>)> = {
             let apis = self.apis.read();
             apis.iter()
-                .filter(|(id, _)| table.get(id).is_none_or(|api| api.streams.is_empty()))
+                .filter(|(id, _)| !streaming.contains(id.as_str()))
                 .map(|(id, s)| (id.clone(), s.clone()))
                 .collect()
         };
@@ -447,7 +448,7 @@ impl StreamHost {
             streams.stop(&id, self.settings.drain).await;
             info!(api_id = %id, "Streams stopped: their API is gone.");
         }
-        for api in table.apis().filter(|a| !a.streams.is_empty()) {
+        for api in served.iter().filter(|a| !a.streams.is_empty()) {
             // An API that moved between a file and the store runs under the other
             // policy: its streams start again in a new environment.
             let moved = self
