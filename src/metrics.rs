@@ -35,6 +35,8 @@ pub const STREAM_CONNECTIONS_REVOKED: &str = "sluice_stream_connections_revoked_
 /// Changes of a running stream, by `api_id` and `outcome`: `live` (its clients stayed
 /// connected), `clients_ended` (a hub's routes or settings changed), `failed`.
 pub const STREAM_CHANGES: &str = "sluice_stream_changes_total";
+/// Open stream connections a draining gateway told to reconnect elsewhere.
+pub const STREAM_CONNECTIONS_RESTARTED: &str = "sluice_stream_connections_restarted_total";
 
 // Stream analytics of the HTTP stream routes (SSE, raw streams, WebSocket, GET), labelled
 // with the standard labels plus `route` (from config) and `transport`.
@@ -89,6 +91,7 @@ pub const ALL: &[&str] = &[
     STREAM_FAILURES,
     STREAM_CONNECTIONS_REVOKED,
     STREAM_CHANGES,
+    STREAM_CONNECTIONS_RESTARTED,
     HTTP_STREAM_CONNECTION_ATTEMPTS,
     HTTP_STREAM_ACTIVE_CONNECTIONS,
     HTTP_STREAM_DELIVERED_MESSAGES,

@@ -234,3 +234,64 @@ async fn a_change_that_takes_the_route_or_the_delivery_away_ends_the_connection(
         "{metrics}"
     );
 }
+
+/// A gateway stopped with SIGTERM drains: its SSE clients are told when to come back
+/// (`retry:`) and why, its WebSocket clients are closed with 1012 (service restart), and
+/// it takes no new connection.
+#[tokio::test]
+async fn a_stopping_gateway_tells_its_clients_to_come_back() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let gw = Gw::start(&[], STREAMING_ON).await;
+    put(&gw, &api(0, broadcast()), true).await;
+    let raw = gw
+        .http
+        .get(gw.url("/changing/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 200);
+    let (mut socket, _) =
+        tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/changing/events/ws", gw.port))
+            .await
+            .expect("connect");
+    // Open and served before the gateway is stopped.
+    socket.send(Message::Ping(vec![1].into())).await.unwrap();
+
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &gw.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let body = tokio::time::timeout(Duration::from_secs(10), raw.text())
+        .await
+        .expect("the stream ended")
+        .unwrap();
+    assert!(
+        body.ends_with("retry: 1000\nevent: restart\ndata: the gateway is restarting\n\n"),
+        "{body:?}"
+    );
+    let close = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(frame) = socket.next().await {
+            if let Ok(Message::Close(frame)) = frame {
+                return frame;
+            }
+        }
+        None
+    })
+    .await
+    .expect("closed")
+    .expect("a close frame with a code");
+    assert_eq!(close.code, CloseCode::Restart);
+    assert_eq!(close.reason.as_str(), "the gateway is restarting");
+    assert!(
+        gw.http
+            .get(gw.url("/changing/events"))
+            .send()
+            .await
+            .is_err(),
+        "a new connection was taken"
+    );
+}

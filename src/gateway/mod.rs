@@ -367,6 +367,16 @@ impl Gateway {
         // Ready once the APIs' streams run: before, a stream path would find no stream.
         self.shared.ready.store(true, Ordering::Release);
         stop.cancelled().await;
+        // Draining: no new connections (the listeners close with `stop`), out of the load
+        // balancer's rotation, and every open stream told to come back after a moment,
+        // through the load balancer to another node, where it resumes with its last id.
+        self.shared.ready.store(false, Ordering::Release);
+        let told = self.shared.streams.leases.restart_all(RESTART_RETRY);
+        metrics::counter!(crate::metrics::STREAM_CONNECTIONS_RESTARTED).increment(told as u64);
+        info!(
+            connections = told,
+            "Draining: open streams were told to reconnect."
+        );
         reloader.abort();
         health.abort();
         for task in webhooks {
@@ -387,6 +397,10 @@ impl Gateway {
 }
 
 /// Connections the control port holds open at once: Prometheus and operators.
+/// When a client of a draining gateway is told to come back (SSE `retry:`): soon, since
+/// the load balancer sends it to another node.
+const RESTART_RETRY: Duration = Duration::from_secs(1);
+
 const CONTROL_CONNECTIONS: usize = 256;
 
 /// The gateway's control port: `/ping`, `/ready`, `/metrics` and the gateway API.

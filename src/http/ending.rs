@@ -19,11 +19,33 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::{boxed, Body, BoxError, HttpRequest, HttpResponse};
 
+/// Why answers were ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The caller may no longer be served (SSE: `event: error`; WebSocket: 1008).
+    Refused,
+    /// The server is restarting: the caller is to come back after `retry` (SSE: a
+    /// `retry:` hint and an `event: restart`; WebSocket: 1012).
+    Restart { retry: std::time::Duration },
+}
+
+impl Cause {
+    /// The WebSocket close code that tells it: 1008 (policy violation) or 1012 (service
+    /// restart).
+    pub fn close_code(self) -> tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode {
+        use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+        match self {
+            Cause::Refused => CloseCode::Policy,
+            Cause::Restart { .. } => CloseCode::Restart,
+        }
+    }
+}
+
 /// A signal that ends the answers holding it, with the first reason given.
 #[derive(Clone, Default)]
 pub struct Ending {
     token: CancellationToken,
-    reason: Arc<OnceLock<String>>,
+    reason: Arc<OnceLock<(Cause, String)>>,
 }
 
 impl std::fmt::Debug for Ending {
@@ -41,7 +63,17 @@ impl Ending {
 
     /// Ends every answer holding this signal. The first reason is the one clients read.
     pub fn end(&self, reason: &str) {
-        let _ = self.reason.set(reason.to_owned());
+        self.end_for(Cause::Refused, reason);
+    }
+
+    /// Ends every answer holding this signal because the server restarts: clients are
+    /// told to come back after `retry`.
+    pub fn restart(&self, retry: std::time::Duration, reason: &str) {
+        self.end_for(Cause::Restart { retry }, reason);
+    }
+
+    fn end_for(&self, cause: Cause, reason: &str) {
+        let _ = self.reason.set((cause, reason.to_owned()));
         self.token.cancel();
     }
 
@@ -49,7 +81,15 @@ impl Ending {
     pub fn reason(&self) -> Option<&str> {
         self.token
             .is_cancelled()
-            .then(|| self.reason.get().map(String::as_str))
+            .then(|| self.reason.get().map(|(_, r)| r.as_str()))
+            .flatten()
+    }
+
+    /// What ended the answers, once they have.
+    pub fn cause(&self) -> Option<Cause> {
+        self.token
+            .is_cancelled()
+            .then(|| self.reason.get().map(|(c, _)| *c))
             .flatten()
     }
 
@@ -63,10 +103,13 @@ impl Ending {
         self.token.is_cancelled()
     }
 
-    /// Waits for the ending and gives its reason.
-    pub async fn ended(&self) -> String {
+    /// Waits for the ending and gives its cause and reason.
+    pub async fn ended(&self) -> (Cause, String) {
         self.token.cancelled().await;
-        self.reason.get().cloned().unwrap_or_default()
+        self.reason
+            .get()
+            .cloned()
+            .unwrap_or((Cause::Refused, String::new()))
     }
 
     /// The ending a request was given by the one who let it in, if any.
@@ -94,10 +137,16 @@ pub fn govern(resp: HttpResponse, ending: Ending) -> HttpResponse {
     })
 }
 
-/// The SSE event that tells a client why its stream ended.
-pub fn error_event(reason: &str) -> Bytes {
-    let mut out = String::with_capacity(reason.len() + 24);
-    out.push_str("event: error\n");
+/// The SSE event that tells a client why its stream ended: `error` when it may no longer
+/// be served, `restart` (after a `retry:` hint in milliseconds) when it is to come back.
+pub fn end_event(cause: Cause, reason: &str) -> Bytes {
+    let mut out = String::with_capacity(reason.len() + 40);
+    match cause {
+        Cause::Refused => out.push_str("event: error\n"),
+        Cause::Restart { retry } => {
+            out.push_str(&format!("retry: {}\nevent: restart\n", retry.as_millis()));
+        }
+    }
     // A reason is one line of text; a line break would start a field of its own.
     for line in reason.lines() {
         out.push_str("data: ");
@@ -136,7 +185,8 @@ impl http_body::Body for Governed {
             self.done = true;
             if self.events {
                 let reason = self.ending.reason().unwrap_or_default().to_owned();
-                return Poll::Ready(Some(Ok(Frame::data(error_event(&reason)))));
+                let cause = self.ending.cause().unwrap_or(Cause::Refused);
+                return Poll::Ready(Some(Ok(Frame::data(end_event(cause, &reason)))));
             }
             return Poll::Ready(None);
         }
@@ -210,6 +260,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_restart_tells_the_client_when_to_come_back() {
+        let ending = Ending::new();
+        let resp = govern(
+            stream_of(vec!["data: in flight\n\n"], "text/event-stream"),
+            ending.clone(),
+        );
+        let mut body = resp.into_body();
+        body.frame().await.unwrap().unwrap();
+        ending.restart(
+            std::time::Duration::from_millis(1500),
+            "the gateway is restarting",
+        );
+        let last = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(
+            last,
+            "retry: 1500\nevent: restart\ndata: the gateway is restarting\n\n"
+        );
+        assert!(body.frame().await.is_none());
+        assert_eq!(
+            ending.cause(),
+            Some(Cause::Restart {
+                retry: std::time::Duration::from_millis(1500)
+            })
+        );
+    }
+
+    #[tokio::test]
     async fn another_body_just_ends() {
         let ending = Ending::new();
         let resp = govern(stream_of(vec!["{}"], "application/json"), ending.clone());
@@ -221,7 +298,7 @@ mod tests {
     #[test]
     fn a_reason_over_lines_stays_inside_its_event() {
         assert_eq!(
-            error_event("one\nevent: forged"),
+            end_event(Cause::Refused, "one\nevent: forged"),
             "event: error\ndata: one\ndata: event: forged\n\n"
         );
     }

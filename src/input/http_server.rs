@@ -258,8 +258,8 @@ impl Handler {
                     let _ = sink.send(close(CloseCode::Away, "stream stopping")).await;
                     return;
                 }
-                reason = ending.ended() => {
-                    let _ = sink.send(close(CloseCode::Policy, &reason)).await;
+                (cause, reason) = ending.ended() => {
+                    let _ = sink.send(close(cause.close_code(), &reason)).await;
                     return;
                 }
             };

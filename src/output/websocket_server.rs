@@ -25,7 +25,7 @@ use crate::batching::BatchPolicy;
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Writer};
 use crate::duration::Duration;
-use crate::http::ending::Ending;
+use crate::http::ending::{Cause, Ending};
 use crate::http::history::CatchUp;
 use crate::http::hub::{
     query_param, DeliveryMode, Event, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription,
@@ -248,8 +248,8 @@ impl WsRoute {
             };
             if let Some(sub) = sub {
                 serve_socket(socket, sub, opts, &metrics, shutdown, ending).await;
-            } else if let Some(reason) = ending.reason() {
-                let _ = socket.send(revoked(reason)).await;
+            } else if let (Some(cause), Some(reason)) = (ending.cause(), ending.reason()) {
+                let _ = socket.send(ended(cause, reason)).await;
             }
             metrics.active.decrement(1.0);
         });
@@ -257,10 +257,11 @@ impl WsRoute {
     }
 }
 
-/// The close frame of a client no longer let in (1008, policy violation), with why.
-fn revoked(reason: &str) -> WsMessage {
+/// The close frame of a client no longer let in (1008, policy violation) or told to come
+/// back (1012, service restart), with why.
+fn ended(cause: Cause, reason: &str) -> WsMessage {
     WsMessage::Close(Some(CloseFrame {
-        code: CloseCode::Policy,
+        code: cause.close_code(),
         reason: Utf8Bytes::from(reason),
     }))
 }
@@ -294,8 +295,8 @@ pub(crate) async fn serve_socket(
                     .await;
                 break;
             }
-            reason = ending.ended() => {
-                let _ = sink.send(revoked(&reason)).await;
+            (cause, reason) = ending.ended() => {
+                let _ = sink.send(ended(cause, &reason)).await;
                 break;
             }
             d = sub.rx.recv() => {

@@ -156,6 +156,19 @@ impl Leases {
         Ok(self.end_where(|terms| verdict(terms, now, Some(&current), Some(&apis))))
     }
 
+    /// Ends every open connection because this gateway restarts: each client is told to
+    /// come back after `retry` (through the load balancer, to another node), resuming
+    /// where it was. Returns how many were told.
+    pub fn restart_all(&self, retry: std::time::Duration) -> usize {
+        let mut open = self.open.lock();
+        let told = open.values().filter(|l| l.ending.in_use()).count();
+        for lease in open.values() {
+            lease.ending.restart(retry, "the gateway is restarting");
+        }
+        open.clear();
+        told
+    }
+
     /// Ends the connections whose token has expired, between full reviews.
     pub fn expire(&self) -> usize {
         let now = chrono::Utc::now().timestamp();
