@@ -396,24 +396,10 @@ async fn the_streaming_examples_load_and_carry_messages() {
 async fn per_client_streams_follow_the_request_and_are_collected_when_idle() {
     let _shared = common::brokers::BROKER.read().await;
     let id = uuid::Uuid::new_v4().simple().to_string();
-    let doc = format!(
-        r#"openapi: 3.0.3
-info: {{title: inbox, version: "1"}}
-paths: {{}}
-x-sluice-api-gateway:
-  info: {{id: inbox, name: inbox}}
-  server:
-    listenPath: {{value: /inbox, strip: true}}
-x-sluice-streaming:
-  streams:
-    mine:
-      input:
-        nats:
-          urls: [nats://127.0.0.1:4222]
-          subject: inbox.{id}.$sluice_context.request_data_user
-      output:
-        http_server: {{stream_path: /events}}
-"#
+    let doc = nats_api(
+        "inbox",
+        &format!("inbox.{id}.$sluice_context.request_data_user"),
+        "",
     );
     let config = format!("{STREAMING_ON}  client_idle_timeout: 1s\n  max_client_streams: 2\n");
     let gw = Gw::start(&[("inbox.yaml", doc)], &config).await;
@@ -539,4 +525,91 @@ x-sluice-streaming:
                 && l.contains("stream=\"main\"")),
         "{metrics}"
     );
+}
+
+/// A stream written for Tyk Streams, filtering a shared subject per user with
+/// `$tyk_context.*` in a mapping, works as written: each user's client gets that user's
+/// events only (the placeholder is never taken as literal text, which would filter
+/// nothing, or everything).
+#[tokio::test]
+async fn tyk_context_placeholders_filter_a_shared_subject_per_user() {
+    let _shared = common::brokers::BROKER.read().await;
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let doc = nats_api(
+        "orders",
+        &format!("orders.{id}"),
+        r#"
+      pipeline:
+        processors:
+          - mapping: 'root = if this.user == "$tyk_context.request_data_user" { this } else { deleted() }'"#,
+    );
+    let gw = Gw::start(&[("orders.yaml", doc)], STREAMING_ON).await;
+    let open = |user: &str| {
+        let url = gw.url(&format!("/orders/events?user={user}"));
+        let http = gw.http.clone();
+        async move {
+            let resp = http.get(url).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            Sse::of(resp)
+        }
+    };
+    let mut alice = open("alice").await;
+    let mut bob = open("bob").await;
+    let nats = async_nats::connect("nats://127.0.0.1:4222").await.unwrap();
+    let subject = format!("orders.{id}");
+    // The users' instances subscribe as they start: publish until both are served.
+    let (mut to_alice, mut to_bob) = (Vec::new(), Vec::new());
+    for i in 0..100 {
+        for user in ["bob", "alice"] {
+            let event = json!({"user": user, "n": i}).to_string();
+            nats.publish(subject.clone(), event.into()).await.unwrap();
+        }
+        nats.flush().await.unwrap();
+        if let Some(e) = alice.next(Duration::from_millis(100)).await {
+            to_alice.push(e);
+        }
+        if let Some(e) = bob.next(Duration::from_millis(100)).await {
+            to_bob.push(e);
+        }
+        if !to_alice.is_empty() && !to_bob.is_empty() {
+            break;
+        }
+    }
+    assert!(!to_alice.is_empty() && !to_bob.is_empty(), "never served");
+    while let Some(e) = alice.next(Duration::from_millis(300)).await {
+        to_alice.push(e);
+    }
+    while let Some(e) = bob.next(Duration::from_millis(300)).await {
+        to_bob.push(e);
+    }
+    let user_of = |e: &String| serde_json::from_str::<Value>(e).unwrap()["user"].clone();
+    assert!(
+        to_alice.iter().all(|e| user_of(e) == "alice"),
+        "{to_alice:?}"
+    );
+    assert!(to_bob.iter().all(|e| user_of(e) == "bob"), "{to_bob:?}");
+}
+
+/// An API `id` on `/<id>` whose stream `mine` reads NATS `subject`, runs `pipeline` (YAML
+/// lines under the stream, or nothing) and serves SSE on `/events`.
+fn nats_api(id: &str, subject: &str, pipeline: &str) -> String {
+    format!(
+        r#"openapi: 3.0.3
+info: {{title: {id}, version: "1"}}
+paths: {{}}
+x-sluice-api-gateway:
+  info: {{id: {id}, name: {id}}}
+  server:
+    listenPath: {{value: /{id}, strip: true}}
+x-sluice-streaming:
+  streams:
+    mine:
+      input:
+        nats:
+          urls: [nats://127.0.0.1:4222]
+          subject: {subject}{pipeline}
+      output:
+        http_server: {{stream_path: /events}}
+"#
+    )
 }

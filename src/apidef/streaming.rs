@@ -70,6 +70,11 @@ pub fn allowable() -> Vec<&'static str> {
 /// The prefix of the placeholders that make a stream per client.
 pub const CONTEXT: &str = "$sluice_context.";
 
+/// Every prefix a placeholder may be written with: Tyk Streams' `$tyk_context.` is an
+/// alias, with the same names, so that a stream written for Tyk works as written rather
+/// than taking the placeholder as literal text (which would filter nothing).
+pub const CONTEXTS: [&str; 2] = [CONTEXT, "$tyk_context."];
+
 /// One stream of an API.
 pub struct ApiStream {
     pub name: String,
@@ -106,10 +111,11 @@ pub fn streams_of(ext: &Value) -> Vec<(&str, &Value)> {
         .unwrap_or_default()
 }
 
-/// Whether a stream's definition is run once per client: it has `$sluice_context.`
-/// placeholders.
+/// Whether a stream's definition is run once per client: it has `$sluice_context.` (or
+/// `$tyk_context.`) placeholders.
 pub fn per_client(raw: &Value) -> bool {
-    raw.to_string().contains(CONTEXT)
+    let text = raw.to_string();
+    CONTEXTS.iter().any(|prefix| text.contains(prefix))
 }
 
 /// The streams of a document and the paths their HTTP components serve.

@@ -3,11 +3,12 @@
 //!
 //! Names: `identity` (the key id or the JWT's identity), `key_id`, `headers_<Name>` (a
 //! request header; `_` stands for `-`), `request_data_<name>` (a query value) and
-//! `jwt_claims_<name>` (a claim of the caller's JWT).
+//! `jwt_claims_<name>` (a claim of the caller's JWT). Tyk Streams' `$tyk_context.<name>`
+//! is the same placeholder.
 
 use serde_json::{Map, Value};
 
-use crate::apidef::streaming::CONTEXT;
+use crate::apidef::streaming::CONTEXTS;
 use crate::http::HttpRequest;
 
 /// Who a request is from, as authentication found.
@@ -26,7 +27,9 @@ const MAX_VALUE: usize = 128;
 /// code in a mapping or interpolation of the stream.
 pub fn resolve(template: &Value, req: &HttpRequest, caller: &Caller<'_>) -> Result<Value, String> {
     match template {
-        Value::String(s) if s.contains(CONTEXT) => substitute(s, req, caller).map(Value::String),
+        Value::String(s) if next_placeholder(s).is_some() => {
+            substitute(s, req, caller).map(Value::String)
+        }
         Value::Array(items) => items
             .iter()
             .map(|v| resolve(v, req, caller))
@@ -46,15 +49,15 @@ pub fn resolve(template: &Value, req: &HttpRequest, caller: &Caller<'_>) -> Resu
 fn substitute(text: &str, req: &HttpRequest, caller: &Caller<'_>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = rest.find(CONTEXT) {
+    while let Some((at, prefix)) = next_placeholder(rest) {
         out.push_str(&rest[..at]);
-        let after = &rest[at + CONTEXT.len()..];
+        let after = &rest[at + prefix.len()..];
         let end = after
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
             .unwrap_or(after.len());
         let name = &after[..end];
         let value = lookup(name, req, caller)
-            .ok_or_else(|| format!("the request gives no value for `{CONTEXT}{name}`"))?;
+            .ok_or_else(|| format!("the request gives no value for `{prefix}{name}`"))?;
         if value.is_empty()
             || value.len() > MAX_VALUE
             || !value
@@ -62,7 +65,7 @@ fn substitute(text: &str, req: &HttpRequest, caller: &Caller<'_>) -> Result<Stri
                 .all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c))
         {
             return Err(format!(
-                "the value for `{CONTEXT}{name}` must be 1 to {MAX_VALUE} letters, digits, `.`, `_`, `-` or `@`"
+                "the value for `{prefix}{name}` must be 1 to {MAX_VALUE} letters, digits, `.`, `_`, `-` or `@`"
             ));
         }
         out.push_str(&value);
@@ -70,6 +73,14 @@ fn substitute(text: &str, req: &HttpRequest, caller: &Caller<'_>) -> Result<Stri
     }
     out.push_str(rest);
     Ok(out)
+}
+
+/// Where the first placeholder in `text` starts, and the prefix it is written with.
+fn next_placeholder(text: &str) -> Option<(usize, &'static str)> {
+    CONTEXTS
+        .iter()
+        .filter_map(|prefix| text.find(prefix).map(|at| (at, *prefix)))
+        .min_by_key(|(at, _)| *at)
 }
 
 fn lookup(name: &str, req: &HttpRequest, caller: &Caller<'_>) -> Option<String> {
@@ -135,6 +146,31 @@ mod tests {
             "$sluice_context.identity/$sluice_context.jwt_claims_tenant/$sluice_context.key_id"
         );
         assert_eq!(resolve(&t, &req("/x"), &caller).unwrap(), "alice/acme/k1");
+    }
+
+    #[test]
+    fn tyk_placeholders_are_the_same_placeholders() {
+        let claims = json!({"sub": "u-1"});
+        let caller = Caller {
+            key_id: Some("k1"),
+            identity: Some("alice"),
+            claims: claims.as_object(),
+        };
+        let t = json!("root = if this.user != \"$tyk_context.jwt_claims_sub\" { deleted() } # $sluice_context.key_id");
+        assert_eq!(
+            resolve(&t, &req("/x"), &caller).unwrap(),
+            "root = if this.user != \"u-1\" { deleted() } # k1"
+        );
+        assert!(crate::apidef::streaming::per_client(
+            &json!({"m": "$tyk_context.key_id"})
+        ));
+        let e = resolve(
+            &json!("$tyk_context.request_data_user"),
+            &req("/x"),
+            &caller,
+        )
+        .unwrap_err();
+        assert!(e.contains("`$tyk_context.request_data_user`"), "{e}");
     }
 
     #[test]
