@@ -843,4 +843,4 @@ fn mock_of(m: &MockResponse, op: &Value) -> Result<Mock, String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

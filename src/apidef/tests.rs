@@ -1,6 +1,8 @@
 use super::*;
 
-fn doc(extra: &str) -> String {
+/// A definition of two pet operations behind `/pets-api`, with `extra` appended (more
+/// of `x-sluice-api-gateway`): the fixture of the definition's and the gateway's tests.
+pub(crate) fn doc(extra: &str) -> String {
     format!(
         r#"openapi: 3.0.3
 info: {{title: t, version: "1"}}

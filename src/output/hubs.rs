@@ -130,20 +130,17 @@ impl Hubs {
             entry.hubs.into_iter().for_each(Kept::retire);
         }
     }
-
-    /// Hubs alive, for tests and the operator's view.
-    pub fn len(&self) -> usize {
-        self.streams.lock().values().map(|s| s.hubs.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Hubs {
+        fn len(&self) -> usize {
+            self.streams.lock().values().map(|s| s.hubs.len()).sum()
+        }
+    }
 
     fn opts(size: usize) -> HubOptions {
         HubOptions {
@@ -202,7 +199,7 @@ mod tests {
         let a = hubs.hub("s", "output|/a", opts(10));
         hubs.stopped("s");
         assert!(a.retired().is_cancelled());
-        assert!(hubs.is_empty());
+        assert_eq!(hubs.len(), 0);
 
         let b = hubs.hub("t", "output|/b", opts(10));
         hubs.hold("t");
@@ -210,6 +207,6 @@ mod tests {
         let b2 = hubs.hub("t", "output|/b", opts(10));
         hubs.failed("t");
         assert!(b.retired().is_cancelled() && b2.retired().is_cancelled());
-        assert!(hubs.is_empty());
+        assert_eq!(hubs.len(), 0);
     }
 }

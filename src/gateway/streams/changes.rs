@@ -31,6 +31,14 @@ struct Handed {
     none: Notify,
 }
 
+impl Handed {
+    /// Counts a request until the returned guard is dropped.
+    fn serve(self: &Arc<Self>) -> Served {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Served(self.clone())
+    }
+}
+
 /// A request being served by a stream route: counted until dropped.
 pub(super) struct Served(Arc<Handed>);
 
@@ -55,8 +63,7 @@ impl Changes {
     /// Counts a request about to be handed to a route, before the route is looked up:
     /// a change that takes the route down after the lookup then waits for its answer.
     pub(super) fn serve(&self) -> Served {
-        self.handed.count.fetch_add(1, Ordering::AcqRel);
-        Served(self.handed.clone())
+        self.handed.serve()
     }
 
     pub(super) fn is_changing(&self) -> bool {
@@ -112,8 +119,7 @@ impl Changes {
                 let handler = routes.get(&path).filter(|_| done);
                 match handler {
                     Some(handler) => {
-                        handed.count.fetch_add(1, Ordering::AcqRel);
-                        let _served = Served(handed);
+                        let _served = handed.serve();
                         handler.call(req).await
                     }
                     None => error(

@@ -583,13 +583,11 @@ async fn sync_api(
     let hubs = streams.env.hubs.clone().unwrap_or_default();
     if !changed.is_empty() {
         streams.changes.begin();
-    }
-    for name in &changed {
-        let full = stream_name(&api.id, name);
-        hubs.hold(&full);
-        manager.env().routes.unmount_owned_by(&format!("{full}/"));
-    }
-    if !changed.is_empty() {
+        for name in &changed {
+            let full = stream_name(&api.id, name);
+            hubs.hold(&full);
+            manager.env().routes.unmount_owned_by(&format!("{full}/"));
+        }
         streams.changes.quiesce(settings.drain).await;
     }
     for name in stale {
@@ -626,7 +624,7 @@ async fn sync_api(
             }
             Err(e) => {
                 if changed.iter().any(|c| c == name) {
-                    metrics::counter!(crate::metrics::STREAM_CHANGES, "api_id" => api.id.clone(), "outcome" => "failed").increment(1);
+                    count_change(&api.id, "failed");
                 }
                 error!(api_id = %api.id, stream = %name, error = %e, "Stream failed to start.");
                 events.publish(
@@ -647,13 +645,19 @@ async fn sync_api(
             } else {
                 "clients_ended"
             };
-            metrics::counter!(crate::metrics::STREAM_CHANGES, "api_id" => api.id.clone(), "outcome" => outcome).increment(1);
+            count_change(&api.id, outcome);
             info!(api_id = %api.id, stream = %name, hubs_kept = settled.kept, hubs_retired = settled.retired, "Stream changed.");
         }
     }
     if !changed.is_empty() {
         streams.changes.end();
     }
+}
+
+/// Counts a change of one of `api_id`'s streams (`live`, `clients_ended`, `failed`).
+fn count_change(api_id: &str, outcome: &'static str) {
+    metrics::counter!(crate::metrics::STREAM_CHANGES, "api_id" => api_id.to_owned(), "outcome" => outcome)
+        .increment(1);
 }
 
 /// What a `stream_error` event says of a change, if it says anything.

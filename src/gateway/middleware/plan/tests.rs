@@ -1,32 +1,11 @@
 use super::{compile, Step};
+use crate::apidef::tests::doc;
 use crate::gateway::api::from_file;
 
 /// The names of the steps in the plan of the API that `doc` defines, in order.
 fn steps(doc: &str) -> Vec<&'static str> {
     let api = from_file("pets.yaml", doc).unwrap();
     compile(&api).steps().iter().map(|s| s.name()).collect()
-}
-
-fn doc(extra: &str) -> String {
-    format!(
-        r#"openapi: 3.0.3
-info: {{title: t, version: "1"}}
-paths:
-  /pets/{{id}}:
-    get:
-      operationId: getPet
-      responses: {{"200": {{description: ok, content: {{application/json: {{example: {{name: rex}}}}}}}}}}
-  /pets/mine:
-    get:
-      operationId: myPets
-      responses: {{"200": {{description: ok}}}}
-x-sluice-api-gateway:
-  info: {{id: pets, name: Pets}}
-  upstream: {{url: "http://127.0.0.1:9/base/"}}
-  server:
-    listenPath: {{value: /pets-api/, strip: true}}
-{extra}"#
-    )
 }
 
 #[test]
