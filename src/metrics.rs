@@ -46,6 +46,10 @@ pub const HTTP_STREAM_DELIVERED_MESSAGES: &str = "sluice_http_stream_delivered_m
 pub const HTTP_STREAM_DELIVERED_BYTES: &str = "sluice_http_stream_delivered_bytes_total";
 pub const HTTP_STREAM_WRITE_ERRORS: &str = "sluice_http_stream_write_errors_total";
 pub const HTTP_STREAM_REPLAYED_EVENTS: &str = "sluice_http_stream_replayed_events_total";
+pub const HTTP_STREAM_FILTERED_MESSAGES: &str = "sluice_http_stream_filtered_messages_total";
+pub const HTTP_STREAM_FILTER_ERRORS: &str = "sluice_http_stream_filter_errors_total";
+pub const HTTP_STREAM_SLOW_DROPPED: &str = "sluice_http_stream_slow_client_dropped_messages_total";
+pub const HTTP_STREAM_SLOW_DISCONNECTED: &str = "sluice_http_stream_slow_client_disconnects_total";
 
 // The gateway, labelled with `api_id` (and `status_class` or `event`), never a path.
 pub const GATEWAY_REQUESTS: &str = "sluice_gateway_requests_total";
@@ -98,6 +102,10 @@ pub const ALL: &[&str] = &[
     HTTP_STREAM_DELIVERED_BYTES,
     HTTP_STREAM_WRITE_ERRORS,
     HTTP_STREAM_REPLAYED_EVENTS,
+    HTTP_STREAM_FILTERED_MESSAGES,
+    HTTP_STREAM_FILTER_ERRORS,
+    HTTP_STREAM_SLOW_DROPPED,
+    HTTP_STREAM_SLOW_DISCONNECTED,
     GATEWAY_REQUESTS,
     GATEWAY_REQUEST_DURATION,
     GATEWAY_EVENTS,
@@ -337,6 +345,26 @@ fn describe() {
         HTTP_STREAM_REPLAYED_EVENTS,
         Unit::Count,
         "Events replayed to clients resuming with a last event id."
+    );
+    describe_counter!(
+        HTTP_STREAM_FILTERED_MESSAGES,
+        Unit::Count,
+        "Messages a client of an HTTP stream route did not get because the output's filter withheld them from it."
+    );
+    describe_counter!(
+        HTTP_STREAM_FILTER_ERRORS,
+        Unit::Count,
+        "Messages withheld from a client of an HTTP stream route because the output's filter failed on them."
+    );
+    describe_counter!(
+        HTTP_STREAM_SLOW_DROPPED,
+        Unit::Count,
+        "Messages dropped from the queue of a client of an HTTP stream route that did not read them in time (slow_clients: drop_oldest)."
+    );
+    describe_counter!(
+        HTTP_STREAM_SLOW_DISCONNECTED,
+        Unit::Count,
+        "Clients of an HTTP stream route disconnected for not reading in time (slow_clients: disconnect, or hold past write_timeout)."
     );
 }
 

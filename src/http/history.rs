@@ -15,6 +15,7 @@ use futures::StreamExt;
 
 use super::hub::{gap, Event, Hub, RouteMetrics, Subscription};
 pub use super::record::{History, HistoryError, Past};
+use crate::value::Value;
 
 /// Clients of one hub caught up at once; more resume with a `gap` notice.
 pub const MAX_AT_ONCE: usize = 16;
@@ -28,15 +29,24 @@ pub const MAX_EVENTS: usize = 100_000;
 pub struct CatchUp {
     hub: Arc<Hub>,
     reached: u64,
+    /// Who the client is, for a filtering hub (see [`Hub::subscribe_as`]).
+    caller: Value,
     /// Locked only through `&mut self`: the lock makes the catch-up `Sync`, as a
     /// response body must be, around a stream that is only `Send`.
-    events: parking_lot::Mutex<BoxStream<'static, Arc<Event>>>,
+    events: parking_lot::Mutex<BoxStream<'static, Step>>,
+}
+
+/// One message read back: its event, or only its position when the hub's filter
+/// withholds it from this client (the client has still reached it).
+enum Step {
+    Event(Arc<Event>),
+    Withheld(u64),
 }
 
 impl CatchUp {
-    /// The catch-up of a client resuming after `last`, when its hub must read that from
-    /// its history and has room for one more.
-    pub fn start(hub: &Arc<Hub>, last: &str) -> Option<CatchUp> {
+    /// The catch-up of the client `caller` resuming after `last`, when its hub must read
+    /// that from its history and has room for one more.
+    pub fn start(hub: &Arc<Hub>, last: &str, caller: Value) -> Option<CatchUp> {
         let after = hub.behind(last)?;
         let history = hub.history()?.clone();
         {
@@ -54,12 +64,15 @@ impl CatchUp {
             return None;
         }
         let for_events = hub.clone();
+        let for_filter = caller.clone();
         let events = stream::once(history.after(after))
             .flat_map(move |past| {
                 let hub = for_events.clone();
+                let mut caller = for_filter.clone();
                 match past {
                     Ok(past) => {
-                        let notice = (!past.complete).then(|| gap(&after.to_string(), None));
+                        let notice = (!past.complete)
+                            .then(|| Step::Event(gap(&after.to_string(), None)));
                         let events = past
                             .messages
                             .take(MAX_EVENTS)
@@ -67,7 +80,11 @@ impl CatchUp {
                             // then tells the client of what it still misses.
                             .take_while(|m| futures::future::ready(m.is_ok()))
                             .filter_map(move |m| {
-                                futures::future::ready(m.ok().and_then(|m| hub.past_event(&m)))
+                                let step = m.ok().and_then(|m| {
+                                    let (at, event) = hub.past_event(&m, &mut caller)?;
+                                    Some(event.map_or(Step::Withheld(at), Step::Event))
+                                });
+                                futures::future::ready(step)
                             });
                         stream::iter(notice).chain(events).boxed()
                     }
@@ -81,19 +98,29 @@ impl CatchUp {
         Some(CatchUp {
             hub: hub.clone(),
             reached: after,
+            caller,
             events: parking_lot::Mutex::new(events),
         })
     }
 
     /// The next event to send, `None` once caught up.
     pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Arc<Event>>> {
-        let next = self.events.get_mut().poll_next_unpin(cx);
-        if let Poll::Ready(Some(event)) = &next {
-            if let Some(id) = event.id {
-                self.reached = self.reached.max(id);
-            }
+        loop {
+            return match self.events.get_mut().poll_next_unpin(cx) {
+                Poll::Ready(Some(Step::Withheld(at))) => {
+                    self.reached = self.reached.max(at);
+                    continue;
+                }
+                Poll::Ready(Some(Step::Event(event))) => {
+                    if let Some(id) = event.id {
+                        self.reached = self.reached.max(id);
+                    }
+                    Poll::Ready(Some(event))
+                }
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
         }
-        next
     }
 
     pub async fn next(&mut self) -> Option<Arc<Event>> {
@@ -101,8 +128,10 @@ impl CatchUp {
     }
 
     /// Joins the hub's live events from the position the client reached.
-    pub fn join(self, metrics: Arc<RouteMetrics>) -> Subscription {
-        self.hub.subscribe(Some(&self.reached.to_string()), metrics)
+    pub fn join(mut self, metrics: Arc<RouteMetrics>) -> Subscription {
+        let caller = std::mem::take(&mut self.caller);
+        self.hub
+            .subscribe_as(Some(&self.reached.to_string()), metrics, caller)
     }
 }
 
@@ -197,12 +226,12 @@ mod tests {
         };
         let (hub, _live) = hub_at_20(kept).await;
         // Within the buffer (19, 20 kept): no history needed.
-        assert!(CatchUp::start(&hub, "18").is_none());
-        assert!(CatchUp::start(&hub, "not a position").is_none());
+        assert!(CatchUp::start(&hub, "18", Value::Null).is_none());
+        assert!(CatchUp::start(&hub, "not a position", Value::Null).is_none());
         // Ahead of this node: what the broker has after it (nothing here), then live.
-        let (ahead, _sub) = ids(CatchUp::start(&hub, "25").unwrap()).await;
+        let (ahead, _sub) = ids(CatchUp::start(&hub, "25", Value::Null).unwrap()).await;
         assert!(ahead.is_empty());
-        let (got, mut sub) = ids(CatchUp::start(&hub, "5").unwrap()).await;
+        let (got, mut sub) = ids(CatchUp::start(&hub, "5", Value::Null).unwrap()).await;
         assert_eq!(got, (6..=20).map(Some).collect::<Vec<_>>());
         assert_eq!(hub.catching_up.load(Ordering::Acquire), 0);
         // Joined at 20: nothing again, and the next live event.
@@ -227,7 +256,7 @@ mod tests {
             complete: false,
         };
         let (hub, _live) = hub_at_20(kept).await;
-        let mut catch_up = CatchUp::start(&hub, "3").unwrap();
+        let mut catch_up = CatchUp::start(&hub, "3", Value::Null).unwrap();
         let first = catch_up.next().await.unwrap();
         assert_eq!(first.name.as_deref(), Some(GAP_EVENT));
         assert_eq!(first.id, None);
@@ -244,11 +273,11 @@ mod tests {
         };
         let (hub, _live) = hub_at_20(kept).await;
         let held: Vec<_> = (0..MAX_AT_ONCE)
-            .map(|_| CatchUp::start(&hub, "1").unwrap())
+            .map(|_| CatchUp::start(&hub, "1", Value::Null).unwrap())
             .collect();
         // One more resumes as before: from the buffer, with a gap notice.
-        assert!(CatchUp::start(&hub, "1").is_none());
+        assert!(CatchUp::start(&hub, "1", Value::Null).is_none());
         drop(held);
-        assert!(CatchUp::start(&hub, "1").is_some());
+        assert!(CatchUp::start(&hub, "1", Value::Null).is_some());
     }
 }

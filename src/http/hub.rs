@@ -17,17 +17,19 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use metrics::{counter, gauge, Counter, Gauge};
 use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::Deserialize;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::filter::{Filter, Tally};
+use super::outbox::{Inbox, Offered, Queue, SlowClients, SlowPolicy};
 use crate::duration::Duration;
-use crate::message::Batch;
+use crate::message::{Batch, Message};
 use crate::metrics as m;
+use crate::value::Value;
 
 /// How a hub spreads messages over its clients.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Default)]
@@ -69,143 +71,8 @@ fn default_replay_age() -> Duration {
     Duration::from_secs(300)
 }
 
-/// One event as clients see it.
-#[derive(Debug)]
-pub struct Event {
-    /// None for notices (a gap) that must not move the client's last seen id.
-    pub id: Option<u64>,
-    pub name: Option<Box<str>>,
-    pub data: Bytes,
-    /// The media type the message declared (its `content-type` metadata), if any.
-    pub content_type: Option<Box<str>>,
-}
-
-impl Event {
-    /// The media type of the event's data: the declared one, else what the data is.
-    pub fn content_type(&self) -> &str {
-        self.content_type
-            .as_deref()
-            .unwrap_or_else(|| crate::message::sniff_content_type(&self.data))
-    }
-}
-
-/// The name of the notice sent when a resume cannot be served in full.
-pub const GAP_EVENT: &str = "gap";
-
-/// Events handed to a client in one go, with their wire forms computed once (a broadcast
-/// shares one chunk between all clients).
-#[derive(Debug)]
-pub struct Chunk {
-    pub events: Vec<Arc<Event>>,
-    sse: OnceLock<Bytes>,
-    lines: OnceLock<Bytes>,
-}
-
-impl Chunk {
-    pub fn new(events: Vec<Arc<Event>>) -> Self {
-        Chunk {
-            events,
-            sse: OnceLock::new(),
-            lines: OnceLock::new(),
-        }
-    }
-
-    /// Messages in the chunk that count as deliveries (notices do not).
-    pub fn messages(&self) -> usize {
-        self.events
-            .iter()
-            .filter(|e| e.id.is_some() || e.name.as_deref() != Some(GAP_EVENT))
-            .count()
-    }
-
-    pub fn payload_bytes(&self) -> usize {
-        self.events.iter().map(|e| e.data.len()).sum()
-    }
-
-    /// Server-Sent Events framing: `id:`, `event:` when named, one `data:` per line.
-    pub fn sse(&self) -> &Bytes {
-        self.sse.get_or_init(|| {
-            let mut buf = BytesMut::with_capacity(self.payload_bytes() + 32 * self.events.len());
-            for e in &self.events {
-                encode_sse(e, &mut buf);
-            }
-            buf.freeze()
-        })
-    }
-
-    /// One message per line, without ids.
-    pub fn lines(&self) -> &Bytes {
-        self.lines.get_or_init(|| {
-            let mut buf = BytesMut::with_capacity(self.payload_bytes() + self.events.len());
-            for e in self.events.iter().filter(|e| e.id.is_some()) {
-                buf.put_slice(&e.data);
-                buf.put_u8(b'\n');
-            }
-            buf.freeze()
-        })
-    }
-}
-
-fn encode_sse(e: &Event, buf: &mut BytesMut) {
-    if let Some(id) = e.id {
-        buf.put_slice(b"id: ");
-        buf.put_slice(id.to_string().as_bytes());
-        buf.put_u8(b'\n');
-    }
-    if let Some(name) = &e.name {
-        buf.put_slice(b"event: ");
-        buf.put_slice(name.as_bytes());
-        buf.put_u8(b'\n');
-    }
-    // SSE ends a line at CRLF, LF or CR; each payload line becomes its own `data:` field so
-    // the client rebuilds the payload joined by LF.
-    let data = &e.data[..];
-    let mut start = 0;
-    let mut i = 0;
-    while i < data.len() {
-        if data[i] == b'\n' || data[i] == b'\r' {
-            buf.put_slice(b"data: ");
-            buf.put_slice(&data[start..i]);
-            buf.put_u8(b'\n');
-            if data[i] == b'\r' && data.get(i + 1) == Some(&b'\n') {
-                i += 1;
-            }
-            start = i + 1;
-        }
-        i += 1;
-    }
-    buf.put_slice(b"data: ");
-    buf.put_slice(&data[start..]);
-    buf.put_slice(b"\n\n");
-}
-
-/// A chunk on its way to one client. Dropping it unwritten reports a failed write, and the
-/// publisher hands the messages to another client.
-pub struct Delivery {
-    pub chunk: Arc<Chunk>,
-    done: Option<oneshot::Sender<()>>,
-}
-
-impl Delivery {
-    /// True when the publisher stopped waiting for this client (it was too slow), so
-    /// writing it now would duplicate what another client got.
-    pub fn is_withdrawn(&self) -> bool {
-        self.done.as_ref().is_some_and(|d| d.is_closed())
-    }
-
-    /// Takes the confirmation out, for transports that confirm later (after hyper took
-    /// the frame). None for replays, which nobody waits for.
-    pub fn into_done(mut self) -> Option<oneshot::Sender<()>> {
-        self.done.take()
-    }
-
-    /// The bytes went to the client's connection.
-    pub fn written(mut self) {
-        if let Some(done) = self.done.take() {
-            let _ = done.send(());
-        }
-    }
-}
+pub(crate) use super::event::gap;
+pub use super::event::{Chunk, Delivery, Event, GAP_EVENT};
 
 /// The transports a route serves, for metric labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,6 +107,14 @@ pub struct RouteMetrics {
     pub delivered_bytes: Counter,
     pub write_errors: Counter,
     pub replayed: Counter,
+    /// Messages a subscriber's filter withheld from it (see [`super::filter`]).
+    pub filtered: Counter,
+    /// Messages withheld from a subscriber because its filter failed on them.
+    pub filter_errors: Counter,
+    /// Messages dropped from a slow client's queue (`drop_oldest`).
+    pub slow_dropped: Counter,
+    /// Slow clients disconnected (`disconnect`, or `hold` past the write timeout).
+    pub slow_disconnected: Counter,
 }
 
 impl RouteMetrics {
@@ -259,7 +134,20 @@ impl RouteMetrics {
             delivered_bytes: counter!(m::HTTP_STREAM_DELIVERED_BYTES, &labels),
             write_errors: counter!(m::HTTP_STREAM_WRITE_ERRORS, &labels),
             replayed: counter!(m::HTTP_STREAM_REPLAYED_EVENTS, &labels),
+            filtered: counter!(m::HTTP_STREAM_FILTERED_MESSAGES, &labels),
+            filter_errors: counter!(m::HTTP_STREAM_FILTER_ERRORS, &labels),
+            slow_dropped: counter!(m::HTTP_STREAM_SLOW_DROPPED, &labels),
+            slow_disconnected: counter!(m::HTTP_STREAM_SLOW_DISCONNECTED, &labels),
         })
+    }
+
+    fn tally(&self, tally: Tally) {
+        if tally.withheld > 0 {
+            self.filtered.increment(tally.withheld);
+        }
+        if tally.failed > 0 {
+            self.filter_errors.increment(tally.failed);
+        }
     }
 
     /// Counts a confirmed write of `chunk`.
@@ -284,8 +172,10 @@ pub struct HubOptions {
     /// How long a client may take to accept and write a delivery before it is dropped
     /// as dead and its messages go elsewhere.
     pub write_timeout: std::time::Duration,
-    /// Deliveries queued per client.
+    /// Deliveries queued per client (`hold`).
     pub queue: usize,
+    /// What happens to a client that does not read (broadcast only, but for `hold`).
+    pub slow: SlowClients,
 }
 
 impl Default for HubOptions {
@@ -297,17 +187,20 @@ impl Default for HubOptions {
             id_key: None,
             write_timeout: std::time::Duration::from_secs(10),
             queue: 64,
+            slow: SlowClients::default(),
         }
     }
 }
 
 struct Slot {
     conn: u64,
-    tx: mpsc::Sender<Delivery>,
+    queue: Arc<Queue>,
     metrics: Arc<RouteMetrics>,
     /// A client that resumed from a position this node has not reached yet (it came from
     /// a node further along): events up to this id are not sent to it again.
     seen_through: Option<u64>,
+    /// Who the client is, as the hub's filter sees it (`@caller`); null without one.
+    caller: Value,
 }
 
 struct Stored {
@@ -318,6 +211,8 @@ struct Stored {
     /// A resuming client took it over (and was sent it) while its first write was still
     /// unconfirmed: that write failing later must not send it a second time.
     taken_over: bool,
+    /// The message, when the hub filters: a resuming client is matched against it.
+    msg: Option<Message>,
 }
 
 struct State {
@@ -329,6 +224,10 @@ struct State {
     cursor: u64,
     replay: VecDeque<Stored>,
     next_conn: u64,
+    /// Broadcast only: each client gets the messages this check admits for it. Part of
+    /// the state, not the options: a change of the stream changes it for the clients
+    /// connected.
+    filter: Option<Filter>,
 }
 
 pub struct Hub {
@@ -357,7 +256,7 @@ pub struct Hub {
 pub struct Subscription {
     hub: Arc<Hub>,
     conn: u64,
-    pub rx: mpsc::Receiver<Delivery>,
+    pub rx: Inbox,
 }
 
 impl Drop for Subscription {
@@ -390,6 +289,7 @@ impl Hub {
                 cursor: 0,
                 replay: VecDeque::new(),
                 next_conn: 1,
+                filter: None,
             }),
             joined: Notify::new(),
             retired,
@@ -432,9 +332,26 @@ impl Hub {
 
     /// `msg` as the event this hub makes of it, with its position as id: for a message
     /// read from the history.
-    pub(crate) fn past_event(&self, msg: &crate::message::Message) -> Option<Arc<Event>> {
+    /// `msg` as the event this hub makes of it for the client `caller`, with its
+    /// position as id: for a message read from the history. The event is `None` when the
+    /// hub's filter withholds it from the client.
+    pub(crate) fn past_event(
+        &self,
+        msg: &Message,
+        caller: &mut Value,
+    ) -> Option<(u64, Option<Arc<Event>>)> {
         let id = position(msg, self.opts.id_key.as_deref()?).filter(|&p| p < u64::MAX)?;
-        Some(self.event(msg, Some(id)))
+        let filter = self.state.lock().filter.clone();
+        if let Some(filter) = filter {
+            let _budget = filter.publish_budget();
+            if !filter
+                .admits(&mut filter.view(msg), caller)
+                .unwrap_or(false)
+            {
+                return Some((id, None));
+            }
+        }
+        Some((id, Some(self.event(msg, Some(id)))))
     }
 
     /// The event of `msg` under `id`: its name and media type from its metadata.
@@ -455,6 +372,17 @@ impl Hub {
             data: msg.payload().clone(),
             content_type,
         })
+    }
+
+    /// Sets the check that decides which messages each client gets (broadcast only),
+    /// for the next message published; `None` sends every message to every client.
+    pub fn set_filter(&self, filter: Option<Filter>) {
+        self.state.lock().filter = filter;
+    }
+
+    /// Whether the hub filters per client.
+    pub fn filters(&self) -> bool {
+        self.state.lock().filter.is_some()
     }
 
     pub fn mode(&self) -> DeliveryMode {
@@ -486,29 +414,42 @@ impl Hub {
         last_event_id: Option<&str>,
         metrics: Arc<RouteMetrics>,
     ) -> Subscription {
-        let (tx, rx) = mpsc::channel(self.opts.queue.max(1));
+        self.subscribe_as(last_event_id, metrics, Value::Null)
+    }
+
+    /// As [`subscribe`](Self::subscribe), for the client `caller` (see
+    /// [`super::caller`]): a filtering hub sends it what its filter admits for it.
+    pub fn subscribe_as(
+        self: &Arc<Self>,
+        last_event_id: Option<&str>,
+        metrics: Arc<RouteMetrics>,
+        mut caller: Value,
+    ) -> Subscription {
+        let (queue, rx) = Queue::new();
         let mut st = self.state.lock();
         let conn = st.next_conn;
         st.next_conn += 1;
         let mut seen_through = None;
         if let Some(last) = last_event_id {
             seen_through = self.ahead(&st, last.trim());
-            let events = self.resume(&mut st, last.trim(), conn);
+            let mut events = self.resume(&mut st, last.trim(), conn);
+            if let Some(filter) = &st.filter {
+                let tally = admitted(filter, &st.replay, &mut events, &mut caller);
+                metrics.tally(tally);
+            }
             if !events.is_empty() {
                 let replayed = events.iter().filter(|e| e.id.is_some()).count();
                 metrics.replayed.increment(replayed as u64);
                 // The channel is new and empty, so this cannot fail for lack of room.
-                let _ = tx.try_send(Delivery {
-                    chunk: Arc::new(Chunk::new(events)),
-                    done: None,
-                });
+                let _ = queue.push(Delivery::unconfirmed(Arc::new(Chunk::new(events))));
             }
         }
         st.clients.push(Slot {
             conn,
-            tx,
+            queue,
             metrics,
             seen_through,
+            caller,
         });
         drop(st);
         self.joined.notify_waiters();
@@ -572,7 +513,13 @@ impl Hub {
                     return vec![gap(&last.to_string(), oldest)];
                 };
                 // Its old connection may not have noticed the hang-up yet: stop feeding it.
-                st.clients.retain(|c| c.conn != owner);
+                st.clients.retain(|c| {
+                    let old = c.conn == owner;
+                    if old {
+                        c.queue.close();
+                    }
+                    !old
+                });
                 let mut out = Vec::new();
                 for s in st.replay.iter_mut() {
                     if s.conn == owner && s.event.id.is_some_and(|id| id > last) {
@@ -596,7 +543,7 @@ impl Hub {
     fn leave(&self, conn: u64) {
         let mut st = self.state.lock();
         if let Some(i) = st.clients.iter().position(|c| c.conn == conn) {
-            st.clients.remove(i);
+            st.clients.remove(i).queue.close();
         }
     }
 
@@ -635,6 +582,7 @@ impl Hub {
                     at: now,
                     conn,
                     taken_over: false,
+                    msg: st.filter.is_some().then(|| msg.clone()),
                 });
             }
             events.push(event);
@@ -697,7 +645,9 @@ impl Hub {
         }
     }
 
-    fn evict(&self, conn: u64) {
+    /// Lets a client that did not keep up go: it ends after what is queued for it.
+    fn evict(&self, conn: u64, metrics: &RouteMetrics) {
+        metrics.slow_disconnected.increment(1);
         self.leave(conn);
     }
 
@@ -736,38 +686,36 @@ impl Hub {
                         .position(|c| c.conn > st.cursor)
                         .unwrap_or(0);
                     let c = &st.clients[i];
-                    let picked = (c.conn, c.tx.clone(), c.metrics.clone());
+                    let picked = (c.conn, c.queue.clone(), c.metrics.clone());
                     st.cursor = picked.0;
                     Some(picked)
                 }
             };
-            let Some((conn, tx, metrics)) = picked else {
+            let Some((conn, queue, metrics)) = picked else {
                 self.wait_for_client(stop).await?;
                 continue;
             };
-            let permit = tokio::select! {
-                p = tokio::time::timeout(self.opts.write_timeout, tx.reserve_owned()) => match p {
-                    Ok(Ok(p)) => p,
+            tokio::select! {
+                p = tokio::time::timeout(self.opts.write_timeout, queue.room(self.opts.queue.max(1))) => match p {
+                    Ok(Ok(())) => {}
                     // Gone meanwhile: try the next one.
                     Ok(Err(_)) => continue,
                     Err(_) => {
                         metrics.write_errors.increment(1);
-                        self.evict(conn);
+                        self.evict(conn, &metrics);
                         continue;
                     }
                 },
                 _ = self.halted(stop) => return Err(self.stopped()),
             };
-            let (done, written) = oneshot::channel();
-            let chunk = {
+            let (chunk, written) = {
                 let mut st = self.state.lock();
                 let chunk = self.assign(&mut st, batch, conn);
-                // Sent under the lock so that every client's queue is in id order.
-                permit.send(Delivery {
-                    chunk: chunk.clone(),
-                    done: Some(done),
-                });
-                chunk
+                let (delivery, written) = Delivery::confirmed(chunk.clone());
+                // Queued under the lock so that every client's queue is in id order; a
+                // client gone meanwhile drops it, a failed write below.
+                let _ = queue.push(delivery);
+                (chunk, written)
             };
             match tokio::time::timeout(self.opts.write_timeout, written).await {
                 Ok(Ok(())) => return Ok(()),
@@ -780,7 +728,7 @@ impl Hub {
                     // Too slow: the receiver is dropped below, so the client sees the
                     // delivery as withdrawn and skips it.
                     metrics.write_errors.increment(1);
-                    self.evict(conn);
+                    self.evict(conn, &metrics);
                     if self.taken_over(&chunk) {
                         return Ok(());
                     }
@@ -792,26 +740,31 @@ impl Hub {
 
     async fn publish_all(&self, batch: &Batch, stop: &CancellationToken) -> Result<(), Stopped> {
         loop {
-            let targets: Vec<_> = {
-                let st = self.state.lock();
-                st.clients
-                    .iter()
-                    .map(|c| (c.conn, c.tx.clone(), c.metrics.clone()))
-                    .collect()
-            };
-            if targets.is_empty() {
+            let targets = self.targets(batch);
+            let Some(targets) = targets else {
                 self.wait_for_client(stop).await?;
                 continue;
+            };
+            if targets.is_empty() {
+                // Connected clients' filters all said no: kept for those that resume.
+                let mut st = self.state.lock();
+                self.assign(&mut st, batch, 0);
+                return Ok(());
+            }
+            if self.opts.slow.policy != SlowPolicy::Hold {
+                self.hand_over(batch, targets);
+                return Ok(());
             }
             let timeout = self.opts.write_timeout;
+            let cap = self.opts.queue.max(1);
             let reserved = tokio::select! {
-                r = futures::future::join_all(targets.into_iter().map(|(conn, tx, metrics)| async move {
-                    match tokio::time::timeout(timeout, tx.reserve_owned()).await {
-                        Ok(Ok(p)) => Some((conn, p, metrics)),
+                r = futures::future::join_all(targets.into_iter().map(|t| async move {
+                    match tokio::time::timeout(timeout, t.queue.room(cap)).await {
+                        Ok(Ok(())) => Some((t.conn, t.queue, t.metrics, t.mask)),
                         Ok(Err(_)) => None,
                         Err(_) => {
-                            metrics.write_errors.increment(1);
-                            self.evict(conn);
+                            t.metrics.write_errors.increment(1);
+                            self.evict(t.conn, &t.metrics);
                             None
                         }
                     }
@@ -826,17 +779,15 @@ impl Hub {
             let chunk = {
                 let mut st = self.state.lock();
                 let chunk = self.assign(&mut st, batch, 0);
-                for (conn, permit, metrics) in reserved {
-                    let Some(mine) = catch_up(&mut st, conn, &chunk) else {
+                for (conn, queue, metrics, mask) in reserved {
+                    let Some(mine) = catch_up(&mut st, conn, &admitted_of(&chunk, &mask)) else {
                         // It had all of these from another node: taken, for it.
                         waits.push((conn, None, metrics));
                         continue;
                     };
-                    let (done, written) = oneshot::channel();
-                    permit.send(Delivery {
-                        chunk: mine,
-                        done: Some(done),
-                    });
+                    let (delivery, written) = Delivery::confirmed(mine);
+                    // A client gone meanwhile drops it: a failed write below.
+                    let _ = queue.push(delivery);
                     waits.push((conn, Some(written), metrics));
                 }
                 chunk
@@ -854,7 +805,7 @@ impl Hub {
                         }
                         Err(_) => {
                             metrics.write_errors.increment(1);
-                            self.evict(conn);
+                            self.evict(conn, &metrics);
                             false
                         }
                     }
@@ -868,6 +819,136 @@ impl Hub {
             self.unassign(&chunk);
         }
     }
+
+    /// Broadcasts `batch` under a policy that does not hold the producer for slow
+    /// clients: each target's share is queued within its bounds, nobody is waited for.
+    fn hand_over(&self, batch: &Batch, targets: Vec<Target>) {
+        let mut st = self.state.lock();
+        let chunk = self.assign(&mut st, batch, 0);
+        let mut cut = Vec::new();
+        for t in targets {
+            let Some(mine) = catch_up(&mut st, t.conn, &admitted_of(&chunk, &t.mask)) else {
+                continue;
+            };
+            match t.queue.offer(Delivery::unconfirmed(mine), &self.opts.slow) {
+                Offered::Queued | Offered::Gone => {}
+                Offered::Dropped(n) => t.metrics.slow_dropped.increment(n),
+                Offered::Full => {
+                    t.metrics.slow_disconnected.increment(1);
+                    t.queue.cut();
+                    cut.push(t.conn);
+                }
+            }
+        }
+        st.clients.retain(|c| !cut.contains(&c.conn));
+    }
+
+    /// The clients a broadcast of `batch` goes to, each with the messages its filter
+    /// admits (`None`: all of them); `None` when no client is connected. A client whose
+    /// filter admits none of them is not a target.
+    fn targets(&self, batch: &Batch) -> Option<Vec<Target>> {
+        let mut st = self.state.lock();
+        if st.clients.is_empty() {
+            return None;
+        }
+        let State {
+            clients, filter, ..
+        } = &mut *st;
+        let Some(filter) = filter else {
+            return Some(
+                clients
+                    .iter()
+                    .map(|c| Target {
+                        conn: c.conn,
+                        queue: c.queue.clone(),
+                        metrics: c.metrics.clone(),
+                        mask: None,
+                    })
+                    .collect(),
+            );
+        };
+        let budget = filter.publish_budget();
+        let mut views: Vec<_> = batch.iter().map(|m| filter.view(m)).collect();
+        let mut targets = Vec::new();
+        for c in clients.iter_mut() {
+            let mut tally = Tally::default();
+            if budget.expired() {
+                // Out of time: the rest are withheld without running a step more.
+                tally.failed += batch.len() as u64;
+                c.metrics.tally(tally);
+                continue;
+            }
+            let mask: Vec<bool> = views
+                .iter_mut()
+                .map(|view| tally.admitted(filter.admits(view, &mut c.caller)))
+                .collect();
+            c.metrics.tally(tally);
+            if mask.iter().any(|a| *a) {
+                targets.push(Target {
+                    conn: c.conn,
+                    queue: c.queue.clone(),
+                    metrics: c.metrics.clone(),
+                    mask: (!mask.iter().all(|a| *a)).then_some(mask),
+                });
+            }
+        }
+        Some(targets)
+    }
+}
+
+/// A client a broadcast goes to.
+struct Target {
+    conn: u64,
+    queue: Arc<Queue>,
+    metrics: Arc<RouteMetrics>,
+    /// Which messages of the batch its filter admits; `None`: all.
+    mask: Option<Vec<bool>>,
+}
+
+/// The events of `chunk` a target's filter admitted (`mask`; `None`: all).
+fn admitted_of(chunk: &Arc<Chunk>, mask: &Option<Vec<bool>>) -> Arc<Chunk> {
+    match mask {
+        Some(mask) => Arc::new(Chunk::new(
+            chunk
+                .events
+                .iter()
+                .zip(mask)
+                .filter(|(_, admitted)| **admitted)
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )),
+        None => chunk.clone(),
+    }
+}
+
+/// Keeps the events of a resume that `filter` admits for `caller`; notices stay. The
+/// events are the replay buffer's, in its order.
+fn admitted(
+    filter: &Filter,
+    replay: &VecDeque<Stored>,
+    events: &mut Vec<Arc<Event>>,
+    caller: &mut Value,
+) -> Tally {
+    let budget = filter.publish_budget();
+    let mut tally = Tally::default();
+    let mut stored = replay.iter();
+    events.retain(|e| {
+        let Some(id) = e.id else {
+            return true;
+        };
+        if budget.expired() {
+            tally.failed += 1;
+            return false;
+        }
+        let Some(msg) = stored
+            .find(|s| s.event.id == Some(id))
+            .and_then(|s| s.msg.as_ref())
+        else {
+            return false;
+        };
+        tally.admitted(filter.admits(&mut filter.view(msg), caller))
+    });
+    tally
 }
 
 /// A message's broker position, from metadata `key`: a number, or text of one. A
@@ -901,20 +982,6 @@ fn catch_up(st: &mut State, conn: u64, chunk: &Arc<Chunk>) -> Option<Arc<Chunk>>
     }
     slot.seen_through = None;
     Some(Arc::new(Chunk::new(newer)))
-}
-
-pub(crate) fn gap(last: &str, oldest: Option<u64>) -> Arc<Event> {
-    let data = serde_json::json!({
-        "last_event_id": last,
-        "oldest_available": oldest.map(|id| id.to_string()),
-        "message": "some events after last_event_id are no longer available",
-    });
-    Arc::new(Event {
-        id: None,
-        name: Some(GAP_EVENT.into()),
-        data: Bytes::from(data.to_string()),
-        content_type: None,
-    })
 }
 
 /// Parses `?a=b&c=d` into its value for `key`.
@@ -967,21 +1034,6 @@ mod tests {
         })
     }
 
-    #[test]
-    fn sse_framing_splits_lines_and_names_events() {
-        let chunk = Chunk::new(vec![Arc::new(Event {
-            id: Some(7),
-            name: Some("tick".into()),
-            data: Bytes::from_static(b"a\nb\r\nc\rd"),
-            content_type: None,
-        })]);
-        assert_eq!(
-            &chunk.sse()[..],
-            b"id: 7\nevent: tick\ndata: a\ndata: b\ndata: c\ndata: d\n\n"
-        );
-        assert_eq!(&chunk.lines()[..], b"a\nb\r\nc\rd\n");
-    }
-
     #[tokio::test]
     async fn round_robin_gives_each_message_to_one_client_in_turn() {
         let hub = hub(DeliveryMode::RoundRobin);
@@ -1005,6 +1057,220 @@ mod tests {
         hub.publish(&batch("end")).await.unwrap();
         assert_eq!(a.await.unwrap(), ["x", "end"]);
         assert_eq!(b.await.unwrap(), ["x", "end"]);
+    }
+
+    fn spawn_publish(hub: &Arc<Hub>, batch: Batch) -> tokio::task::JoinHandle<Result<(), Stopped>> {
+        let hub = hub.clone();
+        tokio::spawn(async move { hub.publish(&batch).await })
+    }
+
+    fn filtered(src: &str, env: &crate::mapping::Env) -> Arc<Hub> {
+        let mapping = crate::mapping::Mapping::compile(src, env).unwrap();
+        let hub = Hub::new(
+            HubOptions {
+                mode: DeliveryMode::Broadcast,
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        );
+        hub.set_filter(Some(Filter::new(src, Arc::new(mapping))));
+        hub
+    }
+
+    /// A hub that sends each client its tenant's events.
+    fn by_tenant() -> Arc<Hub> {
+        filtered(
+            "this.tenant == @caller.claims.tenant",
+            &crate::mapping::Env::default(),
+        )
+    }
+
+    fn tenant(t: &str) -> Value {
+        Value::from(serde_json::json!({"claims": {"tenant": t}}))
+    }
+
+    fn of(t: &str, n: usize) -> Message {
+        Message::new(format!(r#"{{"tenant":"{t}","n":{n}}}"#))
+    }
+
+    /// The tenant and number of each event a subscriber got.
+    async fn got(sub: &mut Subscription, count: usize) -> Vec<String> {
+        let mut seen = Vec::new();
+        while seen.len() < count {
+            let d = sub.rx.recv().await.unwrap();
+            for e in &d.chunk.events {
+                let v: serde_json::Value = serde_json::from_slice(&e.data).unwrap();
+                seen.push(format!("{}{}", v["tenant"].as_str().unwrap(), v["n"]));
+            }
+            d.written();
+        }
+        seen
+    }
+
+    #[tokio::test]
+    async fn a_filter_gives_each_client_only_what_it_admits_for_that_client() {
+        let hub = by_tenant();
+        let m = metrics();
+        let mut a1 = hub.subscribe_as(None, m.clone(), tenant("a"));
+        let mut b = hub.subscribe_as(None, m.clone(), tenant("b"));
+        let mut a2 = hub.subscribe_as(None, m.clone(), tenant("a"));
+        // One batch with events of both tenants and of one nobody is connected for.
+        let publishing = spawn_publish(&hub, vec![of("a", 1), of("b", 2), of("c", 3), of("a", 4)]);
+        assert_eq!(got(&mut a1, 2).await, ["a1", "a4"]);
+        assert_eq!(got(&mut a2, 2).await, ["a1", "a4"]);
+        assert_eq!(got(&mut b, 1).await, ["b2"]);
+        publishing.await.unwrap().unwrap();
+        // A message nobody connected is admitted for is published at once.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            hub.publish(&vec![of("z", 5)]),
+        )
+        .await
+        .expect("not held for a client")
+        .unwrap();
+        assert!(b.rx.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_resuming_client_replays_only_what_its_filter_admits() {
+        let hub = by_tenant();
+        let mut a = hub.subscribe_as(None, metrics(), tenant("a"));
+        let publishing = spawn_publish(&hub, vec![of("a", 1)]);
+        let d = a.rx.recv().await.unwrap();
+        let last = d.chunk.events[0].id.unwrap();
+        d.written();
+        publishing.await.unwrap().unwrap();
+        drop(a);
+        // While it is away, with another tenant's client connected.
+        let _b = drain(hub.subscribe_as(None, metrics(), tenant("b")));
+        let batch = vec![of("b", 2), of("a", 3), of("b", 4), of("a", 5)];
+        hub.publish(&batch).await.unwrap();
+        let mut back = hub.subscribe_as(Some(&last.to_string()), metrics(), tenant("a"));
+        assert_eq!(got(&mut back, 2).await, ["a3", "a5"]);
+        // And someone claiming no tenant gets nothing of either.
+        let mut nobody = hub.subscribe_as(Some(&last.to_string()), metrics(), Value::Null);
+        assert!(nobody.rx.try_recv().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_new_filter_decides_from_the_next_message_for_the_clients_connected() {
+        let hub = by_tenant();
+        let mut a = hub.subscribe_as(None, metrics(), tenant("a"));
+        let publishing = spawn_publish(&hub, vec![of("a", 1), of("b", 2)]);
+        assert_eq!(got(&mut a, 1).await, ["a1"]);
+        publishing.await.unwrap().unwrap();
+        let everything = "true";
+        let mapping = crate::mapping::Mapping::compile(everything, &Default::default()).unwrap();
+        hub.set_filter(Some(Filter::new(everything, Arc::new(mapping))));
+        let publishing = spawn_publish(&hub, vec![of("a", 3), of("b", 4)]);
+        assert_eq!(got(&mut a, 2).await, ["a3", "b4"]);
+        publishing.await.unwrap().unwrap();
+    }
+
+    fn broadcasting(slow: SlowClients) -> Arc<Hub> {
+        Hub::new(
+            HubOptions {
+                mode: DeliveryMode::Broadcast,
+                slow,
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_loses_its_oldest_not_the_others_time() {
+        let hub = broadcasting(SlowClients {
+            policy: SlowPolicy::DropOldest,
+            max_messages: 3,
+            max_bytes: 1 << 20,
+        });
+        let fast = drain(hub.subscribe(None, metrics()));
+        let mut slow = hub.subscribe(None, metrics());
+        // The producer is never held for the client that does not read.
+        for i in 0..10 {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(1),
+                hub.publish(&batch(&i.to_string())),
+            )
+            .await
+            .expect("held for a slow client")
+            .unwrap();
+            // The fast client reads as it comes.
+            tokio::task::yield_now().await;
+        }
+        hub.publish(&batch("end")).await.unwrap();
+        assert_eq!(fast.await.unwrap().len(), 11);
+        let mut seen = Vec::new();
+        while let Some(d) = slow.rx.try_recv() {
+            for e in &d.chunk.events {
+                seen.push(match e.name.as_deref() {
+                    Some(GAP_EVENT) => "gap".to_owned(),
+                    _ => String::from_utf8_lossy(&e.data).into_owned(),
+                });
+            }
+        }
+        assert_eq!(seen, ["gap", "8", "9", "end"]);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_is_disconnected_and_resumes_what_it_missed() {
+        let hub = broadcasting(SlowClients {
+            policy: SlowPolicy::Disconnect,
+            max_messages: 2,
+            max_bytes: 1 << 20,
+        });
+        let fast = drain(hub.subscribe(None, metrics()));
+        let mut slow = hub.subscribe(None, metrics());
+        let first = spawn_publish(&hub, batch("0"));
+        let d = slow.rx.recv().await.unwrap();
+        let last = d.chunk.events[0].id.unwrap();
+        d.written();
+        first.await.unwrap().unwrap();
+        for i in 1..5 {
+            hub.publish(&batch(&i.to_string())).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        // Cut at the third message it did not take: its connection ends.
+        let mut got = Vec::new();
+        while let Some(d) = slow.rx.recv().await {
+            got.extend(d.chunk.events.iter().map(|e| e.data.clone()));
+        }
+        assert!(got.is_empty(), "{got:?}");
+        // Resuming, it is sent what it missed from the replay buffer.
+        let mut back = hub.subscribe(Some(&last.to_string()), metrics());
+        let d = back.rx.try_recv().unwrap();
+        let missed: Vec<_> = d
+            .chunk
+            .events
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.data).into_owned())
+            .collect();
+        assert_eq!(missed, ["1", "2", "3", "4"]);
+        drop(back);
+        hub.publish(&batch("end")).await.unwrap();
+        assert_eq!(fast.await.unwrap().len(), 6);
+    }
+
+    #[tokio::test]
+    async fn a_slow_tenant_filter_withholds_instead_of_holding_the_hub() {
+        // A filter posted by a tenant runs under its budget: one publish's checks over
+        // all clients take one run's time at most, and what they could not decide is
+        // withheld (the filter fails closed).
+        let slow = "range(0, 1000000).map_each(x -> x * 2).length() > 0 && this.tenant == @caller.claims.tenant";
+        let hub = filtered(slow, &crate::mapping::Env::default().sandboxed());
+        let m = metrics();
+        let subs: Vec<_> = (0..50)
+            .map(|_| hub.subscribe_as(None, m.clone(), tenant("a")))
+            .collect();
+        let started = std::time::Instant::now();
+        hub.publish(&vec![of("a", 1)]).await.unwrap();
+        assert!(
+            started.elapsed() < crate::mapping::budget::TENANT * 8,
+            "{:?}",
+            started.elapsed()
+        );
+        drop(subs);
     }
 
     #[tokio::test]

@@ -6,10 +6,14 @@
 //! Handlers know nothing about where they are mounted, so any server can put them under
 //! a prefix of its own.
 
+pub mod caller;
 pub mod cors;
 pub mod ending;
+pub mod event;
+pub mod filter;
 pub mod history;
 pub mod hub;
+pub mod outbox;
 pub mod record;
 pub mod rewind;
 pub mod trace;

@@ -486,6 +486,34 @@ impl Mapping {
         }
     }
 
+    /// Evaluates a check for `msg` with `meta` standing for its metadata (what `@` and
+    /// `metadata()` read): a hub's per-subscriber filter, which sees the subscriber
+    /// under `@caller` beside the message's own metadata without copying either.
+    pub fn check_with_meta(
+        &self,
+        msg: &Message,
+        meta: &crate::message::Metadata,
+    ) -> Result<bool, MappingError> {
+        let _budget = budget::start(self.prog.budget);
+        let mut fr = self.frame(Cow::Borrowed(meta), false);
+        let batch = std::slice::from_ref(msg);
+        let view = MsgView {
+            meta_in: Some(meta),
+            ..MsgView::of(batch, 0)
+        };
+        exec::run(&self.prog, &self.prog.stmts, &mut fr, This::Msg(msg), view)?;
+        match fr.root {
+            Slot::Val(Value::Bool(b)) => Ok(b),
+            Slot::Val(other) => Err(MappingError::Query(format!(
+                "check must give a bool, got {}",
+                spec::describe(&other)
+            ))),
+            _ => Err(MappingError::Query(
+                "check must give a bool, got nothing".into(),
+            )),
+        }
+    }
+
     /// Like [`Mapping::query`], with the message's place in its batch.
     pub fn query_in(&self, batch: &[Message], index: usize) -> Result<Value, MappingError> {
         let (_, fr) = self.run_on(batch, index)?;

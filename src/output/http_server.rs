@@ -38,12 +38,14 @@ use super::{BuildOutput, OutputBuild};
 use crate::batching::BatchPolicy;
 use crate::component::registry::Spec;
 use crate::component::{BuildContext, BuildError, ComponentSpec, Example, Kind, Writer};
+use crate::config::mapped::MappingText;
 use crate::duration::Duration;
 use crate::http::cors::CorsConfig;
 use crate::http::history::CatchUp;
 use crate::http::hub::{
     DeliveryMode, Hub, HubOptions, ReplayConfig, RouteMetrics, Subscription, Transport,
 };
+use crate::http::outbox::SlowClients;
 use crate::http::{self as h, BoxError, HttpRequest, HttpResponse};
 
 /// How `stream_path` frames messages.
@@ -105,9 +107,18 @@ pub struct HttpServerOutputConfig {
     /// The buffer that reconnecting clients replay from.
     #[serde(default)]
     pub replay_buffer: ReplayConfig,
+    /// With `broadcast`: a check in the mapping language that decides, per client, which
+    /// messages it gets; the client is `@caller` (`key_id`, `identity`, `claims`, `meta`,
+    /// `query`), e.g. `this.tenant == @caller.claims.tenant`.
+    #[serde(default)]
+    pub filter: Option<MappingText>,
     /// How long one client may take to write a message before it counts as failed.
     #[serde(default = "default_write_timeout")]
     pub write_timeout: Duration,
+    /// What happens to a client that does not read: `hold` the producer (default),
+    /// `drop_oldest` or `disconnect` (broadcast only), with the queue bounds.
+    #[serde(default)]
+    pub slow_clients: SlowClients,
     /// Cross-origin access for browser pages.
     #[serde(default)]
     pub cors: CorsConfig,
@@ -203,6 +214,8 @@ impl HttpServerOutputConfig {
                  events of its own, which no position in the broker tells apart",
             ));
         }
+        let filter = super::hub::hub_filter(cx, self.filter.as_ref(), self.delivery)?;
+        super::hub::slow_policy(cx, &self.slow_clients, self.delivery)?;
         let hub = wiring.hub(
             cx,
             &[&path, &stream_path, &ws_path],
@@ -213,8 +226,10 @@ impl HttpServerOutputConfig {
                 id_key: wiring.id_key(self.delivery, self.id_metadata.as_ref()),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
+                slow: self.slow_clients.clone(),
             },
         );
+        hub.set_filter(filter);
         let common = Arc::new(Common {
             hub: hub.clone(),
             verbs,
@@ -328,8 +343,15 @@ impl GetRoute {
             return resp;
         }
         let origin = self.common.cors.origin_for(&req);
+        let caller = match super::hub::subscriber(&self.common.hub, &req) {
+            Ok(caller) => caller,
+            Err(resp) => return *resp,
+        };
         // A GET is a client for one message: it joins the rotation until it gets one.
-        let mut sub = self.common.hub.subscribe(None, self.metrics.clone());
+        let mut sub = self
+            .common
+            .hub
+            .subscribe_as(None, self.metrics.clone(), caller);
         self.metrics.active.increment(1.0);
         let got = tokio::time::timeout(self.timeout, async {
             loop {
@@ -403,12 +425,19 @@ impl StreamRoute {
             // Raw streams carry no ids, so there is nothing to resume from.
             StreamFormat::RawBytes => None,
         };
-        // From before the replay buffer: read back from the broker first, then joined.
         let hub = &self.common.hub;
-        let (sub, past) = match last.as_deref().and_then(|l| CatchUp::start(hub, l)) {
+        let caller = match super::hub::subscriber(hub, &req) {
+            Ok(caller) => caller,
+            Err(resp) => return *resp,
+        };
+        // From before the replay buffer: read back from the broker first, then joined.
+        let past = last
+            .as_deref()
+            .and_then(|l| CatchUp::start(hub, l, caller.clone()));
+        let (sub, past) = match past {
             Some(past) => (None, Some(past)),
             None => (
-                Some(hub.subscribe(last.as_deref(), self.metrics.clone())),
+                Some(hub.subscribe_as(last.as_deref(), self.metrics.clone(), caller)),
                 None,
             ),
         };

@@ -9,10 +9,16 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::hubs::Hubs;
-use crate::component::{bus, BuildContext, ConnectorError, Output};
+use crate::component::{bus, BuildContext, BuildError, ConnectorError, Output};
+use crate::config::mapped::MappingText;
+use crate::http::caller;
+use crate::http::filter::Filter;
 use crate::http::history::{History, HistoryError, Past};
 use crate::http::hub::{DeliveryMode, Hub, HubOptions};
+use crate::http::outbox::{SlowClients, SlowPolicy};
+use crate::http::{self as h, HttpRequest, HttpResponse};
 use crate::message::Batch;
+use crate::value::Value;
 
 /// What the stream builder gives a hub output beyond its build context.
 #[derive(Clone, Default)]
@@ -81,6 +87,57 @@ impl HubWiring {
                 })
             }
         }
+    }
+}
+
+/// The filter of a hub (`filter:` of a broadcast output), compiled as the config was read.
+pub(crate) fn hub_filter(
+    cx: &BuildContext,
+    filter: Option<&MappingText>,
+    delivery: DeliveryMode,
+) -> Result<Option<Filter>, BuildError> {
+    let Some(filter) = filter else {
+        return Ok(None);
+    };
+    if delivery != DeliveryMode::Broadcast {
+        return Err(cx.error(
+            "`filter` needs `delivery: broadcast`: in round robin a message goes to one \
+             client only, whichever its filter would admit",
+        ));
+    }
+    Ok(Some(Filter::new(filter.source(), filter.shared())))
+}
+
+/// Checks the slow-client policy of a hub output: a policy that drops messages or
+/// clients needs a broadcast, where every client has the messages of the others too.
+pub(crate) fn slow_policy(
+    cx: &BuildContext,
+    slow: &SlowClients,
+    delivery: DeliveryMode,
+) -> Result<(), BuildError> {
+    slow.check().map_err(|e| cx.error(e))?;
+    if slow.policy != SlowPolicy::Hold && delivery != DeliveryMode::Broadcast {
+        return Err(cx.error(format!(
+            "`slow_clients.policy: {}` needs `delivery: broadcast`: in round robin a \
+             message goes to one client only, and would be lost with it",
+            slow.policy.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// Who the client of `req` is for `hub`'s filter (`@caller`), or the answer to a
+/// request whose values are too large to keep. Kept for every client, as a change of the
+/// stream may give the hub a filter while it is connected; a client that could not be
+/// kept is null to a filter added later, which admits nothing for it.
+pub(crate) fn subscriber(hub: &Hub, req: &HttpRequest) -> Result<Value, Box<HttpResponse>> {
+    match caller::value_of(req) {
+        Ok(caller) => Ok(caller),
+        Err(e) if hub.filters() => Err(Box::new(h::text(
+            http::StatusCode::BAD_REQUEST,
+            format!("{e}\n"),
+        ))),
+        Err(_) => Ok(Value::Null),
     }
 }
 

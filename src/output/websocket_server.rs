@@ -66,6 +66,13 @@ pub struct WebsocketServerOutputConfig {
     /// The buffer that reconnecting clients replay from.
     #[serde(default)]
     pub replay_buffer: ReplayConfig,
+    /// With `broadcast`: a check in the mapping language that decides, per client, which
+    /// messages it gets; the client is `@caller` (see `http_server`'s `filter`).
+    #[serde(default)]
+    pub filter: Option<crate::config::mapped::MappingText>,
+    /// What happens to a client that does not read (see `http_server`'s `slow_clients`).
+    #[serde(default)]
+    pub slow_clients: crate::http::outbox::SlowClients,
     /// Ping interval; a client that has not answered the previous ping is dropped as dead.
     /// `0s` turns pings off.
     #[serde(default = "default_heartbeat")]
@@ -125,6 +132,8 @@ impl WebsocketServerOutputConfig {
         if self.max_in_flight == 0 {
             return Err(cx.error("`max_in_flight` must be at least 1"));
         }
+        let filter = super::hub::hub_filter(cx, self.filter.as_ref(), self.delivery)?;
+        super::hub::slow_policy(cx, &self.slow_clients, self.delivery)?;
         let hub = wiring.hub(
             cx,
             &[&self.path],
@@ -135,8 +144,10 @@ impl WebsocketServerOutputConfig {
                 id_key: wiring.id_key(self.delivery, None),
                 write_timeout: self.write_timeout.0,
                 queue: self.max_in_flight.max(64),
+                slow: self.slow_clients.clone(),
             },
         );
+        hub.set_filter(filter);
         let route = WsRoute {
             hub: hub.clone(),
             opts: WsOptions {
@@ -195,6 +206,10 @@ impl WsRoute {
             );
         }
         let last = query_param(req.uri().query(), "last_event_id");
+        let caller = match super::hub::subscriber(&self.hub, &req) {
+            Ok(caller) => caller,
+            Err(resp) => return *resp,
+        };
         // Set by whoever let the client in (the gateway): the socket closes when it ends.
         let ending = Ending::of(&req).unwrap_or_default();
         let (resp, socket) = match ws::accept(req) {
@@ -205,10 +220,15 @@ impl WsRoute {
         // the rotation; what arrives before the upgrade completes waits in its queue. A
         // client resuming from before the replay buffer (broadcast) joins once it was
         // sent what it missed.
-        let past = last.as_deref().and_then(|l| CatchUp::start(&self.hub, l));
+        let past = last
+            .as_deref()
+            .and_then(|l| CatchUp::start(&self.hub, l, caller.clone()));
         let sub = match past {
             Some(_) => None,
-            None => Some(self.hub.subscribe(last.as_deref(), self.metrics.clone())),
+            None => Some(
+                self.hub
+                    .subscribe_as(last.as_deref(), self.metrics.clone(), caller),
+            ),
         };
         let opts = self.opts;
         let metrics = self.metrics.clone();

@@ -25,6 +25,7 @@ impl Streams {
             key_id: ctx.key_id(),
             identity: ctx.identity.as_deref(),
             claims: ctx.claims.as_ref(),
+            meta: ctx.session.as_ref().map(|s| &s.policy.meta),
         };
         match ctx.gw.streams.divert(ctx.api, ctx.rest, req, &caller) {
             Ok(diverted) => Err(diverted.await),

@@ -17,6 +17,8 @@ pub struct Caller<'a> {
     pub key_id: Option<&'a str>,
     pub identity: Option<&'a str>,
     pub claims: Option<&'a Map<String, Value>>,
+    /// The key's metadata, for the filters of the stream outputs (`@caller.meta`).
+    pub meta: Option<&'a Map<String, Value>>,
 }
 
 /// Values longer than this are refused: they name consumer groups and topics.
@@ -137,6 +139,7 @@ mod tests {
             key_id: Some("k1"),
             identity: Some("alice"),
             claims: claims.as_object(),
+            meta: None,
         };
         let v = resolve(&template, &req("/x?user=bob"), &caller).unwrap();
         assert_eq!(v["input"]["kafka"]["consumer_group"], "g-bob");
@@ -155,6 +158,7 @@ mod tests {
             key_id: Some("k1"),
             identity: Some("alice"),
             claims: claims.as_object(),
+            meta: None,
         };
         let t = json!("root = if this.user != \"$tyk_context.jwt_claims_sub\" { deleted() } # $sluice_context.key_id");
         assert_eq!(

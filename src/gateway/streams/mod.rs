@@ -412,6 +412,13 @@ impl StreamHost {
                 || caller.claims.is_some(),
         });
         req.extensions_mut().insert(ending.clone());
+        // Who the client is, for an output that filters per client (`@caller`).
+        req.extensions_mut().insert(crate::http::caller::Caller {
+            key_id: caller.key_id.map(str::to_owned),
+            identity: caller.identity.map(str::to_owned),
+            claims: caller.claims.cloned(),
+            meta: caller.meta.cloned(),
+        });
         let answer = handler.call(req);
         async move {
             let resp = answer.await;
