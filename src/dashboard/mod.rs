@@ -9,7 +9,7 @@
 //! over its rules in `portal::domain` and `portal::keys`). Shared by both: `router.rs`
 //! holds the route table, `request.rs` what a handler gets and gives back, `error.rs`
 //! the one error rendering, `auth.rs` who is calling, `openapi.rs` the API's own
-//! OpenAPI document.
+//! OpenAPI document and `responses.rs` the error answers its operations share.
 
 pub mod auth;
 pub mod config;
@@ -19,6 +19,7 @@ pub mod manage;
 pub mod openapi;
 pub mod portal;
 pub mod request;
+pub mod responses;
 pub mod router;
 
 use std::net::SocketAddr;

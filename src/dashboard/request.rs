@@ -10,7 +10,7 @@ use http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Caller;
 use super::error::{ApiError, Problem};
@@ -186,6 +186,14 @@ impl Ctx {
         };
         Ok(Paging { page, size })
     }
+}
+
+/// The query parameter [`Ctx::page`] reads, as the document of a list declares it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Page number from 1; below 0 returns every entry.
+    pub p: Option<i64>,
 }
 
 /// A requested page and the page size that counts the pages.

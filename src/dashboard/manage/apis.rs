@@ -9,13 +9,17 @@ use std::collections::HashMap;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::assets::OAS_TEMPLATE;
 use super::gateway_keys;
-use crate::dashboard::error::{ApiError, ErrorBody, Problem};
+use crate::dashboard::error::{ApiError, Problem};
 use crate::dashboard::ids::{new_id, now, rfc3339};
-use crate::dashboard::request::{Ctx, Outcome, Reply};
+use crate::dashboard::request::{Ctx, Outcome, PageQuery, Reply};
+use crate::dashboard::responses::{
+    BadDefinition, BadQuery, DoesNotCompile, IdOrListenPathTaken, ListenPathTaken, NotFound,
+    NotJsonOrYaml, NotStreamsMediaType, StreamingOff, TooLarge, Unauthorized,
+};
 use std::sync::Arc;
 
 use crate::apidef::{self, EXTENSION};
@@ -25,8 +29,10 @@ use crate::store::{Store, StoredApi};
 
 /// The path of one API, and of what is under it (its live view, status, AsyncAPI
 /// document).
-#[derive(Deserialize)]
-struct ApiPath {
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(super) struct ApiPath {
+    /// The API's id.
     #[serde(rename = "apiId")]
     id: String,
 }
@@ -824,11 +830,11 @@ async fn list(ctx: Ctx, kind: Kind) -> Result<Reply, ApiError> {
     get,
     path = "/api/apis/oas",
     tag = "apis",
-    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every API.")),
+    params(PageQuery),
     responses(
         (status = 200, description = "A page of the organisation's plain APIs.", body = ApiList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -851,12 +857,12 @@ pub async fn list_oas(ctx: Ctx) -> Result<Reply, ApiError> {
     responses(
         (status = 200, description = "Dry run: the definition is valid.", body = Outcome),
         (status = 201, description = "Created; `ID` and `Meta` are the API's id.", body = Outcome),
-        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 409, description = "The id or the listen path is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "Not JSON or YAML.", body = ErrorBody),
-        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+        BadDefinition,
+        Unauthorized,
+        IdOrListenPathTaken,
+        TooLarge,
+        NotJsonOrYaml,
+        DoesNotCompile,
     ),
     security(("api_key" = []))
 )]
@@ -868,11 +874,11 @@ pub async fn create_oas(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/apis/oas/{apiId}",
     tag = "apis",
-    params(("apiId" = String, Path, description = "The API's id.")),
+    params(ApiPath),
     responses(
         (status = 200, description = "The stored definition.", body = Object),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -885,7 +891,7 @@ pub async fn get_oas(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/api/apis/oas/{apiId}",
     tag = "apis",
     params(
-        ("apiId" = String, Path, description = "The API's id."),
+        ApiPath,
         ("dry_run" = Option<bool>, Query, description = "Validate only; nothing is saved."),
     ),
     request_body(
@@ -894,13 +900,13 @@ pub async fn get_oas(ctx: Ctx) -> Result<Reply, ApiError> {
     ),
     responses(
         (status = 200, description = "Replaced (or, dry run, valid).", body = Outcome),
-        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such API in the organisation.", body = ErrorBody),
-        (status = 409, description = "The listen path is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "Not JSON or YAML.", body = ErrorBody),
-        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+        BadDefinition,
+        Unauthorized,
+        NotFound,
+        ListenPathTaken,
+        TooLarge,
+        NotJsonOrYaml,
+        DoesNotCompile,
     ),
     security(("api_key" = []))
 )]
@@ -912,11 +918,11 @@ pub async fn update_oas(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/apis/oas/{apiId}",
     tag = "apis",
-    params(("apiId" = String, Path, description = "The API's id.")),
+    params(ApiPath),
     responses(
         (status = 200, description = "Deleted; gateways stop serving it.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -928,11 +934,11 @@ pub async fn delete_oas(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/apis/streams",
     tag = "apis",
-    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every API.")),
+    params(PageQuery),
     responses(
         (status = 200, description = "A page of the organisation's streaming APIs.", body = ApiList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -955,13 +961,13 @@ pub async fn list_streams(ctx: Ctx) -> Result<Reply, ApiError> {
     responses(
         (status = 200, description = "Dry run: the definition is valid.", body = Outcome),
         (status = 201, description = "Created; `ID` and `Meta` are the API's id.", body = Outcome),
-        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 403, description = "Streaming is disabled in the dashboard's config.", body = ErrorBody),
-        (status = 409, description = "The id or the listen path is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "Not `application/vnd.sluice.streams.oas`.", body = ErrorBody),
-        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+        BadDefinition,
+        Unauthorized,
+        StreamingOff,
+        IdOrListenPathTaken,
+        TooLarge,
+        NotStreamsMediaType,
+        DoesNotCompile,
     ),
     security(("api_key" = []))
 )]
@@ -973,11 +979,11 @@ pub async fn create_streams(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/apis/streams/{apiId}",
     tag = "apis",
-    params(("apiId" = String, Path, description = "The API's id.")),
+    params(ApiPath),
     responses(
         (status = 200, description = "The stored definition.", body = Object),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -990,7 +996,7 @@ pub async fn get_streams(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/api/apis/streams/{apiId}",
     tag = "apis",
     params(
-        ("apiId" = String, Path, description = "The API's id."),
+        ApiPath,
         ("dry_run" = Option<bool>, Query, description = "Validate only; nothing is saved."),
     ),
     request_body(
@@ -999,14 +1005,14 @@ pub async fn get_streams(ctx: Ctx) -> Result<Reply, ApiError> {
     ),
     responses(
         (status = 200, description = "Replaced (or, dry run, valid).", body = Outcome),
-        (status = 400, description = "Not a JSON or YAML document, or a bad field or parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 403, description = "Streaming is disabled in the dashboard's config.", body = ErrorBody),
-        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
-        (status = 409, description = "The listen path is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "Not `application/vnd.sluice.streams.oas`.", body = ErrorBody),
-        (status = 422, description = "The definition does not compile; `Errors` says where.", body = ErrorBody),
+        BadDefinition,
+        Unauthorized,
+        StreamingOff,
+        NotFound,
+        ListenPathTaken,
+        TooLarge,
+        NotStreamsMediaType,
+        DoesNotCompile,
     ),
     security(("api_key" = []))
 )]
@@ -1018,11 +1024,11 @@ pub async fn update_streams(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/apis/streams/{apiId}",
     tag = "apis",
-    params(("apiId" = String, Path, description = "The API's id.")),
+    params(ApiPath),
     responses(
         (status = 200, description = "Deleted; gateways stop serving it.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]

@@ -5,13 +5,23 @@
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::owned::{self, Owned};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::{new_id, now, rfc3339};
-use crate::dashboard::request::{check_identifier, Ctx, Outcome, Reply};
+use crate::dashboard::request::{check_identifier, Ctx, Outcome, PageQuery, Reply};
+use crate::dashboard::responses::{BadJson, BadQuery, NotFound, NotJson, TooLarge, Unauthorized};
 use crate::store::AssetRecord;
+
+/// The path of one asset.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct AssetPath {
+    /// The database id or the custom id.
+    #[serde(rename = "assetID")]
+    id: String,
+}
 
 /// The kinds of asset the dashboard accepts.
 pub const KINDS: &[&str] = &[OAS_TEMPLATE];
@@ -160,13 +170,13 @@ pub fn check_oas(doc: &Value, at: &str) -> Result<(), ApiError> {
     path = "/api/assets",
     tag = "assets",
     params(
-        ("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every asset."),
+        PageQuery,
         ("kind" = Option<String>, Query, description = "Only assets of this kind."),
     ),
     responses(
         (status = 200, description = "A page of the organisation's assets.", body = AssetList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -194,11 +204,11 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = AssetInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Created; `ID` is the asset's identifier, `Meta` its database id.", body = Outcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 409, description = "The custom id is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -246,16 +256,16 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/assets/{assetID}",
     tag = "assets",
-    params(("assetID" = String, Path, description = "The database id or the custom id.")),
+    params(AssetPath),
     responses(
         (status = 200, description = "The asset.", body = Asset),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such asset in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record = owned::find::<AssetRecord>(&ctx).await?;
+    let record = owned::find::<AssetRecord>(&ctx, &ctx.path::<AssetPath>()?.id).await?;
     Reply::json(StatusCode::OK, view(record))
 }
 
@@ -263,22 +273,22 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     put,
     path = "/api/assets/{assetID}",
     tag = "assets",
-    params(("assetID" = String, Path, description = "The database id or the custom id.")),
+    params(AssetPath),
     request_body(content = AssetInput, content_type = "application/json"),
     responses(
         (status = 200, description = "Updated; `ID` is the asset's identifier, `Meta` its database id.", body = Outcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such asset in the organisation.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
+        NotFound,
         (status = 409, description = "The new custom id is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
 pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: AssetInput = ctx.json()?;
-    let mut record = owned::find::<AssetRecord>(&ctx).await?;
+    let mut record = owned::find::<AssetRecord>(&ctx, &ctx.path::<AssetPath>()?.id).await?;
     if let Some(kind) = input.kind {
         check_kind(&kind)?;
         record.kind = kind;
@@ -315,16 +325,16 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/assets/{assetID}",
     tag = "assets",
-    params(("assetID" = String, Path, description = "The database id or the custom id.")),
+    params(AssetPath),
     responses(
         (status = 200, description = "Deleted.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such asset in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record: AssetRecord = owned::find(&ctx).await?;
+    let record: AssetRecord = owned::find(&ctx, &ctx.path::<AssetPath>()?.id).await?;
     owned::delete(&ctx, &record).await
 }
 

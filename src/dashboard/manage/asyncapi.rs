@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use http::StatusCode;
 
-use super::apis::{find, Kind};
+use super::apis::{find, ApiPath, Kind};
 use crate::apidef::{self, asyncapi};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{NotFound, Unauthorized};
 use crate::store::StoredApi;
 
 /// The longest `host` accepted.
@@ -21,15 +22,15 @@ const MAX_HOST: usize = 255;
     path = "/api/apis/streams/{apiId}/asyncapi",
     tag = "apis",
     params(
-        ("apiId" = String, Path, description = "The streaming API's id."),
+        ApiPath,
         ("host" = Option<String>, Query, description = "The gateway's `host[:port]` as clients reach it; by default the host of the document's first `servers` URL, else `localhost:8080`."),
         ("tls" = Option<bool>, Query, description = "Clients reach the gateway over TLS (`https`, `wss`); by default as the first `servers` URL says."),
     ),
     responses(
         (status = 200, description = "The AsyncAPI 3.0 document.", body = Object),
         (status = 400, description = "A bad `host` or `tls`.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]

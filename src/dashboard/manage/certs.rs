@@ -7,10 +7,10 @@
 use base64::Engine;
 use http::StatusCode;
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs1KeyDer, PrivatePkcs8KeyDer, PrivateSec1KeyDer};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
 use x509_parser::objects::{oid2sn, oid_registry};
@@ -20,8 +20,18 @@ use x509_parser::x509::X509Name;
 use super::owned;
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::now;
-use crate::dashboard::request::{Ctx, Outcome, Reply};
+use crate::dashboard::request::{Ctx, Outcome, PageQuery, Reply};
+use crate::dashboard::responses::{BadQuery, NotFound, TooLarge, Unauthorized};
 use crate::store::{CertRecord, KeyFilter};
+
+/// The path of one certificate.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct CertPath {
+    /// The certificate's id (SHA-256 fingerprint, hex).
+    #[serde(rename = "certId")]
+    id: String,
+}
 
 /// A certificate in a list: the spec's summary.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -424,14 +434,14 @@ fn detailed(record: &CertRecord) -> CertDetailed {
     path = "/api/certs",
     tag = "certs",
     params(
-        ("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every certificate."),
+        PageQuery,
         ("mode" = Option<String>, Query, description = "`detailed`: entries carry their details too."),
         ("filter" = Option<String>, Query, description = "With `mode=detailed` only: `omit` (all), `with_pk`, `without_pk`."),
     ),
     responses(
         (status = 200, description = "A page of certificates: `{cert_basics, pages}`; with `mode=detailed` each entry also has `details`.", body = CertList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -499,9 +509,9 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     responses(
         (status = 201, description = "Added; `ID` and `Meta` are the certificate's id (its SHA-256 fingerprint).", body = Outcome),
         (status = 400, description = "No certificate, an unreadable one, or a key that does not match.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
         (status = 409, description = "The organisation already has this certificate.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
+        TooLarge,
         (status = 415, description = "Not PEM text or a multipart form.", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -552,16 +562,16 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/certs/{certId}",
     tag = "certs",
-    params(("certId" = String, Path, description = "The certificate's id (SHA-256 fingerprint, hex).")),
+    params(CertPath),
     responses(
         (status = 200, description = "The certificate with its details and chain; never its private key.", body = CertFull),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such certificate in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record: CertRecord = owned::find(&ctx).await?;
+    let record: CertRecord = owned::find(&ctx, &ctx.path::<CertPath>()?.id).await?;
     Reply::json(
         StatusCode::OK,
         CertFull {
@@ -575,16 +585,16 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/certs/{certId}",
     tag = "certs",
-    params(("certId" = String, Path, description = "The certificate's id.")),
+    params(CertPath),
     responses(
         (status = 200, description = "Deleted, with its private key.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such certificate in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record: CertRecord = owned::find(&ctx).await?;
+    let record: CertRecord = owned::find(&ctx, &ctx.path::<CertPath>()?.id).await?;
     owned::delete(&ctx, &record).await
 }
 

@@ -6,15 +6,18 @@
 
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Outcome, Reply};
+use crate::dashboard::responses::{NotFound, Unauthorized};
 use crate::store::{AttemptRecord, DeliveryRecord, DEAD, DELIVERED, PENDING};
 
 /// The path of one delivery.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct DeliveryPath {
+    /// The delivery's id.
     #[serde(rename = "deliveryId")]
     id: String,
 }
@@ -121,13 +124,13 @@ fn attempt_view(a: AttemptRecord) -> Attempt {
     path = "/api/deliveries",
     tag = "deliveries",
     params(
-        ("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every delivery."),
+        ("p" = Option<i64>, Query, description = "Page number from 1: the log is read a page at a time."),
         ("status" = Option<String>, Query, description = "Only deliveries with this status: `pending`, `delivered` or `dead`."),
     ),
     responses(
         (status = 200, description = "A page of the organisation's deliveries, newest first.", body = DeliveryList),
         (status = 400, description = "A bad query parameter (`p` below 0 included: the log is read a page at a time).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -167,11 +170,11 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/deliveries/{deliveryId}",
     tag = "deliveries",
-    params(("deliveryId" = String, Path, description = "The delivery's id.")),
+    params(DeliveryPath),
     responses(
         (status = 200, description = "The delivery with its attempts.", body = DeliveryDetail),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such delivery in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -189,11 +192,11 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     post,
     path = "/api/deliveries/{deliveryId}/replay",
     tag = "deliveries",
-    params(("deliveryId" = String, Path, description = "The delivery's id.")),
+    params(DeliveryPath),
     responses(
         (status = 200, description = "Queued again, due now, with `webhooks.max_attempts` more attempts.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such delivery in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
         (status = 409, description = "The delivery is not dead (it is pending or delivered).", body = ErrorBody),
     ),
     security(("api_key" = []))

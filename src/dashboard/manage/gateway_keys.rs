@@ -6,15 +6,18 @@
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{BadJson, NotFound, NotJson, TooLarge, Unauthorized};
 use crate::gateway::keys::{KeyRequest, Keys};
 
 /// The path of one gateway key.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct KeyPath {
+    /// The key's id.
     #[serde(rename = "keyId")]
     id: String,
 }
@@ -41,7 +44,7 @@ pub(super) fn keys(ctx: &Ctx) -> Keys {
     tag = "gateway-keys",
     responses(
         (status = 200, description = "The organisation's gateway keys.", body = GatewayKeyList),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -68,11 +71,11 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = Object, description = "`access_rights` (API id -> `allowed_methods`, `allowed_paths`), `rate_limit` (`rate`, `per`), `quota` (`max`, `renewal`), `expires`, `alias`, `inactive`, `meta`, `basic_auth`.", content_type = "application/json"),
     responses(
         (status = 201, description = "Made; `key` is shown this once.", body = Object),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 409, description = "The basic-auth user is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -118,11 +121,11 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/gateway/keys/{keyId}",
     tag = "gateway-keys",
-    params(("keyId" = String, Path, description = "The key's id.")),
+    params(KeyPath),
     responses(
         (status = 200, description = "Revoked: gateways refuse it within their key cache time.", body = Object),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such key in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]

@@ -8,14 +8,24 @@ use std::collections::BTreeMap;
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::owned;
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::{new_id, now};
-use crate::dashboard::request::{check_identifier, Ctx, Outcome, Reply};
+use crate::dashboard::request::{check_identifier, Ctx, Outcome, PageQuery, Reply};
+use crate::dashboard::responses::{BadJson, BadQuery, NotFound, NotJson, TooLarge, Unauthorized};
 use crate::store::HookRecord;
 use crate::webhook::{self, sealed};
+
+/// The path of one webhook.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+struct HookPath {
+    /// The database id or the webhook id.
+    #[serde(rename = "hookId")]
+    id: String,
+}
 
 /// A webhook as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -193,11 +203,11 @@ fn apply(input: WebhookInput, record: &mut HookRecord, caller_org: &str) -> Resu
     get,
     path = "/api/hooks",
     tag = "hooks",
-    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every webhook.")),
+    params(PageQuery),
     responses(
         (status = 200, description = "A page of the organisation's webhooks.", body = WebhookList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -224,11 +234,11 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = WebhookInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Created; `ID` is the webhook id, `Meta` the database id.", body = Outcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 409, description = "The webhook id is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -270,18 +280,21 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/hooks/{hookId}",
     tag = "hooks",
-    params(("hookId" = String, Path, description = "The database id or the webhook id.")),
+    params(HookPath),
     responses(
         (status = 200, description = "The webhook.", body = Webhook),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such webhook in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
 pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     Reply::json(
         StatusCode::OK,
-        view(opened(&ctx, owned::find::<HookRecord>(&ctx).await?)),
+        view(opened(
+            &ctx,
+            owned::find::<HookRecord>(&ctx, &ctx.path::<HookPath>()?.id).await?,
+        )),
     )
 }
 
@@ -289,23 +302,23 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     put,
     path = "/api/hooks/{hookId}",
     tag = "hooks",
-    params(("hookId" = String, Path, description = "The database id or the webhook id.")),
+    params(HookPath),
     request_body(content = WebhookInput, content_type = "application/json"),
     responses(
         (status = 200, description = "Replaced.", body = Outcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 403, description = "A member, and the webhook carries the portal's reset tokens: only an admin changes it.", body = ErrorBody),
-        (status = 404, description = "No such webhook in the organisation.", body = ErrorBody),
+        NotFound,
         (status = 409, description = "The new webhook id is taken.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
 pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     let input: WebhookInput = ctx.json()?;
-    let mut record = owned::find::<HookRecord>(&ctx).await?;
+    let mut record = owned::find::<HookRecord>(&ctx, &ctx.path::<HookPath>()?.id).await?;
     guard_reset_hook(&ctx, &record.id).await?;
     apply(input, &mut record, &ctx.caller.org_id)?;
     seal(&ctx, &mut record)?;
@@ -325,17 +338,17 @@ pub async fn update(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/hooks/{hookId}",
     tag = "hooks",
-    params(("hookId" = String, Path, description = "The database id or the webhook id.")),
+    params(HookPath),
     responses(
         (status = 200, description = "Deleted.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
         (status = 403, description = "A member, and the webhook carries the portal's reset tokens: only an admin deletes it.", body = ErrorBody),
-        (status = 404, description = "No such webhook in the organisation.", body = ErrorBody),
+        NotFound,
     ),
     security(("api_key" = []))
 )]
 pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
-    let record: HookRecord = owned::find(&ctx).await?;
+    let record: HookRecord = owned::find(&ctx, &ctx.path::<HookPath>()?.id).await?;
     guard_reset_hook(&ctx, &record.id).await?;
     owned::delete(&ctx, &record).await
 }

@@ -11,10 +11,11 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::apis::{find, Kind};
+use super::apis::{find, ApiPath, Kind};
 use crate::apidef::streaming::{self, STREAMING};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{BadQuery, NotFound, Unauthorized};
 use crate::metrics as m;
 
 /// The live view of a streaming API.
@@ -66,11 +67,11 @@ pub struct LiveRoute {
     get,
     path = "/api/apis/streams/{apiId}/live",
     tag = "apis",
-    params(("apiId" = String, Path, description = "The streaming API's id.")),
+    params(ApiPath),
     responses(
         (status = 200, description = "Each stream's graph and counters.", body = LiveApi),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -134,7 +135,7 @@ pub struct ApiRequestCount {
     tag = "apis",
     responses(
         (status = 200, description = "Request counts per API; rates are the difference of two readings over their `at`.", body = ApiRequests),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -219,14 +220,14 @@ pub struct TailMessage {
     path = "/api/apis/streams/{apiId}/tail",
     tag = "apis",
     params(
-        ("apiId" = String, Path, description = "The streaming API's id."),
+        ApiPath,
         ("stream" = String, Query, description = "The stream's name in the API."),
         ("after" = Option<u64>, Query, description = "Only messages after this `seq`."),
     ),
     responses(
         (status = 200, description = "The latest sampled messages; the tail stays open 30 s after each call.", body = Tail),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
         (status = 404, description = "No such streaming API or stream, or the stream does not run in this process.", body = ErrorBody),
     ),
     security(("api_key" = []))

@@ -11,6 +11,7 @@ use utoipa::ToSchema;
 
 use crate::dashboard::error::{ApiError, ErrorBody, Problem};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{BadJson, NotJson, TooLarge, Unauthorized};
 use crate::mapping::{budget, Env, Mapping};
 use crate::message::{Message, Metadata};
 use crate::value::Value;
@@ -51,10 +52,10 @@ pub struct MappingResult {
     request_body(content = MappingRun, content_type = "application/json"),
     responses(
         (status = 200, description = "The mapping ran: its output, or the error it raised on this message.", body = MappingResult),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
+        TooLarge,
+        NotJson,
         (status = 422, description = "The mapping does not compile (each problem with its line and column), or it ran out of time.", body = ErrorBody),
     ),
     security(("api_key" = []))

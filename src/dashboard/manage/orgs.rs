@@ -6,31 +6,38 @@
 
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::dashboard::auth::{self, generate_key, hash_key, Role};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::{new_id, now, rfc3339};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{BadJson, NotAdmin, NotFound, NotJson, Unauthorized};
 use crate::store::{DashboardKeyRecord, UserRecord};
 
 /// The path of one organisation.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct OrgPath {
+    /// The organisation's id: only the caller's own is found.
     #[serde(rename = "orgId")]
     id: String,
 }
 
 /// The path of one user.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct UserPath {
+    /// The user's id.
     #[serde(rename = "userId")]
     id: String,
 }
 
 /// The path of one dashboard key.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct KeyPath {
+    /// The key's id.
     #[serde(rename = "keyId")]
     id: String,
 }
@@ -147,10 +154,10 @@ fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
     request_body(content = OrgInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Created with its first admin; the admin's key is in `key`, shown once.", body = KeyOutcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 403, description = "The caller is not an admin of the instance's organisation.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -185,10 +192,10 @@ pub async fn create_org(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/orgs/{orgId}",
     tag = "orgs",
-    params(("orgId" = String, Path, description = "The organisation's id: only the caller's own is found.")),
+    params(OrgPath),
     responses(
         (status = 200, description = "The caller's organisation.", body = Org),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
         (status = 404, description = "Not the caller's organisation.", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -219,7 +226,7 @@ pub async fn get_org(ctx: Ctx) -> Result<Reply, ApiError> {
     tag = "orgs",
     responses(
         (status = 200, description = "The organisation's users.", body = UserList),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -262,11 +269,11 @@ fn new_key(ctx: &Ctx, user_id: &str) -> (DashboardKeyRecord, String) {
     request_body(content = UserInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Created with a first key, in `key`, shown once.", body = KeyOutcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 403, description = "The caller is not an admin.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
+        NotAdmin,
         (status = 409, description = "A user of that name exists.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -305,12 +312,12 @@ pub async fn create_user(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/users/{userId}",
     tag = "orgs",
-    params(("userId" = String, Path, description = "The user's id.")),
+    params(UserPath),
     responses(
         (status = 200, description = "Deleted, with the user's keys.", body = crate::dashboard::request::Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 403, description = "The caller is not an admin.", body = ErrorBody),
-        (status = 404, description = "No such user in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotAdmin,
+        NotFound,
         (status = 409, description = "Callers cannot delete themselves.", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -336,7 +343,7 @@ pub async fn delete_user(ctx: Ctx) -> Result<Reply, ApiError> {
     tag = "orgs",
     responses(
         (status = 200, description = "Keys (never their secrets): all of the organisation's for an admin, the caller's own otherwise.", body = KeyList),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -366,11 +373,11 @@ pub async fn list_keys(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = Option<KeyInput>, content_type = "application/json", description = "Optional: without a body the key is the caller's."),
     responses(
         (status = 201, description = "Created; the key is in `key`, shown once.", body = KeyOutcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 403, description = "Only admins make keys for others.", body = ErrorBody),
         (status = 404, description = "No such user in the organisation.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -415,10 +422,10 @@ pub async fn create_key(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/keys/{keyId}",
     tag = "orgs",
-    params(("keyId" = String, Path, description = "The key's id.")),
+    params(KeyPath),
     responses(
         (status = 200, description = "Revoked: the key stops working at once.", body = crate::dashboard::request::Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
         (status = 404, description = "No such key (of the caller, for a member).", body = ErrorBody),
         (status = 409, description = "The key is the one this request is made with.", body = ErrorBody),
     ),

@@ -16,8 +16,6 @@ use crate::store::{AssetRecord, CertRecord, HookRecord, Store, StoreError};
 pub trait Owned: Sized + Send {
     /// What it is called in answers: `{NOUN} not found`, `{NOUN} deleted`.
     const NOUN: &'static str;
-    /// The path parameter that names one.
-    const PARAM: &'static str;
 
     /// The record of organisation `org` that `id` names, if any.
     fn fetch(
@@ -42,13 +40,9 @@ pub trait Owned: Sized + Send {
     }
 }
 
-/// The caller's record that the path names, or 404.
-pub async fn find<R: Owned>(ctx: &Ctx) -> Result<R, ApiError> {
-    let mut params: std::collections::HashMap<String, String> = ctx.path()?;
-    let id = params.remove(R::PARAM).ok_or_else(|| {
-        ApiError::bad_request(format!("path parameter `{}` is missing", R::PARAM))
-    })?;
-    R::fetch(&ctx.state.store, &ctx.caller.org_id, &id)
+/// The caller's record that `id`, read from the path, names; or 404.
+pub async fn find<R: Owned>(ctx: &Ctx, id: &str) -> Result<R, ApiError> {
+    R::fetch(&ctx.state.store, &ctx.caller.org_id, id)
         .await?
         .ok_or_else(|| ApiError::not_found(R::NOUN))
 }
@@ -69,7 +63,6 @@ pub async fn delete<R: Owned>(ctx: &Ctx, record: &R) -> Result<Reply, ApiError> 
 
 impl Owned for AssetRecord {
     const NOUN: &'static str = "asset";
-    const PARAM: &'static str = "assetID";
 
     async fn fetch(store: &Store, org: &str, id: &str) -> Result<Option<Self>, StoreError> {
         store.asset(org, id).await
@@ -90,7 +83,6 @@ impl Owned for AssetRecord {
 
 impl Owned for HookRecord {
     const NOUN: &'static str = "webhook";
-    const PARAM: &'static str = "hookId";
 
     async fn fetch(store: &Store, org: &str, id: &str) -> Result<Option<Self>, StoreError> {
         store.hook(org, id).await
@@ -111,7 +103,6 @@ impl Owned for HookRecord {
 
 impl Owned for CertRecord {
     const NOUN: &'static str = "certificate";
-    const PARAM: &'static str = "certId";
 
     async fn fetch(store: &Store, org: &str, id: &str) -> Result<Option<Self>, StoreError> {
         store.cert(org, id).await

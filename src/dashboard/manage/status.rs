@@ -9,10 +9,11 @@ use http::StatusCode;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::apis::{find, Kind};
+use super::apis::{find, ApiPath, Kind};
 use crate::apidef::streaming::{self, STREAMING};
-use crate::dashboard::error::{ApiError, ErrorBody};
+use crate::dashboard::error::ApiError;
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{NotFound, Unauthorized};
 use crate::stream::health::{Health, StreamHealth};
 
 /// The health of a streaming API's streams.
@@ -39,11 +40,11 @@ pub struct StreamStatus {
     get,
     path = "/api/apis/streams/{apiId}/status",
     tag = "apis",
-    params(("apiId" = String, Path, description = "The streaming API's id.")),
+    params(ApiPath),
     responses(
         (status = 200, description = "Each stream's state, last error, recoveries and connections.", body = ApiStatus),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such streaming API in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]

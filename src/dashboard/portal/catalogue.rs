@@ -7,22 +7,25 @@
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::developers::OrgPath;
 use super::domain::KeyApproval;
 use crate::apidef::{asyncapi, streaming::STREAMING, EXTENSION};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{BadQuery, TooManyReads};
 use crate::store::ProductRecord;
 
-/// The path of one streaming API of a published product.
-#[derive(Deserialize)]
+/// The path of one streaming API of a published product, below the portal's
+/// [`OrgPath`].
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct ApiPath {
-    #[serde(rename = "orgId")]
-    org: String,
+    /// A published product.
     #[serde(rename = "productId")]
     product_id: String,
+    /// A streaming API of the product.
     #[serde(rename = "apiId")]
     api_id: String,
 }
@@ -126,13 +129,13 @@ pub struct Catalogue {
     path = "/portal/api/orgs/{orgId}/products",
     tag = "portal",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
+        OrgPath,
         ("p" = Option<i64>, Query, description = "Page number from 1."),
     ),
     responses(
         (status = 200, description = "A page of the organisation's published products.", body = Catalogue),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 429, description = "Too many reads from this address (`portal.reads_per_address` a minute).", body = ErrorBody),
+        BadQuery,
+        TooManyReads,
     ),
 )]
 pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
@@ -171,24 +174,20 @@ pub async fn products(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/products/{productId}/apis/{apiId}/asyncapi",
     tag = "portal",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("productId" = String, Path, description = "A published product."),
-        ("apiId" = String, Path, description = "A streaming API of the product."),
+        OrgPath,
+        ApiPath,
     ),
     responses(
         (status = 200, description = "The AsyncAPI 3.0 document, without the brokers behind the streams.", body = Object),
         (status = 404, description = "No such published product, or no such streaming API in it.", body = ErrorBody),
-        (status = 429, description = "Too many reads from this address (`portal.reads_per_address` a minute).", body = ErrorBody),
+        TooManyReads,
     ),
 )]
 pub async fn asyncapi(ctx: Ctx) -> Result<Reply, ApiError> {
     super::developers::address_read(&ctx)?;
     let missing = || ApiError::not_found("published streaming API");
-    let ApiPath {
-        org,
-        product_id,
-        api_id,
-    } = ctx.path()?;
+    let OrgPath { org } = ctx.path()?;
+    let ApiPath { product_id, api_id } = ctx.path()?;
     let (org, product_id, api_id) = (org.as_str(), product_id.as_str(), api_id.as_str());
     let product = ctx
         .state

@@ -11,9 +11,9 @@
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
-use super::developers::{check_csrf, signed_in, SignedIn};
+use super::developers::{check_csrf, signed_in, OrgPath, SignedIn};
 use super::domain;
 use super::keys::{issue_key, revoke_key_id, revoke_keys, swap_key, KeyOf};
 use super::publisher::{subscription_view, Subscription};
@@ -21,25 +21,34 @@ use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::{new_id, now, rfc3339};
 use crate::dashboard::manage::deliveries::{self, DeliveryDetail};
 use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::responses::{
+    BadCsrf, BadJson, BadQuery, NoSuchApp, NoSuchSubscription, NotSignedIn,
+};
 use crate::store::{AppRecord, ProductRecord, SubscriptionRecord, APPROVED, PENDING_APPROVAL};
 
 /// The path of one of a developer's apps (its organisation is the session's to check).
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct AppPath {
+    /// One of the developer's apps.
     #[serde(rename = "appId")]
     app: String,
 }
 
 /// The path of one subscription of an app.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct SubscriptionPath {
+    /// One of the app's subscriptions.
     #[serde(rename = "subscriptionId")]
     subscription: String,
 }
 
 /// The path of one delivery to an app's subscriptions.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct DeliveryPath {
+    /// A dead delivery to one of the app's subscriptions.
     #[serde(rename = "deliveryId")]
     delivery: String,
 }
@@ -186,10 +195,10 @@ async fn writer(ctx: &Ctx) -> Result<SignedIn, ApiError> {
     get,
     path = "/portal/api/orgs/{orgId}/apps",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     responses(
         (status = 200, description = "The signed-in developer's apps.", body = DeveloperAppList),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
+        NotSignedIn,
     ),
     security(("portal_session" = []))
 )]
@@ -210,13 +219,13 @@ pub async fn list(ctx: Ctx) -> Result<Reply, ApiError> {
     post,
     path = "/portal/api/orgs/{orgId}/apps",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     request_body(content = DeveloperAppInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Made. With the product's `key_approval` `auto` the app is approved and `key` is its gateway key, shown this once; with `manual` it waits for the publisher.", body = AppWithKey),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        BadJson,
+        NotSignedIn,
+        BadCsrf,
         (status = 409, description = "The developer has their most apps.", body = ErrorBody),
         (status = 429, description = "The developer made 20 apps in the last minute.", body = ErrorBody),
     ),
@@ -291,13 +300,13 @@ pub async fn create(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
+        OrgPath,
+        AppPath,
     ),
     responses(
         (status = 200, description = "The app with its subscriptions (never their secrets).", body = DeveloperApp),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        NotSignedIn,
+        NoSuchApp,
     ),
     security(("portal_session" = []))
 )]
@@ -312,14 +321,14 @@ pub async fn get(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
+        OrgPath,
+        AppPath,
     ),
     responses(
         (status = 200, description = "Deleted with its subscriptions; its key is revoked.", body = Object),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
+        NoSuchApp,
     ),
     security(("portal_session" = []))
 )]
@@ -336,14 +345,14 @@ pub async fn delete(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}/key",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
+        OrgPath,
+        AppPath,
     ),
     responses(
         (status = 201, description = "A new key, shown this once; the app's earlier key, if any, is revoked.", body = NewKey),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
+        NoSuchApp,
         (status = 409, description = "The app's access is pending or was refused, or its product offers no API.", body = ErrorBody),
     ),
     security(("portal_session" = []))
@@ -381,13 +390,13 @@ pub async fn rotate_key(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}/key",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
+        OrgPath,
+        AppPath,
     ),
     responses(
         (status = 200, description = "Revoked: gateways refuse it within their key cache time.", body = Object),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
         (status = 404, description = "The developer has no such app, or it holds no key.", body = ErrorBody),
     ),
     security(("portal_session" = []))
@@ -412,16 +421,16 @@ pub async fn revoke_key(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
+        OrgPath,
+        AppPath,
     ),
     request_body(content = DeveloperSubscriptionInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Subscribed; `secret` is shown this once.", body = NewSubscription),
         (status = 400, description = "Bad JSON or an invalid field (named): an event the product does not open, or a URL the egress policy refuses.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
+        NoSuchApp,
         (status = 409, description = "The app is not approved, has its most subscriptions, or the dashboard has no `secret`.", body = ErrorBody),
         (status = 429, description = "The developer subscribed 20 times in the last minute.", body = ErrorBody),
     ),
@@ -507,15 +516,15 @@ fn per_developer(
     path = "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions/{subscriptionId}",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
-        ("subscriptionId" = String, Path, description = "One of the app's subscriptions."),
+        OrgPath,
+        AppPath,
+        SubscriptionPath,
     ),
     responses(
         (status = 200, description = "Unsubscribed.", body = Object),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "No such app or subscription.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
+        NoSuchSubscription,
     ),
     security(("portal_session" = []))
 )]
@@ -540,15 +549,15 @@ pub async fn unsubscribe(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}/subscriptions/{subscriptionId}/test",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
-        ("subscriptionId" = String, Path, description = "One of the app's subscriptions."),
+        OrgPath,
+        AppPath,
+        SubscriptionPath,
     ),
     responses(
         (status = 202, description = "A `sluice.test` event is queued for the subscription, signed with its secret.", body = Object),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "No such app or subscription.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
+        NoSuchSubscription,
         (status = 429, description = "Too many test events for the subscription, or the organisation has `webhooks.max_pending_per_org` deliveries waiting.", body = ErrorBody),
     ),
     security(("portal_session" = []))
@@ -598,15 +607,15 @@ fn sources(app: &AppRecord) -> Vec<String> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}/deliveries",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
+        OrgPath,
+        AppPath,
         ("p" = Option<i64>, Query, description = "Page number from 1 (20 a page)."),
     ),
     responses(
         (status = 200, description = "A page of the deliveries to the app's subscriptions, newest first, each with its attempts (status, error, latency).", body = DeveloperDeliveries),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 404, description = "The developer has no such app.", body = ErrorBody),
+        BadQuery,
+        NotSignedIn,
+        NoSuchApp,
     ),
     security(("portal_session" = []))
 )]
@@ -653,14 +662,14 @@ pub async fn log(ctx: Ctx) -> Result<Reply, ApiError> {
     path = "/portal/api/orgs/{orgId}/apps/{appId}/deliveries/{deliveryId}/redeliver",
     tag = "portal-developers",
     params(
-        ("orgId" = String, Path, description = "The organisation whose portal it is."),
-        ("appId" = String, Path, description = "One of the developer's apps."),
-        ("deliveryId" = String, Path, description = "A dead delivery to one of the app's subscriptions."),
+        OrgPath,
+        AppPath,
+        DeliveryPath,
     ),
     responses(
         (status = 200, description = "Queued again, due now.", body = Object),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
         (status = 404, description = "No such app, or no such delivery to its subscriptions.", body = ErrorBody),
         (status = 409, description = "The delivery is not dead.", body = ErrorBody),
     ),

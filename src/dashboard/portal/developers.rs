@@ -25,27 +25,34 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 use tracing::info;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::dashboard::auth::{generate_key, hash_key};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::{new_id, now, rfc3339};
-use crate::dashboard::request::{Ctx, Reply};
+use crate::dashboard::request::{Ctx, PageQuery, Reply};
+use crate::dashboard::responses::{
+    BadCsrf, BadJson, BadQuery, NoPortal, NotFound, NotSignedIn, TooManyAttempts, Unauthorized,
+};
 use crate::http::cookie;
 use crate::limit::{LocalLimiter, Rate};
 use crate::secret::{hash_password, verify_password};
 use crate::store::{DeveloperRecord, HookRecord, PortalSettings, TokenKind};
 
 /// The path of an organisation's portal, and of everything under it.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 pub(super) struct OrgPath {
+    /// The organisation whose portal it is.
     #[serde(rename = "orgId")]
     pub org: String,
 }
 
 /// The path of one developer.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct DeveloperPath {
+    /// The developer's id.
     #[serde(rename = "developerId")]
     id: String,
 }
@@ -482,10 +489,10 @@ async fn portal_signup(ctx: &Ctx, org: &str) -> Result<Signup, ApiError> {
     get,
     path = "/portal/api/orgs/{orgId}/session",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     responses(
         (status = 200, description = "Who is signed in (null when nobody), and the CSRF token to send with writes; signed out, it also sets the CSRF cookie.", body = Session),
-        (status = 404, description = "No such portal.", body = ErrorBody),
+        NoPortal,
     ),
 )]
 pub async fn get_session(ctx: Ctx) -> Result<Reply, ApiError> {
@@ -539,15 +546,15 @@ pub struct SignUp {
     post,
     path = "/portal/api/orgs/{orgId}/signup",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     request_body(content = SignUp, content_type = "application/json"),
     responses(
         (status = 201, description = "Signed up and signed in: the session cookie is set.", body = Session),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
+        BadJson,
         (status = 403, description = "Sign-up is off, the invitation is not valid for the address, or the CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "No such portal.", body = ErrorBody),
+        NoPortal,
         (status = 409, description = "The address has an account, or the portal is full.", body = ErrorBody),
-        (status = 429, description = "Too many attempts from this address.", body = ErrorBody),
+        TooManyAttempts,
     ),
 )]
 pub async fn signup(ctx: Ctx) -> Result<Reply, ApiError> {
@@ -633,14 +640,14 @@ pub struct SignIn {
     post,
     path = "/portal/api/orgs/{orgId}/signin",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     request_body(content = SignIn, content_type = "application/json"),
     responses(
         (status = 200, description = "Signed in: a new session cookie is set and the old session, if any, ended.", body = Session),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
+        BadJson,
         (status = 401, description = "Wrong address or password.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "No such portal.", body = ErrorBody),
+        BadCsrf,
+        NoPortal,
         (status = 429, description = "Too many attempts from this address or at this account; `Retry-After` says when to try again.", body = ErrorBody),
     ),
 )]
@@ -684,11 +691,11 @@ pub async fn signin(ctx: Ctx) -> Result<Reply, ApiError> {
     post,
     path = "/portal/api/orgs/{orgId}/signout",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     responses(
         (status = 200, description = "Signed out: the session is ended and its cookie removed.", body = Session),
-        (status = 401, description = "Not signed in.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
+        NotSignedIn,
+        BadCsrf,
     ),
     security(("portal_session" = []))
 )]
@@ -731,13 +738,13 @@ pub struct ResetRequest {
     post,
     path = "/portal/api/orgs/{orgId}/password-reset",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     request_body(content = ResetRequest, content_type = "application/json"),
     responses(
         (status = 202, description = "Whether or not the address has an account: when it has, a reset token is delivered through the portal's reset webhook, or written to the dashboard's log when it has none.", body = Object),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "No such portal.", body = ErrorBody),
+        BadJson,
+        BadCsrf,
+        NoPortal,
         (status = 429, description = "Too many attempts from this address or for this account.", body = ErrorBody),
     ),
 )]
@@ -873,14 +880,14 @@ pub struct ResetConfirm {
     post,
     path = "/portal/api/orgs/{orgId}/password-reset/confirm",
     tag = "portal-developers",
-    params(("orgId" = String, Path, description = "The organisation whose portal it is.")),
+    params(OrgPath),
     request_body(content = ResetConfirm, content_type = "application/json"),
     responses(
         (status = 200, description = "The password is set and every session of the account ended; sign in with it.", body = Object),
         (status = 400, description = "Bad JSON, an invalid field (named), or a token that is unknown, used or expired.", body = ErrorBody),
-        (status = 403, description = "The CSRF token is wrong.", body = ErrorBody),
-        (status = 404, description = "No such portal.", body = ErrorBody),
-        (status = 429, description = "Too many attempts from this address.", body = ErrorBody),
+        BadCsrf,
+        NoPortal,
+        TooManyAttempts,
     ),
 )]
 pub async fn reset_confirm(ctx: Ctx) -> Result<Reply, ApiError> {
@@ -936,7 +943,7 @@ pub struct Settings {
     tag = "portal",
     responses(
         (status = 200, description = "The organisation's portal settings.", body = Settings),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -958,8 +965,8 @@ pub async fn get_settings(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = Settings, content_type = "application/json"),
     responses(
         (status = 200, description = "Replaced.", body = Settings),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 403, description = "The caller is a member: only an admin changes the portal's settings.", body = ErrorBody),
         (status = 409, description = "A reset webhook while the dashboard has no `secret` to seal reset tokens with.", body = ErrorBody),
     ),
@@ -1033,8 +1040,8 @@ pub struct Invitation {
     request_body(content = InvitationInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Made; the token is shown this once and replaces any earlier invitation of the address.", body = Invitation),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 409, description = "The address has an account already.", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -1090,11 +1097,11 @@ pub struct DeveloperList {
     get,
     path = "/api/portal/developers",
     tag = "portal",
-    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every developer.")),
+    params(PageQuery),
     responses(
         (status = 200, description = "A page of the portal's developers, oldest first.", body = DeveloperList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -1118,11 +1125,11 @@ pub async fn list_developers(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/portal/developers/{developerId}",
     tag = "portal",
-    params(("developerId" = String, Path, description = "The developer's id.")),
+    params(DeveloperPath),
     responses(
         (status = 200, description = "Deleted with their sessions and apps; their apps' gateway keys are revoked.", body = Object),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such developer in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]

@@ -12,7 +12,7 @@
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::domain::{
     apply_app, apply_product, envelope, generate_secret, open_publish_secret, product_gone, seal,
@@ -22,7 +22,10 @@ use super::domain::{
 use super::keys::{self, KeyOf};
 use crate::dashboard::error::{ApiError, ErrorBody};
 use crate::dashboard::ids::{new_id, now, rfc3339};
-use crate::dashboard::request::{Ctx, Outcome, Reply};
+use crate::dashboard::request::{Ctx, Outcome, PageQuery, Reply};
+use crate::dashboard::responses::{
+    BadJson, BadQuery, NoSealer, NotFound, NotJson, TooLarge, Unauthorized,
+};
 use crate::store::seal::Sealer;
 use crate::store::{
     AppRecord, DeliveryRecord, ProductRecord, SubscriptionRecord, APPROVED, REJECTED,
@@ -30,15 +33,19 @@ use crate::store::{
 use crate::webhook::sign;
 
 /// The path of one product, and of the events published to it.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct ProductPath {
+    /// The product's id.
     #[serde(rename = "productId")]
     id: String,
 }
 
 /// The path of one app.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
 struct AppPath {
+    /// The app's id.
     #[serde(rename = "appId")]
     id: String,
 }
@@ -211,11 +218,11 @@ fn product_outcome(
     get,
     path = "/api/portal/products",
     tag = "portal",
-    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every product.")),
+    params(PageQuery),
     responses(
         (status = 200, description = "A page of the organisation's products.", body = ProductList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -246,11 +253,11 @@ pub async fn list_products(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = ProductInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Created; `ID` is the product id, `publish_secret` the secret to sign its events with.", body = ProductOutcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
         (status = 409, description = "The dashboard has no `secret` to seal the publish secret with.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -291,11 +298,11 @@ async fn find_product(ctx: &Ctx) -> Result<ProductRecord, ApiError> {
     get,
     path = "/api/portal/products/{productId}",
     tag = "portal",
-    params(("productId" = String, Path, description = "The product's id.")),
+    params(ProductPath),
     responses(
         (status = 200, description = "The product.", body = Product),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such product in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -311,16 +318,16 @@ pub async fn get_product(ctx: Ctx) -> Result<Reply, ApiError> {
     put,
     path = "/api/portal/products/{productId}",
     tag = "portal",
-    params(("productId" = String, Path, description = "The product's id.")),
+    params(ProductPath),
     request_body(content = ProductInput, content_type = "application/json"),
     responses(
         (status = 200, description = "Replaced; `publish_secret` is the secret in force.", body = ProductOutcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such product in the organisation.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
+        NotFound,
         (status = 409, description = "The dashboard has no `secret` to seal or open the publish secret with.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -349,11 +356,11 @@ pub async fn update_product(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/portal/products/{productId}",
     tag = "portal",
-    params(("productId" = String, Path, description = "The product's id.")),
+    params(ProductPath),
     responses(
         (status = 200, description = "Deleted, with its apps and their subscriptions.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such product in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -376,11 +383,11 @@ pub async fn delete_product(ctx: Ctx) -> Result<Reply, ApiError> {
     get,
     path = "/api/portal/apps",
     tag = "portal",
-    params(("p" = Option<i64>, Query, description = "Page number from 1; below 0 returns every app.")),
+    params(PageQuery),
     responses(
         (status = 200, description = "A page of the organisation's apps with their subscriptions.", body = AppList),
-        (status = 400, description = "A bad query parameter.", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
+        BadQuery,
+        Unauthorized,
     ),
     security(("api_key" = []))
 )]
@@ -407,11 +414,11 @@ pub async fn list_apps(ctx: Ctx) -> Result<Reply, ApiError> {
     request_body(content = AppInput, content_type = "application/json"),
     responses(
         (status = 201, description = "Created; `ID` is the app id.", body = Outcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 409, description = "The dashboard has no `secret` to seal subscription secrets with.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
+        NoSealer,
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -461,11 +468,11 @@ async fn find_app(ctx: &Ctx) -> Result<AppRecord, ApiError> {
     get,
     path = "/api/portal/apps/{appId}",
     tag = "portal",
-    params(("appId" = String, Path, description = "The app's id.")),
+    params(AppPath),
     responses(
         (status = 200, description = "The app with its subscriptions (never their secrets).", body = App),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -477,16 +484,16 @@ pub async fn get_app(ctx: Ctx) -> Result<Reply, ApiError> {
     put,
     path = "/api/portal/apps/{appId}",
     tag = "portal",
-    params(("appId" = String, Path, description = "The app's id.")),
+    params(AppPath),
     request_body(content = AppInput, content_type = "application/json"),
     responses(
         (status = 200, description = "Replaced, with all its subscriptions.", body = Outcome),
-        (status = 400, description = "Bad JSON or an invalid field (named).", body = ErrorBody),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
-        (status = 409, description = "The dashboard has no `secret` to seal subscription secrets with.", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
-        (status = 415, description = "The body is not JSON.", body = ErrorBody),
+        BadJson,
+        Unauthorized,
+        NotFound,
+        NoSealer,
+        TooLarge,
+        NotJson,
     ),
     security(("api_key" = []))
 )]
@@ -513,11 +520,11 @@ pub async fn update_app(ctx: Ctx) -> Result<Reply, ApiError> {
     delete,
     path = "/api/portal/apps/{appId}",
     tag = "portal",
-    params(("appId" = String, Path, description = "The app's id.")),
+    params(AppPath),
     responses(
         (status = 200, description = "Deleted, with its subscriptions.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -535,11 +542,11 @@ pub async fn delete_app(ctx: Ctx) -> Result<Reply, ApiError> {
     post,
     path = "/api/portal/apps/{appId}/approve",
     tag = "portal",
-    params(("appId" = String, Path, description = "The app's id.")),
+    params(AppPath),
     responses(
         (status = 200, description = "Approved: its developer can now get a key in the portal.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -556,11 +563,11 @@ pub async fn approve_app(ctx: Ctx) -> Result<Reply, ApiError> {
     post,
     path = "/api/portal/apps/{appId}/reject",
     tag = "portal",
-    params(("appId" = String, Path, description = "The app's id.")),
+    params(AppPath),
     responses(
         (status = 200, description = "Refused: its keys are revoked and its subscriptions get no more events.", body = Outcome),
-        (status = 401, description = "Missing or unknown credentials.", body = ErrorBody),
-        (status = 404, description = "No such app in the organisation.", body = ErrorBody),
+        Unauthorized,
+        NotFound,
     ),
     security(("api_key" = []))
 )]
@@ -592,7 +599,7 @@ fn header<'a>(
     path = "/api/portal/products/{productId}/events",
     tag = "portal",
     params(
-        ("productId" = String, Path, description = "The product the event is published to."),
+        ProductPath,
         ("Sluice-Signature" = String, Header, description = "`t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\" with the product's publish secret>`; within 300 seconds of the dashboard's clock."),
         ("Sluice-Event" = String, Header, description = "The event's name: one the product opens to subscription."),
         ("Idempotency-Key" = Option<String>, Header, description = "1 to 200 characters; an event sent again with the same key is queued once. A random UUID when absent."),
@@ -604,7 +611,7 @@ fn header<'a>(
         (status = 401, description = "No `Sluice-Signature`, or one that is malformed, stale or does not match.", body = ErrorBody),
         (status = 404, description = "No such product.", body = ErrorBody),
         (status = 409, description = "The product's webhooks are disabled, or the dashboard cannot open its publish secret (no or another `secret`).", body = ErrorBody),
-        (status = 413, description = "The body is too large.", body = ErrorBody),
+        TooLarge,
         (status = 429, description = "The organisation has `webhooks.max_pending_per_org` deliveries waiting; nothing was queued. `Retry-After` says when to try again.", body = ErrorBody),
     )
 )]
