@@ -792,12 +792,15 @@ impl Hub {
 
     async fn publish_all(&self, batch: &Batch, stop: &CancellationToken) -> Result<(), Stopped> {
         loop {
-            let targets: Vec<_> = {
+            // The clients connected now, and the first connection that joins after.
+            let (targets, joining): (Vec<_>, u64) = {
                 let st = self.state.lock();
-                st.clients
+                let targets = st
+                    .clients
                     .iter()
                     .map(|c| (c.conn, c.tx.clone(), c.metrics.clone()))
-                    .collect()
+                    .collect();
+                (targets, st.next_conn)
             };
             if targets.is_empty() {
                 self.wait_for_client(stop).await?;
@@ -823,6 +826,7 @@ impl Hub {
                 continue;
             }
             let mut waits = Vec::with_capacity(reserved.len());
+            let taken_late;
             let chunk = {
                 let mut st = self.state.lock();
                 let chunk = self.assign(&mut st, batch, 0);
@@ -839,6 +843,7 @@ impl Hub {
                     });
                     waits.push((conn, Some(written), metrics));
                 }
+                taken_late = hand_to_late(&mut st, joining, &chunk);
                 chunk
             };
             let results = futures::future::join_all(waits.into_iter().map(
@@ -861,7 +866,8 @@ impl Hub {
                 },
             ))
             .await;
-            if results.iter().any(|ok| *ok) {
+            // A client that joined meanwhile has it queued: sent again, it would come twice.
+            if taken_late || results.iter().any(|ok| *ok) {
                 return Ok(());
             }
             // Nobody took it: send it again, with new ids, once someone is there.
@@ -878,6 +884,41 @@ fn position(msg: &crate::message::Message, key: &str) -> Option<u64> {
         crate::value::Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }
+}
+
+/// Hands `chunk` to the clients that joined from connection `joining` on, while the
+/// broadcast made room at the others: they resumed before its events had ids, so the
+/// replay buffer could not give them these, and they would miss them. Sent as a replay
+/// is, with nobody waiting; a client with no room left is let go, to resume again.
+/// Whether one was handed any of it.
+fn hand_to_late(st: &mut State, joining: u64, chunk: &Arc<Chunk>) -> bool {
+    let late: Vec<u64> = st
+        .clients
+        .iter()
+        .map(|c| c.conn)
+        .filter(|&conn| conn >= joining)
+        .collect();
+    let mut taken = false;
+    for conn in late {
+        let Some(mine) = catch_up(st, conn, chunk) else {
+            continue;
+        };
+        let delivery = Delivery {
+            chunk: mine,
+            done: None,
+        };
+        let sent = st
+            .clients
+            .iter()
+            .find(|c| c.conn == conn)
+            .is_some_and(|c| c.tx.try_send(delivery).is_ok());
+        if sent {
+            taken = true;
+        } else {
+            st.clients.retain(|c| c.conn != conn);
+        }
+    }
+    taken
 }
 
 /// What client `conn` gets of `chunk`: all of it, or (when it resumed ahead of this
@@ -1091,6 +1132,61 @@ mod tests {
         assert_eq!(names[0].as_deref(), Some(GAP_EVENT));
         let data: Vec<_> = d.chunk.events[1..].iter().map(|e| e.data.clone()).collect();
         assert_eq!(data, ["3", "4"]);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_resumes_while_a_broadcast_waits_for_room_gets_it_too() {
+        let hub = Hub::new(
+            HubOptions {
+                mode: DeliveryMode::Broadcast,
+                queue: 1,
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        );
+        let mut first = hub.subscribe(None, metrics());
+        let mut ids = Vec::new();
+        for m in ["m0", "m1"] {
+            let publishing = {
+                let hub = hub.clone();
+                tokio::spawn(async move { hub.publish(&batch(m)).await })
+            };
+            let d = first.rx.recv().await.unwrap();
+            ids.push(d.chunk.events[0].id.unwrap());
+            d.written();
+            publishing.await.unwrap().unwrap();
+        }
+        // Its queue of one holds the replay of m1: the next broadcast waits for room.
+        let mut slow = hub.subscribe(Some(&ids[0].to_string()), metrics());
+        let publishing = {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.publish(&batch("m2")).await })
+        };
+        tokio::task::yield_now().await;
+        // Meanwhile a client comes back from another connection, where it saw m1.
+        let mut late = hub.subscribe(Some(&ids[1].to_string()), metrics());
+        slow.rx.recv().await.unwrap().written();
+        for sub in [&mut first, &mut slow] {
+            let d = sub.rx.recv().await.unwrap();
+            assert_eq!(d.chunk.events[0].data, "m2");
+            d.written();
+        }
+        publishing.await.unwrap().unwrap();
+        let publishing = {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.publish(&batch("m3")).await })
+        };
+        let mut got = Vec::new();
+        while got.last().is_none_or(|m| m != "m3") {
+            let d = late.rx.recv().await.unwrap();
+            got.extend(d.chunk.events.iter().map(|e| e.data.clone()));
+            d.written();
+        }
+        assert_eq!(got, ["m2", "m3"], "the client that resumed meanwhile");
+        for sub in [&mut first, &mut slow] {
+            sub.rx.recv().await.unwrap().written();
+        }
+        publishing.await.unwrap().unwrap();
     }
 
     /// A broadcast hub whose ids are the `pos` metadata.
