@@ -38,6 +38,7 @@ mod portal_browser;
 mod portal_developers;
 mod redis;
 mod resources;
+mod rolling_restart;
 mod serve;
 mod server;
 mod store;
