@@ -5,8 +5,9 @@
 # (trust authentication from 127.0.0.1, a database `test`), and a tansu Kafka-API broker
 # on a free port. Installs what is missing (Debian packages
 # with apt-get, tansu with cargo into a cache directory), including the broker binaries
-# that the TLS tests run privately (a test whose binary is missing fails). Idempotent:
-# run it before `cargo test` as often as you like.
+# that the TLS tests run privately and HAProxy, which the rolling-restart test puts in
+# front of the gateways (a test whose binary is missing fails). Idempotent: run it
+# before `cargo test` as often as you like.
 #
 # SLUICE_SKIP_KAFKA=1 leaves tansu out altogether (neither installed nor started): the
 # Kafka tests then fail.
@@ -211,6 +212,8 @@ ensure_binaries() {
     need_pkg nats-server nats-server
     need_pkg rabbitmq-server rabbitmq-server
     need_pkg psql postgresql-client
+    # Not started here: the test runs its own, with a config of its own.
+    need_pkg haproxy haproxy
     postgres_bin >/dev/null || apt_install postgresql
     if [ "${SLUICE_SKIP_KAFKA:-}" != 1 ]; then
         ensure_tansu

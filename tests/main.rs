@@ -39,6 +39,7 @@ mod portal_browser;
 mod portal_developers;
 mod redis;
 mod resources;
+mod rolling_restart;
 mod serve;
 mod server;
 mod slow_clients;

@@ -2,9 +2,11 @@
 //! event ids are positions in a broker that keeps what came before (the cluster's bus),
 //! the events the buffer no longer holds are read back from the broker by position; the
 //! client then joins the hub's live events from the position it reached, with no gap and
-//! nothing twice. Bounded: a few catch-ups per hub at once, each of a bounded length,
-//! read as a stream (never held whole); past either bound the client gets a `gap` notice
-//! as before.
+//! nothing twice. Bounded: a few catch-ups per hub at once and a few started a second,
+//! each of a bounded length, read as a stream (never held whole). A client past the
+//! first two bounds waits its turn, as the clients of a node that drains all come back
+//! at once; one that waits too long, or is further behind than one catch-up reads, gets
+//! a `gap` notice as before.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,10 +19,14 @@ use super::hub::{gap, Event, Hub, RouteMetrics, Subscription};
 pub use super::record::{History, HistoryError, Past};
 use crate::value::Value;
 
-/// Clients of one hub caught up at once; more resume with a `gap` notice.
+/// Clients of one hub caught up at once; more wait their turn.
 pub const MAX_AT_ONCE: usize = 16;
-/// Catch-ups one hub starts in a second at most; more resume with a `gap` notice.
+/// Catch-ups one hub starts in a second at most; more wait their turn.
 pub const MAX_STARTS_PER_SECOND: usize = 32;
+/// How long a client waits for its turn; then it resumes with a `gap` notice.
+pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often a client that waits for a catch-up to end looks again.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
 /// Events one catch-up reads at most; a client further behind gets a `gap` notice for
 /// the rest.
 pub const MAX_EVENTS: usize = 100_000;
@@ -45,54 +51,28 @@ enum Step {
 
 impl CatchUp {
     /// The catch-up of the client `caller` resuming after `last`, when its hub must read
-    /// that from its history and has room for one more.
+    /// that from its history. It reads once its turn comes.
     pub fn start(hub: &Arc<Hub>, last: &str, caller: Value) -> Option<CatchUp> {
         let after = hub.behind(last)?;
         let history = hub.history()?.clone();
-        {
-            let mut starts = hub.catch_up_starts.lock();
-            if starts.0.elapsed() >= std::time::Duration::from_secs(1) {
-                *starts = (std::time::Instant::now(), 0);
-            }
-            if starts.1 >= MAX_STARTS_PER_SECOND {
-                return None;
-            }
-            starts.1 += 1;
-        }
-        if hub.catching_up.fetch_add(1, Ordering::AcqRel) >= MAX_AT_ONCE {
-            hub.catching_up.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
         let for_events = hub.clone();
         let for_filter = caller.clone();
-        let events = stream::once(history.after(after))
-            .flat_map(move |past| {
+        let events = stream::once(Turn::wait(hub.clone()))
+            .flat_map(move |turn| {
+                let Some(turn) = turn else {
+                    // No turn in time: joining the live events tells of the gap.
+                    return stream::empty().boxed();
+                };
                 let hub = for_events.clone();
-                let mut caller = for_filter.clone();
-                match past {
-                    Ok(past) => {
-                        let notice = (!past.complete)
-                            .then(|| Step::Event(gap(&after.to_string(), None)));
-                        let events = past
-                            .messages
-                            .take(MAX_EVENTS)
-                            // A failed read ends the catch-up; joining the live events
-                            // then tells the client of what it still misses.
-                            .take_while(|m| futures::future::ready(m.is_ok()))
-                            .filter_map(move |m| {
-                                let step = m.ok().and_then(|m| {
-                                    let (at, event) = hub.past_event(&m, &mut caller)?;
-                                    Some(event.map_or(Step::Withheld(at), Step::Event))
-                                });
-                                futures::future::ready(step)
-                            });
-                        stream::iter(notice).chain(events).boxed()
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "Reading a resuming client's events back failed.");
-                        stream::empty().boxed()
-                    }
-                }
+                let caller = for_filter.clone();
+                stream::once(history.after(after))
+                    .flat_map(move |past| Self::events(&hub, after, past, caller.clone()))
+                    // The turn is given back when the catch-up is over.
+                    .map(move |event| {
+                        let _ = &turn;
+                        event
+                    })
+                    .boxed()
             })
             .boxed();
         Some(CatchUp {
@@ -101,6 +81,39 @@ impl CatchUp {
             caller,
             events: parking_lot::Mutex::new(events),
         })
+    }
+
+    /// The events of what the history holds after `after`, for the client `caller`.
+    fn events(
+        hub: &Arc<Hub>,
+        after: u64,
+        past: Result<Past, HistoryError>,
+        mut caller: Value,
+    ) -> BoxStream<'static, Step> {
+        match past {
+            Ok(past) => {
+                let hub = hub.clone();
+                let notice = (!past.complete).then(|| Step::Event(gap(&after.to_string(), None)));
+                let events = past
+                    .messages
+                    .take(MAX_EVENTS)
+                    // A failed read ends the catch-up; joining the live events then tells
+                    // the client of what it still misses.
+                    .take_while(|m| futures::future::ready(m.is_ok()))
+                    .filter_map(move |m| {
+                        let step = m.ok().and_then(|m| {
+                            let (at, event) = hub.past_event(&m, &mut caller)?;
+                            Some(event.map_or(Step::Withheld(at), Step::Event))
+                        });
+                        futures::future::ready(step)
+                    });
+                stream::iter(notice).chain(events).boxed()
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Reading a resuming client's events back failed.");
+                stream::empty().boxed()
+            }
+        }
     }
 
     /// The next event to send, `None` once caught up.
@@ -135,9 +148,49 @@ impl CatchUp {
     }
 }
 
-impl Drop for CatchUp {
+/// A place among a hub's catch-ups, given back when dropped.
+struct Turn(Arc<Hub>);
+
+impl Turn {
+    /// Waits for a place among the catch-ups of `hub`: `None` when none came within
+    /// [`MAX_WAIT`].
+    async fn wait(hub: Arc<Hub>) -> Option<Turn> {
+        let deadline = tokio::time::Instant::now() + MAX_WAIT;
+        loop {
+            let wait = match Turn::take(&hub) {
+                Ok(turn) => return Some(turn),
+                Err(wait) => wait,
+            };
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            tokio::time::sleep_until((now + wait).min(deadline)).await;
+        }
+    }
+
+    /// A place now, or how long to wait before looking again.
+    fn take(hub: &Arc<Hub>) -> Result<Turn, std::time::Duration> {
+        let second = std::time::Duration::from_secs(1);
+        let mut starts = hub.catch_up_starts.lock();
+        if starts.0.elapsed() >= second {
+            *starts = (std::time::Instant::now(), 0);
+        }
+        if starts.1 >= MAX_STARTS_PER_SECOND {
+            return Err(second.saturating_sub(starts.0.elapsed()));
+        }
+        if hub.catching_up.fetch_add(1, Ordering::AcqRel) >= MAX_AT_ONCE {
+            hub.catching_up.fetch_sub(1, Ordering::AcqRel);
+            return Err(LOOK_AGAIN);
+        }
+        starts.1 += 1;
+        Ok(Turn(hub.clone()))
+    }
+}
+
+impl Drop for Turn {
     fn drop(&mut self) {
-        self.hub.catching_up.fetch_sub(1, Ordering::AcqRel);
+        self.0.catching_up.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -148,6 +201,7 @@ mod tests {
     use crate::http::hub::{DeliveryMode, HubOptions, ReplayConfig, Transport, GAP_EVENT};
     use crate::message::Message;
     use futures::future::BoxFuture;
+    use futures::FutureExt;
     use tokio_util::sync::CancellationToken;
 
     /// A broker that holds positions `first..=last`, and knows whether it dropped any.
@@ -265,19 +319,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn catch_ups_at_once_are_bounded() {
+    async fn catch_ups_at_once_are_bounded_and_more_wait_their_turn() {
         let kept = Kept {
             first: 1,
             last: 20,
             complete: true,
         };
         let (hub, _live) = hub_at_20(kept).await;
-        let held: Vec<_> = (0..MAX_AT_ONCE)
+        let mut held: Vec<_> = (0..MAX_AT_ONCE)
             .map(|_| CatchUp::start(&hub, "1", Value::Null).unwrap())
             .collect();
-        // One more resumes as before: from the buffer, with a gap notice.
-        assert!(CatchUp::start(&hub, "1", Value::Null).is_none());
-        drop(held);
-        assert!(CatchUp::start(&hub, "1", Value::Null).is_some());
+        for catch_up in &mut held {
+            assert_eq!(catch_up.next().await.unwrap().id, Some(2));
+        }
+        // One more waits its turn, rather than being told of a gap: the clients of a
+        // node that drains come back all at once.
+        let mut waiting = CatchUp::start(&hub, "1", Value::Null).unwrap();
+        assert!(waiting.next().now_or_never().is_none());
+        assert_eq!(hub.catching_up.load(Ordering::Acquire), MAX_AT_ONCE);
+        held.pop();
+        assert_eq!(waiting.next().await.unwrap().id, Some(2));
+        drop((held, waiting));
+        assert_eq!(hub.catching_up.load(Ordering::Acquire), 0);
     }
 }

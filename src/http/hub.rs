@@ -740,19 +740,20 @@ impl Hub {
 
     async fn publish_all(&self, batch: &Batch, stop: &CancellationToken) -> Result<(), Stopped> {
         loop {
-            let targets = self.targets(batch);
-            let Some(targets) = targets else {
+            // The clients connected now, and the first connection that joins after.
+            let Some((targets, joining)) = self.targets(batch) else {
                 self.wait_for_client(stop).await?;
                 continue;
             };
             if targets.is_empty() {
                 // Connected clients' filters all said no: kept for those that resume.
                 let mut st = self.state.lock();
-                self.assign(&mut st, batch, 0);
+                let chunk = self.assign(&mut st, batch, 0);
+                self.hand_to_late(&mut st, joining, &chunk, batch);
                 return Ok(());
             }
             if self.opts.slow.policy != SlowPolicy::Hold {
-                self.hand_over(batch, targets);
+                self.hand_over(batch, targets, joining);
                 return Ok(());
             }
             let timeout = self.opts.write_timeout;
@@ -776,6 +777,7 @@ impl Hub {
                 continue;
             }
             let mut waits = Vec::with_capacity(reserved.len());
+            let taken_late;
             let chunk = {
                 let mut st = self.state.lock();
                 let chunk = self.assign(&mut st, batch, 0);
@@ -790,6 +792,7 @@ impl Hub {
                     let _ = queue.push(delivery);
                     waits.push((conn, Some(written), metrics));
                 }
+                taken_late = self.hand_to_late(&mut st, joining, &chunk, batch);
                 chunk
             };
             let results = futures::future::join_all(waits.into_iter().map(
@@ -812,7 +815,8 @@ impl Hub {
                 },
             ))
             .await;
-            if results.iter().any(|ok| *ok) {
+            // A client that joined meanwhile has it queued: sent again, it would come twice.
+            if taken_late || results.iter().any(|ok| *ok) {
                 return Ok(());
             }
             // Nobody took it: send it again, with new ids, once someone is there.
@@ -822,7 +826,7 @@ impl Hub {
 
     /// Broadcasts `batch` under a policy that does not hold the producer for slow
     /// clients: each target's share is queued within its bounds, nobody is waited for.
-    fn hand_over(&self, batch: &Batch, targets: Vec<Target>) {
+    fn hand_over(&self, batch: &Batch, targets: Vec<Target>, joining: u64) {
         let mut st = self.state.lock();
         let chunk = self.assign(&mut st, batch, 0);
         let mut cut = Vec::new();
@@ -830,32 +834,93 @@ impl Hub {
             let Some(mine) = catch_up(&mut st, t.conn, &admitted_of(&chunk, &t.mask)) else {
                 continue;
             };
-            match t.queue.offer(Delivery::unconfirmed(mine), &self.opts.slow) {
-                Offered::Queued | Offered::Gone => {}
-                Offered::Dropped(n) => t.metrics.slow_dropped.increment(n),
-                Offered::Full => {
-                    t.metrics.slow_disconnected.increment(1);
-                    t.queue.cut();
-                    cut.push(t.conn);
-                }
+            if !self.offer(&t.queue, &t.metrics, mine) {
+                cut.push(t.conn);
             }
         }
         st.clients.retain(|c| !cut.contains(&c.conn));
+        self.hand_to_late(&mut st, joining, &chunk, batch);
+    }
+
+    /// Queues `chunk` for a client within the slow-client bounds, nobody waiting for it;
+    /// false when the client was cut for it (`disconnect`).
+    fn offer(&self, queue: &Queue, metrics: &RouteMetrics, chunk: Arc<Chunk>) -> bool {
+        match queue.offer(Delivery::unconfirmed(chunk), &self.opts.slow) {
+            Offered::Queued | Offered::Gone => true,
+            Offered::Dropped(n) => {
+                metrics.slow_dropped.increment(n);
+                true
+            }
+            Offered::Full => {
+                metrics.slow_disconnected.increment(1);
+                queue.cut();
+                false
+            }
+        }
+    }
+
+    /// Hands `chunk` (of `batch`) to the clients that joined from connection `joining`
+    /// on, while the broadcast made room at the others: they resumed before its events
+    /// had ids, so the replay buffer could not give them these, and they would miss them.
+    /// Sent as a replay is, with nobody waiting (each client's filter applied); a client
+    /// with no room left is let go, to resume again. Whether one was handed any of it.
+    fn hand_to_late(
+        &self,
+        st: &mut State,
+        joining: u64,
+        chunk: &Arc<Chunk>,
+        batch: &Batch,
+    ) -> bool {
+        let late: Vec<u64> = st
+            .clients
+            .iter()
+            .map(|c| c.conn)
+            .filter(|&conn| conn >= joining)
+            .collect();
+        let mut taken = false;
+        for conn in late {
+            let mine = admitted_of(chunk, &mask_for(st, conn, batch));
+            if mine.events.is_empty() {
+                continue;
+            }
+            let Some(mine) = catch_up(st, conn, &mine) else {
+                continue;
+            };
+            let Some(slot) = st.clients.iter().find(|c| c.conn == conn) else {
+                continue;
+            };
+            let kept = match self.opts.slow.policy {
+                SlowPolicy::Hold => {
+                    let room = slot.queue.len() < self.opts.queue.max(1);
+                    room && slot.queue.push(Delivery::unconfirmed(mine)).is_ok()
+                }
+                _ => self.offer(&slot.queue.clone(), &slot.metrics.clone(), mine),
+            };
+            if kept {
+                taken = true;
+            } else {
+                if let Some(i) = st.clients.iter().position(|c| c.conn == conn) {
+                    st.clients.remove(i).queue.close();
+                }
+            }
+        }
+        taken
     }
 
     /// The clients a broadcast of `batch` goes to, each with the messages its filter
     /// admits (`None`: all of them); `None` when no client is connected. A client whose
     /// filter admits none of them is not a target.
-    fn targets(&self, batch: &Batch) -> Option<Vec<Target>> {
+    fn targets(&self, batch: &Batch) -> Option<(Vec<Target>, u64)> {
         let mut st = self.state.lock();
         if st.clients.is_empty() {
             return None;
         }
+        let joining = st.next_conn;
         let State {
             clients, filter, ..
         } = &mut *st;
         let Some(filter) = filter else {
-            return Some(
+            return Some((
                 clients
                     .iter()
                     .map(|c| Target {
@@ -865,7 +930,8 @@ impl Hub {
                         mask: None,
                     })
                     .collect(),
-            );
+                joining,
+            ));
         };
         let budget = filter.publish_budget();
         let mut views: Vec<_> = batch.iter().map(|m| filter.view(m)).collect();
@@ -892,8 +958,28 @@ impl Hub {
                 });
             }
         }
-        Some(targets)
+        Some((targets, joining))
     }
+}
+
+/// Which messages of `batch` the hub's filter admits for client `conn`; `None`: all
+/// (the hub does not filter).
+fn mask_for(st: &mut State, conn: u64, batch: &Batch) -> Option<Vec<bool>> {
+    let State {
+        clients, filter, ..
+    } = st;
+    let filter = filter.as_ref()?;
+    let Some(slot) = clients.iter_mut().find(|c| c.conn == conn) else {
+        return Some(vec![false; batch.len()]);
+    };
+    let _budget = filter.publish_budget();
+    let mut tally = Tally::default();
+    let mask = batch
+        .iter()
+        .map(|m| tally.admitted(filter.admits(&mut filter.view(m), &mut slot.caller)))
+        .collect();
+    slot.metrics.tally(tally);
+    Some(mask)
 }
 
 /// A client a broadcast goes to.
@@ -1250,6 +1336,61 @@ mod tests {
         drop(back);
         hub.publish(&batch("end")).await.unwrap();
         assert_eq!(fast.await.unwrap().len(), 6);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_resumes_while_a_broadcast_waits_for_room_gets_it_too() {
+        let hub = Hub::new(
+            HubOptions {
+                mode: DeliveryMode::Broadcast,
+                queue: 1,
+                ..Default::default()
+            },
+            CancellationToken::new(),
+        );
+        let mut first = hub.subscribe(None, metrics());
+        let mut ids = Vec::new();
+        for m in ["m0", "m1"] {
+            let publishing = {
+                let hub = hub.clone();
+                tokio::spawn(async move { hub.publish(&batch(m)).await })
+            };
+            let d = first.rx.recv().await.unwrap();
+            ids.push(d.chunk.events[0].id.unwrap());
+            d.written();
+            publishing.await.unwrap().unwrap();
+        }
+        // Its queue of one holds the replay of m1: the next broadcast waits for room.
+        let mut slow = hub.subscribe(Some(&ids[0].to_string()), metrics());
+        let publishing = {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.publish(&batch("m2")).await })
+        };
+        tokio::task::yield_now().await;
+        // Meanwhile a client comes back from another connection, where it saw m1.
+        let mut late = hub.subscribe(Some(&ids[1].to_string()), metrics());
+        slow.rx.recv().await.unwrap().written();
+        for sub in [&mut first, &mut slow] {
+            let d = sub.rx.recv().await.unwrap();
+            assert_eq!(d.chunk.events[0].data, "m2");
+            d.written();
+        }
+        publishing.await.unwrap().unwrap();
+        let publishing = {
+            let hub = hub.clone();
+            tokio::spawn(async move { hub.publish(&batch("m3")).await })
+        };
+        let mut got = Vec::new();
+        while got.last().is_none_or(|m| m != "m3") {
+            let d = late.rx.recv().await.unwrap();
+            got.extend(d.chunk.events.iter().map(|e| e.data.clone()));
+            d.written();
+        }
+        assert_eq!(got, ["m2", "m3"], "the client that resumed meanwhile");
+        for sub in [&mut first, &mut slow] {
+            sub.rx.recv().await.unwrap().written();
+        }
+        publishing.await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -17,6 +17,8 @@ pub use super::free_port;
 pub struct Gw {
     /// Killed when the test ends.
     _child: Child,
+    /// How it was started, so that it can be started again the same way.
+    launch: Launch,
     pub dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
     pub port: u16,
@@ -24,6 +26,44 @@ pub struct Gw {
     pub control_port: u16,
     pub http: reqwest::Client,
     scheme: &'static str,
+}
+
+/// The command line and environment of a gateway process: its config file (which names
+/// its ports), its environment and its open-file limit.
+struct Launch {
+    config: PathBuf,
+    env: Vec<(String, String)>,
+    descriptors: Option<u32>,
+}
+
+impl Launch {
+    fn spawn(&self) -> Child {
+        let sluice = env!("CARGO_BIN_EXE_sluice");
+        let mut command = match self.descriptors {
+            None => Command::new(sluice),
+            // The shell lowers its limit, then becomes the gateway.
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(sluice);
+                sh
+            }
+        };
+        command
+            .arg("gateway")
+            .arg("--config")
+            .arg(&self.config)
+            // The tests' upstreams listen on loopback, which the streams of APIs from
+            // the store may reach only when allowed; a test may set its own list.
+            .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sluice gateway")
+    }
 }
 
 /// An API definition with key auth (header `X-Api-Key`) or none, for `upstream`.
@@ -106,34 +146,19 @@ impl Gw {
         );
         let path = dir.join(format!("gateway-{port}.yaml"));
         std::fs::write(&path, text).expect("write config");
-        let sluice = env!("CARGO_BIN_EXE_sluice");
-        let mut command = match descriptors {
-            None => Command::new(sluice),
-            // The shell lowers its limit, then becomes the gateway.
-            Some(n) => {
-                let mut sh = Command::new("sh");
-                sh.arg("-c")
-                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
-                    .arg(sluice);
-                sh
-            }
+        let launch = Launch {
+            config: path,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+            descriptors,
         };
-        let child = command
-            .arg("gateway")
-            .arg("--config")
-            .arg(&path)
-            // The tests' upstreams listen on loopback, which the streams of APIs from
-            // the store may reach only when allowed; a test may set its own list.
-            .env("SLUICE_GW_STREAMING_EGRESS_ALLOW", "[127.0.0.1]")
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn sluice gateway");
+        let child = launch.spawn();
         let tls = config.contains("tls:");
         let gw = Gw {
             _child: child,
+            launch,
             dir,
             _tmp: tmp,
             port,
@@ -165,6 +190,27 @@ impl Gw {
     /// Kills the process with SIGKILL: no shutdown, nothing flushed.
     pub async fn kill(mut self) {
         let _ = self._child.kill().await;
+    }
+
+    /// Stops the gateway as an operator does, with SIGTERM, and waits until the process
+    /// has exited: how it exited.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "SIGTERM to the gateway");
+        tokio::time::timeout(DEADLINE, self._child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the gateway did not exit within {DEADLINE:?} of SIGTERM"))
+            .expect("wait for the gateway")
+    }
+
+    /// Starts the gateway again after it exited, with the same config (so on the same
+    /// ports), environment and directory; returns once it is ready.
+    pub async fn start_again(&mut self) {
+        self._child = self.launch.spawn();
+        self.wait_up().await;
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod brokers;
+pub mod cluster;
 pub mod dashboard;
 pub mod harness;
 mod ports;
