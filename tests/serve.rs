@@ -130,6 +130,12 @@ x-sluice-streaming:
         .expect("the SSE route");
     assert_eq!(events["transport"], "sse", "{live}");
     assert_eq!(events["connections"], 1.0, "{live}");
+    // And by key: this API lets clients in without one.
+    assert_eq!(
+        live["keys"],
+        serde_json::json!([{"key_id": null, "connections": 1}]),
+        "{live}"
+    );
 
     // The live tail: opened by the first call, it samples what the output delivers,
     // with credentials-bearing metadata hidden.

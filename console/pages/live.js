@@ -13,10 +13,14 @@ const HISTORY = 300; // samples: five minutes at one a second
 export async function render(view, id) {
   const status = h('div', { id: 'live-status' });
   const streams = h('div', { id: 'live-streams' });
+  const keys = h('section', { class: 'card', id: 'live-keys', 'aria-labelledby': 'live-keys-title' },
+    h('h2', { id: 'live-keys-title' }, 'Open clients by key'),
+    h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Connections'))), h('tbody', {})));
   view.replaceChildren(
     heading(`Live: ${id}`),
     h('p', {}, h('a', { href: '#/apis' }, 'Back to the APIs')),
     status,
+    keys,
     streams);
   const history = new Map(); // node key -> {last, sent: [rates], received: [rates]}
   let first = true;
@@ -36,6 +40,7 @@ export async function render(view, id) {
       streams.replaceChildren(...live.streams.map((s) => streamCard(s, id, live.running_here)));
       first = false;
     }
+    showKeys(keys, live.keys || []);
     for (const stream of live.streams) update(streams, stream, live.at, history);
     try {
       const health = await call('GET', `/api/apis/streams/${encodeURIComponent(id)}/status`);
@@ -49,6 +54,16 @@ export async function render(view, id) {
   const timer = setInterval(async () => {
     if (!(await tick())) clearInterval(timer);
   }, PERIOD_MS);
+}
+
+// The stream connections open on the API, by the key that let each in.
+function showKeys(section, keys) {
+  const body = section.querySelector('tbody');
+  body.replaceChildren(...(keys.length
+    ? keys.map((k) => h('tr', {},
+      h('td', {}, k.key_id == null ? h('em', {}, 'no key') : h('code', {}, k.key_id)),
+      h('td', { class: 'connections' }, String(k.connections))))
+    : [h('tr', {}, h('td', { colspan: '2' }, 'None.'))]));
 }
 
 const key = (stream, node) => `${stream}\u0000${node.component}`;

@@ -124,6 +124,7 @@ use super::{error, request};
         live::LiveStream,
         live::LiveNode,
         live::LiveRoute,
+        live::LiveKey,
         live::Tail,
         gateway_keys::GatewayKeyList,
         live::ApiRequests,

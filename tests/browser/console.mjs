@@ -263,6 +263,8 @@ await step('a running stream shows its rates move and its tail', async () => {
   assert.equal(await page.locator('#live-status .notice').count(), 0, 'the streams run in this process');
   // Its state, from the API's status.
   await page.locator('.stream-state', { hasText: 'running' }).first().waitFor();
+  // The stream connections open on the API, by key: none on this one.
+  await page.getByRole('region', { name: 'Open clients by key' }).getByText('None.').waitFor();
   await page.getByRole('button', { name: 'Tail of stream main' }).click();
   // Messages posted to the gateway, as a producer would, for a few seconds.
   let posted = 0;

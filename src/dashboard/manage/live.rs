@@ -25,8 +25,18 @@ pub struct LiveApi {
     /// The streams run in this process, so the counters are live.
     pub running_here: bool,
     pub streams: Vec<LiveStream>,
+    /// The stream connections (SSE, WebSocket, long poll) open on the API in this
+    /// process, by the key that let each in, most first.
+    pub keys: Vec<LiveKey>,
     /// When the counters were read, in unix milliseconds.
     pub at: i64,
+}
+
+#[derive(Debug, Serialize, ToSchema, PartialEq)]
+pub struct LiveKey {
+    /// The gateway key's id; null for connections let in without a key.
+    pub key_id: Option<String>,
+    pub connections: usize,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -99,12 +109,20 @@ pub async fn live(ctx: Ctx) -> Result<Reply, ApiError> {
             clients: routes_of(&series, stream),
         });
     }
+    let keys = crate::gateway::streams::leases::open_by_key(&api.id)
+        .into_iter()
+        .map(|(key_id, connections)| LiveKey {
+            key_id,
+            connections,
+        })
+        .collect();
     Reply::json(
         StatusCode::OK,
         LiveApi {
             api_id: api.id,
             running_here,
             streams,
+            keys,
             at: chrono::Utc::now().timestamp_millis(),
         },
     )

@@ -7,9 +7,9 @@
 //! answer reaches a revoked client) and every second otherwise; a lease that no longer
 //! holds ends its connection with the reason (see [`crate::http::ending`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Weak};
 
 use http::Method;
 use parking_lot::Mutex;
@@ -82,11 +82,46 @@ struct Lease {
     ending: Ending,
 }
 
+type Open = Mutex<HashMap<u64, Lease>>;
+
+/// The leases of every gateway in this process, for the operator's live view: the
+/// dashboard that `sluice serve` runs beside its gateway reads them (see [`open_by_key`]).
+static ALL: LazyLock<Mutex<Vec<Weak<Open>>>> = LazyLock::new(Default::default);
+
 /// The leases of the open connections of one gateway.
-#[derive(Default)]
 pub struct Leases {
-    open: Mutex<HashMap<u64, Lease>>,
+    open: Arc<Open>,
     next: AtomicU64,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        let open: Arc<Open> = Arc::default();
+        let mut all = ALL.lock();
+        all.retain(|o| o.strong_count() > 0);
+        all.push(Arc::downgrade(&open));
+        Leases {
+            open,
+            next: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The connections open now on API `api_id` in this process, by the key that let each
+/// in (`None`: no key), most first.
+pub fn open_by_key(api_id: &str) -> Vec<(Option<String>, usize)> {
+    let mut counts: BTreeMap<Option<String>, usize> = BTreeMap::new();
+    let all: Vec<Arc<Open>> = ALL.lock().iter().filter_map(Weak::upgrade).collect();
+    for open in all {
+        for lease in open.lock().values() {
+            if lease.terms.api_id == api_id && lease.ending.in_use() {
+                *counts.entry(lease.terms.key_id.clone()).or_default() += 1;
+            }
+        }
+    }
+    let mut out: Vec<_> = counts.into_iter().collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
 }
 
 impl Leases {
@@ -113,17 +148,6 @@ impl Leases {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The open connections by key, for the operator's view.
-    pub fn by_key(&self) -> HashMap<String, usize> {
-        let mut out = HashMap::new();
-        for lease in self.open.lock().values() {
-            if let Some(key) = &lease.terms.key_id {
-                *out.entry(key.clone()).or_default() += 1;
-            }
-        }
-        out
     }
 
     /// Reviews every lease against the keys as stored now and `served` (the APIs of the
@@ -281,7 +305,43 @@ mod tests {
         assert_eq!(leases.len(), 2);
         assert_eq!(leases.expire(), 0);
         assert_eq!(leases.len(), 1);
-        assert_eq!(leases.by_key().get("k"), Some(&1));
         drop(held);
+    }
+
+    #[test]
+    fn the_live_view_counts_each_apis_open_connections_by_key() {
+        let leases = Leases::default();
+        let mut t = terms(Some("k1"));
+        t.api_id = "counted".into();
+        let held = [
+            leases.open(t.clone()),
+            leases.open(t.clone()),
+            leases.open(Terms {
+                key_id: Some("k2".into()),
+                ..t.clone()
+            }),
+            leases.open(Terms {
+                key_id: None,
+                ..t.clone()
+            }),
+        ];
+        // Another gateway of the process, and a connection that closed.
+        let other = Leases::default();
+        let also = other.open(Terms {
+            key_id: Some("k2".into()),
+            ..t.clone()
+        });
+        drop(leases.open(t));
+        assert_eq!(
+            open_by_key("counted"),
+            [
+                (Some("k1".to_owned()), 2),
+                (Some("k2".to_owned()), 2),
+                (None, 1)
+            ]
+        );
+        assert!(open_by_key("api-with-nothing-open").is_empty());
+        drop((held, also));
+        assert!(open_by_key("counted").is_empty());
     }
 }
