@@ -845,6 +845,27 @@ async fn consumer_lag_is_the_high_watermark_minus_the_committed_offset() {
     s2.stop(Duration::from_secs(1)).await;
 }
 
+/// A new group whose output takes nothing has committed nothing: its lag is every record
+/// from where it starts, not 0.
+#[tokio::test]
+async fn a_new_groups_lag_counts_from_where_it_starts() {
+    let _shared = BROKER.read().await;
+    sluice::metrics::install();
+    let topic = unique("newlag");
+    create_topic(&topic, 1).await;
+    produce(&topic, &payloads("a", 200), None).await;
+    let stream = start(&format!(
+        "input:\n  kafka:\n    addresses: ['{}']\n    topics: [{topic}]\n    consumer_group: {}\n    start_from_oldest: true\noutput:\n  http_client:\n    url: http://127.0.0.1:1/\n    retries: 0\n",
+        addr(),
+        unique("g")
+    ));
+    wait_for("a lag of two hundred", Duration::from_secs(30), || {
+        kafka_lag(&topic) == Some(200.0)
+    })
+    .await;
+    stream.stop(Duration::from_secs(1)).await;
+}
+
 /// A message's W3C trace context travels as record headers even when no metadata
 /// pattern names it, and comes back as metadata on the consuming side, so that a
 /// consumer on another gateway continues the producer's trace.

@@ -133,8 +133,10 @@ impl BuildInput for NatsJetStreamInputConfig {
 /// How often the consumer's pending count is read for the lag metric.
 const LAG_PERIOD: StdDuration = StdDuration::from_secs(5);
 
-/// Reads the consumer's pending count into `sluice_input_lag_messages` every
-/// [`LAG_PERIOD`], until aborted.
+/// Reads the consumer's lag into `sluice_input_lag_messages` every [`LAG_PERIOD`], until
+/// aborted: what it has not been given yet (pending) and what it was given and has not
+/// acknowledged (ack pending), so that a consumer stuck on a blocked output shows what it
+/// holds instead of 0.
 async fn watch_lag(consumer: PullConsumer, stream: String, labels: Vec<(&'static str, String)>) {
     let mut labels = labels;
     labels.push(("topic", stream));
@@ -142,7 +144,7 @@ async fn watch_lag(consumer: PullConsumer, stream: String, labels: Vec<(&'static
     let gauge = metrics::gauge!(crate::metrics::INPUT_LAG, &labels);
     loop {
         match consumer.get_info().await {
-            Ok(info) => gauge.set(info.num_pending as f64),
+            Ok(info) => gauge.set((info.num_pending + info.num_ack_pending as u64) as f64),
             Err(e) => debug!(error = %e, "JetStream consumer info unavailable."),
         }
         tokio::time::sleep(LAG_PERIOD).await;

@@ -65,6 +65,8 @@ struct Shared {
     high: Mutex<HashMap<String, HashMap<i32, i64>>>,
     /// The input's metric labels, for its consumer lag.
     labels: Vec<(&'static str, String)>,
+    /// Where a group with nothing committed starts: the oldest record, or the newest.
+    from_oldest: bool,
 }
 
 pub struct Ctx {
@@ -85,16 +87,33 @@ impl ClientContext for Ctx {
                         .or_default()
                         .insert(*p, part.hi_offset);
                 }
-                // The high watermark minus the group's committed offset; -1 (unknown, or
-                // the partition is another member's) reads as no lag of this consumer's.
                 let mut labels = self.shared.labels.clone();
                 labels.push(("topic", topic.clone()));
                 labels.push(("partition", p.to_string()));
                 metrics::gauge!(crate::metrics::INPUT_LAG, &labels)
-                    .set(part.consumer_lag.max(0) as f64);
+                    .set(partition_lag(part, self.shared.from_oldest) as f64);
             }
         }
     }
+}
+
+/// What this consumer has not had acknowledged downstream in a partition: the high
+/// watermark minus the offset it stored on acknowledgement, else minus the group's
+/// committed offset; with neither yet (a new group) in a partition it reads, everything
+/// from where the group starts (the oldest record kept, or nothing behind when it starts
+/// at the newest). A partition it does not read (another member's) has no lag of its own.
+fn partition_lag(part: &rdkafka::statistics::Partition, from_oldest: bool) -> i64 {
+    if part.consumer_lag_stored >= 0 {
+        return part.consumer_lag_stored;
+    }
+    if part.consumer_lag >= 0 {
+        return part.consumer_lag;
+    }
+    let reading = part.fetch_state == "active";
+    if reading && part.committed_offset < 0 && from_oldest && part.lo_offset >= 0 {
+        return (part.hi_offset - part.lo_offset).max(0);
+    }
+    0
 }
 
 impl ConsumerContext for Ctx {
@@ -130,6 +149,7 @@ impl BuildInput for KafkaInputConfig {
             consumer: None,
             shared: Arc::new(Shared {
                 labels: cx.metric_labels(),
+                from_oldest: self.start_from_oldest,
                 ..Shared::default()
             }),
             held: None,
