@@ -587,6 +587,52 @@ async fn a_jetstream_consumers_unacknowledged_messages_are_its_lag() {
     let _ = js.delete_stream(&name).await;
 }
 
+/// A message still being worked on is kept alive, not delivered again every `ack_wait`:
+/// with an output that holds every write (a receiver that never answers), the server
+/// redelivers nothing.
+#[tokio::test]
+async fn a_message_in_progress_is_not_redelivered_every_ack_wait() {
+    let _shared = BROKER.read().await;
+    let name = unique("P").replace('-', "_");
+    let subject = format!("{name}.in");
+    let js = create_stream(&name, &format!("{name}.>")).await;
+    for i in 0..10 {
+        js.publish(subject.clone(), format!("m{i}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // A receiver that takes the connection and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            open.push(sock);
+        }
+    });
+    let consumer = start(&format!(
+        "input:\n  nats_jetstream:\n    urls: [{URL}]\n    stream: {name}\n    subject: {subject}\n    durable: busy\n    ack_wait: 2s\noutput:\n  http_client:\n    url: http://127.0.0.1:{port}/\n    timeout: 60s\n    retries: 0\n"
+    ));
+    // Three ack waits with the messages in hand.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let stream = js.get_stream(&name).await.unwrap();
+    let mut busy = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>("busy")
+        .await
+        .unwrap();
+    let info = busy.info().await.unwrap().clone();
+    assert!(info.num_ack_pending > 0, "{info:?}");
+    assert_eq!(
+        info.num_redelivered, 0,
+        "redelivered while in progress: {info:?}"
+    );
+    consumer.stop(Duration::from_secs(1)).await;
+    held.abort();
+    let _ = js.delete_stream(&name).await;
+}
+
 /// The W3C trace context travels as NATS headers even when no metadata pattern names it.
 #[tokio::test]
 async fn the_trace_context_travels_as_nats_headers() {

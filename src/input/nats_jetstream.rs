@@ -4,7 +4,10 @@
 //! Delivery: at least once. A message is acked to the server only once every output
 //! confirmed it; a failed delivery is nacked and the server redelivers it after
 //! `nak_delay`; a message that was never answered is redelivered after `ack_wait`. A
-//! durable consumer keeps its position on the server across restarts.
+//! message still being worked on (an output that waits, a slow pipeline) is kept alive:
+//! every half `ack_wait` the server is told it is in progress, so that it is not given
+//! to another consumer (or this one) again meanwhile. A durable consumer keeps its
+//! position on the server across restarts.
 
 use std::time::Duration as StdDuration;
 
@@ -126,6 +129,7 @@ impl BuildInput for NatsJetStreamInputConfig {
             acks: TaskTracker::new(),
             labels: cx.metric_labels(),
             lag: None,
+            closing: tokio_util::sync::CancellationToken::new(),
         })))
     }
 }
@@ -151,6 +155,31 @@ async fn watch_lag(consumer: PullConsumer, stream: String, labels: Vec<(&'static
     }
 }
 
+/// Tells the server every `every` that the messages of a batch are still being worked on,
+/// until the batch is settled (or the input closes, or the server cannot be told).
+async fn keep_alive(
+    ackers: std::sync::Arc<Vec<async_nats::jetstream::message::Acker>>,
+    every: StdDuration,
+    settled: tokio_util::sync::CancellationToken,
+) {
+    let every = every.max(StdDuration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = settled.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        for acker in ackers.iter() {
+            if settled.is_cancelled() {
+                return;
+            }
+            if let Err(e) = acker.ack_with(AckKind::Progress).await {
+                debug!(error = %e, "JetStream in-progress ack failed.");
+                return;
+            }
+        }
+    }
+}
+
 pub struct JetStreamInput {
     /// Where a posted stream may connect, checked before connecting.
     egress: crate::egress::Egress,
@@ -163,6 +192,8 @@ pub struct JetStreamInput {
     /// The input's metric labels, and the task that reads its consumer's lag.
     labels: Vec<(&'static str, String)>,
     lag: Option<tokio::task::JoinHandle<()>>,
+    /// Ends the keep-alives of the batches in hand when the input closes.
+    closing: tokio_util::sync::CancellationToken,
 }
 
 impl JetStreamInput {
@@ -294,11 +325,19 @@ impl Input for JetStreamInput {
             }
         }
         let batch = raw.iter().map(to_message).collect();
-        let ackers: Vec<_> = raw.into_iter().map(|m| m.split().1).collect();
+        let ackers: std::sync::Arc<Vec<_>> =
+            std::sync::Arc::new(raw.into_iter().map(|m| m.split().1).collect());
         let spawner = spawner.clone();
         let acks = self.acks.clone();
         let nak_delay = self.config.nak_delay.0;
+        let settled = self.closing.child_token();
+        spawner.spawn(keep_alive(
+            ackers.clone(),
+            self.config.ack_wait.0 / 2,
+            settled.clone(),
+        ));
         Ok(ReadBatch::new(batch, move |outcome: Outcome| {
+            settled.cancel();
             let kind = match outcome {
                 Outcome::Delivered | Outcome::Filtered => AckKind::Ack,
                 Outcome::Errored(_) => AckKind::Nak(Some(nak_delay)),
@@ -309,7 +348,7 @@ impl Input for JetStreamInput {
                 }
             };
             spawner.spawn(acks.track_future(async move {
-                for acker in ackers {
+                for acker in ackers.iter() {
                     if let Err(e) = acker.ack_with(kind).await {
                         // The server redelivers after `ack_wait`: a duplicate, not a loss.
                         warn!(error = %e, "JetStream ack failed.");
@@ -333,6 +372,8 @@ impl Input for JetStreamInput {
 
     async fn close(&mut self) {
         self.messages = None;
+        self.closing.cancel();
+        self.closing = tokio_util::sync::CancellationToken::new();
         if let Some(lag) = self.lag.take() {
             lag.abort();
         }
