@@ -11,7 +11,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use common::harness::Gw;
-use common::streams::{Next, Sse};
+use common::streams::{Next, Sse, SseEvent};
+use tokio::task::JoinHandle;
 
 const STREAMING_ON: &str = "streaming:\n  enabled: true\n  drain_timeout: 1s\n";
 
@@ -47,7 +48,6 @@ x-sluice-streaming:
 /// socket buffers fill up and the gateway sees it stop reading.
 async fn stalled(gw: &Gw, path: &str) -> TcpStream {
     let mut sock = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
-    // A small receive buffer fills sooner.
     let req = format!("GET {path} HTTP/1.1\r\nHost: t\r\nAccept: text/event-stream\r\n\r\n");
     sock.write_all(req.as_bytes()).await.unwrap();
     let mut head = Vec::new();
@@ -120,32 +120,43 @@ async fn read_raw(sock: &mut TcpStream, until: u64) -> Vec<String> {
     seen
 }
 
-#[tokio::test]
-async fn drop_oldest_keeps_the_producer_and_the_others_going_and_tells_the_slow_one() {
-    const COUNT: usize = 600;
-    let gw = Gw::start(
-        &[(
-            "dropping.yaml",
-            api("dropping", "{policy: drop_oldest, max_messages: 50}"),
-        )],
-        STREAMING_ON,
-    )
-    .await;
-    let mut fast = Sse::try_open(&gw, "/dropping/events", "").await.unwrap();
-    let mut slow = stalled(&gw, "/dropping/events").await;
+/// Messages each test publishes: 32 KiB each, 19 MiB in all, far more than the stalled
+/// client's socket buffers.
+const COUNT: usize = 600;
+
+/// A gateway serving API `id` with the slow-client policy `slow`, a client that reads
+/// (its task gives back the `COUNT` events it got) and one that reads nothing.
+async fn fast_and_stalled(id: &str, slow: &str) -> (Gw, JoinHandle<Vec<SseEvent>>, TcpStream) {
+    let file = format!("{id}.yaml");
+    let gw = Gw::start(&[(file.as_str(), api(id, slow))], STREAMING_ON).await;
+    let path = format!("/{id}/events");
+    let mut fast = Sse::try_open(&gw, &path, "").await.unwrap();
+    let stalled = stalled(&gw, &path).await;
     let reader = tokio::spawn(async move {
-        let mut numbers = Vec::new();
-        while numbers.len() < COUNT {
+        let mut events = Vec::new();
+        while events.len() < COUNT {
             match fast.next_or_end(Duration::from_secs(30)).await {
-                Next::Event(e) => numbers.push(number(&e.data)),
-                other => panic!("{other:?} after {}", numbers.len()),
+                Next::Event(e) => events.push(e),
+                other => panic!("{other:?} after {}", events.len()),
             }
         }
-        numbers
+        events
     });
-    // 32 KiB each: 19 MiB in all, far more than the stalled client's socket buffers.
+    (gw, reader, stalled)
+}
+
+#[tokio::test]
+async fn drop_oldest_keeps_the_producer_and_the_others_going_and_tells_the_slow_one() {
+    let (gw, reader, mut slow) =
+        fast_and_stalled("dropping", "{policy: drop_oldest, max_messages: 50}").await;
     publish_all(&gw, "dropping", COUNT, 32 << 10, Duration::from_secs(5)).await;
-    assert_eq!(reader.await.unwrap(), (0..COUNT as u64).collect::<Vec<_>>());
+    let numbers: Vec<u64> = reader
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| number(&e.data))
+        .collect();
+    assert_eq!(numbers, (0..COUNT as u64).collect::<Vec<_>>());
     let seen = read_raw(&mut slow, COUNT as u64 - 1).await;
     let gap = seen.iter().position(|s| s == "gap").expect("a gap notice");
     // Before the notice, what its socket had taken; after it, the newest, in order.
@@ -164,29 +175,15 @@ async fn drop_oldest_keeps_the_producer_and_the_others_going_and_tells_the_slow_
 
 #[tokio::test]
 async fn disconnect_ends_the_slow_one_which_resumes_what_it_missed() {
-    const COUNT: usize = 600;
-    let gw = Gw::start(
-        &[(
-            "cutting.yaml",
-            api("cutting", "{policy: disconnect, max_messages: 50}"),
-        )],
-        STREAMING_ON,
-    )
-    .await;
-    let mut fast = Sse::try_open(&gw, "/cutting/events", "").await.unwrap();
-    let mut slow = stalled(&gw, "/cutting/events").await;
-    let reader = tokio::spawn(async move {
-        let mut ids = Vec::new();
-        while ids.len() < COUNT {
-            match fast.next_or_end(Duration::from_secs(30)).await {
-                Next::Event(e) => ids.push((number(&e.data), e.id.unwrap())),
-                other => panic!("{other:?} after {}", ids.len()),
-            }
-        }
-        ids
-    });
+    let (gw, reader, mut slow) =
+        fast_and_stalled("cutting", "{policy: disconnect, max_messages: 50}").await;
     publish_all(&gw, "cutting", COUNT, 32 << 10, Duration::from_secs(5)).await;
-    let ids = reader.await.unwrap();
+    let ids: Vec<(u64, String)> = reader
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (number(&e.data), e.id.unwrap()))
+        .collect();
     // The slow one's connection was ended: what its socket holds, then the end.
     let seen = read_raw(&mut slow, u64::MAX).await;
     assert!(seen.len() < COUNT, "it got everything: not cut");

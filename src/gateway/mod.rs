@@ -396,11 +396,11 @@ impl Gateway {
     }
 }
 
-/// Connections the control port holds open at once: Prometheus and operators.
 /// When a client of a draining gateway is told to come back (SSE `retry:`): soon, since
 /// the load balancer sends it to another node.
 const RESTART_RETRY: Duration = Duration::from_secs(1);
 
+/// Connections the control port holds open at once: Prometheus and operators.
 const CONTROL_CONNECTIONS: usize = 256;
 
 /// The gateway's control port: `/ping`, `/ready`, `/metrics` and the gateway API.

@@ -165,15 +165,19 @@ impl Delivery {
 
 /// The notice for a client resuming after `last` that some of what followed is gone.
 pub(crate) fn gap(last: &str, oldest: Option<u64>) -> Arc<Event> {
-    let data = serde_json::json!({
+    gap_notice(serde_json::json!({
         "last_event_id": last,
         "oldest_available": oldest.map(|id| id.to_string()),
         "message": "some events after last_event_id are no longer available",
-    });
+    }))
+}
+
+/// A `gap` notice saying `what`: it has no id, so the client's last seen id stays.
+pub(crate) fn gap_notice(what: serde_json::Value) -> Arc<Event> {
     Arc::new(Event {
         id: None,
         name: Some(GAP_EVENT.into()),
-        data: Bytes::from(data.to_string()),
+        data: Bytes::from(what.to_string()),
         content_type: None,
     })
 }

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use crate::mapping::budget::Guard;
 use crate::mapping::{Mapping, MappingError};
 use crate::message::{Message, Metadata};
 use crate::value::Value;
@@ -41,7 +42,7 @@ impl Filter {
     /// the filter arrived as data: a slow filter then withholds messages from its own
     /// subscribers instead of holding the thread (and the hub) for each of them in turn.
     /// The guard's deadline applies to every check made while it lives.
-    pub fn publish_budget(&self) -> crate::mapping::budget::Guard {
+    pub fn publish_budget(&self) -> Guard {
         let limit = self
             .mapping
             .is_budgeted()
@@ -65,6 +66,25 @@ impl Filter {
         let admitted = self.mapping.check_with_meta(view.msg, &view.meta);
         std::mem::swap(view.slot(), caller);
         admitted
+    }
+}
+
+impl Filter {
+    /// Whether the client `caller` gets the message of `view`, counted into `tally`.
+    /// Once `budget` (one [`publish_budget`](Self::publish_budget)) is spent, nothing
+    /// more is checked: the rest are withheld as failed without running a step.
+    pub fn decide(
+        &self,
+        view: &mut View<'_>,
+        caller: &mut Value,
+        budget: &Guard,
+        tally: &mut Tally,
+    ) -> bool {
+        if budget.expired() {
+            tally.failed += 1;
+            return false;
+        }
+        tally.count(self.admits(view, caller))
     }
 }
 
@@ -103,7 +123,7 @@ pub struct Tally {
 
 impl Tally {
     /// Counts what a check gave: true when the message is admitted.
-    pub fn admitted(&mut self, checked: Result<bool, MappingError>) -> bool {
+    fn count(&mut self, checked: Result<bool, MappingError>) -> bool {
         match checked {
             Ok(true) => true,
             Ok(false) => {

@@ -343,11 +343,8 @@ impl Hub {
         let id = position(msg, self.opts.id_key.as_deref()?).filter(|&p| p < u64::MAX)?;
         let filter = self.state.lock().filter.clone();
         if let Some(filter) = filter {
-            let _budget = filter.publish_budget();
-            if !filter
-                .admits(&mut filter.view(msg), caller)
-                .unwrap_or(false)
-            {
+            let (budget, mut tally) = (filter.publish_budget(), Tally::default());
+            if !filter.decide(&mut filter.view(msg), caller, &budget, &mut tally) {
                 return Some((id, None));
             }
         }
@@ -938,15 +935,9 @@ impl Hub {
         let mut targets = Vec::new();
         for c in clients.iter_mut() {
             let mut tally = Tally::default();
-            if budget.expired() {
-                // Out of time: the rest are withheld without running a step more.
-                tally.failed += batch.len() as u64;
-                c.metrics.tally(tally);
-                continue;
-            }
             let mask: Vec<bool> = views
                 .iter_mut()
-                .map(|view| tally.admitted(filter.admits(view, &mut c.caller)))
+                .map(|view| filter.decide(view, &mut c.caller, &budget, &mut tally))
                 .collect();
             c.metrics.tally(tally);
             if mask.iter().any(|a| *a) {
@@ -972,11 +963,11 @@ fn mask_for(st: &mut State, conn: u64, batch: &Batch) -> Option<Vec<bool>> {
     let Some(slot) = clients.iter_mut().find(|c| c.conn == conn) else {
         return Some(vec![false; batch.len()]);
     };
-    let _budget = filter.publish_budget();
+    let budget = filter.publish_budget();
     let mut tally = Tally::default();
     let mask = batch
         .iter()
-        .map(|m| tally.admitted(filter.admits(&mut filter.view(m), &mut slot.caller)))
+        .map(|m| filter.decide(&mut filter.view(m), &mut slot.caller, &budget, &mut tally))
         .collect();
     slot.metrics.tally(tally);
     Some(mask)
@@ -1022,17 +1013,13 @@ fn admitted(
         let Some(id) = e.id else {
             return true;
         };
-        if budget.expired() {
-            tally.failed += 1;
-            return false;
-        }
         let Some(msg) = stored
             .find(|s| s.event.id == Some(id))
             .and_then(|s| s.msg.as_ref())
         else {
             return false;
         };
-        tally.admitted(filter.admits(&mut filter.view(msg), caller))
+        filter.decide(&mut filter.view(msg), caller, &budget, &mut tally)
     });
     tally
 }

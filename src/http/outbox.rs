@@ -13,13 +13,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use tokio::sync::Notify;
 
-use super::event::{Chunk, Delivery, Event, GAP_EVENT};
+use super::event::{Chunk, Delivery};
 
 /// What happens to a client that does not read.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq, Default)]
@@ -323,24 +322,19 @@ fn gap_notice(st: &mut State) -> Option<Delivery> {
     }
     let dropped = std::mem::take(&mut st.dropped);
     let first = st.first_dropped.take();
-    let data = serde_json::json!({
+    let notice = super::event::gap_notice(serde_json::json!({
         "message": "messages were dropped because this client did not read them in time; reconnect with the last event id to be sent them",
         "dropped": dropped,
         "first_dropped_id": first.map(|id| id.to_string()),
-    });
-    Some(Delivery::unconfirmed(Arc::new(Chunk::new(vec![Arc::new(
-        Event {
-            id: None,
-            name: Some(GAP_EVENT.into()),
-            data: Bytes::from(data.to_string()),
-            content_type: None,
-        },
-    )]))))
+    }));
+    Some(Delivery::unconfirmed(Arc::new(Chunk::new(vec![notice]))))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::event::Event;
+    use bytes::Bytes;
 
     fn delivery(id: u64, bytes: usize) -> Delivery {
         Delivery::unconfirmed(Arc::new(Chunk::new(vec![Arc::new(Event {

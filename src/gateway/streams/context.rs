@@ -21,6 +21,18 @@ pub struct Caller<'a> {
     pub meta: Option<&'a Map<String, Value>>,
 }
 
+impl From<&Caller<'_>> for crate::http::caller::Caller {
+    /// The caller as the stream outputs keep it, for their per-client filters.
+    fn from(c: &Caller<'_>) -> Self {
+        crate::http::caller::Caller {
+            key_id: c.key_id.map(str::to_owned),
+            identity: c.identity.map(str::to_owned),
+            claims: c.claims.cloned(),
+            meta: c.meta.cloned(),
+        }
+    }
+}
+
 /// Values longer than this are refused: they name consumer groups and topics.
 const MAX_VALUE: usize = 128;
 

@@ -413,12 +413,8 @@ impl StreamHost {
         });
         req.extensions_mut().insert(ending.clone());
         // Who the client is, for an output that filters per client (`@caller`).
-        req.extensions_mut().insert(crate::http::caller::Caller {
-            key_id: caller.key_id.map(str::to_owned),
-            identity: caller.identity.map(str::to_owned),
-            claims: caller.claims.cloned(),
-            meta: caller.meta.cloned(),
-        });
+        req.extensions_mut()
+            .insert(crate::http::caller::Caller::from(caller));
         let answer = handler.call(req);
         async move {
             let resp = answer.await;
