@@ -54,7 +54,7 @@ impl CatchUp {
     /// that from its history. It reads once its turn comes.
     pub fn start(hub: &Arc<Hub>, last: &str, caller: Value) -> Option<CatchUp> {
         let after = hub.behind(last)?;
-        let history = hub.history()?.clone();
+        let history = hub.history()?;
         let for_events = hub.clone();
         let for_filter = caller.clone();
         let events = stream::once(Turn::wait(hub.clone()))
@@ -249,7 +249,7 @@ mod tests {
             },
             CancellationToken::new(),
         );
-        hub.set_history(Arc::new(history));
+        hub.set_history(Some(Arc::new(history)));
         let mut live = hub.subscribe(None, metrics());
         for p in 10..=20 {
             let publishing = {
@@ -300,6 +300,21 @@ mod tests {
         d.written();
         drop(_live);
         publishing.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_version_of_the_stream_without_a_history_takes_the_earlier_ones_away() {
+        let kept = Kept {
+            first: 1,
+            last: 20,
+            complete: true,
+        };
+        let (hub, _live) = hub_at_20(kept).await;
+        assert!(CatchUp::start(&hub, "5", Value::Null).is_some());
+        // The stream changed (another source, or processors now): the hub is kept, its
+        // catch-up from the old source is not.
+        hub.set_history(None);
+        assert!(CatchUp::start(&hub, "5", Value::Null).is_none());
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@
 //! what it missed, or a `gap` event when the buffer no longer holds it.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use metrics::{counter, gauge, Counter, Gauge};
@@ -242,7 +242,10 @@ pub struct Hub {
     fed: std::sync::atomic::AtomicBool,
     /// Where a client resuming from before the replay buffer is caught up from, when
     /// the ids are positions in a broker that keeps what came before.
-    history: OnceLock<Arc<dyn super::record::History>>,
+    /// Replaced by each version of the stream that writes to the hub: a version that
+    /// reads another source, or processes what it reads, must not leave resuming clients
+    /// the earlier version's.
+    history: Mutex<Option<Arc<dyn super::record::History>>>,
     /// Clients being caught up from the history now.
     pub(crate) catching_up: std::sync::atomic::AtomicUsize,
     /// Catch-ups started in the current second (its start, and how many): each one
@@ -294,23 +297,25 @@ impl Hub {
             joined: Notify::new(),
             retired,
             fed: Default::default(),
-            history: OnceLock::new(),
+            history: Mutex::new(None),
             catching_up: Default::default(),
             catch_up_starts: Mutex::new((Instant::now(), 0)),
         })
     }
 
     /// Gives the hub the history that clients resuming from before its replay buffer
-    /// catch up from. Only for a broadcast hub whose ids are broker positions.
-    pub fn set_history(&self, history: Arc<dyn super::record::History>) {
-        let same_key = self.opts.id_key.as_deref() == Some(history.position_key());
-        if self.opts.mode == DeliveryMode::Broadcast && same_key {
-            let _ = self.history.set(history);
-        }
+    /// catch up from (none: they are not caught up), in place of any earlier one. Only
+    /// for a broadcast hub whose ids are broker positions.
+    pub fn set_history(&self, history: Option<Arc<dyn super::record::History>>) {
+        let fits = |h: &Arc<dyn super::record::History>| {
+            self.opts.mode == DeliveryMode::Broadcast
+                && self.opts.id_key.as_deref() == Some(h.position_key())
+        };
+        *self.history.lock() = history.filter(fits);
     }
 
-    pub(crate) fn history(&self) -> Option<&Arc<dyn super::record::History>> {
-        self.history.get()
+    pub(crate) fn history(&self) -> Option<Arc<dyn super::record::History>> {
+        self.history.lock().clone()
     }
 
     /// The position a client resuming after `last` must be caught up from through the
@@ -318,7 +323,7 @@ impl Hub {
     /// or past what this hub was given yet (a node that just started, or lags behind
     /// the one the client came from: the broker has what came after `last`).
     pub fn behind(&self, last: &str) -> Option<u64> {
-        self.history.get()?;
+        self.history.lock().as_ref()?;
         let last = last.trim().parse::<u64>().ok().filter(|&p| p < u64::MAX)?;
         let mut st = self.state.lock();
         self.expire(&mut st);

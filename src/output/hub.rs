@@ -67,10 +67,10 @@ impl HubWiring {
         match &self.bus {
             Some(bus) => {
                 let topic = bus::topic(&cx.id.stream, &cx.id.path);
-                hub.set_history(Arc::new(BusHistory {
+                hub.set_history(Some(Arc::new(BusHistory {
                     bus: bus.clone(),
                     topic: topic.clone(),
-                }));
+                })));
                 Box::new(BusOutput {
                     bus: bus.clone(),
                     topic,
@@ -78,9 +78,9 @@ impl HubWiring {
                 })
             }
             None => {
-                if let Some(history) = &self.history {
-                    hub.set_history(history.clone());
-                }
+                // Also when none: a hub kept from an earlier version of the stream must
+                // not go on catching clients up from that version's source.
+                hub.set_history(self.history.clone());
                 Box::new(HubOutput {
                     hub,
                     stop: cx.lifecycle.shutdown.clone(),
