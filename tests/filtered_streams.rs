@@ -218,6 +218,53 @@ async fn a_resuming_client_gets_only_its_own_missed_events() {
     );
 }
 
+/// A key moved to another tenant (its metadata changed) is not left filtered as the old
+/// one: its open stream is told to come back, and comes back filtered as the new one.
+#[tokio::test]
+async fn a_key_whose_metadata_changes_is_told_to_reconnect() {
+    let gw = Gw::start(&[], STREAMING_ON).await;
+    let resp = post_api(
+        &gw,
+        &filtered_api("moved", "this.tenant == @caller.meta.tenant"),
+    )
+    .await;
+    assert!(resp.status().is_success(), "{}", resp.text().await.unwrap());
+    let publisher = key_of(&gw, "moved", "publisher").await;
+    let made = gw
+        .create_key(json!({"access_rights": {"moved": {}}, "meta": {"tenant": "a"}}))
+        .await;
+    let (key, id) = (
+        made["key"].as_str().unwrap(),
+        made["key_id"].as_str().unwrap(),
+    );
+    let mut sse = Sse::open(&gw, "/moved/events", key).await;
+    let changed = gw
+        .admin(Method::PUT, &format!("/sluice/keys/{id}"))
+        .json(&json!({"access_rights": {"moved": {}}, "meta": {"tenant": "b"}}))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(changed, 200);
+    // Told before the change is answered, as a revocation is.
+    let mut told = Vec::new();
+    loop {
+        match sse.next_or_end(Duration::from_secs(5)).await {
+            Next::Event(e) => told.push(e),
+            Next::Ended => break,
+            Next::Quiet => panic!("still open after the change: {told:?}"),
+        }
+    }
+    let last = told.last().expect("a notice");
+    assert_eq!(last.name.as_deref(), Some("restart"), "{told:?}");
+    assert_eq!(last.data, "the key was changed: reconnect");
+    let mut back = Sse::open(&gw, "/moved/events", key).await;
+    publish(&gw, "moved", &publisher, &json!({"tenant": "a", "n": 1})).await;
+    publish(&gw, "moved", &publisher, &json!({"tenant": "b", "n": 2})).await;
+    let got = exactly(&mut back, 1).await;
+    assert_eq!(tenant_of(&got[0]), "b");
+}
+
 /// A posted filter is a tenant's program: compiled when posted, with the place of a
 /// mistake; refused where it cannot work; without the host's functions; bounded per
 /// client in what a request makes the hub keep.

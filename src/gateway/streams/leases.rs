@@ -29,6 +29,9 @@ pub enum Revoked {
     ApiGone,
     RouteGone,
     AuthRequired,
+    /// The key's metadata changed: what the connection was given (a filter's
+    /// `@caller.meta`) no longer holds, so it is told to come back.
+    KeyChanged,
 }
 
 impl Revoked {
@@ -43,6 +46,7 @@ impl Revoked {
             Revoked::ApiGone => "the API was removed or deactivated",
             Revoked::RouteGone => "the API no longer serves this stream",
             Revoked::AuthRequired => "the API now requires credentials",
+            Revoked::KeyChanged => "the key was changed: reconnect",
         }
     }
 
@@ -57,6 +61,7 @@ impl Revoked {
             Revoked::ApiGone => "api_gone",
             Revoked::RouteGone => "route_gone",
             Revoked::AuthRequired => "auth_required",
+            Revoked::KeyChanged => "key_changed",
         }
     }
 }
@@ -75,6 +80,17 @@ pub struct Terms {
     /// Whether authentication let it in (a key, a token): one that came in without
     /// credentials is ended when the API starts to require them.
     pub authenticated: bool,
+    /// A fingerprint of the key's metadata when it let the connection in (see
+    /// [`meta_print`]).
+    pub key_meta: Option<u64>,
+}
+
+/// A fingerprint of a key's metadata, to tell when it changed.
+pub fn meta_print(meta: &serde_json::Map<String, serde_json::Value>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(meta).unwrap_or_default().hash(&mut h);
+    h.finish()
 }
 
 struct Lease {
@@ -83,6 +99,9 @@ struct Lease {
 }
 
 type Open = Mutex<HashMap<u64, Lease>>;
+
+/// When a connection whose key changed is told to come back (SSE `retry:`).
+const RECONNECT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The leases of every gateway in this process, for the operator's live view: the
 /// dashboard that `sluice serve` runs beside its gateway reads them (see [`open_by_key`]).
@@ -209,7 +228,11 @@ impl Leases {
             let Some(why) = verdict(&lease.terms) else {
                 return true;
             };
-            lease.ending.end(why.text());
+            match why {
+                // Still let in, on other terms: it comes back at once.
+                Revoked::KeyChanged => lease.ending.restart(RECONNECT, why.text()),
+                _ => lease.ending.end(why.text()),
+            }
             metrics::counter!(
                 crate::metrics::STREAM_CONNECTIONS_REVOKED,
                 "api_id" => lease.terms.api_id.clone(),
@@ -263,7 +286,12 @@ fn verdict(
     // organisation's APIs, and only those its rights name, on their methods and paths.
     let other_org = !key.org_id.is_empty() && key.org_id != api.org_id;
     match key.policy.access_rights.get(&terms.api_id) {
-        Some(right) if !other_org && right.allows(&terms.method, &terms.rest) => None,
+        Some(right) if !other_org && right.allows(&terms.method, &terms.rest) => {
+            let changed = terms
+                .key_meta
+                .is_some_and(|print| print != meta_print(&key.policy.meta));
+            changed.then_some(Revoked::KeyChanged)
+        }
         _ => Some(Revoked::NoAccess),
     }
 }
@@ -280,6 +308,7 @@ mod tests {
             rest: "/events".into(),
             token_expires: None,
             authenticated: key.is_some(),
+            key_meta: None,
         }
     }
 

@@ -410,6 +410,7 @@ impl StreamHost {
             authenticated: caller.key_id.is_some()
                 || caller.identity.is_some()
                 || caller.claims.is_some(),
+            key_meta: caller.meta.map(leases::meta_print),
         });
         req.extensions_mut().insert(ending.clone());
         // Who the client is, for an output that filters per client (`@caller`).
